@@ -1,0 +1,73 @@
+"""Tokenize once, then batch by length so each batch pads only to its own longest text.
+
+Length bucketing roughly halves step time against padding every batch to the global maximum.
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Iterator, Sequence
+
+import torch
+
+from pipeline.errors import PipelineError
+
+
+def encode(tokenizer, texts: Sequence[str], max_length: int, on_too_long: str = "truncate",
+           where: str = "data") -> tuple[list[list[int]], int]:
+    """Token ids per text (with special tokens), cut to max_length. Returns (ids, number truncated)."""
+    ids = tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
+    too_long = [i for i, seq in enumerate(ids) if len(seq) > max_length]
+    if too_long and on_too_long == "error":
+        i = too_long[0]
+        raise PipelineError(f"{where}: {len(too_long)} text(s) are longer than max_length={max_length} tokens, "
+                            f"e.g. #{i + 1} has {len(ids[i])} tokens ({texts[i][:60]!r}...). Raise teacher.max_length "
+                            f"or set teacher.on_too_long = \"truncate\"")
+    if too_long:
+        # keep the final [SEP]/</s> so the model sees a well-formed sequence
+        ids = [seq if len(seq) <= max_length else seq[: max_length - 1] + seq[-1:] for seq in ids]
+    return ids, len(too_long)
+
+
+def pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return ids, mask  # (B, T), (B, T)
+
+
+def bucketed_batches(lengths: Sequence[int], batch_size: int, rng: random.Random | None) -> list[list[int]]:
+    """Index batches of similar length. rng=None: deterministic, sorted (for inference)."""
+    idx = list(range(len(lengths)))
+    if rng is None:
+        idx.sort(key=lambda i: lengths[i])
+        return [idx[i: i + batch_size] for i in range(0, len(idx), batch_size)]
+    rng.shuffle(idx)
+    chunk = batch_size * 50  # sort within chunks: similar lengths per batch, still a random order overall
+    batches = []
+    for c in range(0, len(idx), chunk):
+        part = sorted(idx[c: c + chunk], key=lambda i: lengths[i])
+        batches += [part[i: i + batch_size] for i in range(0, len(part), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def epoch_stream(n_items: int, lengths: Sequence[int], batch_size: int, epochs: float, seed: int) -> Iterator[list[int]]:
+    """Batches for a fractional number of epochs: ceil(epochs * batches per epoch) steps in all."""
+    per_epoch = math.ceil(n_items / batch_size)
+    total = max(1, math.ceil(epochs * per_epoch))
+    rng = random.Random(seed)
+    done = 0
+    while done < total:
+        for b in bucketed_batches(lengths, batch_size, rng):
+            if done == total:
+                return
+            yield b
+            done += 1
+
+
+def steps_for(n_items: int, batch_size: int, epochs: float) -> int:
+    return max(1, math.ceil(epochs * math.ceil(n_items / batch_size)))

@@ -1,0 +1,54 @@
+"""Distillation losses (a registry keyed by name) and the layer-to-layer transfer terms."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def soft_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Hinton et al.: KL(teacher_T || student_T) * T^2, so gradients keep their size as T changes.  (B, C)."""
+    t = temperature
+    return F.kl_div(F.log_softmax(student_logits / t, -1), F.log_softmax(teacher_logits / t, -1),
+                    log_target=True, reduction="batchmean") * (t * t)
+
+
+def logit_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Tang et al. 2019: MSE between raw logits (temperature unused)."""
+    return F.mse_loss(student_logits, teacher_logits)
+
+
+LOGIT_LOSSES = {"kl": soft_kl, "mse": logit_mse}
+
+
+def distill_loss(student_logits, teacher_logits, labels, *, kind: str = "kl", temperature: float = 2.0,
+                 alpha: float = 0.9, has_label: torch.Tensor | None = None) -> torch.Tensor:
+    """alpha * soft loss + (1 - alpha) * cross-entropy on the gold labels.
+
+    has_label (B,) bool marks rows with a gold label (augmented texts have none: teacher only).
+    """
+    soft = LOGIT_LOSSES[kind](student_logits, teacher_logits, temperature)
+    if alpha >= 1.0:
+        return soft
+    if has_label is None:
+        has_label = torch.ones(labels.shape[0], dtype=torch.bool)
+    if has_label.any():
+        hard = F.cross_entropy(student_logits[has_label], labels[has_label])
+    else:
+        hard = student_logits.sum() * 0.0
+    return alpha * soft + (1 - alpha) * hard
+
+
+def hidden_mse(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, proj: torch.nn.Module,
+               mask: torch.Tensor) -> torch.Tensor:
+    """TinyBERT hidden-state transfer: MSE(W s, t) over real tokens.  (B, T, Ds), (B, T, Dt), mask (B, T)."""
+    m = mask.unsqueeze(-1).to(student_hidden.dtype)
+    diff = (proj(student_hidden) - teacher_hidden) ** 2 * m
+    return diff.sum() / (m.sum() * teacher_hidden.shape[-1]).clamp(min=1.0)
+
+
+def attention_mse(student_attn: torch.Tensor, teacher_attn: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Attention transfer between maps averaged over heads (head counts differ).  (B, H, T, T) each."""
+    s = student_attn.mean(1)  # (B, T, T)
+    t = teacher_attn.mean(1)
+    m = (mask.unsqueeze(1) * mask.unsqueeze(2)).to(s.dtype)  # (B, T, T)
+    return (((s - t) ** 2) * m).sum() / m.sum().clamp(min=1.0)

@@ -1,0 +1,88 @@
+"""RNN baselines: an embedding + (Bi)LSTM/GRU + linear classifier (Tang et al. 2019).
+
+The backward direction is run as a forward RNN over each sequence's valid tokens reversed (a gather
+with per-row lengths), so right padding never leaks into any state. That keeps padded batches exactly
+equal to unpadded single texts, and it exports to ONNX as plain LSTM + Gather ops that quantize.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+@dataclass
+class RNNConfig:
+    vocab_size: int
+    num_labels: int
+    embed_dim: int = 128
+    hidden: int = 256
+    layers: int = 1
+    bidirectional: bool = True
+    cell: str = "lstm"
+    dropout: float = 0.2
+    pad_token_id: int = 0
+    model_type: str = "rnn-classifier"
+
+
+def reverse_valid(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each row's first lengths[b] steps, leaving the padding where it is.  x: (B, T, C)."""
+    T = x.shape[1]
+    t = torch.arange(T, device=x.device).unsqueeze(0)  # (1, T)
+    L = lengths.unsqueeze(1)  # (B, 1)
+    idx = torch.where(t < L, L - 1 - t, t)  # (B, T)
+    return torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2]))
+
+
+class RNNClassifier(nn.Module):
+    def __init__(self, cfg: RNNConfig):
+        super().__init__()
+        self.config = cfg
+        rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[cfg.cell]
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.embed_dim, padding_idx=cfg.pad_token_id)
+        dirs = 2 if cfg.bidirectional else 1
+        self.fwd = nn.ModuleList()
+        self.bwd = nn.ModuleList()
+        for i in range(cfg.layers):
+            d_in = cfg.embed_dim if i == 0 else cfg.hidden * dirs
+            self.fwd.append(rnn(d_in, cfg.hidden, batch_first=True))
+            if cfg.bidirectional:
+                self.bwd.append(rnn(d_in, cfg.hidden, batch_first=True))
+        self.drop = nn.Dropout(cfg.dropout)
+        # masked mean and max pooling of the top layer's states, concatenated
+        self.head = nn.Sequential(nn.Linear(2 * cfg.hidden * dirs, cfg.hidden), nn.ReLU(), nn.Dropout(cfg.dropout),
+                                  nn.Linear(cfg.hidden, cfg.num_labels))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        mask = attention_mask.to(torch.float32).unsqueeze(-1)  # (B, T, 1)
+        lengths = attention_mask.to(torch.int64).sum(1).clamp(min=1)  # (B,)
+        x = self.drop(self.embed(input_ids))  # (B, T, E)
+        for i in range(self.config.layers):
+            out_f, _ = self.fwd[i](x)  # (B, T, H): causal, so right padding cannot reach valid steps
+            if self.config.bidirectional:
+                out_b, _ = self.bwd[i](reverse_valid(x, lengths))
+                out_f = torch.cat([out_f, reverse_valid(out_b, lengths)], dim=-1)  # (B, T, 2H)
+            x = self.drop(out_f) if i + 1 < self.config.layers else out_f
+        mean = (x * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # (B, D)
+        # finite large negative rather than -inf: stays finite in fp16 exports
+        mx = (x * mask + (mask - 1.0) * 1e4).max(1).values  # (B, D)
+        return self.head(self.drop(torch.cat([mean, mx], dim=-1)))
+
+    def save(self, folder: Path) -> None:
+        from safetensors.torch import save_file
+
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
+        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors"))
+
+    @classmethod
+    def load(cls, folder: Path) -> "RNNClassifier":
+        from safetensors.torch import load_file
+
+        cfg = RNNConfig(**json.loads((folder / "config.json").read_text()))
+        model = cls(cfg)
+        model.load_state_dict(load_file(str(folder / "model.safetensors")))
+        return model.eval()

@@ -1,0 +1,104 @@
+"""A model folder and the one interface every classifier here exposes: logits = model(input_ids, attention_mask).
+
+Folder layout (teacher, student, lstm, lstm_distilled alike): config.json, model.safetensors, the
+tokenizer files, labels.json (id = position), pocketformer.json ({"kind": "hf" | "rnn", "max_length"}).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from distill.batching import bucketed_batches, encode, pad
+from distill.lstm import RNNClassifier
+from pipeline.errors import PipelineError
+
+MODEL_NAMES = ("teacher", "student", "lstm", "lstm_distilled")
+
+
+class HFLogits(nn.Module):
+    """Wraps a transformers sequence classifier so it returns the logits tensor alone."""
+
+    def __init__(self, hf: nn.Module):
+        super().__init__()
+        self.hf = hf
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.hf(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module  # (input_ids, attention_mask) -> logits
+    tokenizer: object
+    labels: list[str]
+    kind: str
+    max_length: int
+    folder: Path
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id or 0
+
+
+def save_model(folder: Path, model: nn.Module, tokenizer, labels: Sequence[str], kind: str, max_length: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    if kind == "hf":
+        hf = model.hf if isinstance(model, HFLogits) else model
+        hf.save_pretrained(folder, safe_serialization=True)
+    else:
+        model.save(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "labels.json").write_text(json.dumps(list(labels), indent=2))
+    (folder / "pocketformer.json").write_text(json.dumps({"kind": kind, "max_length": max_length}, indent=2))
+
+
+def load_model(folder: Path, name: str = "model") -> LoadedModel:
+    """Load a model folder written by save_model, for inference (eval mode)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    meta_path = folder / "pocketformer.json"
+    if not meta_path.is_file():
+        raise PipelineError(f"{name}: {folder} is not a trained model folder (no pocketformer.json); "
+                            f"run the stage that trains it first")
+    meta = json.loads(meta_path.read_text())
+    try:
+        if meta["kind"] == "hf":
+            model: nn.Module = HFLogits(AutoModelForSequenceClassification.from_pretrained(folder))
+        else:
+            model = RNNClassifier.load(folder)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError, RuntimeError, KeyError) as e:
+        raise PipelineError(f"{name}: the checkpoint in {folder} is missing or corrupt ({e}); re-run its stage") from None
+    labels = json.loads((folder / "labels.json").read_text())
+    return LoadedModel(model.eval(), tokenizer, labels, meta["kind"], meta["max_length"], folder)
+
+
+def count_params(model: nn.Module) -> dict[str, int]:
+    """Total parameters and how many sit in embedding tables (word, position, token type)."""
+    total = sum(p.numel() for p in model.parameters())
+    emb = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding))
+    return {"params": total, "embedding_params": emb, "non_embedding_params": total - emb}
+
+
+@torch.no_grad()
+def predict_logits(model: nn.Module, tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 64,
+                   desc: str | None = None) -> np.ndarray:
+    """Logits (N, C) in the order of texts, computed in length-sorted batches."""
+    model.eval()
+    ids, _ = encode(tokenizer, texts, max_length)
+    out: list[np.ndarray | None] = [None] * len(ids)
+    pad_id = tokenizer.pad_token_id or 0
+    batches = bucketed_batches([len(s) for s in ids], batch_size, None)
+    for b in tqdm(batches, desc=desc, unit="batch", disable=desc is None, dynamic_ncols=True, mininterval=2.0):
+        x, m = pad([ids[i] for i in b], pad_id)
+        logits = model(x, m).float().numpy()
+        for j, i in enumerate(b):
+            out[i] = logits[j]
+    return np.stack(out)  # (N, C)

@@ -1,0 +1,90 @@
+"""Student architectures (a registry keyed by student.arch) and their initialisation from the teacher."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from distill.models import HFLogits
+from pipeline.config import StudentSection
+from pipeline.errors import PipelineError
+
+
+def default_layer_map(student_layers: int, teacher_layers: int) -> list[int]:
+    """Student layer i (1-based) -> teacher layer, spread uniformly (TinyBERT's g(m) = m * N / M)."""
+    return [max(1, round((i + 1) * teacher_layers / student_layers)) for i in range(student_layers)]
+
+
+def check_layer_map(layer_map: list[int], student_layers: int, teacher_layers: int) -> list[int]:
+    if not layer_map:
+        return default_layer_map(student_layers, teacher_layers)
+    if len(layer_map) != student_layers:
+        raise PipelineError(f"distill.layer_map has {len(layer_map)} entries but the student has {student_layers} "
+                            f"layers: give one teacher layer per student layer")
+    bad = [t for t in layer_map if not 1 <= t <= teacher_layers]
+    if bad:
+        raise PipelineError(f"distill.layer_map names teacher layer(s) {bad}, but the teacher has layers "
+                            f"1..{teacher_layers}")
+    return list(layer_map)
+
+
+def _pca_projection(weight: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k principal directions of the rows of weight: (mean (D,), components (D, k))."""
+    mean = weight.mean(0)
+    _, _, v = torch.pca_lowrank(weight - mean, q=k, center=False, niter=4)
+    return mean, v[:, :k]
+
+
+def build_bert(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map: list[int],
+               attn_eager: bool) -> HFLogits:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    tcfg = teacher.hf.config
+    cfg = BertConfig(
+        vocab_size=tcfg.vocab_size, hidden_size=s.hidden, num_hidden_layers=s.layers, num_attention_heads=s.heads,
+        intermediate_size=s.ffn, max_position_embeddings=max(s.max_length, 64),
+        type_vocab_size=getattr(tcfg, "type_vocab_size", 2) or 1, pad_token_id=tcfg.pad_token_id or 0,
+        num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)},
+        hidden_act="gelu", classifier_dropout=0.1,
+    )
+    if attn_eager:  # attention maps are only returned by the eager implementation
+        cfg._attn_implementation = "eager"
+    student = BertForSequenceClassification(cfg)
+    if s.init == "random":
+        return HFLogits(student)
+    t_emb = teacher.hf.get_input_embeddings().weight.detach()  # (V, D_t)
+    if t_emb.shape[0] != cfg.vocab_size:
+        raise PipelineError("student.init needs the student to share the teacher's vocabulary")
+    with torch.no_grad():
+        se = student.bert.embeddings
+        if s.init == "teacher-pca":
+            if s.hidden > t_emb.shape[1]:
+                raise PipelineError(f"student.init = 'teacher-pca' needs student.hidden <= teacher hidden "
+                                    f"({t_emb.shape[1]}); use 'random'")
+            mean, comp = _pca_projection(t_emb.float(), s.hidden)
+            proj = (t_emb - mean) @ comp  # (V, H)
+            se.word_embeddings.weight.copy_(proj * (0.02 / proj.std()))  # rescale to BERT's init std
+        elif s.init == "teacher-layers":
+            _copy_bert_layers(student, teacher, layer_map)
+    return HFLogits(student)
+
+
+def _copy_bert_layers(student, teacher: HFLogits, layer_map: list[int]) -> None:
+    """DistilBERT-style init: embeddings and the mapped teacher layers copied as they are."""
+    t = teacher.hf
+    if t.config.model_type != "bert" or t.config.hidden_size != student.config.hidden_size:
+        raise PipelineError("student.init = 'teacher-layers' needs a BERT teacher with the same hidden size as the "
+                            f"student ({student.config.hidden_size}); use 'teacher-pca' or 'random'")
+    student.bert.embeddings.load_state_dict(t.bert.embeddings.state_dict(), strict=False)
+    for i, tl in enumerate(layer_map):
+        student.bert.encoder.layer[i].load_state_dict(t.bert.encoder.layer[tl - 1].state_dict())
+
+
+STUDENTS: dict[str, Callable[..., HFLogits]] = {"bert": build_bert}
+
+
+def build_student(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map: list[int],
+                  attn_eager: bool = False) -> HFLogits:
+    if s.arch not in STUDENTS:
+        raise PipelineError(f"unknown student.arch '{s.arch}'. Known: {', '.join(STUDENTS)}")
+    return STUDENTS[s.arch](s, teacher, labels, layer_map, attn_eager)

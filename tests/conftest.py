@@ -1,0 +1,99 @@
+"""Shared fixtures: a tiny random-weight BERT encoder saved as a Hugging Face folder (the "pretrained
+teacher" of the unit tests), a small synthetic sentiment CSV, and a tiny run config pointing at both.
+Everything here builds in a second or two; the packaged demo models are never used by tests."""
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+POS = ["good", "great", "love", "happy", "excellent", "nice", "wonderful", "fun"]
+NEG = ["bad", "awful", "hate", "sad", "terrible", "poor", "boring", "ugly"]
+NEU = ["table", "car", "road", "window", "paper", "city", "train", "phone"]
+FILLER = ["the", "a", "this", "is", "was", "my", "day", "movie", "food", "really", "very", "so"]
+WORDS = POS + NEG + NEU + FILLER
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+LABEL_WORDS = {"positive": POS, "negative": NEG, "neutral": NEU}
+
+
+def make_texts(n: int, seed: int = 0) -> list[tuple[str, str]]:
+    """Texts whose label is decided by which word list dominates: learnable by every model here."""
+    rng = random.Random(seed)
+    out = []
+    labels = sorted(LABEL_WORDS)
+    for i in range(n):
+        label = labels[i % 3]
+        words = rng.choices(FILLER, k=rng.randint(2, 8)) + rng.choices(LABEL_WORDS[label], k=rng.randint(1, 3))
+        rng.shuffle(words)
+        out.append((" ".join(words), label))
+    return out
+
+
+def write_tokenizer(folder: Path):
+    from transformers import BertTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.txt").write_text("\n".join(SPECIAL + WORDS) + "\n")
+    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    tok.save_pretrained(folder)
+    return tok
+
+
+def tiny_bert_config(**kw):
+    from transformers import BertConfig
+
+    base = dict(vocab_size=len(SPECIAL) + len(WORDS), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=64, max_position_embeddings=128, pad_token_id=0)
+    base.update(kw)
+    return BertConfig(**base)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A 'pretrained' encoder folder (BertModel, random weights) with its tokenizer."""
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    BertModel(tiny_bert_config()).save_pretrained(folder, safe_serialization=True)
+    write_tokenizer(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_csv(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny_data")
+    path = folder / "reviews.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["review", "sentiment"])
+        for text, label in make_texts(600):
+            w.writerow([text, label])
+    return path
+
+
+@pytest.fixture
+def tiny_cfg_dict(tiny_bert_dir, tiny_csv, tmp_path) -> dict:
+    """A run config small enough to run every stage in seconds."""
+    return {
+        "run": {"name": "tiny", "seed": 3, "runs_dir": str(tmp_path / "runs"), "threads": 1},
+        "data": {"source": "csv", "train_path": str(tiny_csv), "text_column": "review", "label_column": "sentiment",
+                 "validation_fraction": 0.1, "test_fraction": 0.2},
+        "teacher": {"model": str(tiny_bert_dir), "max_length": 32, "epochs": 6.0, "batch_size": 16, "lr": 2e-3,
+                    "eval_batch_size": 32},
+        "augment": {"copies": 1},
+        "student": {"layers": 2, "hidden": 16, "heads": 2, "ffn": 32, "max_length": 32},
+        "distill": {"epochs": 3.0, "batch_size": 16, "lr": 3e-3, "hidden_weight": 1.0, "attention_weight": 1.0,
+                    "intermediate_epochs": 1.0},
+        "baseline": {"embed_dim": 16, "hidden": 16, "epochs": 3.0, "batch_size": 16, "lr": 5e-3},
+    }
+
+
+@pytest.fixture
+def tiny_cfg(tiny_cfg_dict):
+    from pipeline.config import config_from_dict
+
+    return config_from_dict(tiny_cfg_dict, "tiny-test-config")
