@@ -14,13 +14,10 @@ DEFAULT_CONFIG = "configs/demo.toml"
 
 
 def _stages():
-    from pipeline import stages  # noqa: F401  (registers the classification stages)
+    # importing a stage module registers its stages, in pipeline order
+    from pipeline import stages, stages_bench, stages_export  # noqa: F401
     from pipeline.stage import STAGES
 
-    try:
-        from pipeline import stages_ship  # noqa: F401  (quantize/export/bench/report, when present)
-    except ImportError:
-        pass
     return STAGES
 
 

@@ -152,6 +152,13 @@ class BenchSection:
     optimum_peer: bool = True
 
 
+@dataclass(frozen=True)
+class LMSection:
+    """Settings only the generation task (run.task = "generation") reads."""
+
+    context_length: int = 128  # tokens per training window
+
+
 SECTIONS: dict[str, type] = {
     "run": RunSection,
     "data": DataSection,
@@ -163,6 +170,7 @@ SECTIONS: dict[str, type] = {
     "quantize": QuantizeSection,
     "export": ExportSection,
     "bench": BenchSection,
+    "lm": LMSection,
 }
 
 
@@ -178,6 +186,7 @@ class Config:
     quantize: QuantizeSection = field(default_factory=QuantizeSection)
     export: ExportSection = field(default_factory=ExportSection)
     bench: BenchSection = field(default_factory=BenchSection)
+    lm: LMSection = field(default_factory=LMSection)
     source: str = ""  # the file it came from, for messages
 
     @property

@@ -35,7 +35,7 @@ class StageContext:
 @dataclass(frozen=True)
 class Stage:
     name: str
-    fn: Callable[[StageContext], dict[str, Any]]
+    fn: Callable[[StageContext], dict[str, Any]]  # the classification implementation
     deps: tuple[str, ...] = ()
     sections: tuple[str, ...] = ()  # config sections whose values change this stage's outputs
     doc: str = ""
@@ -44,13 +44,26 @@ class Stage:
 
 
 STAGES: dict[str, Stage] = {}
+# One pipeline, two tasks: a stage may have a different implementation per run.task (same name, same
+# folder, same place in the graph), registered with register(name, task="generation").
+TASK_IMPLS: dict[tuple[str, str], Callable[[StageContext], dict[str, Any]]] = {}
 
 
-def register(name: str, *, deps: tuple[str, ...] = (), sections: tuple[str, ...] = (), always: bool = False):
+def register(name: str, *, deps: tuple[str, ...] = (), sections: tuple[str, ...] = (), always: bool = False,
+             task: str = "classification"):
     def wrap(fn):
-        STAGES[name] = Stage(name, fn, deps, sections, (fn.__doc__ or "").strip().split("\n")[0], always)
+        TASK_IMPLS[(name, task)] = fn
+        if task == "classification" or name not in STAGES:
+            STAGES[name] = Stage(name, fn, deps, sections, (fn.__doc__ or "").strip().split("\n")[0], always)
         return fn
     return wrap
+
+
+def implementation(cfg: Config, name: str) -> Callable[[StageContext], dict[str, Any]]:
+    fn = TASK_IMPLS.get((name, cfg.run.task))
+    if fn is None:
+        raise PipelineError(f"stage '{name}' has no implementation for run.task = '{cfg.run.task}'")
+    return fn
 
 
 def order(targets: list[str]) -> list[str]:
@@ -74,6 +87,8 @@ def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
     # The seed changes every stage's result; the run name and paths do not.
     relevant = {"seed": cfg.run.seed, "task": cfg.run.task}
     relevant.update({s: cfg.section_dict(s) for s in stage.sections})
+    if cfg.run.task == "generation":  # the generation stages also read [lm]
+        relevant["lm"] = cfg.section_dict("lm")
     return relevant, sha256_json(relevant)
 
 
@@ -109,7 +124,7 @@ def run_stage(cfg: Config, name: str) -> dict:
     started = time.time()
     relevant, chash = config_hash(cfg, stage)
     try:
-        summary = stage.fn(StageContext(cfg, name, tmp, run_dir, stage.deps)) or {}
+        summary = implementation(cfg, name)(StageContext(cfg, name, tmp, run_dir, stage.deps)) or {}
         inputs = {dep: manifest_hash(run_dir / dep) for dep in stage.deps}
         manifest = write_manifest(tmp, stage=name, config=relevant, config_hash=chash, inputs=inputs,
                                   summary=summary, started=started)

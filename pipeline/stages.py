@@ -9,7 +9,6 @@ import torch
 
 from pipeline.config import Config
 from pipeline.data import build_splits, read_labels, read_split, write_jsonl
-from pipeline.errors import PipelineError
 from pipeline.stage import StageContext, register
 
 
@@ -18,15 +17,9 @@ def _threads(cfg: Config) -> None:
         torch.set_num_threads(cfg.run.threads)
 
 
-def _require_classification(cfg: Config) -> None:
-    if cfg.run.task != "classification":
-        raise PipelineError(f"run.task = '{cfg.run.task}': the classification stages need run.task = 'classification'")
-
-
 @register("data", sections=("data",))
 def stage_data(ctx: StageContext) -> dict:
     """Load, clean and split the labelled texts; write train/validation/test JSONL and labels.json."""
-    _require_classification(ctx.cfg)
     splits = build_splits(ctx.cfg)
     for s in ("train", "validation", "test"):
         write_jsonl(ctx.out / f"{s}.jsonl", splits[s])

@@ -1,0 +1,1 @@
+"""Stage wiring for bench and report."""

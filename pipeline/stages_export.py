@@ -1,0 +1,1 @@
+"""Stage wiring for quantize and export (ONNX variants, .ort, Core ML)."""
