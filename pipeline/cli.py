@@ -15,7 +15,7 @@ DEFAULT_CONFIG = "configs/demo.toml"
 
 def _stages():
     # importing a stage module registers its stages, in pipeline order
-    from pipeline import stages, stages_bench, stages_export  # noqa: F401
+    from pipeline import stages, stages_bench, stages_export, stages_gpt  # noqa: F401
     from pipeline.stage import STAGES
 
     return STAGES
