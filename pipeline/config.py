@@ -157,6 +157,28 @@ class LMSection:
     """Settings only the generation task (run.task = "generation") reads."""
 
     context_length: int = 128  # tokens per training window
+    # A corpus with too few documents to hold whole ones out is cut into this many contiguous blocks each.
+    split_blocks: int = 20
+    # The teacher scores only this many training windows (0 = all): on 2 cores it costs ~2.4 ms per token,
+    # so the whole 1.3M-token Shakespeare corpus would take ~50 min.
+    teacher_windows: int = 512
+    top_k: int = 32  # teacher logits kept per position (ids + values); the rest of the vocabulary is dropped
+    # Student and LSTM see only the token ids that occur in the training split (plus one "other" id that
+    # stands for the rest): a 49k-row embedding would otherwise be most of a small model.
+    restrict_vocab: bool = True
+    # Held-out windows per split for perplexity (0 = all); the same windows for every model.
+    eval_windows: int = 48
+    eval_batch_size: int = 8
+    # Fixed prompts for sample continuations (greedy), and how many tokens to generate.
+    prompts: list[str] = field(default_factory=lambda: ["ROMEO:\nBut soft, what light", "KING:\nNow is the time",
+                                                        "FIRST CITIZEN:\nWe are accounted poor"])
+    sample_tokens: int = 40
+    # Longest prompt + generation the exported students hold (position table and Core ML KV cache size).
+    max_cache: int = 256
+    check_tokens: int = 16  # greedy tokens the exported ONNX must reproduce token for token
+    bench_prompt_tokens: int = 64  # time to first token is measured on a prompt this long
+    bench_decode_tokens: int = 32  # decode tokens/s over this many steps after the prompt
+    bench_iterations: int = 3
 
 
 SECTIONS: dict[str, type] = {
@@ -207,7 +229,8 @@ def _check_value(where: str, value: Any, hint: Any) -> Any:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
             raise PipelineError(f"{where}: expected a list of {item.__name__}, got {value!r}")
-        return [_check_value(f"{where}[{i}]", v, item) for i, v in enumerate(value)]
+        inner = where[:-1] if where.endswith("'") else where  # 'distill.layer_map' -> 'distill.layer_map[1]'
+        return [_check_value(f"{inner}[{i}]'", v, item) for i, v in enumerate(value)]
     if hint is bool:
         if not isinstance(value, bool):
             raise PipelineError(f"{where}: expected true or false, got {value!r}")

@@ -150,20 +150,23 @@ def load_hub(d: DataSection, split: str) -> list[Example]:
 
 
 def stratified_split(examples: list[Example], fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
-    """Split off `fraction` of every label (at least one example per label when it has two or more)."""
+    """Split off round(fraction * N) examples, each label in proportion (largest remainder), seeded."""
     rng = random.Random(seed)
     by_label: dict[str, list[Example]] = {}
     for ex in examples:
         by_label.setdefault(ex["label"], []).append(ex)
+    target = round(len(examples) * fraction)
+    exact = {lab: len(items) * fraction for lab, items in by_label.items()}
+    quota = {lab: int(v) for lab, v in exact.items()}
+    # hand the rounding leftovers to the labels with the largest remainders
+    for lab in sorted(exact, key=lambda k: (quota[k] - exact[k], k))[: max(0, target - sum(quota.values()))]:
+        quota[lab] += 1
     keep, held = [], []
     for label in sorted(by_label):
         items = by_label[label][:]
         rng.shuffle(items)
-        n = round(len(items) * fraction)
-        if fraction > 0 and n == 0 and len(items) >= 2:
-            n = 1
-        held += items[:n]
-        keep += items[n:]
+        held += items[: quota[label]]
+        keep += items[quota[label]:]
     rng.shuffle(keep)
     rng.shuffle(held)
     return keep, held
@@ -216,11 +219,12 @@ def build_splits(cfg: Config) -> dict:
         made.append(f"validation = {d.validation_fraction:g} of all, stratified, seed {seed + 1}")
     for s, n in (("train", d.max_train), ("validation", d.max_validation), ("test", d.max_test)):
         splits[s] = cap(splits[s], n, seed + 2)
-    if not splits["test"]:
-        raise PipelineError("the test split is empty: provide data.test_path or set data.test_fraction > 0")
     labels = sorted({ex["label"] for ex in splits["train"]})
     if len(labels) < 2:
         raise PipelineError(f"the training data has {len(labels)} label(s) ({labels}); classification needs two or more")
+    if not splits["test"]:
+        raise PipelineError(f"the test split is empty ({len(splits['train'])} training examples, data.test_fraction = "
+                            f"{d.test_fraction:g}): provide data.test_path, more data, or a larger data.test_fraction")
     known = set(labels)
     for s in ("validation", "test"):
         unseen = sorted({ex["label"] for ex in splits[s]} - known)

@@ -1,0 +1,58 @@
+import pytest
+
+from pipeline.config import config_from_dict, load_config
+from pipeline.errors import PipelineError
+
+
+def test_defaults_and_file_round_trip(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text('[run]\nname = "x"\n[distill]\nepochs = 2\nlayer_map = [2, 4]\n[student]\nlayers = 2\n')
+    cfg = load_config(p)
+    assert cfg.run.name == "x"
+    assert cfg.distill.epochs == 2.0 and isinstance(cfg.distill.epochs, float)  # int accepted for a float key
+    assert cfg.distill.layer_map == [2, 4]
+    assert cfg.teacher.max_length == 128  # default kept
+
+
+def test_overrides_use_the_same_checks(tmp_path):
+    cfg = load_config(None, ["distill.temperature=4", "run.name=other", 'data.source="csv"', "augment.enabled=false"])
+    assert cfg.distill.temperature == 4.0 and cfg.run.name == "other" and cfg.data.source == "csv"
+    assert cfg.augment.enabled is False
+    with pytest.raises(PipelineError, match="unknown key 'distill.temprature'"):
+        load_config(None, ["distill.temprature=4"])
+    with pytest.raises(PipelineError, match="section.key=value"):
+        load_config(None, ["distill"])
+
+
+@pytest.mark.parametrize("raw,msg", [
+    ({"nope": {}}, "unknown section \\[nope\\]"),
+    ({"teacher": {"epochs": "two"}}, "'teacher.epochs': expected a number"),
+    ({"teacher": {"batch_size": 3.5}}, "'teacher.batch_size': expected an integer"),
+    ({"augment": {"enabled": 1}}, "expected true or false"),
+    ({"distill": {"layer_map": [1, "a"]}}, "layer_map\\[1\\]"),
+    ({"student": {"init": "magic"}}, "choose one of random, teacher-pca, teacher-layers"),
+    ({"student": {"hidden": 130, "heads": 4}}, "divisible"),
+    ({"distill": {"alpha": 1.5}}, "alpha"),
+    ({"run": {"name": "../evil"}}, "plain folder name"),
+])
+def test_bad_config_is_one_clear_error(raw, msg):
+    with pytest.raises(PipelineError, match=msg):
+        config_from_dict(raw, "c.toml")
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(PipelineError, match="does not exist"):
+        load_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[run\nname=")
+    with pytest.raises(PipelineError, match="not valid TOML"):
+        load_config(bad)
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    for p in sorted(Path(__file__).parents[1].glob("configs/*.toml")):
+        if p.name == "devices.toml":
+            continue
+        load_config(p)

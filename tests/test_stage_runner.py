@@ -1,0 +1,75 @@
+"""The runner's promises: dependency order, skip when up to date, re-run on change, nothing half-written."""
+import json
+
+import pytest
+
+from pipeline.config import config_from_dict
+from pipeline.errors import PipelineError
+from pipeline.manifest import read_manifest
+from pipeline.stage import STAGES, Stage, run, status
+
+
+@pytest.fixture
+def toy_stages(monkeypatch):
+    calls = []
+
+    def make(name, fail=False):
+        def fn(ctx):
+            calls.append(name)
+            (ctx.out / "out.txt").write_text(name)
+            if fail:
+                raise PipelineError(f"{name} failed")
+            return {"ok": True}
+        return fn
+
+    saved = dict(STAGES)
+    STAGES.clear()
+    from pipeline import stage as st
+
+    impls = dict(st.TASK_IMPLS)
+    for name, deps, secs in (("a", (), ("data",)), ("b", ("a",), ("distill",)), ("c", ("b",), ())):
+        STAGES[name] = Stage(name, make(name), deps, secs)
+        st.TASK_IMPLS[(name, "classification")] = STAGES[name].fn
+    yield calls, make
+    STAGES.clear()
+    STAGES.update(saved)
+    st.TASK_IMPLS.clear()
+    st.TASK_IMPLS.update(impls)
+
+
+def test_order_skip_and_rerun(toy_stages, tmp_path):
+    calls, make = toy_stages
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
+    assert run(cfg, ["c"]) == ["a", "b", "c"]
+    assert run(cfg, ["c"]) == []
+    cfg2 = config_from_dict({"run": {"runs_dir": str(tmp_path)}, "distill": {"epochs": 9}})
+    assert status(cfg2, "b") == (False, "its settings changed")
+    assert run(cfg2, ["c"]) == ["b", "c"]  # a is untouched by [distill]
+    (cfg2.run_dir / "b" / "out.txt").write_text("tampered!")
+    assert status(cfg2, "b")[1] == "its files were changed or removed"
+    m = read_manifest(cfg2.run_dir / "c")
+    assert m["inputs"]["b"] and "versions" in m and m["summary"] == {"ok": True}
+
+
+def test_failed_stage_leaves_nothing_and_keeps_previous(toy_stages, tmp_path):
+    calls, make = toy_stages
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
+    run(cfg, ["b"])
+    from pipeline import stage as st
+
+    STAGES["b"] = Stage("b", make("b", fail=True), ("a",), ("distill",))
+    st.TASK_IMPLS[("b", "classification")] = STAGES["b"].fn
+    with pytest.raises(PipelineError, match="b failed"):
+        run(cfg, ["b"], force=("b",))
+    assert not (cfg.run_dir / ".b.partial").exists()
+    assert (cfg.run_dir / "b" / "manifest.json").exists()  # the earlier finished result is still intact
+    with pytest.raises(PipelineError, match="unknown stage 'zzz'. Known stages: a, b, c"):
+        run(cfg, ["zzz"])
+
+
+def test_cli_reports_errors_in_one_line(capsys, tmp_path):
+    from pipeline.cli import main
+
+    assert main(["data", "--config", str(tmp_path / "none.toml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: config file") and err.count("\n") == 1
