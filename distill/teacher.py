@@ -69,19 +69,22 @@ def check_model_type(path: str) -> str:
 
 def load_for_classification(spec: str, labels: list[str], fine_tune: bool):
     """(HFLogits model, tokenizer). A fresh head is added unless the model already has these labels."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     path = resolve(spec)
     check_model_type(path)
+    if not fine_tune:  # the checkpoint must already be a classifier for exactly these labels
+        cfg = AutoConfig.from_pretrained(path)
+        have = [cfg.id2label[i] for i in range(cfg.num_labels)]
+        is_classifier = any(a.endswith("ForSequenceClassification") for a in (cfg.architectures or []))
+        if not is_classifier or have != labels:
+            raise PipelineError(f"teacher.fine_tune = false, but {path} is not a classifier for the data's labels "
+                                f"{labels} (it has {have if is_classifier else 'no classification head'}). "
+                                f"Set teacher.fine_tune = true, or relabel the data")
     id2label = dict(enumerate(labels))
     hf = AutoModelForSequenceClassification.from_pretrained(
         path, num_labels=len(labels), id2label=id2label, label2id={v: k for k, v in id2label.items()},
         ignore_mismatched_sizes=True)
-    if not fine_tune:
-        have = [hf.config.id2label[i] for i in range(hf.config.num_labels)]
-        if have != labels:
-            raise PipelineError(f"teacher.fine_tune = false, but the teacher's labels {have} differ from the "
-                                f"data's {labels}. Fine-tune it, or relabel the data")
     tok = AutoTokenizer.from_pretrained(path)
     return HFLogits(hf), tok
 
