@@ -10,8 +10,10 @@ NPROC  ?= 1
 # The demo needs nothing from a model hub; set OFFLINE=0 to let hub ids and datasets names download.
 OFFLINE ?= 1
 STAMP  := $(VENV)/.installed-stamp
+# NPROC > 1 launches data-parallel training with torchrun (gloo on CPU, NCCL on GPUs)
+LAUNCH  = $(if $(filter-out 1,$(NPROC)),$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC),$(BIN)/python)
 RUN     = HF_HUB_OFFLINE=$(OFFLINE) HF_DATASETS_OFFLINE=$(OFFLINE) TRANSFORMERS_VERBOSITY=error \
-          $(BIN)/python -m pipeline
+          $(LAUNCH) -m pipeline
 SETS    = $(foreach s,$(SET),--set $(s))
 
 STAGES := data teacher logits distill baseline eval quantize export bench report

@@ -29,13 +29,20 @@ def encode(tokenizer, texts: Sequence[str], max_length: int, on_too_long: str = 
     return ids, len(too_long)
 
 
-def pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def param_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad to the longest sequence: (input_ids, attention_mask), each (B, T) int64."""
     T = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), T), dtype=torch.long)
     for i, s in enumerate(seqs):
         ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
         mask[i, : len(s)] = 1
+    if device is not None and device.type != "cpu":
+        ids, mask = ids.to(device), mask.to(device)
     return ids, mask  # (B, T), (B, T)
 
 

@@ -89,16 +89,29 @@ def count_params(model: nn.Module) -> dict[str, int]:
 
 @torch.no_grad()
 def predict_logits(model: nn.Module, tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 64,
-                   desc: str | None = None) -> np.ndarray:
-    """Logits (N, C) in the order of texts, computed in length-sorted batches."""
+                   desc: str | None = None, shard: bool = False) -> np.ndarray:
+    """Logits (N, C) in the order of texts, computed in length-sorted batches.
+
+    shard=True under torchrun: each rank computes every W-th batch and the pieces are merged, so the
+    teacher pass over a large cache is split across processes.
+    """
+    from distill import distributed as D
+
     model.eval()
+    dev = next(model.parameters()).device
     ids, _ = encode(tokenizer, texts, max_length)
-    out: list[np.ndarray | None] = [None] * len(ids)
     pad_id = tokenizer.pad_token_id or 0
     batches = bucketed_batches([len(s) for s in ids], batch_size, None)
-    for b in tqdm(batches, desc=desc, unit="batch", disable=desc is None, dynamic_ncols=True, mininterval=2.0):
-        x, m = pad([ids[i] for i in b], pad_id)
-        logits = model(x, m).float().numpy()
-        for j, i in enumerate(b):
-            out[i] = logits[j]
-    return np.stack(out)  # (N, C)
+    if shard and D.enabled():
+        D.init()
+        batches = batches[D.rank()::D.world_size()]
+    part: dict[int, np.ndarray] = {}
+    show = desc is not None and D.is_main()
+    for b in tqdm(batches, desc=desc, unit="batch", disable=not show, dynamic_ncols=True, mininterval=2.0):
+        x, m = pad([ids[i] for i in b], pad_id, device=dev)
+        logits = model(x, m).float().cpu().numpy()
+        part.update({i: logits[j] for j, i in enumerate(b)})
+    if shard and D.enabled():
+        for other in D.gather(part):
+            part.update(other)
+    return np.stack([part[i] for i in range(len(ids))])  # (N, C)

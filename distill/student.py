@@ -12,7 +12,8 @@ from pipeline.errors import PipelineError
 
 def default_layer_map(student_layers: int, teacher_layers: int) -> list[int]:
     """Student layer i (1-based) -> teacher layer, spread uniformly (TinyBERT's g(m) = m * N / M)."""
-    return [max(1, round((i + 1) * teacher_layers / student_layers)) for i in range(student_layers)]
+    # half-up rounding (Python round() is half-to-even and would bunch layers: [2, 3, 4, 6] for 4 of 6)
+    return [max(1, int((i + 1) * teacher_layers / student_layers + 0.5)) for i in range(student_layers)]
 
 
 def check_layer_map(layer_map: list[int], student_layers: int, teacher_layers: int) -> list[int]:

@@ -1,16 +1,14 @@
 """Teacher: a pretrained BERT-family encoder, fine-tuned into a classifier for the run's labels."""
 from __future__ import annotations
 
-import json
-import random
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from distill.batching import encode, epoch_stream, pad, steps_for
+from distill.batching import encode, epoch_stream, pad, param_device, steps_for
 from distill.models import HFLogits
-from distill.train import fit
+from distill.train import TrainOptions, fit, summarize
 from pipeline.config import TeacherSection
 from pipeline.errors import PipelineError
 
@@ -89,20 +87,19 @@ def load_for_classification(spec: str, labels: list[str], fine_tune: bool):
     return HFLogits(hf), tok
 
 
-def fine_tune(model: HFLogits, tok, texts: list[str], label_ids: list[int], t: TeacherSection, seed: int) -> dict:
+def fine_tune(model: HFLogits, tok, texts: list[str], label_ids: list[int], t: TeacherSection, seed: int,
+              opts: TrainOptions = TrainOptions()) -> dict:
     ids, truncated = encode(tok, texts, t.max_length, t.on_too_long, "teacher training data")
     y = torch.tensor(label_ids)
     lengths = [len(s) for s in ids]
     pad_id = tok.pad_token_id or 0
     total = steps_for(len(ids), t.batch_size, t.epochs)
-    model.train()
 
-    def step(b):
-        x, m = pad([ids[i] for i in b], pad_id)
-        return torch.nn.functional.cross_entropy(model(x, m), y[b])
+    def step(m, b):
+        x, mask = pad([ids[i] for i in b], pad_id, device=param_device(m))
+        return torch.nn.functional.cross_entropy(m(x, mask), y[b].to(x.device))
 
-    losses = fit(model.parameters(), epoch_stream(len(ids), lengths, t.batch_size, t.epochs, seed), step,
-                 total_steps=total, lr=t.lr, weight_decay=t.weight_decay, warmup_fraction=t.warmup_fraction,
-                 desc="teacher fine-tune", lr_hint="teacher.lr")
-    model.eval()
-    return {"steps": total, "final_loss": sum(losses[-20:]) / len(losses[-20:]), "truncated_texts": truncated}
+    result = fit(model, epoch_stream(len(ids), lengths, t.batch_size, t.epochs, seed), step, total_steps=total,
+                 lr=t.lr, weight_decay=t.weight_decay, warmup_fraction=t.warmup_fraction, desc="teacher fine-tune",
+                 lr_hint="teacher.lr", opts=opts)
+    return {**summarize(result, total), "truncated_texts": truncated}

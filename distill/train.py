@@ -1,22 +1,46 @@
-"""The one optimisation loop every trainer here uses: AdamW, linear warm-up and decay, a progress bar,
-and a clear stop on a non-finite loss."""
+"""The one optimisation loop every trainer here uses: AdamW with linear warm-up and decay, gradient
+accumulation, optional bf16/fp16 autocast, DistributedDataParallel under torchrun, resumable checkpoints,
+a progress bar, and a clear stop on a non-finite loss."""
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
+from distill import distributed as D
 from pipeline.errors import PipelineError
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    grad_accum: int = 1  # batches per optimizer step
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (fp16 needs CUDA)
+    checkpoint_every: int = 0  # optimizer steps between resumable checkpoints (0 = none)
+    checkpoint_dir: Path | None = None  # where this stage keeps them until it finishes
+    key: str = ""  # identifies the stage's settings and inputs: a checkpoint with another key is ignored
+    fail_at_step: int = 0  # tests only: raise KeyboardInterrupt after this many batches, like a kill
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def linear_schedule(opt: torch.optim.Optimizer, total: int, warmup_fraction: float):
@@ -30,30 +54,120 @@ def linear_schedule(opt: torch.optim.Optimizer, total: int, warmup_fraction: flo
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
-def fit(params: Iterable[torch.nn.Parameter], batches: Iterable, step_fn: Callable[[object], torch.Tensor], *,
-        total_steps: int, lr: float, weight_decay: float, warmup_fraction: float, desc: str,
-        lr_hint: str, clip: float = 1.0) -> list[float]:
-    """Run step_fn(batch) -> loss over batches with AdamW. Returns the loss per step."""
-    params = [p for p in params if p.requires_grad]
+def _rng_state() -> dict:
+    np_state = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])]}
+
+
+def _set_rng_state(s: dict) -> None:
+    torch.set_rng_state(s["torch"])
+    random.setstate(tuple(s["python"][:1]) + (tuple(s["python"][1]),) + tuple(s["python"][2:]))
+    n = s["numpy"]
+    np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
+
+
+def _autocast(precision: str):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision == "fp16" and not torch.cuda.is_available():
+        raise PipelineError("train.precision = 'fp16' needs a CUDA GPU; use 'bf16' or 'fp32' on CPU")
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device().type, dtype=dtype)
+
+
+def _ckpt_path(opts: TrainOptions, desc: str) -> Path | None:
+    if opts.checkpoint_dir is None or opts.checkpoint_every <= 0:
+        return None
+    return opts.checkpoint_dir / (re.sub(r"[^a-z0-9]+", "-", desc.lower()).strip("-") + ".pt")
+
+
+def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, object], torch.Tensor], *,
+        total_steps: int, lr: float, weight_decay: float, warmup_fraction: float, desc: str, lr_hint: str,
+        opts: TrainOptions = TrainOptions(), clip: float = 1.0) -> dict:
+    """Train model with step_fn(model, batch) -> mean loss over the batch (the rows of this rank).
+
+    batches yields total_steps global batches (lists of row indices); under torchrun each rank keeps its
+    share (distributed.shard) and gradients are averaged. Returns {"losses", "optimizer_steps", "resumed_from"}.
+    """
+    D.init()
+    dev = device()
+    model.to(dev)
+    wrapped: nn.Module = model
+    if D.enabled():
+        wrapped = nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    accum = max(1, opts.grad_accum)
+    opt_steps = math.ceil(total_steps / accum)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    sched = linear_schedule(opt, total_steps, warmup_fraction)
+    sched = linear_schedule(opt, opt_steps, warmup_fraction)
+    scaler = torch.amp.GradScaler("cuda") if opts.precision == "fp16" else None
     losses: list[float] = []
-    bar = tqdm(batches, total=total_steps, desc=desc, unit="step", dynamic_ncols=True, mininterval=2.0)
-    for step, batch in enumerate(bar):
-        loss = step_fn(batch)
-        if not torch.isfinite(loss):
-            raise PipelineError(f"{desc}: the loss became {loss.item()} at step {step + 1}/{total_steps}. "
-                                f"Lower the learning rate ({lr_hint} = {lr:g}) or check the data for broken labels")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, clip)
-        opt.step()
-        sched.step()
+    start = 0
+    ckpt = _ckpt_path(opts, desc)
+    if ckpt is not None and ckpt.is_file():
+        state = torch.load(ckpt, weights_only=True, map_location="cpu")
+        if state.get("key") == opts.key and state.get("total_steps") == total_steps:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            sched.load_state_dict(state["scheduler"])
+            losses, start = list(state["losses"]), int(state["step"])
+            _set_rng_state(state["rng"][D.rank()] if D.rank() < len(state["rng"]) else state["rng"][0])
+    batches = itertools.islice(iter(batches), start, None)  # the stream is seeded: skip what was done
+    model.train()
+    bar = tqdm(total=total_steps, initial=start, desc=desc, unit="step", dynamic_ncols=True, mininterval=2.0,
+               disable=not D.is_main())
+    for step, batch in enumerate(batches, start):
+        if opts.fail_at_step and step == opts.fail_at_step:
+            raise KeyboardInterrupt(f"simulated kill at step {step}")
+        last_micro = (step + 1) % accum == 0 or step + 1 == total_steps
+        sync = contextlib.nullcontext() if (last_micro or not D.enabled()) else wrapped.no_sync()
+        with sync:
+            with _autocast(opts.precision):
+                loss = step_fn(wrapped, D.shard(batch))
+            if not torch.isfinite(loss):
+                raise PipelineError(f"{desc}: the loss became {loss.item()} at step {step + 1}/{total_steps}. "
+                                    f"Lower the learning rate ({lr_hint} = {lr:g}) or check the data for broken labels")
+            scaled = loss / accum
+            (scaler.scale(scaled) if scaler else scaled).backward()
         losses.append(loss.item())
+        if last_micro:
+            if scaler:
+                scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(params, clip)
+            if scaler:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            n_opt = (step + 1 + accum - 1) // accum
+            if ckpt is not None and n_opt % opts.checkpoint_every == 0 and step + 1 < total_steps:
+                _save(ckpt, model, opt, sched, losses, step + 1, total_steps, opts.key)
+        bar.update(1)
         if step % 10 == 0:
             recent = losses[-50:]
             bar.set_postfix(loss=f"{sum(recent) / len(recent):.4f}")
     bar.close()
-    if not losses or math.isnan(losses[-1]):
+    model.eval()
+    if not losses:
         raise PipelineError(f"{desc}: no training step ran; is the training data empty?")
-    return losses
+    return {"losses": losses, "optimizer_steps": opt_steps, "resumed_from": start}
+
+
+def _save(path: Path, model, opt, sched, losses, step, total_steps, key) -> None:
+    rng = D.gather(_rng_state())  # every rank's RNG, so each resumes its own dropout stream
+    if not D.is_main():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".part")
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                "losses": losses, "step": step, "total_steps": total_steps, "key": key, "rng": rng}, tmp)
+    tmp.replace(path)  # a kill during the save leaves the previous checkpoint intact
+
+
+def summarize(result: dict, steps: int) -> dict:
+    losses = result["losses"]
+    return {"steps": steps, "optimizer_steps": result["optimizer_steps"],
+            "final_loss": float(np.mean(losses[-20:])), "resumed_from_step": result["resumed_from"]}

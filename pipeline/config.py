@@ -119,6 +119,15 @@ class BaselineSection:
 
 
 @dataclass(frozen=True)
+class TrainSection:
+    """How the training loops run (teacher fine-tune, distillation, baselines); see README "Distributed"."""
+
+    grad_accum: int = 1  # batches per optimizer step: effective batch = batch_size * grad_accum
+    precision: str = "fp32"  # fp32 | bf16 (autocast, CPU or GPU) | fp16 (autocast + loss scaling, CUDA only)
+    checkpoint_every: int = 100  # optimizer steps between resumable checkpoints; 0 turns resuming off
+
+
+@dataclass(frozen=True)
 class QuantizeSection:
     models: list[str] = field(default_factory=lambda: ["teacher", "student", "lstm", "lstm_distilled"])
     variants: list[str] = field(default_factory=lambda: ["fp32", "optimized", "int8-dynamic", "int8-static", "fp16"])
@@ -140,6 +149,13 @@ class ExportSection:
     coreml_variants: list[str] = field(default_factory=lambda: ["fp16", "int8", "palettized-4bit"])
     coreml_target: str = "iOS17"
     coreml_lengths: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
+    # auto | enumerated | range. Enumerated lengths suit the Neural Engine (one compiled program per
+    # length) but need iOS18 with two inputs; auto picks them when the target allows, else a range.
+    coreml_shapes: str = "auto"
+    # weights smaller than this stay fp16 in the int8 / palettized packages (coremltools' default)
+    coreml_min_weight_elements: int = 2048
+    # "arm" for phones: the .ort file bakes in the graph optimizations for that CPU (amd64 for x86 hosts)
+    ort_target_platform: str = "arm"
 
 
 @dataclass(frozen=True)
@@ -150,6 +166,19 @@ class BenchSection:
     iterations: int = 30
     throughput_batch: int = 32
     optimum_peer: bool = True
+    # Every variant is measured at this length (the report's summary table); the full length sweep
+    # runs only for sweep_variants, which keeps the demo's benchmark within its 5-minute budget.
+    headline_length: int = 64
+    sweep_variants: list[str] = field(default_factory=lambda: ["fp32", "int8-dynamic"])
+    # Slow points (the teacher at 256 tokens) stop after this many seconds, but never below
+    # min_iterations timed calls, so one point cannot eat the budget and percentiles stay meaningful.
+    max_seconds_per_point: float = 1.5
+    min_iterations: int = 10
+    # Device profile for the edge-npu roofline estimate; "" = configs/devices.toml shipped with the code.
+    npu_device: str = "apple-a17-pro"
+    devices_file: str = ""
+    # Test texts the Optimum peer is scored on (0 = the whole test split, as eval does).
+    peer_eval_texts: int = 0
 
 
 @dataclass(frozen=True)
@@ -175,6 +204,7 @@ class LMSection:
     sample_tokens: int = 40
     # Longest prompt + generation the exported students hold (position table and Core ML KV cache size).
     max_cache: int = 256
+    quantize_teacher: bool = False  # the teacher is the fp32 reference; its int8 graph costs ~1 min more
     check_tokens: int = 16  # greedy tokens the exported ONNX must reproduce token for token
     bench_prompt_tokens: int = 64  # time to first token is measured on a prompt this long
     bench_decode_tokens: int = 32  # decode tokens/s over this many steps after the prompt
@@ -189,6 +219,7 @@ SECTIONS: dict[str, type] = {
     "student": StudentSection,
     "distill": DistillSection,
     "baseline": BaselineSection,
+    "train": TrainSection,
     "quantize": QuantizeSection,
     "export": ExportSection,
     "bench": BenchSection,
@@ -205,6 +236,7 @@ class Config:
     student: StudentSection = field(default_factory=StudentSection)
     distill: DistillSection = field(default_factory=DistillSection)
     baseline: BaselineSection = field(default_factory=BaselineSection)
+    train: TrainSection = field(default_factory=TrainSection)
     quantize: QuantizeSection = field(default_factory=QuantizeSection)
     export: ExportSection = field(default_factory=ExportSection)
     bench: BenchSection = field(default_factory=BenchSection)
@@ -318,6 +350,7 @@ _CHOICES = {
     ("baseline", "distill_loss"): ("mse", "kl"),
     ("run", "task"): ("classification", "generation"),
     ("quantize", "activation_type"): ("uint8", "int8"),
+    ("train", "precision"): ("fp32", "bf16", "fp16"),
 }
 
 
@@ -328,7 +361,8 @@ def validate(cfg: Config) -> None:
         if value not in choices:
             raise PipelineError(f"{cfg.source}: '{section}.{key}' = {value!r}; choose one of {', '.join(choices)}")
     positive = [("teacher", "batch_size"), ("teacher", "max_length"), ("distill", "batch_size"),
-                ("baseline", "batch_size"), ("student", "layers"), ("student", "hidden"), ("student", "heads")]
+                ("baseline", "batch_size"), ("student", "layers"), ("student", "hidden"), ("student", "heads"),
+                ("train", "grad_accum")]
     for section, key in positive:
         if getattr(getattr(cfg, section), key) <= 0:
             raise PipelineError(f"{cfg.source}: '{section}.{key}' must be > 0")

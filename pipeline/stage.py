@@ -24,6 +24,12 @@ class StageContext:
     out: Path
     run_dir: Path
     deps: tuple[str, ...]
+    key: str = ""  # hash of this stage's settings and inputs: resumable checkpoints must match it
+
+    @property
+    def resume_dir(self) -> Path:
+        """Checkpoints of an unfinished run of this stage; kept across a kill, removed on success."""
+        return self.run_dir / ".resume" / self.name
 
     def input(self, stage: str) -> Path:
         """The finished folder of an upstream stage this stage declared as a dependency."""
@@ -41,6 +47,9 @@ class Stage:
     doc: str = ""
     # Stages that only measure (like bench) can be told to re-run even when inputs are unchanged.
     always: bool = False
+    # Under torchrun every rank runs a distributed stage (each on its share of the data); the other
+    # stages run on rank 0 alone while the rest wait.
+    distributed: bool = False
 
 
 STAGES: dict[str, Stage] = {}
@@ -50,11 +59,12 @@ TASK_IMPLS: dict[tuple[str, str], Callable[[StageContext], dict[str, Any]]] = {}
 
 
 def register(name: str, *, deps: tuple[str, ...] = (), sections: tuple[str, ...] = (), always: bool = False,
-             task: str = "classification"):
+             task: str = "classification", distributed: bool = False):
     def wrap(fn):
         TASK_IMPLS[(name, task)] = fn
         if task == "classification" or name not in STAGES:
-            STAGES[name] = Stage(name, fn, deps, sections, (fn.__doc__ or "").strip().split("\n")[0], always)
+            STAGES[name] = Stage(name, fn, deps, sections, (fn.__doc__ or "").strip().split("\n")[0], always,
+                                 distributed)
         return fn
     return wrap
 
@@ -109,7 +119,9 @@ def status(cfg: Config, name: str) -> tuple[bool, str]:
     return True, "up to date"
 
 
-def run_stage(cfg: Config, name: str) -> dict:
+def run_stage(cfg: Config, name: str) -> dict | None:
+    from distill import distributed as D
+
     stage = STAGES[name]
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -117,15 +129,29 @@ def run_stage(cfg: Config, name: str) -> dict:
         if read_manifest(run_dir / dep) is None:
             raise PipelineError(f"stage '{name}' needs stage '{dep}' first: run `python -m pipeline {dep} "
                                 f"--config {cfg.source}`")
+    relevant, chash = config_hash(cfg, stage)
+    inputs = {dep: manifest_hash(run_dir / dep) for dep in stage.deps}
+    key = sha256_json([chash, inputs])
+    if not D.is_main():
+        # other ranks compute their share of a distributed stage into a private folder that is dropped
+        if stage.distributed:
+            scratch = run_dir / f".{name}.rank{D.rank()}.partial"
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir(parents=True)
+            try:
+                implementation(cfg, name)(StageContext(cfg, name, scratch, run_dir, stage.deps, key))
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        D.barrier()  # rank 0 has written and renamed the stage folder
+        return None
     tmp = run_dir / f".{name}.partial"
     if tmp.exists():
         shutil.rmtree(tmp)  # left by an interrupted run; never reused
     tmp.mkdir(parents=True)
     started = time.time()
-    relevant, chash = config_hash(cfg, stage)
     try:
-        summary = implementation(cfg, name)(StageContext(cfg, name, tmp, run_dir, stage.deps)) or {}
-        inputs = {dep: manifest_hash(run_dir / dep) for dep in stage.deps}
+        ctx = StageContext(cfg, name, tmp, run_dir, stage.deps, key)
+        summary = implementation(cfg, name)(ctx) or {}
         manifest = write_manifest(tmp, stage=name, config=relevant, config_hash=chash, inputs=inputs,
                                   summary=summary, started=started)
     except BaseException:
@@ -135,11 +161,16 @@ def run_stage(cfg: Config, name: str) -> dict:
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
+    shutil.rmtree(ctx.resume_dir, ignore_errors=True)  # finished: its checkpoints are spent
+    D.barrier()
     return manifest
 
 
 def run(cfg: Config, targets: list[str], *, force: tuple[str, ...] = ()) -> list[str]:
     """Run targets and whatever they need that is not up to date. Returns the stages that ran."""
+    from distill import distributed as D
+
+    D.init()
     ran = []
     for name in order(targets):
         fresh, why = status(cfg, name)
@@ -147,9 +178,11 @@ def run(cfg: Config, targets: list[str], *, force: tuple[str, ...] = ()) -> list
         if fresh and not upstream_ran and name not in force:
             log.info("[%s] up to date, skipped", name)
             continue
-        log.info("[%s] running (%s)", name, why if not fresh else "re-run requested")
+        if D.is_main():
+            log.info("[%s] running (%s)", name, why if not fresh else "re-run requested")
         t0 = time.time()
         run_stage(cfg, name)
-        log.info("[%s] done in %.1f s -> %s", name, time.time() - t0, cfg.run_dir / name)
+        if D.is_main():
+            log.info("[%s] done in %.1f s -> %s", name, time.time() - t0, cfg.run_dir / name)
         ran.append(name)
     return ran

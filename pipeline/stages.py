@@ -17,6 +17,15 @@ def _threads(cfg: Config) -> None:
         torch.set_num_threads(cfg.run.threads)
 
 
+def train_options(ctx: StageContext, phase: str = ""):
+    """The [train] settings plus where this stage keeps resumable checkpoints."""
+    from distill.train import TrainOptions
+
+    t = ctx.cfg.train
+    return TrainOptions(grad_accum=t.grad_accum, precision=t.precision, checkpoint_every=t.checkpoint_every,
+                        checkpoint_dir=ctx.resume_dir / phase if phase else ctx.resume_dir, key=ctx.key)
+
+
 @register("data", sections=("data",))
 def stage_data(ctx: StageContext) -> dict:
     """Load, clean and split the labelled texts; write train/validation/test JSONL and labels.json."""
@@ -34,7 +43,7 @@ def _xy(data_dir, split: str, labels: list[str]) -> tuple[list[str], list[int]]:
     return [r["text"] for r in rows], [index[r["label"]] for r in rows]
 
 
-@register("teacher", deps=("data",), sections=("teacher",))
+@register("teacher", deps=("data",), sections=("teacher", "train"), distributed=True)
 def stage_teacher(ctx: StageContext) -> dict:
     """Fine-tune the pretrained encoder into a classifier; writes teacher/model (HF folder)."""
     from distill.models import predict_logits, save_model
@@ -50,16 +59,16 @@ def stage_teacher(ctx: StageContext) -> dict:
     texts, y = _xy(ctx.input("data"), "train", labels)
     summary: dict = {"source": t.model, "model_type": model.hf.config.model_type}
     if t.fine_tune:
-        summary.update(fine_tune(model, tok, texts, y, t, cfg.run.seed))
+        summary.update(fine_tune(model, tok, texts, y, t, cfg.run.seed, train_options(ctx)))
     vtexts, vy = _xy(ctx.input("data"), "validation", labels)
     if vtexts:
         logits = predict_logits(model, tok, vtexts, t.max_length, t.eval_batch_size, desc="teacher: validation")
         summary["validation"] = scores(logits, np.array(vy), len(labels))
-    save_model(ctx.out / "model", model, tok, labels, "hf", t.max_length)
+    save_model(ctx.out / "model", model.cpu(), tok, labels, "hf", t.max_length)
     return summary
 
 
-@register("logits", deps=("data", "teacher"), sections=("augment",))
+@register("logits", deps=("data", "teacher"), sections=("augment",), distributed=True)
 def stage_logits(ctx: StageContext) -> dict:
     """Augment the training texts and cache the teacher's logits on all of them (the teacher runs once)."""
     from distill.augment import Augmenter
@@ -77,7 +86,7 @@ def stage_logits(ctx: StageContext) -> dict:
     rows = [{"text": t, "label": labels[i], "origin": "train"} for t, i in zip(texts, y)]
     rows += [{"text": t, "label": None, "origin": "augmented"} for t in extra]
     logits = predict_logits(teacher.model, teacher.tokenizer, [r["text"] for r in rows], teacher.max_length,
-                            cfg.teacher.eval_batch_size, desc="teacher logits")
+                            cfg.teacher.eval_batch_size, desc="teacher logits", shard=True)
     write_jsonl(ctx.out / "distill_set.jsonl", rows)
     np.save(ctx.out / "teacher_logits.npy", logits.astype(np.float32))
     agree = float((logits[: len(y)].argmax(-1) == np.array(y)).mean())
@@ -91,7 +100,8 @@ def _distill_set(logits_dir, labels: list[str]) -> tuple[list[str], list[int], n
     return [r["text"] for r in rows], y, np.load(logits_dir / "teacher_logits.npy")
 
 
-@register("distill", deps=("data", "teacher", "logits"), sections=("student", "distill"))
+@register("distill", deps=("data", "teacher", "logits"), sections=("student", "distill", "train"),
+          distributed=True)
 def stage_distill(ctx: StageContext) -> dict:
     """Build the student from the teacher and distil it; writes distill/student (HF folder)."""
     from distill.distiller import distill_student
@@ -113,14 +123,16 @@ def stage_distill(ctx: StageContext) -> dict:
     student = build_student(cfg.student, teacher.model, labels, layer_map, attn_eager=eager)
     texts, y, tl = _distill_set(ctx.input("logits"), labels)
     summary = distill_student(student, teacher.model, teacher.tokenizer, texts, y, tl, cfg.distill, layer_map,
-                              cfg.student.max_length, cfg.run.seed)
+                              cfg.student.max_length, cfg.run.seed, train_options(ctx))
+    student.cpu()
     save_model(ctx.out / "student", student, teacher.tokenizer, labels, "hf", cfg.student.max_length)
     summary.update(count_params(student))
     summary["teacher_params"] = count_params(teacher.model)
     return summary
 
 
-@register("baseline", deps=("data", "teacher", "logits"), sections=("baseline", "distill"))
+@register("baseline", deps=("data", "teacher", "logits"), sections=("baseline", "distill", "train"),
+          distributed=True)
 def stage_baseline(ctx: StageContext) -> dict:
     """Train the RNN baseline on gold labels, and the same RNN distilled from the teacher."""
     from distill.baseline import build_rnn, train_rnn
@@ -137,14 +149,16 @@ def stage_baseline(ctx: StageContext) -> dict:
     seed_everything(cfg.run.seed)
     texts, y = _xy(ctx.input("data"), "train", labels)
     plain = build_rnn(b, vocab, len(labels), tok.pad_token_id or 0)
-    summary["lstm"] = train_rnn(plain, tok, texts, y, b, cfg.teacher.max_length, cfg.run.seed, f"{b.cell}: gold labels")
-    save_model(ctx.out / "lstm", plain, tok, labels, "rnn", cfg.teacher.max_length)
+    summary["lstm"] = train_rnn(plain, tok, texts, y, b, cfg.teacher.max_length, cfg.run.seed, f"{b.cell}: gold labels",
+                                opts=train_options(ctx))
+    save_model(ctx.out / "lstm", plain.cpu(), tok, labels, "rnn", cfg.teacher.max_length)
     seed_everything(cfg.run.seed)
     dtexts, dy, tl = _distill_set(ctx.input("logits"), labels)
     distilled = build_rnn(b, vocab, len(labels), tok.pad_token_id or 0)
     summary["lstm_distilled"] = train_rnn(distilled, tok, dtexts, dy, b, cfg.teacher.max_length, cfg.run.seed,
-                                          f"{b.cell}: distilled", teacher_logits=tl, temperature=cfg.distill.temperature)
-    save_model(ctx.out / "lstm_distilled", distilled, tok, labels, "rnn", cfg.teacher.max_length)
+                                          f"{b.cell}: distilled", teacher_logits=tl, temperature=cfg.distill.temperature,
+                                          opts=train_options(ctx))
+    save_model(ctx.out / "lstm_distilled", distilled.cpu(), tok, labels, "rnn", cfg.teacher.max_length)
     summary.update(count_params(plain))
     return summary
 

@@ -35,7 +35,7 @@ def test_labels_must_match_when_not_fine_tuning(tiny_bert_dir):
 
 
 def test_nan_loss_stops_training_with_a_hint():
-    p = torch.nn.Parameter(torch.ones(1))
+    lin = torch.nn.Linear(1, 1)
     with pytest.raises(PipelineError, match=r"loss became nan at step 2/3.*distill.lr"):
-        fit([p], [1, 2, 3], lambda b: p.sum() * (float("nan") if b == 2 else 1.0), total_steps=3, lr=0.1,
-            weight_decay=0.0, warmup_fraction=0.0, desc="t", lr_hint="distill.lr")
+        fit(lin, [[1], [2], [3]], lambda m, b: m.weight.sum() * (float("nan") if b == [2] else 1.0), total_steps=3,
+            lr=0.1, weight_decay=0.0, warmup_fraction=0.0, desc="t", lr_hint="distill.lr")
