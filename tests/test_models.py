@@ -32,6 +32,7 @@ def test_rnn_padding_does_not_change_the_result(cell, layers, tmp_path):
 def test_layer_maps():
     assert default_layer_map(4, 12) == [3, 6, 9, 12]
     assert default_layer_map(2, 6) == [3, 6]
+    assert default_layer_map(4, 6) == [2, 3, 5, 6]
     assert check_layer_map([], 2, 6) == [3, 6]
     with pytest.raises(PipelineError, match="has 3 entries but the student has 2"):
         check_layer_map([1, 2, 3], 2, 6)
