@@ -18,7 +18,7 @@ SETS    = $(foreach s,$(SET),--set $(s))
 
 STAGES := data teacher logits distill baseline eval quantize export bench report
 
-.PHONY: all install test test-fast $(STAGES) status clean clean-runs help
+.PHONY: all install test test-fast $(STAGES) status bench-ddp clean clean-runs help
 
 all: $(STAMP)
 	$(RUN) run --config $(CONFIG) $(SETS)
@@ -48,6 +48,12 @@ test-fast: $(STAMP)
 
 $(STAGES): $(STAMP)
 	$(RUN) $@ --config $(CONFIG) $(SETS)
+
+# Distillation samples/s with 1 process (2 threads) and 2 processes (1 thread each) on the same cores.
+bench-ddp: $(STAMP)
+	$(RUN) logits --config $(CONFIG) $(SETS)
+	OMP_NUM_THREADS=2 $(BIN)/python -m distill.throughput --config $(CONFIG) $(SETS)
+	OMP_NUM_THREADS=1 $(BIN)/torchrun --standalone --nproc_per_node=2 -m distill.throughput --config $(CONFIG) $(SETS)
 
 status: $(STAMP)
 	$(RUN) status --config $(CONFIG) $(SETS)

@@ -113,7 +113,7 @@ def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, objec
             sched.load_state_dict(state["scheduler"])
             losses, start = list(state["losses"]), int(state["step"])
             _set_rng_state(state["rng"][D.rank()] if D.rank() < len(state["rng"]) else state["rng"][0])
-    batches = itertools.islice(iter(batches), start, None)  # the stream is seeded: skip what was done
+    batches = itertools.islice(iter(batches), start, total_steps)  # seeded stream: skip what was done
     model.train()
     bar = tqdm(total=total_steps, initial=start, desc=desc, unit="step", dynamic_ncols=True, mininterval=2.0,
                disable=not D.is_main())

@@ -191,6 +191,9 @@ class LMSection:
     # The teacher scores only this many training windows (0 = all): on 2 cores it costs ~2.4 ms per token,
     # so the whole 1.3M-token Shakespeare corpus would take ~50 min.
     teacher_windows: int = 512
+    # More training windows (not teacher-scored; -1 = the rest of the split) that student and LSTM learn
+    # with next-token cross-entropy only: a student step costs ~1/10 of a teacher window, so text is cheap.
+    extra_windows: int = 0
     top_k: int = 32  # teacher logits kept per position (ids + values); the rest of the vocabulary is dropped
     # Student and LSTM see only the token ids that occur in the training split (plus one "other" id that
     # stands for the rest): a 49k-row embedding would otherwise be most of a small model.
@@ -211,6 +214,38 @@ class LMSection:
     bench_iterations: int = 3
 
 
+@dataclass(frozen=True)
+class BundleSection:
+    """What `make bundle` ships into dist/<run>/ (export/bundle.py)."""
+
+    # "auto" = the fastest mobile-cpu student .ort within accuracy_window of the best student accuracy;
+    # otherwise a model name (teacher, student, lstm, lstm_distilled) and a variant (int8-dynamic, ...)
+    model: str = "auto"
+    variant: str = "auto"
+    # auto choice: accuracy points (fraction) a faster variant may give up against the best one
+    accuracy_window: float = 0.01
+    # the string-in model must agree with tokenizer + model on at least this share of the test split
+    min_agreement: float = 0.99
+    sample_texts: int = 8  # test texts stored with their expected labels for verify-bundle
+    dist_dir: str = "dist"  # the published copy: <dist_dir>/<run name>/
+
+
+@dataclass(frozen=True)
+class PhoneSection:
+    """`make phone-bench`: the bundled model timed on a real phone (eval/phone.py)."""
+
+    adb: str = "adb"  # the adb executable (a name on PATH or a path)
+    perf_test: str = ""  # onnxruntime_perf_test built for Android arm64 (README "Ship it"); "" = not given
+    serial: str = ""  # adb device serial; "" = the only device attached
+    providers: list[str] = field(default_factory=lambda: ["cpu", "xnnpack", "nnapi", "qnn"])
+    threads: list[int] = field(default_factory=lambda: [1, 4])
+    seq_length: int = 64  # the report's headline length, so phone rows sit beside the host ones
+    repeats: int = 50  # timed runs per (provider, threads); perf_test adds one warm-up run
+    remote_dir: str = "/data/local/tmp/pocketformer"  # adb-writable and executable on stock Android
+    qnn_backend: str = "libQnnHtp.so"  # the QNN provider's backend library (Hexagon NPU)
+    compute_units: list[str] = field(default_factory=lambda: ["CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE", "ALL"])
+
+
 SECTIONS: dict[str, type] = {
     "run": RunSection,
     "data": DataSection,
@@ -224,6 +259,8 @@ SECTIONS: dict[str, type] = {
     "export": ExportSection,
     "bench": BenchSection,
     "lm": LMSection,
+    "bundle": BundleSection,
+    "phone": PhoneSection,
 }
 
 
@@ -241,6 +278,8 @@ class Config:
     export: ExportSection = field(default_factory=ExportSection)
     bench: BenchSection = field(default_factory=BenchSection)
     lm: LMSection = field(default_factory=LMSection)
+    bundle: BundleSection = field(default_factory=BundleSection)
+    phone: PhoneSection = field(default_factory=PhoneSection)
     source: str = ""  # the file it came from, for messages
 
     @property

@@ -1,1 +1,113 @@
-"""Stage wiring for bench and report."""
+"""Stage wiring for bench (latency of every model variant on every target) and report (tables, plots,
+results.json). The measuring lives in eval/bench.py, the rendering in eval/report.py."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import numpy as np
+
+from pipeline.data import read_labels, read_split
+from pipeline.stage import StageContext, register
+from pipeline.stages import MODEL_FOLDERS
+
+log = logging.getLogger("pocketformer")
+BENCH_DEPS = ("data", "teacher", "distill", "baseline", "eval", "quantize", "export")
+
+
+@register("bench", deps=BENCH_DEPS, sections=("bench",))
+def stage_bench(ctx: StageContext) -> dict:
+    """Latency, memory and FLOPs of every model variant on every target (plus the Optimum peer).
+
+    Reads eval/accuracy.json, quantize/variants.json, export/variants.json, the model folders and the test
+    split; writes bench/latency.json (machine, versions, threads, plan, rows) and bench/peer/ (Optimum's files).
+    """
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from eval.bench import Models, check_settings, collect_rows, run_bench
+    from eval.latency import INPUTS_NOTE
+    from eval.machine import machine_info
+    from eval.peer import peer_rows
+    from eval.targets import get_target, resolved_threads
+    from pipeline.manifest import library_versions
+
+    cfg, b = ctx.cfg, ctx.cfg.bench
+    t0 = time.time()
+    targets = [get_target(name) for name in b.targets]  # an unknown name fails before any work
+    check_settings(cfg)  # as do a bad headline length or NPU device profile
+    labels = read_labels(ctx.input("data"))
+    test = read_split(ctx.input("data"), "test")
+    texts = [r["text"] for r in test]
+    folders = {name: ctx.input(stage) / sub for name, (stage, sub) in MODEL_FOLDERS.items()}
+    models = Models(folders, {name: AutoTokenizer.from_pretrained(f) for name, f in folders.items()})
+    rows = collect_rows(ctx.run_dir)
+    threads = {t.name: resolved_threads(t) for t in targets}
+    machine = machine_info(list(threads.values()))
+    if (machine["load_average_1m"] or 0) > 0.5 * machine["usable_cores"]:
+        log.warning("[bench] the machine is busy (load average %s on %s cores): latencies will be noisy, "
+                    "multi-threaded ones most", machine["load_average_1m"], machine["usable_cores"])
+    peer_seconds = 0.0
+    if b.optimum_peer:
+        tp = time.time()
+        n = b.peer_eval_texts or len(test)
+        index = {lab: i for i, lab in enumerate(labels)}
+        gold = np.array([index[r["label"]] for r in test[:n]])
+        reference = {r["model"]: r for r in rows if r["format"] == "pytorch"}
+        hf = {m: f for m, f in folders.items() if m in ("teacher", "student")}
+        rows += peer_rows(hf, ctx.out / "peer", "bench/peer", cfg.quantize.opset, texts[:n], gold, len(labels),
+                          threads.get("host-cpu", 1), reference)
+        peer_seconds = time.time() - tp
+    # why the quantize stage left a (model, variant) out, so a missing file is reported with its reason
+    qman = json.loads((ctx.input("quantize") / "manifest.json").read_text())
+    known_skips = {(s["model"], s["variant"]): s["reason"] for s in qman.get("summary", {}).get("skipped", [])
+                   if isinstance(s, dict) and {"model", "variant", "reason"} <= s.keys()}
+    results = run_bench(cfg, rows, models, texts, machine, ctx.out / "scratch", known_skips)
+    shutil.rmtree(ctx.out / "scratch", ignore_errors=True)  # fixed-shape copies: reproducible, not results
+
+    doc = {
+        "machine": machine,
+        "versions": library_versions(),
+        "threads": threads,
+        "plan": {"seq_lengths": b.seq_lengths, "headline_length": b.headline_length, "warmup": b.warmup,
+                 "iterations": b.iterations, "min_iterations": b.min_iterations,
+                 "max_seconds_per_point": b.max_seconds_per_point, "throughput_batch": b.throughput_batch,
+                 "sweep_variants": b.sweep_variants, "inputs": INPUTS_NOTE, "npu_device": b.npu_device},
+        "targets": {t.name: {"runtime": t.runtime, "provider": t.provider, "threads": threads[t.name],
+                             "precision": t.precision, "formats": list(t.formats), "proxy": t.proxy,
+                             "description": t.description} for t in targets},
+        "seconds": {"peer_export": round(peer_seconds, 1), "total": round(time.time() - t0, 1)},
+        "rows": results,
+    }
+    (ctx.out / "latency.json").write_text(json.dumps(doc, indent=2))
+    return {"rows": len(results), "seconds": doc["seconds"], "threads": threads,
+            "peak_gflops_fp32": machine["peak_gflops_fp32"]}
+
+
+def _report(ctx: StageContext) -> dict:
+    """Results table, speed-ups, NPU readiness and plots from the bench; writes report/results.json,
+    report.md, report.html (self-contained) and the plots as PNG files."""
+    from eval.report import write_report
+    from eval.results import build_results, validate_results
+    from pipeline.errors import PipelineError
+
+    doc = json.loads((ctx.input("bench") / "latency.json").read_text())
+    results = build_results(doc)
+    problems = validate_results(results)
+    if problems:
+        raise PipelineError(f"bench/latency.json does not follow eval/SCHEMA.md ({len(problems)} problem(s), "
+                            f"first: {problems[0]}); re-run the bench stage with --force")
+    (ctx.out / "results.json").write_text(json.dumps(results, indent=2))
+    paths = write_report(results, ctx.out)
+    final = ctx.run_dir / "report"
+    print(f"\nreport: {final / 'report.md'}\n        {final / 'report.html'}\n        {final / 'results.json'}")
+    return {"rows": len(results["rows"]), "files": sorted(p.name for p in paths)}
+
+
+# The report renders whatever rows the bench wrote (accuracy or perplexity), so both tasks share it.
+# No config section of its own: everything it shows comes from the bench's files.
+REPORT_DEPS = ("data", "eval", "quantize", "export", "bench")
+register("report", deps=REPORT_DEPS, sections=())(_report)
+register("report", deps=REPORT_DEPS, sections=(), task="generation")(_report)

@@ -1,0 +1,303 @@
+"""Measure every (model, variant, format) row on every configured target.
+
+Reads the rows the earlier stages wrote (eval: PyTorch, quantize: ONNX, export: .ort and Core ML,
+plus the Optimum peer) and returns them with `latency` by target, `npu` readiness where it applies and
+FLOPs, ready for the report. What cannot run is a skip entry with its reason, never a missing key.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from eval import latency as L
+from eval.flops import folder_flops
+from eval.npu import check_onnx, coreml_readiness, fix_shapes, get_device, load_devices, roofline_ms
+from eval.plan import Point, plan_point
+from eval.targets import Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
+    resolved_threads, unavailable
+from pipeline.errors import PipelineError
+
+log = logging.getLogger("pocketformer")
+
+NPU_RUNTIME_MISSING = ("no NPU runtime on this machine (NNAPI needs Android, the Core ML Neural Engine needs "
+                       "macOS/iOS)")
+
+
+@dataclass
+class Models:
+    """Where each model's PyTorch folder and tokenizer live."""
+
+    folders: dict[str, Path]
+    tokenizers: dict[str, object]
+
+    def max_positions(self, model: str) -> int | None:
+        path = self.folders[model] / "config.json"
+        return json.loads(path.read_text()).get("max_position_embeddings") if path.is_file() else None
+
+
+def _read_rows(path: Path, what: str) -> list[dict]:
+    if not path.is_file():
+        raise PipelineError(f"{path} is missing: run the {what} stage first")
+    rows = json.loads(path.read_text())
+    return rows["rows"] if isinstance(rows, dict) else rows
+
+
+def collect_rows(run_dir: Path) -> list[dict]:
+    """Rows of eval (PyTorch), quantize (ONNX) and export (.ort, Core ML), with `_path` set to the file.
+    An .ort row without its own accuracy takes its ONNX source's (the same graph, re-serialized)."""
+    rows = [dict(r, _path=None) for r in _read_rows(run_dir / "eval" / "accuracy.json", "eval")]
+    for stage in ("quantize", "export"):
+        for r in _read_rows(run_dir / stage / "variants.json", stage):
+            rows.append(dict(r, _path=run_dir / r["file"]))
+    onnx = {(r["model"], r["variant"]): r for r in rows if r["format"] == "onnx"}
+    for r in rows:
+        src = onnx.get((r["model"], r["variant"]))
+        if r["format"] == "ort" and r.get("accuracy") is None and src and src.get("accuracy") is not None:
+            r.update(accuracy=src["accuracy"], macro_f1=src.get("macro_f1"), accuracy_from="onnx")
+    return rows
+
+
+def missing_rows(rows: list[dict], models: list[str], targets: list[Target],
+                 known_skips: dict[tuple[str, str], str]) -> list[dict]:
+    """Rows for what a target expects but no earlier stage made (with the stage's reason when it gave one)."""
+    have = {(r["model"], r["format"], r["variant"]) for r in rows}
+    out: dict[tuple[str, str, str], dict] = {}
+    for t in targets:
+        for fmt, variant in t.expects:
+            for m in models:
+                if (m, fmt, variant) in have:
+                    continue
+                why = known_skips.get((m, variant)) or "the quantize/export settings did not ask for it"
+                row = out.setdefault((m, fmt, variant), {
+                    "model": m, "variant": variant, "format": fmt, "file": None, "accuracy": None,
+                    "macro_f1": None, "size_bytes": None, "missing": True, "_path": None,
+                    "_reason": f"no {fmt} {variant} file for {m}: {why}"})
+                row.setdefault("_targets", []).append(t.name)
+    return list(out.values())
+
+
+def _graph_check(path: Path, n: int, formula: int) -> dict:
+    """The formula against MatMul/Gemm/LSTM FLOPs counted in the exported graph (the head and a few small
+    products make the graph count a little higher)."""
+    from eval.flops import graph_flops
+
+    try:
+        g = graph_flops(path, n)
+    except Exception as e:  # a graph shape inference cannot follow: the formula stands alone
+        return {"seq_len": n, "error": f"{type(e).__name__}: {str(e)[:200]}"}
+    return {"seq_len": n, "graph_flops": g, "ratio_to_formula": g / formula}
+
+
+def peak_for(peaks: dict[str, float], threads: int) -> float | None:
+    """The matmul peak for `threads`: the best probe on at most that many threads (t threads can always do
+    what fewer do; a probe disturbed by other load must not make the peak look lower)."""
+    fit = [g for t, g in peaks.items() if int(t) <= threads]
+    return max(fit) if fit else None
+
+
+def _gflops(entry: dict, flops: int | None, batch: int, peak: float | None) -> None:
+    if flops and entry.get("p50_ms"):
+        entry["gflops"] = flops * batch / (entry["p50_ms"] / 1e3) / 1e9
+        if peak:
+            entry["peak_fraction"] = entry["gflops"] / peak
+
+
+class Bench:
+    def __init__(self, cfg, models: Models, texts: list[str], machine: dict, work: Path):
+        self.b = cfg.bench
+        self.models = models
+        self.texts = texts
+        self.machine = machine
+        self.work = work  # scratch files (fixed-shape copies) go here
+        self.plan = L.Plan(self.b.warmup, self.b.iterations, self.b.max_seconds_per_point, self.b.min_iterations)
+        # a batch-32 call is 32x the work: fewer calls, same time cap
+        self.tplan = L.Plan(1, max(3, self.b.iterations // 5), self.b.max_seconds_per_point, 3)
+        self.device = get_device(load_devices(self.b.devices_file), self.b.npu_device)
+        self._streams: dict[str, np.ndarray] = {}
+
+    def _stream(self, model: str) -> np.ndarray:
+        if model not in self._streams:
+            need = max(self.b.seq_lengths) * self.b.throughput_batch
+            self._streams[model] = L.token_stream(self.models.tokenizers[model], self.texts, need)
+        return self._streams[model]
+
+    def _inputs(self, model: str, n: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        tok = self.models.tokenizers[model]
+        return L.make_batch(self._stream(model), n, batch, tok.cls_token_id, tok.sep_token_id)
+
+    def _runner(self, t: Target, row: dict, threads: int):
+        """(bind(ids, mask) -> call, provider used)."""
+        if row["format"] == "pytorch":
+            import torch
+
+            from distill.models import load_model
+
+            torch.set_num_threads(threads)
+            m = load_model(self.models.folders[row["model"]], row["model"])
+            if t.name == "desktop-gpu":
+                return L.torch_runner(m.model, "cuda", torch.float16), "pytorch cuda fp16"
+            return L.torch_runner(m.model), f"pytorch eager cpu ({threads} threads)"
+        if t.name == "desktop-gpu":
+            providers = ["CUDAExecutionProvider"]
+        elif t.name == "mobile-cpu":
+            providers = list(dict.fromkeys([mobile_provider(), "CPUExecutionProvider"]))
+        else:
+            providers = ["CPUExecutionProvider"]
+        sess = L.ort_session(row["_path"], threads, providers)
+        if t.name == "desktop-gpu" and "CUDAExecutionProvider" not in sess.get_providers():
+            # ORT falls back to the CPU with only a warning; CPU numbers must not be filed under a GPU target
+            raise RuntimeError(f"{providers[0]} could not be created (session runs on {sess.get_providers()})")
+        return L.ort_runner(sess), sess.get_providers()[0]
+
+    def measure(self, t: Target, row: dict, point: Point) -> dict:
+        threads = resolved_threads(t)
+        flops = {n: folder_flops(self.models.folders[row["model"]], n) for n in point.lengths}
+        peak = peak_for(self.machine["peak_gflops_fp32"], threads)
+        out: dict = {}
+        with L.PeakRSS() as rss:
+            bind, provider = self._runner(t, row, threads)
+            for n in point.lengths:
+                entry = L.summarize(L.time_calls(bind(*self._inputs(row["model"], n, 1)), self.plan))
+                _gflops(entry, flops[n], 1, peak)
+                out[str(n)] = entry
+            if point.throughput:
+                B, n = self.b.throughput_batch, self.b.headline_length
+                entry = L.summarize(L.time_calls(bind(*self._inputs(row["model"], n, B)), self.tplan))
+                entry.update(batch=B, seq_len=n, sequences_per_s=B / (entry["p50_ms"] / 1e3))
+                _gflops(entry, folder_flops(self.models.folders[row["model"]], n), B, peak)
+                out[f"throughput_b{B}"] = entry
+        for n, why in point.skipped_lengths.items():
+            out[n] = {"status": "skipped", "reason": why}
+        out["session"] = {"provider": provider, "threads": threads, **rss.report()}
+        return out
+
+    def npu_entry(self, row: dict, point: Point) -> tuple[dict, dict]:
+        """(latency entry, readiness) for a row on edge-npu."""
+        folder = self.models.folders[row["model"]]
+        if row["format"] == "coreml":
+            readiness = {"coreml": coreml_readiness(row["_path"])}
+            precision = "fp16"  # int8 / 4-bit Core ML variants compress weights; compute stays fp16
+        else:
+            fixed = fix_shapes(row["_path"], self.work / "fixed" / f"{row['model']}-{row['variant']}.onnx", 1,
+                               self.b.headline_length)
+            readiness = {"onnx": {"fixed_shape": [1, self.b.headline_length], **check_onnx(fixed)}}
+            precision = "int8"
+        if row["format"] == "onnx" and {"NnapiExecutionProvider", "CoreMLExecutionProvider"} & set(ort_providers()):
+            return self._measure_npu_onnx(row, point), readiness
+        if row["format"] == "coreml" and coreml_runtime():
+            return self._measure_coreml(row, point), readiness
+        d = self.device
+        # an estimate costs nothing: every length the model takes, not only the measured ones
+        limit = self.models.max_positions(row["model"])
+        lengths = [n for n in self.b.seq_lengths if limit is None or n <= limit]
+        est = {str(n): roofline_ms(folder_flops(folder, n) or 0, row.get("size_bytes") or 0, d, precision)
+               for n in lengths}
+        entry = {"status": "not measured here", "reason": NPU_RUNTIME_MISSING,
+                 "estimate": {"kind": "roofline lower bound (ESTIMATE, not a measurement)", "device": d["id"],
+                              "device_name": d["name"], "precision": precision, "source": d["source"],
+                              "by_length": est}}
+        return entry, readiness
+
+    def _measure_npu_onnx(self, row: dict, point: Point) -> dict:
+        """NPU providers want fixed shapes: one fixed-shape copy and session per length."""
+        available = ort_providers()
+        provider = "NnapiExecutionProvider" if "NnapiExecutionProvider" in available else "CoreMLExecutionProvider"
+        out: dict = {}
+        for n in point.lengths:
+            path = fix_shapes(row["_path"], self.work / "fixed" / f"{row['model']}-{row['variant']}-{n}.onnx", 1, n)
+            sess = L.ort_session(path, 1, [provider, "CPUExecutionProvider"])
+            out[str(n)] = L.summarize(L.time_calls(L.ort_runner(sess)(*self._inputs(row["model"], n, 1)), self.plan))
+        out["session"] = {"provider": provider, "threads": 1}
+        return out
+
+    def _measure_coreml(self, row: dict, point: Point) -> dict:
+        """macOS only (not exercised on Linux): Core ML with the Neural Engine allowed."""
+        import coremltools as ct
+
+        ml = ct.models.MLModel(str(row["_path"]), compute_units=ct.ComputeUnit.CPU_AND_NE)
+        out: dict = {}
+        for n in point.lengths:
+            ids, mask = self._inputs(row["model"], n, 1)
+            x = {"input_ids": ids.astype(np.int32), "attention_mask": mask.astype(np.int32)}
+            try:
+                out[str(n)] = L.summarize(L.time_calls(lambda: ml.predict(x), self.plan))
+            except Exception as e:  # a length outside the package's enumerated shapes
+                out[str(n)] = {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:200]}"}
+        out["session"] = {"provider": "coreml CPU_AND_NE", "threads": 0}
+        return out
+
+    def row_target(self, t: Target, row: dict) -> tuple[dict, dict | None]:
+        """(latency[target] for row, npu readiness or None)."""
+        if row.get("missing"):
+            return {"status": "skipped", "reason": row["_reason"] if t.name in row["_targets"] else
+                    f"{t.name} does not take this file (and it was not made)"}, None
+        why = unavailable(t)
+        if why:
+            return {"status": "skipped", "reason": why}, None
+        point = plan_point(t, row, self.b.seq_lengths, self.b.headline_length, self.b.sweep_variants,
+                           self.models.max_positions(row["model"]))
+        if isinstance(point, str):
+            return {"status": "skipped", "reason": point}, None
+        if row["format"] != "pytorch" and (row["_path"] is None or not Path(row["_path"]).exists()):
+            return {"status": "skipped", "reason": f"file {row.get('file')} is missing"}, None
+        if t.name == "desktop-gpu" and row["format"] == "onnx" and cuda_backend() != "ort-cuda":
+            return {"status": "skipped", "reason": "onnxruntime-gpu is not installed; the GPU runs PyTorch"}, None
+        try:
+            if t.name == "edge-npu":
+                return self.npu_entry(row, point)
+            return self.measure(t, row, point), None
+        except Exception as e:  # one broken file must not hide every other row's numbers
+            log.warning("[bench] %s %s %s on %s failed: %s", row["model"], row["variant"], row["format"], t.name, e)
+            return {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}, None
+
+
+def check_settings(cfg) -> None:
+    """[bench] values that need more than a type check; raised before anything slow runs."""
+    b = cfg.bench
+    for name in b.targets:
+        get_target(name)
+    if not b.seq_lengths or min(b.seq_lengths) < 3:
+        raise PipelineError(f"bench.seq_lengths = {b.seq_lengths}: give lengths of at least 3 tokens ([CLS] x [SEP])")
+    if b.headline_length not in b.seq_lengths:
+        raise PipelineError(f"bench.headline_length ({b.headline_length}) must be one of bench.seq_lengths "
+                            f"{b.seq_lengths}")
+    if b.iterations < 1 or b.min_iterations < 1 or b.warmup < 0 or b.throughput_batch < 1:
+        raise PipelineError("bench.iterations, bench.min_iterations and bench.throughput_batch must be >= 1 and "
+                            "bench.warmup >= 0")
+    get_device(load_devices(b.devices_file), b.npu_device)
+
+
+def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: dict, work: Path,
+              known_skips: dict[tuple[str, str], str] | None = None) -> list[dict]:
+    """Every row with latency (by target), npu readiness and FLOPs filled in."""
+    b = cfg.bench
+    check_settings(cfg)
+    targets = [get_target(name) for name in b.targets]
+    bench = Bench(cfg, models, texts, machine, work)
+    rows = rows + missing_rows(rows, list(models.folders), targets, known_skips or {})
+    out = []
+    for row in rows:
+        t0 = time.perf_counter()
+        r = {k: v for k, v in row.items() if not k.startswith("_")}
+        folder = models.folders.get(row["model"])
+        r["flops_by_length"] = {str(n): folder_flops(folder, n) for n in b.seq_lengths} if folder else {}
+        r["flops_per_seq"] = r["flops_by_length"].get(str(b.headline_length))
+        if row["format"] == "onnx" and row["variant"] == "fp32" and row["_path"] and r["flops_per_seq"]:
+            r["flops_graph_check"] = _graph_check(row["_path"], b.headline_length, r["flops_per_seq"])
+        r["latency"] = {}
+        for t in targets:
+            entry, npu = bench.row_target(t, row)
+            r["latency"][t.name] = entry
+            if npu is not None:
+                r["npu"] = npu
+        head = r["latency"].get("host-cpu", {}).get(str(b.headline_length), {}).get("p50_ms") or \
+            r["latency"].get("mobile-cpu", {}).get(str(b.headline_length), {}).get("p50_ms")
+        log.info("[bench] %-15s %-21s %-7s %s (%.1f s)", r["model"], r["variant"], r["format"],
+                 f"p50 {head:.2f} ms at {b.headline_length}" if head else "-", time.perf_counter() - t0)
+        out.append(r)
+    return out

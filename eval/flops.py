@@ -1,0 +1,83 @@
+"""Forward FLOPs per sequence from a model folder's config (2 FLOPs per multiply-add), by formula.
+
+Encoder (per token): L * (8 d^2 + 4 d d_ff + 4 n d): Q/K/V/O projections, the feed-forward pair, and
+attention scores + weighted sum, which grow with the length n - so a sequence costs n times that.
+LSTM cell (per token, per direction): 8 h (d_in + h), four gates; GRU: three gates, 6 h (d_in + h).
+Embedding lookups, layer norms, softmax and the classifier head are ignored (well under 1%).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def encoder_flops(layers: int, d: int, d_ff: int, n: int, ffn_mats: int = 2) -> int:
+    per_token = layers * (8 * d * d + 2 * ffn_mats * d * d_ff + 4 * n * d)
+    return n * per_token
+
+
+def rnn_flops(layers: int, d_embed: int, h: int, bidirectional: bool, n: int, cell: str = "lstm") -> int:
+    gates = {"lstm": 4, "gru": 3}[cell]
+    dirs = 2 if bidirectional else 1
+    total = 0
+    for i in range(layers):
+        d_in = d_embed if i == 0 else h * dirs
+        total += dirs * n * 2 * gates * h * (d_in + h)
+    return total
+
+
+def folder_flops(folder: Path, n: int) -> int | None:
+    """FLOPs of one forward pass over a sequence of n tokens, or None for an architecture not covered."""
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        return None
+    c = json.loads(path.read_text())
+    if c.get("model_type") == "rnn-classifier":
+        return rnn_flops(c["layers"], c["embed_dim"], c["hidden"], c["bidirectional"], n, c.get("cell", "lstm"))
+    if {"num_hidden_layers", "hidden_size", "intermediate_size"} <= c.keys():
+        # gated feed-forward (Llama family) has three d x d_ff matrices, BERT's has two
+        mats = 3 if c.get("model_type") in ("llama", "mistral", "qwen2") else 2
+        return encoder_flops(c["num_hidden_layers"], c["hidden_size"], c["intermediate_size"], n, mats)
+    return None
+
+
+def graph_flops(onnx_path: Path, seq_len: int, batch: int = 1) -> int:
+    """FLOPs of the MatMul / Gemm / LSTM nodes of an ONNX graph at a fixed (batch, seq_len), from shape
+    inference: a cross-check of the formulas above on the very file that is benchmarked."""
+    import tempfile
+
+    import onnx
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    from eval.npu import fix_shapes
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fixed = fix_shapes(Path(onnx_path), Path(tmp) / "fixed.onnx", batch, seq_len)
+        # ORT's symbolic inference follows Shape -> Gather -> Reshape chains that onnx's own leaves unknown
+        model = SymbolicShapeInference.infer_shapes(onnx.load(str(fixed)), auto_merge=True)
+    shapes = {}
+    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+        shapes[vi.name] = dims
+    for init in model.graph.initializer:
+        shapes[init.name] = list(init.dims)
+    total = 0
+    for node in model.graph.node:
+        if node.op_type in ("MatMul", "Gemm"):
+            a, b = shapes.get(node.input[0]), shapes.get(node.input[1])
+            out = shapes.get(node.output[0])
+            if not a or not b or not out or None in out or None in a:
+                continue
+            trans_a = any(at.name == "transA" and at.i for at in node.attribute)
+            k = a[-2] if trans_a else a[-1]
+            n_out = 1
+            for d in out:
+                n_out *= d
+            total += 2 * n_out * k
+        elif node.op_type == "LSTM":
+            w = shapes.get(node.input[1])  # (dirs, 4h, d_in)
+            r = shapes.get(node.input[2])  # (dirs, 4h, h)
+            x = shapes.get(node.input[0])  # (T, B, d_in) in ONNX's default layout
+            if w and r and x and None not in x:
+                total += 2 * x[0] * x[1] * w[0] * w[1] * (w[2] + r[2])
+    return total

@@ -1,0 +1,100 @@
+"""The Optimum peer: what a user gets from Optimum alone for the same trained models - its ONNX
+export (optimum.exporters.onnx.main_export) and its dynamic int8 quantization (ORTQuantizer with the
+AutoQuantizationConfig preset for this CPU) - scored on the same test texts and benchmarked by the
+same harness as our files. Only Hugging Face models have an Optimum export; the LSTMs are ours alone.
+"""
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from pipeline.errors import PipelineError
+
+PEER_VARIANTS = ("optimum-fp32", "optimum-int8-dynamic")
+
+
+def quantization_preset() -> str:
+    """Optimum's presets are named by instruction set; pick the one this CPU runs best."""
+    from eval.machine import cpu_flags
+
+    if platform.machine().lower() in ("arm64", "aarch64"):
+        return "arm64"
+    flags = cpu_flags()
+    if "avx512_vnni" in flags:
+        return "avx512_vnni"
+    return "avx512" if "avx512f" in flags else "avx2"
+
+
+def export_peer(hf_folder: Path, out: Path, opset: int) -> dict[str, Path]:
+    """Optimum's fp32 export and its dynamic int8 quantization of one HF classifier folder.
+    Returns variant -> ONNX file."""
+    from optimum.exporters.onnx import main_export
+    from optimum.onnxruntime import ORTQuantizer
+    from optimum.onnxruntime.configuration import AutoQuantizationConfig
+
+    fp32_dir, int8_dir = out / "fp32", out / "int8-dynamic"
+    try:
+        main_export(str(hf_folder), output=str(fp32_dir), task="text-classification", opset=opset,
+                    do_validation=False)
+    except Exception as e:  # optimum raises bare ValueError/KeyError for unsupported models
+        raise PipelineError(f"Optimum could not export {hf_folder} ({type(e).__name__}: {str(e)[:200]}); set "
+                            f"bench.optimum_peer = false to benchmark without the peer") from None
+    preset = quantization_preset()
+    qconfig = getattr(AutoQuantizationConfig, preset)(is_static=False, per_channel=False)
+    quantizer = ORTQuantizer.from_pretrained(str(fp32_dir), file_name="model.onnx")
+    quantizer.quantize(qconfig, save_dir=str(int8_dir))
+    return {"optimum-fp32": fp32_dir / "model.onnx", "optimum-int8-dynamic": int8_dir / "model_quantized.onnx"}
+
+
+def onnx_logits(path: Path, tokenizer, texts: Sequence[str], max_length: int, threads: int,
+                batch_size: int = 64) -> np.ndarray:
+    """(N, C) logits of an ONNX classifier on texts, in length-sorted batches (as eval scores PyTorch)."""
+    from distill.batching import bucketed_batches, encode, pad
+    from eval.latency import feeds, ort_session
+
+    sess = ort_session(path, threads, ["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    ids, _ = encode(tokenizer, texts, max_length)
+    out: list[np.ndarray | None] = [None] * len(ids)
+    for b in bucketed_batches([len(s) for s in ids], batch_size, None):
+        x, m = pad([ids[i] for i in b], tokenizer.pad_token_id or 0)
+        logits = sess.run(["logits"], feeds(names, x.numpy(), m.numpy()))[0]  # (B, C)
+        for j, i in enumerate(b):
+            out[i] = logits[j]
+    return np.stack(out)
+
+
+def peer_rows(folders: dict[str, Path], out: Path, rel_prefix: str, opset: int, texts: Sequence[str],
+              gold: np.ndarray, num_labels: int, threads: int, reference: dict[str, dict]) -> list[dict]:
+    """Export, quantize and score the peer of every Hugging Face model in folders.
+    Rows carry `file` relative to the run folder (rel_prefix + path under out) and `_path` for now."""
+    import json
+
+    from eval.metrics import scores
+
+    rows = []
+    for model, folder in folders.items():
+        meta = json.loads((folder / "pocketformer.json").read_text())
+        if meta["kind"] != "hf":
+            continue  # Optimum exports Hugging Face models only; the LSTMs have no peer
+        tokenizer = _tokenizer(folder)
+        for variant, path in export_peer(folder, out / model, opset).items():
+            logits = onnx_logits(path, tokenizer, texts, meta["max_length"], threads)
+            ref = reference.get(model, {})
+            rows.append({"model": model, "variant": variant, "format": "onnx", "source": "optimum",
+                         "file": f"{rel_prefix}/{path.relative_to(out).as_posix()}", "_path": path,
+                         "size_bytes": path.stat().st_size, "params": ref.get("params"),
+                         "non_embedding_params": ref.get("non_embedding_params"),
+                         **scores(logits, gold, num_labels), "accuracy_texts": len(texts),
+                         "quantization": None if variant == "optimum-fp32" else
+                         f"AutoQuantizationConfig.{quantization_preset()}(is_static=False, per_channel=False)"})
+    return rows
+
+
+def _tokenizer(folder: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)

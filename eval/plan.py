@@ -1,0 +1,88 @@
+"""Which (row, target, length) combinations the benchmark measures, and the reason for each it skips.
+
+Every row gets an entry for every configured target: measured lengths, or a skip with its reason, so
+nothing is silently dropped. The rules keep the demo within its time budget while keeping what the
+report needs: every variant at the headline length, the length sweep (16..256) for the variants whose
+scaling matters (fp32 and dynamic int8 by default), batch throughput on the host only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from eval.targets import Target
+
+
+@dataclass
+class Point:
+    """What to measure for one row on one target."""
+
+    lengths: list[int] = field(default_factory=list)
+    throughput: bool = False
+    skipped_lengths: dict[str, str] = field(default_factory=dict)  # "256" -> reason
+
+
+def _format_skip(t: Target, fmt: str) -> str:
+    if t.name == "mobile-cpu":
+        return {"onnx": "mobile-cpu runs the .ort file of this variant (same graph, see its ort row)",
+                "pytorch": "phones run the exported files, not PyTorch eager",
+                "coreml": "Core ML packages run under Core ML only: see edge-npu"}.get(fmt, "")
+    if t.name == "host-cpu":
+        return {"ort": "host-cpu runs the .onnx file of this variant (same graph); the .ort file is measured "
+                       "on mobile-cpu",
+                "coreml": "Core ML packages run under Core ML only (macOS/iOS): see edge-npu"}.get(fmt, "")
+    if t.name == "edge-npu":
+        return {"pytorch": "NPUs run exported files, not PyTorch eager",
+                "ort": "edge-npu takes the static-QDQ .onnx (shapes fixed per length) and the Core ML package"
+                }.get(fmt, "")
+    if t.name == "desktop-gpu":
+        return {"ort": "the .ort format is for mobile builds of ONNX Runtime",
+                "coreml": "Core ML does not run on CUDA GPUs"}.get(fmt, "")
+    return ""
+
+
+def _variant_skip(t: Target, variant: str) -> str:
+    if variant == "fp16" and t.name in ("host-cpu", "mobile-cpu"):
+        return "fp16 ONNX has no fast CPU kernels in ONNX Runtime (it runs through casts); it is the GPU/NPU variant"
+    if t.name == "edge-npu":
+        return ("edge-npu runs the static-QDQ int8 model (NPU providers need static quantization) and the "
+                "Core ML packages")
+    if t.name == "desktop-gpu":
+        return "int8 ONNX kernels are CPU kernels; the GPU runs fp32 and fp16"
+    if t.name == "mobile-cpu" and variant == "optimized":
+        return "the .ort conversion applies ORT's graph optimizations itself; there is no separate optimized .ort"
+    return f"{t.name} does not run the {variant} variant"
+
+
+def plan_point(t: Target, row: dict, lengths: list[int], headline: int, sweep_variants: list[str],
+               max_positions: int | None, throughput_targets: tuple[str, ...] = ("host-cpu",)) -> Point | str:
+    """The lengths to measure for row on target t, or the reason the whole combination is skipped."""
+    fmt, variant = row["format"], row["variant"]
+    if fmt not in t.formats:
+        return _format_skip(t, fmt) or f"{t.name} does not run {fmt} files"
+    if t.name == "mobile-cpu" and fmt == "onnx" and not variant.startswith("optimum-"):
+        return _format_skip(t, fmt)  # only the peer, which has no .ort of ours, runs as .onnx there
+    if t.name == "edge-npu" and fmt == "onnx" and variant != "int8-static":
+        return _variant_skip(t, variant)
+    if "*" not in t.variants and variant not in t.variants:
+        return _variant_skip(t, variant)
+    if "*" in t.variants and variant == "fp16":
+        return _variant_skip(t, variant)
+    # PyTorch eager is the reference at the headline length; the sweep uses the files that ship
+    sweep = variant in sweep_variants and fmt != "pytorch"
+    p = Point()
+    for n in lengths:
+        if max_positions is not None and n > max_positions:
+            p.skipped_lengths[str(n)] = f"longer than the model's position table ({max_positions} tokens)"
+        elif sweep or n == headline:
+            p.lengths.append(n)
+        else:
+            why = ("the Optimum peer is compared at the headline length" if variant.startswith("optimum-") else
+                   "PyTorch eager is the reference at the headline length; the sweep uses the exported files"
+                   if fmt == "pytorch" else
+                   f"length sweep only for {', '.join(sweep_variants)} exports (bench time budget)")
+            p.skipped_lengths[str(n)] = f"{why}; this variant is measured at {headline}"
+    p.throughput = t.name in throughput_targets and (variant in sweep_variants or variant.startswith("optimum-")) \
+        and (max_positions is None or headline <= max_positions)
+    if not p.lengths:
+        return f"no configured length fits this model (position table {max_positions} tokens)"
+    return p

@@ -1,0 +1,330 @@
+"""report.md and report.html from results.json: one list of blocks (headings, paragraphs, tables,
+images) rendered twice, so both say the same; the HTML embeds its plots as base64 PNG and stands alone."""
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from eval.plots import all_plots
+from eval.results import p50
+
+Block = tuple  # ("h1"|"h2"|"p", text) | ("list", [str]) | ("table", headers, rows) | ("img", Path, alt)
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.3f}" if v < 1 else f"{v:.2f}" if v < 100 else f"{v:,.0f}"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}x"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _num(v, digits: int = 4) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,}" if isinstance(v, int) else f"{v:.{digits}f}"
+
+
+def _cell(row: dict, target: str, length: int) -> str:
+    entry = row.get("latency", {}).get(target, {})
+    if "status" in entry and str(length) not in entry:
+        return "est. " + _ms(entry["estimate"]["by_length"].get(str(length), {}).get("estimate_ms")) + "*" \
+            if "estimate" in entry else "-"
+    point = entry.get(str(length), {})
+    return _ms(point.get("p50_ms")) if "p50_ms" in point else ("failed" if point.get("status") == "failed" else "-")
+
+
+def _name(r: dict) -> list[str]:
+    return [r["model"], r["variant"] + (" (Optimum)" if r.get("source") == "optimum" else ""), r["format"]]
+
+
+def _header(res: dict) -> list[Block]:
+    m = res["machine"]
+    peaks = ", ".join(f"{t} thread(s): {g} GFLOP/s" for t, g in m["peak_gflops_fp32"].items())
+    v = res["versions"]
+    plan = res["plan"]
+    proxies = [t for t, d in res["targets"].items() if d.get("proxy")]
+    load, cores = m.get("load_average_1m"), m.get("usable_cores") or 1
+    busy = [("p", f"WARNING: the machine was busy when the bench started (load average {load} on {cores} "
+                  f"cores). Multi-threaded numbers (host-cpu) suffer most, because every parallel region waits "
+                  f"for a descheduled thread; re-run `make bench` on an idle machine before quoting them.")] \
+        if load is not None and load > 0.5 * cores else []
+    return [
+        ("h1", "pocketformer benchmark report"), *busy,
+        ("p", f"Machine: {m['cpu']} ({m['machine']}, {m['usable_cores']} usable of {m['logical_cores']} logical "
+              f"cores; {', '.join(m['cpu_flags']) or 'no SIMD flags read'}), {m['system']}. Matrix-multiply peak "
+              f"measured in this run ({m['peak_probe']}): {peaks}."),
+        ("p", "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + "."),
+        ("p", f"Latency: batch 1, {plan['warmup']} warm-up calls, up to {plan['iterations']} timed calls per point"
+              + (f" (at least {plan['min_iterations']}, stopping after {plan['max_seconds_per_point']} s)"
+                 if plan.get("max_seconds_per_point") else "") + "; inputs: "
+              f"{plan['inputs']}. Threads are pinned per target (intra-op): "
+              + ", ".join(f"{t} {n}" for t, n in res["threads"].items()) + "."),
+        ("p", "Host proxies: " + (", ".join(proxies) if proxies else "none") + " - measured on this machine as a "
+              "stand-in; their ratios between models carry over, their absolute times do not. Numbers marked "
+              "'est.' and '*' are roofline ESTIMATES, not measurements."),
+    ]
+
+
+def _targets(res: dict) -> list[Block]:
+    rows = []
+    for t, d in res["targets"].items():
+        measured = sum(1 for r in res["rows"] if any("p50_ms" in p for p in r["latency"].get(t, {}).values()
+                                                     if isinstance(p, dict)))
+        entries = [r["latency"].get(t, {}) for r in res["rows"] if not r.get("missing")]
+        reasons = {e.get("reason") for e in entries if e.get("status") == "skipped"}
+        notes = [d.get("proxy", "")]
+        if not measured and len(reasons) == 1 and all(e.get("status") == "skipped" for e in entries):
+            notes.append(f"not run: {reasons.pop()}")  # the whole target was unavailable here
+        if any("estimate" in e for e in entries):
+            notes.append("latency not measured here; roofline ESTIMATES shown")
+        note = "; ".join(n for n in notes if n)
+        rows.append([t, d["runtime"], d["provider"], str(d["threads"]), d["precision"], ", ".join(d["formats"]),
+                     str(measured), note])
+    return [("h2", "Targets"), ("table", ["target", "runtime", "provider", "threads", "precision", "formats",
+                                          "rows measured", "note"], rows)]
+
+
+def _goals(res: dict) -> list[Block]:
+    rows = []
+    for g in res["goals"]:
+        val = "-" if g["value"] is None else f"{g['value']:.3g}"
+        met = {True: "yes", False: "NO", None: "not measured"}[g["met"]]
+        rows.append([g["goal"], val, f"{g['limit']:g}", met, g["detail"]])
+    return [("h2", "Goals from the issue, checked on this run"),
+            ("table", ["goal", "value", "limit", "met", "how"], rows)]
+
+
+def _shown_targets(res: dict, length: int) -> list[tuple[str, bool]]:
+    """(target, measured?) for targets with a measurement or an estimate at length; the rest are only
+    in the Targets and Skipped tables."""
+    out = []
+    for t in res["targets"]:
+        measured = any(p50(r, t, length) for r in res["rows"])
+        estimated = any("estimate" in r["latency"].get(t, {}) for r in res["rows"])
+        if measured or estimated:
+            out.append((t, measured))
+    return out
+
+
+def _summary(res: dict) -> list[Block]:
+    metric, L = res["quality_metric"], res["plan"]["headline_length"]
+    targets = _shown_targets(res, L)
+    head = ["model", "variant", "format", metric, "retention" if metric == "accuracy" else "ppl ratio",
+            "macro-F1" if metric == "accuracy" else "", "params", "size MiB", "smaller"]
+    head = [h for h in head if h]
+    for t, measured in targets:
+        head += [f"{t} p50 ms", "faster"] if measured else [f"{t} ms (est.*)"]
+    head.append("host GFLOP/s (% peak)")
+    rows = []
+    for r in res["rows"]:
+        vs = r.get("vs_teacher", {})
+        cells = _name(r) + [_num(r.get(metric)), _pct(vs.get("quality_retention"))]
+        if metric == "accuracy":
+            cells.append(_num(r.get("macro_f1")))
+        cells += [_num(r.get("params")), "-" if not r.get("size_bytes") else f"{r['size_bytes'] / 2**20:.2f}",
+                  _x(vs.get("size_ratio"))]
+        for t, measured in targets:
+            cells += [_cell(r, t, L), _x(vs.get("speedup", {}).get(t))] if measured else [_cell(r, t, L)]
+        point = r["latency"].get("host-cpu", {}).get(str(L), {})
+        cells.append(f"{point['gflops']:.1f} ({_pct(point.get('peak_fraction'))})" if "gflops" in point else "-")
+        rows.append(cells)
+    return [("h2", f"Summary at {L} tokens, batch 1"),
+            ("p", f"'smaller' and 'faster' are ratios against the fp32 teacher (size: its PyTorch checkpoint; speed: "
+                  f"the fp32 teacher in the same format on the same target). Retention = {metric} / the teacher's"
+                  f"{' (perplexity: teacher / row)' if metric != 'accuracy' else ''}. '-' = not run on that target "
+                  f"(reasons under Skipped). GFLOP/s = formula FLOPs / p50; int8 rows are compared with the fp32 "
+                  f"matmul peak. Targets with nothing measured or estimated are left out of this table."),
+            ("table", head, rows)] + _flops_check(res)
+
+
+def _flops_check(res: dict) -> list[Block]:
+    checks = [f"{r['model']} {r['flops_graph_check']['ratio_to_formula']:.3f}" for r in res["rows"]
+              if "ratio_to_formula" in r.get("flops_graph_check", {})]
+    return [("p", "FLOPs cross-check (MatMul/Gemm/LSTM FLOPs counted in the exported fp32 graph / the formula, "
+                  "1.0 = agree): " + ", ".join(checks) + ".")] if checks else []
+
+
+def _sweeps(res: dict) -> list[Block]:
+    lengths = res["plan"]["seq_lengths"]
+    out: list[Block] = [("h2", "Latency vs sequence length (p50 ms, batch 1)")]
+    for t in res["targets"]:
+        rows = [_name(r) + [_cell(r, t, n) for n in lengths] for r in res["rows"]
+                if sum(1 for n in lengths if p50(r, t, n)) >= 2]
+        if rows:
+            out += [("p", f"{t}:"), ("table", ["model", "variant", "format"] + [str(n) for n in lengths], rows)]
+    B = res["plan"]["throughput_batch"]
+    rows = []
+    for r in res["rows"]:
+        for t, entry in r["latency"].items():
+            tp = entry.get(f"throughput_b{B}") if isinstance(entry, dict) else None
+            if tp and "p50_ms" in tp:
+                rows.append(_name(r) + [t, _ms(tp["p50_ms"]), f"{tp['sequences_per_s']:.1f}",
+                                        f"{tp.get('gflops', 0):.1f} ({_pct(tp.get('peak_fraction'))})"])
+    if rows:
+        out += [("h2", f"Throughput: batch {B} at {res['plan']['headline_length']} tokens"),
+                ("table", ["model", "variant", "format", "target", "p50 ms / batch", "sequences/s",
+                           "GFLOP/s (% peak)"], rows)]
+    rows = []
+    for r in res["rows"]:
+        for t, entry in r["latency"].items():
+            s = entry.get("session") if isinstance(entry, dict) else None
+            if s and "peak_rss_mb" in s:
+                rows.append(_name(r) + [t, s["provider"], str(s["threads"]), f"{s['peak_rss_mb']:.0f}",
+                                        f"{s['session_rss_mb']:.0f}"])
+    if rows:
+        out += [("h2", "Memory per session"),
+                ("p", "Peak resident memory of the benchmark process while the session lived (sampled every 5 ms), "
+                      "and how much of it the session added."),
+                ("table", ["model", "variant", "format", "target", "provider", "threads", "peak RSS MiB",
+                           "added MiB"], rows)]
+    return out
+
+
+def _npu(res: dict) -> list[Block]:
+    L = res["plan"]["headline_length"]
+    onnx_rows, cm_rows, source = [], [], None
+    for r in res["rows"]:
+        npu = r.get("npu", {})
+        entry = r["latency"].get("edge-npu", {})
+        est = entry.get("estimate")
+        source = source or (est and f"{est['device_name']}: {est['source']}")
+        est_cell = _cell(r, "edge-npu", L)
+        if "onnx" in npu:
+            c = npu["onnx"]
+            if "error" in c:
+                onnx_rows.append(_name(r)[:2] + ["checker failed: " + c["error"], "", "", est_cell])
+                continue
+
+            def cov(k):
+                a = c.get(k, {}).get("as_is", {})
+                return f"{a.get('supported_nodes', '?')}/{a.get('total_nodes', '?')} in {a.get('partitions', '?')}" \
+                    + (" (recommended)" if a.get("recommended") else "")
+            ops = sorted({o for k in ("nnapi", "coreml_mlprogram") for o in c.get(k, {}).get("as_is", {})
+                          .get("unsupported_ops", [])})
+            onnx_rows.append(_name(r)[:2] + [cov("nnapi"), cov("coreml_mlprogram"), ", ".join(ops) or "none",
+                                             est_cell])
+        if "coreml" in npu:
+            c = npu["coreml"]
+            cm_rows.append(_name(r)[:2] + [str(c["ops"]), "yes" if c["ane_ready"] else "no",
+                                           "; ".join(c["ane_blockers"]) or "none", est_cell])
+    out: list[Block] = [("h2", "Edge NPU readiness")]
+    if onnx_rows:
+        out += [("p", f"Static-QDQ int8 ONNX with shapes fixed to [1, {L}], checked by ONNX Runtime's mobile "
+                      f"usability checker: nodes the provider takes / all nodes, in how many partitions (each "
+                      f"partition boundary is a CPU hand-over; unsupported ops run on the CPU)."),
+                ("table", ["model", "variant", "NNAPI nodes", "CoreML MLProgram nodes", "ops NNAPI or CoreML rejects",
+                           f"latency at {L} (ms)"], onnx_rows)]
+    if cm_rows:
+        out += [("p", "Core ML packages, read from their spec: ops and input shapes that keep them off the "
+                      "Neural Engine."),
+                ("table", ["model", "variant", "ops", "Neural Engine ready", "blockers", f"latency at {L} (ms)"],
+                 cm_rows)]
+    if source:
+        out.append(("p", "* ESTIMATE, not a measurement: roofline lower bound max(FLOPs / peak ops, weight bytes "
+                         f"/ memory bandwidth) for {source} Real NPUs reach a fraction of peak, so expect more."))
+    return out if len(out) > 1 else []
+
+
+def _generation(res: dict) -> list[Block]:
+    rows = []
+    for r in res["rows"]:
+        for t, g in (r.get("generation") or {}).items():
+            if "status" in g:  # skips are listed with the latency ones
+                continue
+            rows.append(_name(r) + [t, _ms(g.get("ttft_ms")), _num(g.get("decode_tokens_per_s"), 1)])
+    return [("h2", "Generation"), ("table", ["model", "variant", "format", "target", "time to first token ms",
+                                             "decode tokens/s"], rows)] if rows else []
+
+
+def _skipped(res: dict) -> list[Block]:
+    """Every combination not measured, grouped by target and reason; per-length skips name the lengths."""
+    by_reason: dict[str, dict[str, list[str]]] = {}
+    for r in res["rows"]:
+        label = " ".join(_name(r))
+        for t, entry in r["latency"].items():
+            if not isinstance(entry, dict):
+                continue
+            if entry.get("status") in ("skipped", "failed", "not measured here"):
+                by_reason.setdefault(f"{t}: {entry['status']}: {entry['reason']}", {}).setdefault(label, [])
+            for n, point in entry.items():
+                if isinstance(point, dict) and point.get("status") in ("skipped", "failed"):
+                    by_reason.setdefault(f"{t}: {point['status']}: {point['reason']}", {}).setdefault(label, [])\
+                        .append(n)
+    rows = [[reason, "; ".join(lab + (f" (at {', '.join(ns)})" if ns else "") for lab, ns in labels.items())]
+            for reason, labels in sorted(by_reason.items())]
+    return [("h2", "Skipped and not measured, with reasons"), ("table", ["target: reason", "rows"], rows)] \
+        if rows else []
+
+
+def blocks(res: dict, plots: dict[str, Path]) -> list[Block]:
+    captions = {"quality_vs_latency": "Quality vs latency per target; the Pareto front is circled.",
+                "latency_vs_length": "Latency vs sequence length: transformers vs LSTMs.",
+                "size_vs_quality": "File size vs quality, every model and variant."}
+    imgs: list[Block] = [("h2", "Plots")] + [("img", p, captions[k]) for k, p in plots.items()]
+    return (_header(res) + _targets(res) + _goals(res) + _summary(res) + _sweeps(res) + _npu(res)
+            + _generation(res) + (imgs if plots else []) + _skipped(res))
+
+
+def to_markdown(bl: list[Block]) -> str:
+    out = []
+    for b in bl:
+        if b[0] == "h1":
+            out.append(f"# {b[1]}\n")
+        elif b[0] == "h2":
+            out.append(f"## {b[1]}\n")
+        elif b[0] == "p":
+            out.append(b[1] + "\n")
+        elif b[0] == "table":
+            esc = lambda s: str(s).replace("|", "/").replace("\n", " ")  # noqa: E731
+            out.append("| " + " | ".join(map(esc, b[1])) + " |\n|" + "|".join("---" for _ in b[1]) + "|")
+            out += ["| " + " | ".join(map(esc, row)) + " |" for row in b[2]]
+            out.append("")
+        elif b[0] == "img":
+            out.append(f"![{b[2]}]({b[1].name})\n\n*{b[2]}*\n")
+    return "\n".join(out)
+
+
+CSS = ("body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1400px;padding:0 1em;color:#222}"
+       "table{border-collapse:collapse;font-size:12px;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;"
+       "padding:3px 6px;text-align:left}th{background:#f0f0f0}tr:nth-child(even){background:#fafafa}"
+       "img{max-width:100%;border:1px solid #ddd}figcaption{font-style:italic;font-size:13px}"
+       ".wide{overflow-x:auto}p{max-width:1100px}")
+
+
+def to_html(bl: list[Block]) -> str:
+    out = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>pocketformer report</title>",
+           f"<style>{CSS}</style></head><body>"]
+    for b in bl:
+        if b[0] in ("h1", "h2"):
+            out.append(f"<{b[0]}>{html.escape(b[1])}</{b[0]}>")
+        elif b[0] == "p":
+            out.append(f"<p>{html.escape(b[1])}</p>")
+        elif b[0] == "table":
+            out.append("<div class='wide'><table><tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in b[1])
+                       + "</tr>")
+            out += ["<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in b[2]]
+            out.append("</table></div>")
+        elif b[0] == "img":
+            data = base64.b64encode(Path(b[1]).read_bytes()).decode()
+            out.append(f"<figure><img alt='{html.escape(b[2])}' src='data:image/png;base64,{data}'>"
+                       f"<figcaption>{html.escape(b[2])}</figcaption></figure>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def write_report(results: dict, out: Path) -> list[Path]:
+    """Plots (PNG), report.md (links them) and report.html (embeds them) under out."""
+    plots = all_plots(results, out)
+    bl = blocks(results, plots)
+    md, page = out / "report.md", out / "report.html"
+    md.write_text(to_markdown(bl))
+    page.write_text(to_html(bl))
+    return [md, page, *plots.values()]

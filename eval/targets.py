@@ -1,0 +1,104 @@
+"""Benchmark targets, a registry keyed by name: where a model runs (runtime, execution provider,
+threads, precision, model format), and whether that place exists on this machine.
+
+A target that is a stand-in for other hardware says so in `proxy`; the report prints it next to every
+number measured there. `unavailable()` gives the one-line reason a target cannot run here (or None).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from pipeline.errors import PipelineError
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    runtime: str  # onnxruntime | pytorch | coreml (several: the first available one is used)
+    provider: str  # execution provider (or device) the runtime is asked for
+    threads: int  # intra-op threads; 0 = every core this process may use
+    precision: str  # what the target's kernels compute in
+    formats: tuple[str, ...]  # model formats it runs
+    variants: tuple[str, ...]  # variants it runs ("*" = every variant of those formats)
+    description: str
+    proxy: str = ""  # non-empty: this is a stand-in measured on the host, and why
+    # (format, variant) every model should have here; one the earlier stages did not make becomes a
+    # row whose entry says so, rather than a silent gap in the table
+    expects: tuple[tuple[str, str], ...] = ()
+
+
+TARGETS: dict[str, Target] = {t.name: t for t in (
+    Target("host-cpu", "onnxruntime + pytorch", "CPUExecutionProvider", 0, "fp32 / int8",
+           ("onnx", "pytorch"), ("*",),
+           "ONNX Runtime on every host core; PyTorch eager as the reference",
+           expects=(("pytorch", "fp32"), ("onnx", "fp32"), ("onnx", "int8-dynamic"))),
+    Target("mobile-cpu", "onnxruntime", "XNNPACKExecutionProvider if present, else CPUExecutionProvider", 1,
+           "fp32 / int8", ("ort", "onnx"), ("fp32", "int8-dynamic", "int8-static", "optimum-fp32",
+                                            "optimum-int8-dynamic"),
+           "the .ort mobile files on one thread, as a phone app runs them",
+           proxy="measured on one core of this host, not on a phone: ratios between models carry over, "
+                 "absolute times do not (the phone harness lands real runs in the same table)",
+           expects=(("ort", "fp32"), ("ort", "int8-dynamic"), ("ort", "int8-static"))),
+    Target("edge-npu", "onnxruntime NNAPI/CoreML EP, Core ML", "NPU (Neural Engine with CPU_AND_NE)", 1, "int8 / fp16",
+           ("onnx", "coreml"), ("int8-static", "fp16", "int8", "palettized-4bit"),
+           "static-QDQ int8 with fixed shapes, and the Core ML packages; readiness everywhere, latency only "
+           "where an NPU runtime exists, else a roofline estimate", expects=(("onnx", "int8-static"),)),
+    Target("desktop-gpu", "onnxruntime CUDA EP, else pytorch", "CUDAExecutionProvider / cuda", 0, "fp16",
+           ("onnx", "pytorch"), ("fp32", "fp16"),
+           "ONNX Runtime's CUDA provider when onnxruntime-gpu is installed, else PyTorch CUDA in fp16"),
+)}
+
+
+def get_target(name: str) -> Target:
+    if name not in TARGETS:
+        raise PipelineError(f"unknown target '{name}' in bench.targets. Known targets: {', '.join(TARGETS)}")
+    return TARGETS[name]
+
+
+def host_threads() -> int:
+    """Cores this process may run on (the affinity mask, not the machine's total)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity mask
+        return os.cpu_count() or 1
+
+
+def resolved_threads(t: Target) -> int:
+    return t.threads or host_threads()
+
+
+def ort_providers() -> list[str]:
+    import onnxruntime as ort
+
+    return list(ort.get_available_providers())
+
+
+def cuda_backend() -> str | None:
+    """'ort-cuda', 'torch-cuda' or None (no CUDA usable from this process). onnxruntime-gpu lists its
+    provider even on a machine without a GPU; that case fails at session creation and is recorded there."""
+    if "CUDAExecutionProvider" in ort_providers():
+        return "ort-cuda"
+    import torch
+
+    return "torch-cuda" if torch.cuda.is_available() else None
+
+
+def coreml_runtime() -> bool:
+    """Core ML predictions (and so the Neural Engine) exist only on macOS."""
+    import platform
+
+    return platform.system() == "Darwin"
+
+
+def unavailable(t: Target) -> str | None:
+    """Why the target cannot run on this machine at all, in one line; None when it can."""
+    if t.name == "desktop-gpu" and cuda_backend() is None:
+        return ("no CUDA device on this machine (ONNX Runtime providers: " + ", ".join(ort_providers())
+                + "; torch.cuda.is_available() is False)")
+    return None
+
+
+def mobile_provider() -> str:
+    """XNNPACK is what ORT Mobile uses on phones; the PyPI CPU wheel does not ship it."""
+    return "XNNPACKExecutionProvider" if "XNNPACKExecutionProvider" in ort_providers() else "CPUExecutionProvider"

@@ -1,0 +1,138 @@
+"""The latency harness, FLOP formulas, the checker parser and the roofline, on tiny inputs (no timing
+is asserted: only counts, shapes, order and formulas)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from eval import latency as L
+from eval.flops import encoder_flops, folder_flops, rnn_flops
+from eval.npu import parse_usability, roofline_ms
+
+
+def test_summarize_percentiles_are_ordered_and_exact():
+    s = L.summarize([float(i) for i in range(1, 101)])
+    assert s["p50_ms"] == pytest.approx(50.5) and s["p90_ms"] == pytest.approx(90.1)
+    assert s["p99_ms"] == pytest.approx(99.01) and s["mean_ms"] == pytest.approx(50.5)
+    assert s["min_ms"] == 1.0 and s["iterations"] == 100
+    s = L.summarize([3.0, 1.0, 9.0, 2.0])
+    assert s["min_ms"] <= s["p50_ms"] <= s["p90_ms"] <= s["p99_ms"]
+
+
+def test_time_calls_counts_warmup_and_iterations():
+    calls = []
+    samples = L.time_calls(lambda: calls.append(1), L.Plan(warmup=3, iterations=7, max_seconds=60))
+    assert len(calls) == 10 and len(samples) == 7 and all(s >= 0 for s in samples)
+    calls.clear()
+    # a zero time cap stops at the minimum number of timed calls, never fewer
+    samples = L.time_calls(lambda: calls.append(1), L.Plan(warmup=2, iterations=50, max_seconds=0.0,
+                                                          min_iterations=4))
+    assert len(samples) == 4 and len(calls) == 6
+
+
+def test_inputs_have_the_exact_length_and_real_tokens(tiny_bert_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    stream = L.token_stream(tok, ["good movie", "the food was bad"], 40)
+    assert len(stream) >= 40 and tok.unk_token_id not in stream.tolist()
+    ids, mask = L.make_batch(stream, 16, 3, tok.cls_token_id, tok.sep_token_id)
+    assert ids.shape == mask.shape == (3, 16) and ids.dtype == np.int64 and mask.all()
+    assert (ids[:, 0] == tok.cls_token_id).all() and (ids[:, -1] == tok.sep_token_id).all()
+    assert set(ids[:, 1:-1].ravel().tolist()) <= set(stream.tolist())
+    assert not (ids[0] == ids[1]).all()  # rows are different windows of the texts
+    ids, _ = L.make_batch(stream, 256, 1, tok.cls_token_id, tok.sep_token_id)  # longer than the stream: wraps
+    assert ids.shape == (1, 256)
+
+
+def test_feeds_by_input_name():
+    ids = np.ones((2, 5), np.int64)
+    f = L.feeds(["input_ids", "attention_mask", "token_type_ids"], ids, ids)
+    assert (f["token_type_ids"] == 0).all() and f["input_ids"] is ids
+    with pytest.raises(ValueError, match="pixel_values"):
+        L.feeds(["pixel_values"], ids, ids)
+
+
+def test_peak_rss_sees_a_large_allocation():
+    with L.PeakRSS() as rss:
+        block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
+        block.sum()
+    assert rss.report()["session_rss_mb"] > 40
+    del block
+
+
+def test_flop_formulas():
+    # BERT-base per token at n=128: 12 * (8*768^2 + 4*768*3072 + 4*128*768)
+    assert encoder_flops(12, 768, 3072, 128) == 128 * 12 * (8 * 768**2 + 4 * 768 * 3072 + 4 * 128 * 768)
+    # attention makes doubling the length cost more than double; an LSTM exactly double
+    assert encoder_flops(4, 128, 512, 256) > 2 * encoder_flops(4, 128, 512, 128)
+    assert rnn_flops(1, 128, 192, True, 64) == 2 * 64 * 8 * 192 * (128 + 192)
+    assert rnn_flops(2, 16, 8, False, 10) == 10 * 8 * 8 * (16 + 8) + 10 * 8 * 8 * (8 + 8)
+    assert rnn_flops(1, 16, 8, False, 10, "gru") == 10 * 6 * 8 * (16 + 8)
+
+
+def test_folder_flops_reads_configs(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "num_hidden_layers": 2,
+                                                      "hidden_size": 32, "intermediate_size": 64}))
+    assert folder_flops(tmp_path, 16) == encoder_flops(2, 32, 64, 16)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "rnn-classifier", "layers": 1, "embed_dim": 16,
+                                                      "hidden": 8, "bidirectional": True, "cell": "lstm"}))
+    assert folder_flops(tmp_path, 16) == rnn_flops(1, 16, 8, True, 16)
+    assert folder_flops(tmp_path / "missing", 16) is None
+
+
+CHECKER_LOG = """INFO:  Checking model.onnx for usability with ORT Mobile.
+INFO:  Checking NNAPI
+INFO:  5 partitions with a total of 38/136 nodes can be handled by the NNAPI EP.
+INFO:  	Partition sizes: [14, 6, 6, 6, 6]
+INFO:  Unsupported nodes due to operator=20
+INFO:  	Unsupported ops: ai.onnx:Equal,ai.onnx:Erf,ai.onnx:LayerNormalization
+INFO:  Unsupported nodes due to input having a dynamic shape=94
+INFO:  Model should perform well with NNAPI as is: NO
+INFO:  --------
+INFO:  Checking if model will perform better if the dynamic shapes are fixed...
+INFO:  Partition information if the model was updated to make the shapes fixed:
+INFO:  11 partitions with a total of 116/136 nodes can be handled by the NNAPI EP.
+INFO:  	Partition sizes: [18, 6, 18, 17, 3, 6, 18, 17, 3, 6, 4]
+INFO:  Model should perform well with NNAPI if modified to have fixed input shapes: NO
+INFO:  ================
+INFO:  Checking CoreML MLProgram
+INFO:  1 partitions with a total of 89/89 nodes can be handled by the CoreML MLProgram EP.
+INFO:  	Partition sizes: [89]
+INFO:  Model should perform well with CoreML MLProgram as is: YES
+"""
+
+
+def test_parse_usability_log():
+    r = parse_usability(CHECKER_LOG)
+    nn = r["nnapi"]
+    assert nn["as_is"] == {"partitions": 5, "supported_nodes": 38, "total_nodes": 136, "coverage": 38 / 136,
+                           "partition_sizes": [14, 6, 6, 6, 6], "unsupported_ops": ["Equal", "Erf",
+                                                                                    "LayerNormalization"],
+                           "dynamic_shape_nodes": 94, "recommended": False}
+    assert nn["if_shapes_fixed"]["supported_nodes"] == 116 and nn["if_shapes_fixed"]["partitions"] == 11
+    ml = r["coreml_mlprogram"]["as_is"]
+    assert ml["recommended"] is True and ml["coverage"] == 1.0 and "if_shapes_fixed" not in r["coreml_mlprogram"]
+    assert parse_usability("garbage\n") == {}
+
+
+def test_roofline_bound():
+    dev = {"peak_int8_tops": 10.0, "peak_fp16_tops": 5.0, "memory_gb_s": 100.0}
+    r = roofline_ms(1e9, 1e6, dev, "int8")  # 0.1 ms compute vs 0.01 ms memory
+    assert r["bound"] == "compute" and r["estimate_ms"] == pytest.approx(0.1)
+    r = roofline_ms(1e9, 1e8, dev, "fp16")  # 0.2 ms compute vs 1 ms memory
+    assert r["bound"] == "memory" and r["estimate_ms"] == pytest.approx(1.0)
+
+
+def test_device_profiles_name_their_sources():
+    from eval.npu import get_device, load_devices
+    from pipeline.errors import PipelineError
+
+    devices = load_devices()
+    assert "apple-a17-pro" in devices
+    for d in devices.values():
+        assert d["peak_int8_tops"] > 0 and d["memory_gb_s"] > 0 and len(d["source"]) > 40
+    with pytest.raises(PipelineError, match="Known: apple-a17-pro"):
+        get_device(devices, "tpu-v9")

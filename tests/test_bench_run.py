@@ -1,0 +1,374 @@
+"""The bench and report stages on a tiny fabricated run: four random-weight models (width 16-32)
+exported to ONNX, dynamic and static int8, .ort and a Core ML package, with the upstream manifests the
+runner needs, so `bench` and `report` run through pipeline.stage exactly as in the demo."""
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_texts, tiny_bert_config, write_tokenizer
+
+LABELS = ["negative", "neutral", "positive"]
+
+
+def _export(model: torch.nn.Module, path: Path) -> Path:
+    x = torch.ones(1, 8, dtype=torch.long)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    axes = {"batch": 0, "sequence": 1}
+    torch.onnx.export(model.eval(), (x, x), str(path), input_names=["input_ids", "attention_mask"],
+                      output_names=["logits"], opset_version=17, dynamo=False,
+                      dynamic_axes={"input_ids": {0: "batch", 1: "sequence"},
+                                    "attention_mask": {0: "batch", 1: "sequence"}, "logits": {0: "batch"}})
+    return path
+
+
+def _static_int8(src: Path, dst: Path) -> Path:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.batches = iter([{"input_ids": rng.integers(5, 40, (2, 12)).astype(np.int64),
+                                  "attention_mask": np.ones((2, 12), np.int64)} for _ in range(2)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    return dst
+
+
+def _coreml_lstm(path: Path) -> Path:
+    """A small LSTM Core ML package with a range-flexible input: two Neural Engine blockers."""
+    import coremltools as ct
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = torch.nn.LSTM(8, 8, batch_first=True)
+            self.head = torch.nn.Linear(8, 3)
+
+        def forward(self, x):  # (B, T, 8) -> (B, 3)
+            return self.head(self.rnn(x)[0].mean(1))
+
+    traced = torch.jit.trace(M().eval(), torch.randn(1, 6, 8))
+    ml = ct.convert(traced, inputs=[ct.TensorType("x", shape=(1, ct.RangeDim(2, 32), 8))],
+                    minimum_deployment_target=ct.target.iOS17, convert_to="mlprogram")
+    ml.save(str(path))
+    return path
+
+
+def _row(model, variant, fmt, run, path, acc):
+    return {"model": model, "variant": variant, "format": fmt, "file": path.relative_to(run).as_posix(),
+            "size_bytes": path.stat().st_size if path.is_file() else 1000, "check": {}, "accuracy": acc,
+            "macro_f1": acc - 0.05, "params": 1000}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """runs/tiny with finished data, teacher, distill, baseline, eval, quantize and export folders."""
+    from distill.lstm import RNNClassifier, RNNConfig
+    from distill.models import HFLogits, count_params, save_model
+    from onnxruntime.quantization import quantize_dynamic
+    from pipeline.data import write_jsonl
+    from pipeline.manifest import write_manifest
+    from transformers import BertForSequenceClassification
+
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("bench")
+    run = root / "runs" / "tiny"
+    tok = write_tokenizer(root / "tok")
+    (run / "data").mkdir(parents=True)
+    write_jsonl(run / "data" / "test.jsonl", [{"text": t, "label": lab} for t, lab in make_texts(60, seed=1)])
+    (run / "data" / "labels.json").write_text(json.dumps(LABELS))
+    hf = lambda **kw: HFLogits(BertForSequenceClassification(tiny_bert_config(num_labels=3, **kw)))  # noqa: E731
+    models = {"teacher": (hf(), "hf", ("teacher", "model")),
+              "student": (hf(hidden_size=16, num_hidden_layers=1, intermediate_size=32, max_position_embeddings=24),
+                          "hf", ("distill", "student")),
+              "lstm": (RNNClassifier(RNNConfig(len(tok), 3, 16, 16)), "rnn", ("baseline", "lstm")),
+              "lstm_distilled": (RNNClassifier(RNNConfig(len(tok), 3, 16, 16)), "rnn", ("baseline", "lstm_distilled"))}
+    acc = {"teacher": 0.9, "student": 0.85, "lstm": 0.7, "lstm_distilled": 0.8}
+    eval_rows, q_rows, e_rows = [], [], []
+    for name, (m, kind, (stage, sub)) in models.items():
+        folder = run / stage / sub
+        save_model(folder, m, tok, LABELS, kind, 32)
+        eval_rows.append({"model": name, "variant": "fp32", "format": "pytorch", "accuracy": acc[name],
+                          "macro_f1": acc[name] - 0.05, **count_params(m),
+                          "size_bytes": (folder / "model.safetensors").stat().st_size})
+        qdir = run / "quantize" / name
+        fp32 = _export(m, qdir / "fp32.onnx")
+        dyn = qdir / "int8-dynamic.onnx"
+        quantize_dynamic(str(fp32), str(dyn))
+        q_rows += [_row(name, "fp32", "onnx", run, fp32, acc[name]),
+                   _row(name, "int8-dynamic", "onnx", run, dyn, acc[name] - 0.01)]
+        if name == "student":
+            st = _static_int8(fp32, qdir / "int8-static.onnx")
+            q_rows += [_row(name, "int8-static", "onnx", run, st, acc[name] - 0.02),
+                       _row(name, "fp16", "onnx", run, qdir / "fp16.onnx", acc[name])]  # file never built
+    edir = run / "export"
+    subprocess.run([sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(run / "quantize"),
+                    "--output_dir", str(edir)], check=True, capture_output=True)
+    for name in models:
+        for v in ("fp32", "int8-dynamic"):
+            r = _row(name, v, "ort", run, edir / name / f"{v}.ort", acc[name])
+            r.pop("accuracy")  # the bench takes it from the ONNX row
+            e_rows.append(r)
+    e_rows.append(_row("lstm", "fp16", "coreml", run, _coreml_lstm(edir / "lstm" / "fp16.mlpackage"), 0.7))
+    (run / "eval" / "accuracy.json").parent.mkdir(parents=True, exist_ok=True)
+    (run / "eval" / "accuracy.json").write_text(json.dumps(eval_rows))
+    (run / "quantize" / "variants.json").write_text(json.dumps(q_rows))
+    (edir / "variants.json").write_text(json.dumps(e_rows))
+    skipped = [{"model": "lstm", "variant": "int8-static", "reason": "left out by this test"}]
+    for stage in ("data", "teacher", "distill", "baseline", "eval", "quantize", "export"):
+        summary = {"skipped": skipped} if stage == "quantize" else {}
+        write_manifest(run / stage, stage=stage, config={}, config_hash="test", inputs={}, summary=summary, started=0)
+    return root
+
+
+def _cfg(root: Path, **bench):
+    from pipeline.config import config_from_dict
+
+    b = {"seq_lengths": [8, 16, 32], "headline_length": 16, "warmup": 1, "iterations": 6, "min_iterations": 3,
+         "max_seconds_per_point": 0.2, "throughput_batch": 4, **bench}
+    return config_from_dict({"run": {"name": "tiny", "runs_dir": str(root / "runs")}, "bench": b}, "bench-test")
+
+
+@pytest.fixture(scope="module")
+def benched(tiny_run):
+    """bench then report through the stage runner; returns (run folder, latency doc, results doc)."""
+    import pipeline.stages_bench  # noqa: F401  (registers bench and report)
+    from pipeline.stage import run_stage
+
+    cfg = _cfg(tiny_run)
+    run_stage(cfg, "bench")
+    run_stage(cfg, "report")
+    run = cfg.run_dir
+    return run, json.loads((run / "bench" / "latency.json").read_text()), \
+        json.loads((run / "report" / "results.json").read_text())
+
+
+def _rows(doc, model, variant, fmt):
+    return next(r for r in doc["rows"] if (r["model"], r["variant"], r["format"]) == (model, variant, fmt))
+
+
+def test_every_row_has_every_target_measured_or_with_reason(benched):
+    _, lat, _ = benched
+    # pytorch + onnx + ort + coreml + Optimum peer + what targets expect but was not made:
+    # int8-static .ort for all four models, int8-static .onnx for all but the student
+    assert len(lat["rows"]) == 4 + 10 + 8 + 1 + 4 + 4 + 3
+    for r in lat["rows"]:
+        assert set(r["latency"]) == {"host-cpu", "mobile-cpu", "edge-npu", "desktop-gpu"}
+        for target, entry in r["latency"].items():
+            if "status" in entry:
+                assert entry["reason"], (r["model"], r["variant"], target)
+                continue
+            for key, point in entry.items():
+                if key == "session" or "status" in point:
+                    continue
+                assert 0 < point["min_ms"] <= point["p50_ms"] <= point["p90_ms"] <= point["p99_ms"]
+                assert 3 <= point["iterations"] <= 6
+
+
+def test_lengths_throughput_and_flops(benched):
+    _, lat, _ = benched
+    teacher = _rows(lat, "teacher", "fp32", "onnx")["latency"]["host-cpu"]
+    assert {"8", "16", "32", "throughput_b4", "session"} <= set(teacher)
+    assert teacher["throughput_b4"]["batch"] == 4 and teacher["throughput_b4"]["sequences_per_s"] > 0
+    assert teacher["session"]["threads"] >= 1 and teacher["session"]["peak_rss_mb"] > 0
+    assert teacher["16"]["gflops"] > 0
+    # the student's position table holds 24 tokens: 32 is skipped, with the reason
+    student = _rows(lat, "student", "fp32", "onnx")["latency"]["host-cpu"]
+    assert student["32"] == {"status": "skipped", "reason": "longer than the model's position table (24 tokens)"}
+    # mobile-cpu runs one thread; int8-static is measured at the headline length only
+    mobile = _rows(lat, "student", "int8-dynamic", "ort")["latency"]["mobile-cpu"]
+    assert mobile["session"]["threads"] == 1 and "throughput_b4" not in mobile
+    static = _rows(lat, "student", "int8-static", "onnx")["latency"]["host-cpu"]
+    assert "p50_ms" in static["16"] and "sweep" in static["8"]["reason"]
+    # FLOPs: the attention term makes the teacher super-linear in length, the LSTM is linear
+    t, lstm = _rows(lat, "teacher", "fp32", "onnx"), _rows(lat, "lstm", "fp32", "onnx")
+    assert t["flops_by_length"]["32"] > 2 * t["flops_by_length"]["16"]
+    assert lstm["flops_by_length"]["32"] == 2 * lstm["flops_by_length"]["16"]
+    assert t["flops_per_seq"] == t["flops_by_length"]["16"]
+    # the formula agrees with MatMul/Gemm/LSTM FLOPs counted in the exported graph
+    for r in (t, lstm, _rows(lat, "student", "fp32", "onnx")):
+        assert 0.99 < r["flops_graph_check"]["ratio_to_formula"] < 1.1, r["flops_graph_check"]
+
+
+def test_skip_reasons(benched):
+    _, lat, _ = benched
+    fp16 = _rows(lat, "student", "fp16", "onnx")["latency"]
+    assert fp16["host-cpu"]["status"] == "skipped" and "fp16" in fp16["host-cpu"]["reason"]
+    assert "static-QDQ" in fp16["edge-npu"]["reason"]
+    assert "ort" in _rows(lat, "teacher", "fp32", "onnx")["latency"]["mobile-cpu"]["reason"]
+    assert "PyTorch" in _rows(lat, "teacher", "fp32", "pytorch")["latency"]["mobile-cpu"]["reason"]
+    if not torch.cuda.is_available():
+        for r in (r for r in lat["rows"] if not r.get("missing")):
+            gpu = r["latency"]["desktop-gpu"]
+            assert gpu["status"] == "skipped" and gpu["reason"].startswith("no CUDA device")
+
+
+def test_files_never_made_are_rows_with_the_reason(benched):
+    _, lat, _ = benched
+    lstm = _rows(lat, "lstm", "int8-static", "onnx")
+    assert lstm["missing"] is True and lstm["accuracy"] is None
+    assert lstm["latency"]["edge-npu"] == {"status": "skipped", "reason": "no onnx int8-static file for lstm: "
+                                                                          "left out by this test"}
+    assert "not made" in lstm["latency"]["host-cpu"]["reason"]
+    teacher = _rows(lat, "teacher", "int8-static", "ort")["latency"]["mobile-cpu"]
+    assert teacher["reason"].startswith("no ort int8-static file for teacher")
+
+
+def test_edge_npu_readiness_and_estimate(benched):
+    _, lat, _ = benched
+    st = _rows(lat, "student", "int8-static", "onnx")
+    nnapi = st["npu"]["onnx"]["nnapi"]["as_is"]
+    assert st["npu"]["onnx"]["fixed_shape"] == [1, 16]
+    assert 0 < nnapi["supported_nodes"] <= nnapi["total_nodes"] and nnapi["partitions"] >= 1
+    assert "DequantizeLinear" not in nnapi.get("unsupported_ops", []) or nnapi["partitions"] > 1
+    entry = st["latency"]["edge-npu"]
+    assert entry["status"] == "not measured here"
+    est = entry["estimate"]
+    assert "ESTIMATE" in est["kind"] and est["source"] and est["device"] == "apple-a17-pro"
+    assert est["by_length"]["16"]["estimate_ms"] > 0 and est["by_length"]["16"]["bound"] in ("compute", "memory")
+    cm = _rows(lat, "lstm", "fp16", "coreml")["npu"]["coreml"]
+    assert cm["ane_ready"] is False
+    assert any(b.startswith("lstm op") for b in cm["ane_blockers"])
+    assert any("range-flexible" in b for b in cm["ane_blockers"])
+    assert cm["inputs"]["x"]["flexibility"] == "range"
+
+
+def test_optimum_peer_matches_the_pytorch_model(benched):
+    """Optimum's fp32 export of the same weights must score exactly what PyTorch scores."""
+    from distill.models import load_model, predict_logits
+    from eval.metrics import scores
+    from pipeline.data import read_split
+
+    run, lat, _ = benched
+    test = read_split(run / "data", "test")
+    gold = np.array([LABELS.index(r["label"]) for r in test])
+    for model, folder in (("teacher", run / "teacher" / "model"), ("student", run / "distill" / "student")):
+        m = load_model(folder, model)
+        ref = scores(predict_logits(m.model, m.tokenizer, [r["text"] for r in test], 32), gold, 3)
+        peer = _rows(lat, model, "optimum-fp32", "onnx")
+        assert peer["source"] == "optimum" and (run / peer["file"]).is_file()
+        assert peer["accuracy"] == pytest.approx(ref["accuracy"])
+        q = _rows(lat, model, "optimum-int8-dynamic", "onnx")
+        import onnx
+
+        ops = {n.op_type for n in onnx.load(str(run / q["file"])).graph.node}
+        assert {"DynamicQuantizeLinear", "MatMulInteger"} & ops  # really int8 (tiny models grow when quantized)
+        assert "p50_ms" in q["latency"]["mobile-cpu"]["16"]
+    assert "lstm" not in {r["model"] for r in lat["rows"] if r.get("source") == "optimum"}
+
+
+def test_results_follow_the_schema_and_ratios(benched):
+    from eval.results import validate_results
+
+    _, lat, res = benched
+    assert validate_results(res) == []
+    assert res["quality_metric"] == "accuracy" and res["threads"]["mobile-cpu"] == 1
+    assert set(res["machine"]["peak_gflops_fp32"]) >= {"1"}
+    ort = _rows(res, "student", "fp32", "ort")
+    assert ort["accuracy"] == 0.85 and ort["accuracy_from"] == "onnx"
+    st, te = _rows(res, "student", "fp32", "pytorch"), _rows(res, "teacher", "fp32", "pytorch")
+    assert st["vs_teacher"]["size_ratio"] == pytest.approx(te["size_bytes"] / st["size_bytes"])
+    assert st["vs_teacher"]["quality_retention"] == pytest.approx(0.85 / 0.9)
+    s_onnx, t_onnx = _rows(res, "student", "fp32", "onnx"), _rows(res, "teacher", "fp32", "onnx")
+    assert s_onnx["vs_teacher"]["speedup"]["host-cpu"] == pytest.approx(
+        t_onnx["latency"]["host-cpu"]["16"]["p50_ms"] / s_onnx["latency"]["host-cpu"]["16"]["p50_ms"])
+    goals = {g["goal"]: g for g in res["goals"]}
+    assert any("1/10" in g for g in goals) and all(g["met"] in (True, False, None) for g in res["goals"])
+    broken = json.loads(json.dumps(res))
+    broken["rows"][0]["latency"].pop("edge-npu")
+    broken["rows"][1]["latency"]["host-cpu"]["16"]["p90_ms"] = -1.0
+    problems = validate_results(broken)
+    assert any("no latency entry for target 'edge-npu'" in p for p in problems)
+    assert any("percentiles out of order" in p for p in problems)
+
+
+def test_report_files_are_self_contained(benched):
+    run, _, _ = benched
+    report = run / "report"
+    html = (report / "report.html").read_text()
+    assert html.count("src='data:image/png;base64,") == 3
+    png = html.split("src='data:image/png;base64,")[1].split("'")[0]
+    assert base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "http" not in html.split("<body>")[1]  # nothing fetched from elsewhere
+    md = (report / "report.md").read_text()
+    for png_name in ("quality_vs_latency.png", "latency_vs_length.png", "size_vs_quality.png"):
+        assert f"]({png_name})" in md and (report / png_name).stat().st_size > 10_000
+    assert "Host proxies: mobile-cpu" in md and "ESTIMATE" in md and "Edge NPU readiness" in md
+    assert "| student | int8-static |" in md  # the readiness table row
+
+
+def test_unknown_target_fails_before_any_work(tiny_run):
+    import pipeline.stages_bench  # noqa: F401
+    from pipeline.errors import PipelineError
+    from pipeline.stage import run_stage
+
+    cfg = _cfg(tiny_run, targets=["host-cpu", "phone-npu"])
+    with pytest.raises(PipelineError, match="unknown target 'phone-npu'.*host-cpu, mobile-cpu, edge-npu, desktop-gpu"):
+        run_stage(cfg, "bench")
+    assert not (cfg.run_dir / ".bench.partial").exists()
+    with pytest.raises(PipelineError, match="headline_length .100. must be one of bench.seq_lengths"):
+        run_stage(_cfg(tiny_run, headline_length=100), "bench")
+    with pytest.raises(PipelineError, match="unknown NPU device profile 'pixel-99' in bench.npu_device. Known: apple-a17-pro"):
+        run_stage(_cfg(tiny_run, npu_device="pixel-99"), "bench")
+
+
+@pytest.mark.e2e
+def test_pipeline_runs_through_report(tiny_cfg_dict):
+    """The real stages end to end on the shared tiny config: train, quantize, export .ort, bench, report.
+    (Core ML is left out here for time; the fabricated run above covers a Core ML row.)"""
+    import pipeline.stages  # noqa: F401
+    import pipeline.stages_bench  # noqa: F401
+    import pipeline.stages_export  # noqa: F401
+    from eval.results import validate_results
+    from pipeline.config import config_from_dict
+    from pipeline.stage import run
+
+    d = dict(tiny_cfg_dict, export={"coreml_models": []},
+             bench={"seq_lengths": [8, 16, 32], "headline_length": 16, "warmup": 1, "iterations": 4,
+                    "min_iterations": 3, "max_seconds_per_point": 0.1, "throughput_batch": 4})
+    cfg = config_from_dict(d, "tiny-e2e")
+    ran = run(cfg, ["report"])
+    assert ran[-2:] == ["bench", "report"]
+    res = json.loads((cfg.run_dir / "report" / "results.json").read_text())
+    assert validate_results(res) == []
+    keys = {(r["model"], r["variant"], r["format"]) for r in res["rows"]}
+    for model in ("teacher", "student", "lstm", "lstm_distilled"):
+        assert {(model, "fp32", "pytorch"), (model, "fp32", "onnx"), (model, "int8-dynamic", "ort")} <= keys
+    assert ("student", "optimum-int8-dynamic", "onnx") in keys
+    ours = next(r for r in res["rows"] if r["model"] == "student" and r["format"] == "pytorch")
+    peer = next(r for r in res["rows"] if r["model"] == "student" and r["variant"] == "optimum-fp32")
+    assert peer["accuracy"] == pytest.approx(ours["accuracy"])  # same weights, same test texts
+    assert (cfg.run_dir / "report" / "report.html").stat().st_size > 50_000
+
+
+def test_gpu_target_never_files_cpu_numbers(tiny_run, monkeypatch, tmp_path):
+    """onnxruntime falls back to the CPU with only a warning when CUDA cannot start; that must be a failure
+    on desktop-gpu, not CPU latencies under a GPU name."""
+    import eval.bench as B
+    import eval.targets as T
+    from transformers import AutoTokenizer
+
+    monkeypatch.setattr(T, "cuda_backend", lambda: "ort-cuda")
+    monkeypatch.setattr(B, "cuda_backend", lambda: "ort-cuda")
+    monkeypatch.setattr(T, "ort_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    run = tiny_run / "runs" / "tiny"
+    rows = B.collect_rows(run)
+    row = next(r for r in rows if (r["model"], r["variant"], r["format"]) == ("teacher", "fp32", "onnx"))
+    folders = {"teacher": run / "teacher" / "model"}
+    models = B.Models(folders, {"teacher": AutoTokenizer.from_pretrained(folders["teacher"])})
+    bench = B.Bench(_cfg(tiny_run), models, ["good day", "bad movie"], {"peak_gflops_fp32": {"1": 1.0}}, tmp_path)
+    entry, npu = bench.row_target(T.get_target("desktop-gpu"), row)
+    assert npu is None and entry["status"] == "failed"
+    assert "CUDAExecutionProvider could not be created" in entry["reason"]

@@ -1,0 +1,108 @@
+"""results.json building and the report rendering, on hand-written bench documents (no models):
+ratios, goals, the metric column chosen by the rows (accuracy or perplexity), Pareto fronts, plots."""
+from __future__ import annotations
+
+import pytest
+
+from eval.plots import pareto
+from eval.report import blocks, to_markdown, write_report
+from eval.results import build_results, quality_key, validate_results
+
+TARGETS = {"host-cpu": {"runtime": "onnxruntime", "provider": "CPU", "threads": 2, "precision": "fp32",
+                        "formats": ["onnx"], "proxy": "", "description": ""},
+           "mobile-cpu": {"runtime": "onnxruntime", "provider": "CPU", "threads": 1, "precision": "int8",
+                          "formats": ["ort"], "proxy": "a host stand-in", "description": ""},
+           "desktop-gpu": {"runtime": "pytorch", "provider": "cuda", "threads": 2, "precision": "fp16",
+                           "formats": ["onnx"], "proxy": "", "description": ""}}
+
+
+def _lat(ms: dict[int, float]) -> dict:
+    out = {str(n): {"p50_ms": v, "p90_ms": v * 1.1, "p99_ms": v * 1.2, "mean_ms": v * 1.05, "min_ms": v * 0.9,
+                    "iterations": 30} for n, v in ms.items()}
+    out["session"] = {"provider": "CPUExecutionProvider", "threads": 1, "peak_rss_mb": 300.0, "session_rss_mb": 20.0}
+    return out
+
+
+def _row(model, variant, fmt, metric, value, size, host, mobile, **extra):
+    gpu = {"status": "skipped", "reason": "no CUDA device on this machine"}
+    return {"model": model, "variant": variant, "format": fmt, metric: value, "size_bytes": size, "params": size // 4,
+            "flops_per_seq": 10**9, "flops_by_length": {"16": 10**8, "64": 10**9},
+            "latency": {"host-cpu": _lat(host) if host else {"status": "skipped", "reason": "not on host"},
+                        "mobile-cpu": _lat(mobile) if mobile else {"status": "skipped", "reason": "not on mobile"},
+                        "desktop-gpu": gpu}, **extra}
+
+
+def _doc(rows):
+    return {"machine": {"cpu": "test cpu", "machine": "x86_64", "system": "Linux", "logical_cores": 2,
+                        "usable_cores": 2, "cpu_flags": ["avx2"], "load_average_1m": 0.1,
+                        "peak_gflops_fp32": {"1": 100.0, "2": 190.0}, "peak_probe": "probe"},
+            "versions": {"onnxruntime": "1.32.0"}, "threads": {"host-cpu": 2, "mobile-cpu": 1, "desktop-gpu": 2},
+            "targets": TARGETS,
+            "plan": {"seq_lengths": [16, 64], "headline_length": 64, "warmup": 5, "iterations": 30,
+                     "min_iterations": 10, "max_seconds_per_point": 1.5, "throughput_batch": 32,
+                     "sweep_variants": ["fp32"], "inputs": "test texts", "npu_device": "apple-a17-pro"},
+            "seconds": {"peer_export": 10.0, "total": 120.0}, "rows": rows}
+
+
+def test_classification_ratios_and_goals():
+    rows = [_row("teacher", "fp32", "pytorch", "accuracy", 0.80, 8000, None, None),
+            _row("teacher", "fp32", "ort", "accuracy", 0.80, 8100, None, {16: 10.0, 64: 40.0}),
+            _row("student", "int8-dynamic", "ort", "accuracy", 0.76, 1000, None, {16: 1.0, 64: 3.0}),
+            _row("student", "fp32", "onnx", "accuracy", 0.77, 4000, {64: 2.0}, None),
+            _row("student", "optimum-fp32", "onnx", "accuracy", 0.77, 4000, {64: 2.5}, {64: 3.5}, source="optimum")]
+    res = build_results(_doc(rows))
+    assert validate_results(res) == []
+    st = next(r for r in res["rows"] if r["variant"] == "int8-dynamic")
+    assert st["vs_teacher"]["size_ratio"] == pytest.approx(8.0)
+    assert st["vs_teacher"]["quality_retention"] == pytest.approx(0.95)
+    assert st["vs_teacher"]["speedup"] == {"mobile-cpu": pytest.approx(40.0 / 3.0)}
+    first = res["goals"][0]
+    assert first["value"] == pytest.approx(3.0 / 40.0) and first["met"] is True
+    peer = [g for g in res["goals"] if "fp32 no slower" in g["goal"] and "host-cpu" in g["goal"]][0]
+    assert peer["value"] == pytest.approx(0.8) and peer["met"] is True
+    budget = res["goals"][-1]
+    assert budget["value"] == 120.0 and budget["met"] is True
+    assert len(res["goals"]) == 6
+
+
+def test_generation_rows_render_perplexity_and_generation_table(tmp_path):
+    rows = [_row("teacher", "fp32", "pytorch", "perplexity", 20.0, 8000, {16: 30.0, 64: 90.0}, None,
+                 generation={"host-cpu": {"ttft_ms": 95.0, "decode_tokens_per_s": 12.5}}),
+            _row("student", "fp32", "onnx", "perplexity", 25.0, 2000, {16: 5.0, 64: 12.0}, None,
+                 generation={"host-cpu": {"ttft_ms": 14.0, "decode_tokens_per_s": 80.0}}),
+            _row("lstm", "fp32", "onnx", "perplexity", 40.0, 1000, {16: 2.0, 64: 6.0}, None,
+                 generation={"host-cpu": {"status": "skipped", "reason": "runs the .ort file"}})]
+    doc = _doc(rows)
+    doc["plan"]["max_seconds_per_point"] = None  # the generation bench times whole generations
+    res = build_results(doc)
+    assert [g["goal"] for g in res["goals"]] == ["benchmark of the models completes within 5 minutes"]
+    assert res["quality_metric"] == "perplexity" and quality_key(rows) == "perplexity"
+    st = next(r for r in res["rows"] if r["model"] == "student")
+    assert st["vs_teacher"]["quality_retention"] == pytest.approx(20.0 / 25.0)  # lower perplexity is better
+    paths = write_report(res, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "| model | variant | format | perplexity | ppl ratio |" in md
+    assert "## Generation" in md and "| student | fp32 | onnx | host-cpu | 14.00 | 80.0 |" in md
+    assert "macro-F1" not in md and "stopping after None" not in md
+    assert "| lstm | fp32 | onnx | host-cpu |" not in md.split("## Generation")[1].split("##")[0]
+    assert {p.name for p in paths} >= {"report.md", "report.html", "quality_vs_latency.png",
+                                       "latency_vs_length.png", "size_vs_quality.png"}
+
+
+def test_skipped_targets_and_lengths_are_listed_with_reasons(tmp_path):
+    rows = [_row("teacher", "fp32", "onnx", "accuracy", 0.8, 8000, {64: 40.0}, None)]
+    rows[0]["latency"]["host-cpu"]["16"] = {"status": "skipped", "reason": "sweep budget"}
+    md = to_markdown(blocks(build_results(_doc(rows)), {}))
+    assert "| desktop-gpu: skipped: no CUDA device on this machine | teacher fp32 onnx |" in md
+    assert "| host-cpu: skipped: sweep budget | teacher fp32 onnx (at 16) |" in md
+    # a target with nothing measured or estimated has no column in the summary
+    summary = md.split("## Summary")[1].split("##")[0]
+    assert "desktop-gpu p50" not in summary and "host-cpu p50 ms" in summary
+
+
+def test_pareto_front():
+    pts = [(1.0, 0.70), (2.0, 0.80), (3.0, 0.75), (4.0, 0.90), (5.0, 0.85)]
+    assert pareto(pts) == [(1.0, 0.70), (2.0, 0.80), (4.0, 0.90)]
+    # perplexity: lower is better
+    assert pareto([(1.0, 30.0), (2.0, 20.0), (3.0, 25.0)], higher_is_better=False) == [(1.0, 30.0), (2.0, 20.0)]
+    assert pareto([]) == []
