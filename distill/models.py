@@ -74,7 +74,7 @@ def load_model(folder: Path, name: str = "model") -> LoadedModel:
         else:
             model = RNNClassifier.load(folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)
-    except (OSError, ValueError, RuntimeError, KeyError) as e:
+    except Exception as e:  # safetensors, torch and transformers each raise their own types for a bad file
         raise PipelineError(f"{name}: the checkpoint in {folder} is missing or corrupt ({e}); re-run its stage") from None
     labels = json.loads((folder / "labels.json").read_text())
     return LoadedModel(model.eval(), tokenizer, labels, meta["kind"], meta["max_length"], folder)

@@ -1,1 +1,235 @@
-"""Stage wiring for quantize and export (ONNX variants, .ort, Core ML)."""
+"""Stage wiring for quantize (ONNX variants, checked and scored through ONNX Runtime) and export (.ort
+files and Core ML packages). Every file written is compared with its source on real test texts; a file
+outside its tolerance fails the stage naming the file and the numbers."""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.data import read_labels, read_split
+from pipeline.errors import PipelineError
+from pipeline.stage import StageContext, register
+from pipeline.stages import MODEL_FOLDERS, _threads, _xy
+
+COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
+
+
+def _load(ctx: StageContext, name: str, fmt: str):
+    from export.registry import load_source
+
+    if name not in MODEL_FOLDERS:
+        raise PipelineError(f"unknown model '{name}' for {fmt}. Known models: {', '.join(MODEL_FOLDERS)}")
+    stage, sub = MODEL_FOLDERS[name]
+    return load_source(ctx.input(stage) / sub, name, fmt)
+
+
+def _check_texts(ctx: StageContext, n: int) -> list[str]:
+    texts = [r["text"] for r in read_split(ctx.input("data"), "test")]
+    return texts[:n] if n > 0 else texts
+
+
+def _calibration_texts(ctx: StageContext) -> list[str]:
+    texts = [r["text"] for r in read_split(ctx.input("data"), "train")]
+    random.Random(ctx.cfg.run.seed).shuffle(texts)  # a sample across labels, not the file's first rows
+    return texts[: ctx.cfg.quantize.calibration_samples]
+
+
+def _rel(ctx: StageContext, path: Path) -> str:
+    return f"{ctx.name}/{path.relative_to(ctx.out).as_posix()}"
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+
+
+@register("quantize", deps=("data", "teacher", "distill", "baseline", "eval"), sections=("quantize",))
+def stage_quantize(ctx: StageContext) -> dict:
+    """ONNX fp32 / optimized / int8 / fp16 files per model, each checked and scored on the test split.
+
+    Reads the model folders, data/{train,test}.jsonl and eval/accuracy.json. Writes
+    quantize/<model>/<variant>.onnx, quantize/<model>/tokenizer/ (tokenizer + labels.json),
+    variants.json (one row per file with its check), accuracy.json/.md (eval's rows + the ONNX rows).
+    """
+    from distill.models import count_params
+    from eval.metrics import scores
+    from eval.table import markdown
+    from export.checks import (argmax_check, check_inputs, max_abs_diff_check, ort_runner, ort_session, predict,
+                               torch_runner)
+    from export.registry import ONNX_VARIANTS, ExportJob, for_variant
+
+    cfg, q = ctx.cfg, ctx.cfg.quantize
+    _threads(cfg)
+    for v in q.variants:
+        for_variant(v)  # unknown names fail before any work
+    if "fp32" not in q.variants:
+        raise PipelineError(f"quantize.variants = {q.variants} lacks 'fp32': every other ONNX variant is made from "
+                            f"the fp32 export; add it")
+    variants = sorted(dict.fromkeys(q.variants), key=list(ONNX_VARIANTS).index)  # sources before what needs them
+    labels = read_labels(ctx.input("data"))
+    test_texts, y = _xy(ctx.input("data"), "test", labels)
+    check_texts = _check_texts(ctx, q.check_samples)
+    calibration = _calibration_texts(ctx)
+    eval_rows = json.loads((ctx.input("eval") / "accuracy.json").read_text())
+    fp32_acc = {r["model"]: r["accuracy"] for r in eval_rows}
+    teacher_acc = fp32_acc.get("teacher")
+    eval_keys = list(eval_rows[0]) if eval_rows else []
+    rows, acc_rows, skipped = [], [], []
+    for name in q.models:
+        m = _load(ctx, name, "onnx")
+        folder = ctx.out / name
+        m.tokenizer.save_pretrained(folder / "tokenizer")
+        for meta in ("labels.json", "pocketformer.json"):  # label order; kind and max_length
+            shutil.copy2(m.folder / meta, folder / "tokenizer" / meta)
+        inputs = check_inputs(m.tokenizer, check_texts, m.max_length)
+        ref = torch_runner(m.model)
+        params = count_params(m.model)
+        job = ExportJob(name, m, folder, q, cfg.export, calibration_texts=calibration)
+        for variant in variants:
+            exp = for_variant(variant)
+            if exp.transformer_only and m.kind != "hf":
+                skipped.append({"model": name, "variant": variant, "reason": "transformer-only (an RNN has nothing "
+                                "for the attention / LayerNorm fusions to match)"})
+                continue
+            job.out, job.variant = folder / f"{variant}.onnx", variant
+            details = exp.fn(job)
+            job.sources[variant] = job.out
+            run = ort_runner(ort_session(job.out, cfg.run.threads))
+            what = f"{name} {variant} ({_rel(ctx, job.out)})"
+            check = (max_abs_diff_check(run, ref, inputs, q.lossless_atol, what) if exp.lossless
+                     else argmax_check(run, ref, inputs, q.min_argmax_agreement, what))
+            sc = scores(predict(run, m.tokenizer, test_texts, m.max_length, cfg.teacher.eval_batch_size),
+                        np.array(y), len(labels))
+            size = _size(job.out)
+            row = {"model": name, "variant": variant, "format": "onnx", "file": _rel(ctx, job.out),
+                   "size_bytes": size, "opset": q.opset, "check": check, **sc, "params": params["params"],
+                   "non_embedding_params": params["non_embedding_params"],
+                   "accuracy_delta_vs_pytorch": sc["accuracy"] - fp32_acc[name] if name in fp32_acc else None,
+                   "size_ratio_vs_fp32": (_size(job.sources["fp32"]) / size) if "fp32" in job.sources else None,
+                   "details": details}
+            rows.append(row)
+            acc = {"model": name, "variant": variant, "format": "onnx", **sc, **params, "size_bytes": size,
+                   "accuracy_retention": sc["accuracy"] / teacher_acc if teacher_acc else None}
+            acc_rows.append({k: acc.get(k) for k in dict.fromkeys([*eval_keys, *acc])})  # eval's row shape
+            print(f"[quantize] {name} {variant}: {size:,} bytes, accuracy {sc['accuracy']:.4f}, "
+                  f"{check['kind']} {check['value']:.4g}")
+    (ctx.out / "variants.json").write_text(json.dumps(rows, indent=2))
+    all_rows = eval_rows + acc_rows
+    (ctx.out / "accuracy.json").write_text(json.dumps(all_rows, indent=2))
+    cols = ["model", "variant", "format", "accuracy", "macro_f1", "accuracy_retention", "size_bytes"]
+    (ctx.out / "accuracy.md").write_text(f"Test split: {len(test_texts)} texts\n\n" + markdown(all_rows, cols))
+    return {"rows": rows, "skipped": skipped, "test_texts": len(test_texts), "check_texts": len(check_texts),
+            "calibration_texts": len(calibration)}
+
+
+@register("export", deps=("data", "quantize", "distill", "baseline"), sections=("export",))
+def stage_export(ctx: StageContext) -> dict:
+    """ORT mobile-format files and Core ML packages, each checked against its source.
+
+    Reads quantize/variants.json and its .onnx files, the student / LSTM folders and data/test.jsonl.
+    Writes export/<model>/<variant>.ort, export/<model>/<variant>.mlpackage and export/variants.json.
+    """
+    cfg, e = ctx.cfg, ctx.cfg.export
+    _threads(cfg)
+    _check_coreml_settings(e)  # before the slow steps, so a typo fails at once
+    qrows = json.loads((ctx.input("quantize") / "variants.json").read_text())
+    check_texts = _check_texts(ctx, cfg.quantize.check_samples)
+    rows = _export_ort(ctx, qrows, check_texts) + _export_coreml(ctx, check_texts)
+    (ctx.out / "variants.json").write_text(json.dumps(rows, indent=2))
+    return {"rows": rows}
+
+
+def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) -> list[dict]:
+    from transformers import AutoTokenizer
+
+    from export.checks import check_inputs, max_abs_diff_check, ort_runner, ort_session
+    from export.ort_format import convert_to_ort
+
+    cfg, e = ctx.cfg, ctx.cfg.export
+    by_key = {(r["model"], r["variant"]): r for r in qrows}
+    unknown = [v for v in e.ort_variants if v not in cfg.quantize.variants]
+    if unknown:
+        raise PipelineError(f"export.ort_variants names {unknown}, which quantize.variants "
+                            f"({', '.join(cfg.quantize.variants)}) does not make; add them there or drop them")
+    models = list(dict.fromkeys(r["model"] for r in qrows))
+    jobs = [(m, ctx.run_dir / by_key[(m, v)]["file"], ctx.out / m / f"{v}.ort")
+            for m in models for v in e.ort_variants if (m, v) in by_key]  # optimized: transformers only
+    convert_to_ort(jobs, e.ort_target_platform)  # one converter run for all files
+    rows = []
+    inputs_for: dict = {}
+    for model, src, out in jobs:
+        if model not in inputs_for:  # the tokenizer copy the quantize stage shipped with the ONNX files
+            tok_dir = ctx.input("quantize") / model / "tokenizer"
+            max_len = json.loads((tok_dir / "pocketformer.json").read_text())["max_length"]
+            inputs_for[model] = check_inputs(AutoTokenizer.from_pretrained(tok_dir), check_texts, max_len)
+        inputs = inputs_for[model]
+        got = ort_runner(ort_session(out, cfg.run.threads))
+        want = ort_runner(ort_session(src, cfg.run.threads))
+        variant = out.stem
+        check = max_abs_diff_check(got, want, inputs, cfg.quantize.lossless_atol,
+                                   f"{model} {variant} ({_rel(ctx, out)} vs {src.name})")
+        q = by_key[(model, variant)]
+        rows.append({"model": model, "variant": variant, "format": "ort", "file": _rel(ctx, out),
+                     "size_bytes": _size(out), "opset": q["opset"], "check": check, "accuracy": q["accuracy"],
+                     "macro_f1": q["macro_f1"], "params": q["params"],
+                     "non_embedding_params": q.get("non_embedding_params"),
+                     "accuracy_from": "onnx",  # the check above shows the source's logits, so its accuracy
+                     "details": {"source": q["file"], "target_platform": e.ort_target_platform,
+                                 "optimization_style": "Fixed"}})
+    return rows
+
+
+def _check_coreml_settings(e) -> None:
+    from export.coreml import COREML_VARIANTS, deployment_target
+
+    bad = [v for v in e.coreml_variants if v not in COREML_VARIANTS]
+    if bad:
+        raise PipelineError(f"unknown Core ML variant(s) {bad} in export.coreml_variants. Known: "
+                            f"{', '.join(COREML_VARIANTS)}")
+    for name in e.coreml_models:
+        if name not in COREML_MODELS:
+            raise PipelineError(f"export.coreml_models names '{name}'; Core ML export is for "
+                                f"{', '.join(COREML_MODELS)} (the teacher is the model too big to ship)")
+    if e.coreml_models and e.coreml_variants:
+        deployment_target(e.coreml_target, e.coreml_models[0])
+
+
+def _export_coreml(ctx: StageContext, check_texts: list[str]) -> list[dict]:
+    from distill.models import count_params
+    from export.checks import check_inputs, max_abs_diff_check, torch_runner
+    from export.coreml import predict_check, traceable, verify_package
+    from export.registry import ExportJob, get_exporter
+
+    cfg, e = ctx.cfg, ctx.cfg.export
+    exp = get_exporter("coreml")
+    rows = []
+    for name in e.coreml_models:
+        m = _load(ctx, name, "coreml")
+        inputs = check_inputs(m.tokenizer, check_texts, m.max_length)
+        ref = torch_runner(m.model)
+        # the traced module replaces finfo.min with a finite fill (and the RNN's gather by a permutation):
+        # it must still compute the PyTorch model's logits
+        wrapper = max_abs_diff_check(torch_runner(traceable(m, name)), ref, inputs, cfg.quantize.lossless_atol,
+                                     f"{name} -> coreml: traced wrapper vs the PyTorch model")
+        params = count_params(m.model)
+        job = ExportJob(name, m, ctx.out, cfg.quantize, e)
+        for variant in e.coreml_variants:
+            job.out, job.variant = ctx.out / name / f"{variant}.mlpackage", variant
+            job.out.parent.mkdir(parents=True, exist_ok=True)
+            details = exp.fn(job)
+            spec = verify_package(job.out, m, variant, name)
+            what = f"{name} coreml {variant} ({_rel(ctx, job.out)})"
+            check = predict_check(job.out, ref, m.tokenizer, check_texts, m.max_length, list(e.coreml_lengths),
+                                  cfg.quantize.min_argmax_agreement, what)
+            check.update({"spec": spec, "traced_wrapper": wrapper})
+            rows.append({"model": name, "variant": variant, "format": "coreml", "file": _rel(ctx, job.out),
+                         "size_bytes": _size(job.out), "opset": None, "check": check, "accuracy": None,
+                         "macro_f1": None, "params": params["params"],
+                         "non_embedding_params": params["non_embedding_params"],
+                         "deployment_target": e.coreml_target, "sequence_shapes": details["sequence_shapes"],
+                         "details": {k: v for k, v in details.items() if k != "spec"}})
+            print(f"[export] {name} coreml {variant}: {rows[-1]['size_bytes']:,} bytes")
+    return rows

@@ -1,0 +1,130 @@
+"""The app bundle: which model ships (the choice rule), what metadata.json says about it, and hashing.
+
+Layout of a bundle folder (runs/<run>/bundle/ and its published copy dist/<run>/):
+
+    model/<model>-<variant>.ort           token ids in, logits out (ONNX Runtime Mobile)
+    model/<model>-<variant>.onnx          the same graph as ONNX
+    model/<model>-<variant>-text.onnx     raw text in (tokenizer inside, onnxruntime-extensions), logits out
+    model/<model>-<coreml variant>.mlpackage   Core ML package, token ids in (when the export stage made one)
+    tokenizer/                            the tokenizer files the model was trained with
+    labels.json, samples.json, metadata.json, README.md, android/*.kt, ios/*.swift
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipeline.errors import PipelineError
+from pipeline.manifest import sha256_file
+
+METADATA = "metadata.json"
+SCHEMA_VERSION = 1
+CHOICE_TARGET = "mobile-cpu"
+# Core ML variant that pairs with an ONNX variant (same kind of weights) when the model has several
+COREML_FOR = {"int8-dynamic": "int8", "int8-static": "int8", "fp16": "fp16", "fp32": "fp16"}
+
+
+def _p50(row: dict, target: str, length: int) -> float | None:
+    point = row.get("latency", {}).get(target, {}).get(str(length))
+    return point.get("p50_ms") if isinstance(point, dict) else None
+
+
+def choose(export_rows: list[dict], results: dict, model: str, variant: str, window: float, cfg_source: str) -> dict:
+    """The .ort row to ship and why.
+
+    auto: among the student's .ort variants with an accuracy, keep those within `window` (a fraction, 0.01 =
+    1 point) of the best one, and take the fastest p50 on mobile-cpu at the report's headline length; ties and
+    rows without a mobile-cpu time fall back to the smallest file. An explicit model / variant must exist."""
+    length = results.get("plan", {}).get("headline_length", 64)
+    ort = [r for r in export_rows if r["format"] == "ort"]
+    latency = {(r["model"], r["variant"]): r for r in results.get("rows", []) if r.get("format") == "ort"}
+    want_model = "student" if model == "auto" else model
+    mine = [r for r in ort if r["model"] == want_model]
+    if not mine:
+        made = sorted({r["model"] for r in ort}) or ["none"]
+        raise PipelineError(f"no .ort file for model '{want_model}' in export/variants.json (it has: {', '.join(made)}); "
+                            f"add it to quantize.models and run `python -m pipeline export --config {cfg_source}`")
+    if variant != "auto":
+        pick = [r for r in mine if r["variant"] == variant]
+        if not pick:
+            raise PipelineError(f"bundle.variant = '{variant}' has no .ort file for {want_model} (made: "
+                                f"{', '.join(r['variant'] for r in mine)}); add it to export.ort_variants (and "
+                                f"quantize.variants) and run `python -m pipeline export --config {cfg_source}`")
+        return {**pick[0], "choice": {"rule": f"set in the config: bundle.model = {model}, bundle.variant = "
+                                               f"{variant}", "candidates": []}}
+    scored = [r for r in mine if r.get("accuracy") is not None]
+    if not scored:
+        raise PipelineError(f"the {want_model} .ort rows carry no accuracy; run `python -m pipeline quantize "
+                            f"--config {cfg_source}` (it scores every variant) and then export")
+    best = max(r["accuracy"] for r in scored)
+    within = [r for r in scored if r["accuracy"] >= best - window - 1e-12]
+    timed = [(p, r) for r in within if (p := _p50(latency.get((r["model"], r["variant"]), {}), CHOICE_TARGET, length))]
+    if timed:
+        pick = min(timed, key=lambda t: (t[0], -t[1]["accuracy"], t[1]["size_bytes"]))[1]
+        rule = (f"fastest {CHOICE_TARGET} p50 at {length} tokens among {want_model} .ort variants whose test "
+                f"accuracy is within {window:.3f} of the best ({best:.4f})")
+    else:
+        pick = min(within, key=lambda r: (r["size_bytes"], -r["accuracy"]))
+        rule = (f"no {CHOICE_TARGET} latency in the report: smallest {want_model} .ort file whose test accuracy "
+                f"is within {window:.3f} of the best ({best:.4f})")
+    candidates = [{"variant": r["variant"], "accuracy": r["accuracy"], "size_bytes": r["size_bytes"],
+                   f"{CHOICE_TARGET}_p50_ms": _p50(latency.get((r["model"], r["variant"]), {}), CHOICE_TARGET, length),
+                   "within_window": r in within} for r in scored]
+    return {**pick, "choice": {"rule": rule, "candidates": candidates}}
+
+
+def coreml_row(export_rows: list[dict], model: str, variant: str) -> dict | None:
+    rows = [r for r in export_rows if r["format"] == "coreml" and r["model"] == model]
+    want = COREML_FOR.get(variant)
+    return next((r for r in rows if r["variant"] == want), rows[0] if rows else None)
+
+
+def latency_for(results: dict, model: str, variant: str, fmt: str) -> dict:
+    """The report's p50 / p90 per target at the headline length for one row (skips keep their reason)."""
+    length = str(results.get("plan", {}).get("headline_length", 64))
+    row = next((r for r in results.get("rows", []) if (r["model"], r["variant"], r["format"]) == (model, variant, fmt)),
+               None)
+    if row is None:
+        return {}
+    out = {}
+    for target, entry in row.get("latency", {}).items():
+        point = entry.get(length) if isinstance(entry, dict) else None
+        if isinstance(point, dict) and "p50_ms" in point:
+            out[target] = {"seq_len": int(length), "p50_ms": point["p50_ms"], "p90_ms": point.get("p90_ms"),
+                           "proxy": results.get("targets", {}).get(target, {}).get("proxy", "")}
+        elif isinstance(entry, dict) and entry.get("status"):
+            out[target] = {"status": entry["status"], "reason": entry.get("reason", "")}
+    return out
+
+
+def io_spec(session) -> dict:
+    """Input / output names, element types and shapes as the runtime reports them (never guessed)."""
+    def one(v):
+        return {"name": v.name, "type": v.type, "shape": [d if isinstance(d, int) else str(d) for d in v.shape]}
+    return {"inputs": [one(v) for v in session.get_inputs()], "outputs": [one(v) for v in session.get_outputs()]}
+
+
+def normalisation(tokenizer, max_length: int) -> dict:
+    """What the tokenizer does to text, as an app re-implementing it would need to know."""
+    init = getattr(tokenizer, "init_kwargs", {}) or {}
+    return {"tokenizer_class": type(tokenizer).__name__,
+            "lowercase": bool(init.get("do_lower_case", getattr(tokenizer, "do_lower_case", False))),
+            "strip_accents": init.get("strip_accents"),
+            "tokenize_chinese_chars": init.get("tokenize_chinese_chars", True),
+            "max_length": max_length,
+            "truncation": "longest first: keep the first max_length - 1 tokens, then [SEP]",
+            "padding": f"right, with id {tokenizer.pad_token_id or 0}; attention_mask 1 on real tokens, 0 on padding",
+            "special_tokens": {k: {"token": t, "id": tokenizer.convert_tokens_to_ids(t)}
+                               for k, t in tokenizer.special_tokens_map.items() if isinstance(t, str)}}
+
+
+def file_hashes(folder: Path, skip: tuple[str, ...] = (METADATA,)) -> dict[str, dict]:
+    """sha256 and size of every file under folder (metadata.json, which holds them, excepted)."""
+    return {p.relative_to(folder).as_posix(): {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.relative_to(folder).as_posix() not in skip}
+
+
+def write_metadata(folder: Path, meta: dict) -> dict:
+    meta = {**meta, "schema_version": SCHEMA_VERSION, "files": file_hashes(folder)}
+    (folder / METADATA).write_text(json.dumps(meta, indent=2))
+    return meta

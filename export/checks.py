@@ -1,0 +1,122 @@
+"""Numerical checks of an exported file against its source, on real test texts, and test-split scoring
+through ONNX Runtime.
+
+Check batches: the shortest, median and longest text alone (batch 1), then the rest in a fixed shuffled
+order in batches of 8, so every batch mixes lengths and carries right padding, as an app's batches would.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from pipeline.errors import PipelineError
+
+Batch = tuple[np.ndarray, np.ndarray]  # input_ids (B, T) int64, attention_mask (B, T) int64
+
+
+@dataclass
+class CheckInputs:
+    batches: list[Batch]
+    description: str
+
+
+def check_inputs(tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 8, seed: int = 0) -> CheckInputs:
+    from distill.batching import encode, pad
+
+    if not texts:
+        raise PipelineError("export checks need test texts, but the test split is empty; set data.test_fraction > 0")
+    ids, _ = encode(tokenizer, texts, max_length)
+    pad_id = tokenizer.pad_token_id or 0
+    by_len = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    singles = sorted({by_len[0], by_len[len(by_len) // 2], by_len[-1]})
+    rest = [i for i in range(len(ids)) if i not in singles]
+    random.Random(seed).shuffle(rest)
+    groups = [[i] for i in singles] + [rest[i: i + batch_size] for i in range(0, len(rest), batch_size)]
+    batches = []
+    for g in groups:
+        x, m = pad([ids[i] for i in g], pad_id)  # (B, T) each
+        batches.append((x.numpy(), m.numpy()))
+    lengths = [len(s) for s in ids]
+    n_padded = sum(1 for x, m in batches if x.shape[0] > 1 and (m == 0).any())
+    desc = (f"{len(ids)} test texts, {min(lengths)}-{max(lengths)} tokens: {len(singles)} alone (batch 1), "
+            f"{len(batches) - len(singles)} batches of up to {batch_size} ({n_padded} with padding)")
+    return CheckInputs(batches, desc)
+
+
+def ort_session(path: Path, threads: int = 0):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3  # the CPU provider's "some nodes were not assigned" notes are expected
+    try:
+        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/NotImplemented types
+        raise PipelineError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0][:300]}); "
+                            f"re-run the stage that wrote it") from None
+
+
+def ort_runner(session) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    names = {i.name for i in session.get_inputs()}
+
+    def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        feed = {"input_ids": ids, "attention_mask": mask}
+        return session.run(["logits"], {k: v for k, v in feed.items() if k in names})[0].astype(np.float32)
+
+    return run  # (B, T), (B, T) -> (B, C)
+
+
+def torch_runner(model: torch.nn.Module) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    model.eval()
+
+    @torch.no_grad()
+    def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return model(torch.from_numpy(ids), torch.from_numpy(mask)).float().numpy()
+
+    return run
+
+
+def _all_logits(fn, inputs: CheckInputs) -> np.ndarray:
+    return np.concatenate([fn(x, m) for x, m in inputs.batches])  # (N, C)
+
+
+def max_abs_diff_check(fn, ref_fn, inputs: CheckInputs, atol: float, what: str) -> dict:
+    got, ref = _all_logits(fn, inputs), _all_logits(ref_fn, inputs)
+    value = float(np.abs(got - ref).max()) if np.isfinite(got).all() else float("inf")
+    result = {"kind": "max_abs_diff", "value": value, "tolerance": atol, "passed": value <= atol,
+              "inputs": inputs.description}
+    if not result["passed"]:
+        raise PipelineError(f"{what}: max abs difference of logits {value:.3g} exceeds the tolerance {atol:g} "
+                            f"(quantize.lossless_atol) on {inputs.description}")
+    return result
+
+
+def argmax_check(fn, ref_fn, inputs: CheckInputs, minimum: float, what: str) -> dict:
+    got, ref = _all_logits(fn, inputs), _all_logits(ref_fn, inputs)
+    agree = float((got.argmax(-1) == ref.argmax(-1)).mean())
+    result = {"kind": "argmax_agreement", "value": agree, "tolerance": minimum, "passed": agree >= minimum,
+              "inputs": inputs.description, "max_abs_diff": float(np.abs(got - ref).max())}
+    if not result["passed"]:
+        raise PipelineError(f"{what}: argmax agrees with the fp32 PyTorch model on only {agree:.1%} of "
+                            f"{inputs.description}; the minimum is {minimum:.1%} (quantize.min_argmax_agreement)")
+    return result
+
+
+def predict(fn, tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 64) -> np.ndarray:
+    """Logits (N, C) in the order of texts, in length-sorted padded batches (as eval does for PyTorch)."""
+    from distill.batching import bucketed_batches, encode, pad
+
+    ids, _ = encode(tokenizer, texts, max_length)
+    pad_id = tokenizer.pad_token_id or 0
+    out: list[np.ndarray | None] = [None] * len(ids)
+    for b in bucketed_batches([len(s) for s in ids], batch_size, None):
+        x, m = pad([ids[i] for i in b], pad_id)
+        logits = fn(x.numpy(), m.numpy())
+        for j, i in enumerate(b):
+            out[i] = logits[j]
+    return np.stack(out)  # (N, C)

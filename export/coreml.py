@@ -1,0 +1,279 @@
+"""PyTorch classifier -> Core ML .mlpackage (mlprogram): fp16, int8 weights, 4-bit palettized weights.
+
+Path: torch.jit.trace -> coremltools.convert. torch.export does not convert the LSTM (NOTES), so one path
+serves all models. Batch is fixed at 1 (an app classifies one text at a time); the sequence length is
+flexible (see sequence_shapes for why enumerated shapes where the target allows them).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from pipeline.errors import PipelineError
+
+# Finite, fp16-friendly attention fill: float32's min becomes -inf in fp16 and -inf - -inf gives NaN in
+# softmax; exp(-1e4) underflows to exactly 0 in both fp16 and fp32, so the mask still removes padding.
+MASK_FILL = -1.0e4
+COREML_VARIANTS = ("fp16", "int8", "palettized-4bit")
+SHAPE_MODES = ("auto", "enumerated", "range")
+
+
+class CoreMLBert(nn.Module):
+    """BertForSequenceClassification with an explicit additive mask built from MASK_FILL (not finfo.min)."""
+
+    def __init__(self, hf: nn.Module):
+        super().__init__()
+        self.hf = hf
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        bert = self.hf.bert
+        add = (1.0 - attention_mask.to(torch.float32))[:, None, None, :] * MASK_FILL  # (B, 1, 1, T)
+        h = bert.embeddings(input_ids=input_ids, token_type_ids=torch.zeros_like(input_ids))  # (B, T, D)
+        h = bert.encoder(h, attention_mask=add, return_dict=False)[0]  # (B, T, D)
+        return self.hf.classifier(bert.pooler(h))  # (B, C)
+
+
+class CoreMLRNN(nn.Module):
+    """distill.lstm.RNNClassifier's forward with Core ML-friendly indexing. The per-row reversal of the
+    valid tokens is a one-hot permutation matmul built from float positions (a cumsum of the mask), not
+    an integer gather over arange(traced size): coremltools cannot convert the dynamic Python ints that
+    tracing leaves behind, and casts the gather indices to fp. Positions stay exact in fp16 (< 2048)."""
+
+    def __init__(self, rnn: nn.Module):
+        super().__init__()
+        self.rnn = rnn
+
+    @staticmethod
+    def _reverse_valid(x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(perm, x)  # (B, T, T) @ (B, T, C) -> (B, T, C)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        r, c = self.rnn, self.rnn.config
+        mask = attention_mask.to(torch.float32).unsqueeze(-1)  # (B, T, 1)
+        lengths = mask.sum(1).clamp(min=1.0)  # (B, 1)
+        pos = torch.cumsum(torch.ones_like(mask[..., 0]), 1) - 1.0  # (B, T): 0..T-1
+        src = torch.where(pos < lengths, lengths - 1.0 - pos, pos)  # (B, T): where row step t reads from
+        perm = (src.unsqueeze(2) == pos.unsqueeze(1)).to(torch.float32)  # (B, T, T) one-hot rows
+        x = r.embed(input_ids)  # (B, T, E)
+        for i in range(c.layers):
+            out_f, _ = r.fwd[i](x)  # (B, T, H)
+            if c.bidirectional:
+                out_b, _ = r.bwd[i](self._reverse_valid(x, perm))
+                out_f = torch.cat([out_f, self._reverse_valid(out_b, perm)], dim=-1)  # (B, T, 2H)
+            x = out_f
+        mean = (x * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # (B, D)
+        mx = (x * mask + (mask - 1.0) * 1e4).max(1).values  # (B, D), same finite fill as the source model
+        return r.head(torch.cat([mean, mx], dim=-1))  # (B, C)
+
+
+def traceable(loaded, model_name: str = "model") -> nn.Module:
+    """The module to trace, with the same weights and (checked) the same outputs as the source model."""
+    from distill.lstm import RNNClassifier
+
+    if isinstance(loaded.model, RNNClassifier):
+        return CoreMLRNN(loaded.model).eval()
+    if loaded.kind != "hf":
+        return loaded.model.eval()  # any other (input_ids, attention_mask) -> logits module, traced as is
+    hf = loaded.model.hf
+    if getattr(hf.config, "model_type", "") != "bert" or not hasattr(hf, "bert"):
+        raise PipelineError(f"{model_name} -> coreml: only BERT-type transformers have a Core ML wrapper here, "
+                            f"not '{hf.config.model_type}'; leave {model_name} out of export.coreml_models")
+    return CoreMLBert(hf).eval()
+
+
+def deployment_target(name: str, model_name: str):
+    import coremltools as ct
+
+    # __members__ keeps the aliases (macOS13 = iOS16 ...) that iterating the enum drops
+    known = [n for n in ct.target.__members__ if n.startswith(("iOS", "macOS"))]
+    if name not in known:
+        raise PipelineError(f"{model_name} -> coreml: unknown deployment target export.coreml_target = {name!r}; "
+                            f"choose one of {', '.join(known)} (mlprogram needs iOS15 or later)")
+    target = ct.target[name]
+    if target < ct.target.iOS15:
+        raise PipelineError(f"{model_name} -> coreml: export.coreml_target = {name} cannot hold an mlprogram "
+                            f"(needs iOS15 / macOS12 or later); set export.coreml_target = \"iOS17\"")
+    return target
+
+
+def sequence_shapes(mode: str, lengths: list[int], target, max_length: int, model_name: str) -> tuple[object, str]:
+    """(coremltools shape for (1, T), why). Enumerated shapes let the Neural Engine compile a fixed
+    program per length (a RangeDim model usually falls back to CPU/GPU); with two inputs coremltools
+    needs iOS18 for them, so "auto" uses a RangeDim below iOS18 and says so."""
+    import coremltools as ct
+
+    if mode not in SHAPE_MODES:
+        raise PipelineError(f"{model_name} -> coreml: export.coreml_shapes = {mode!r}; choose one of "
+                            f"{', '.join(SHAPE_MODES)}")
+    lengths = sorted({n for n in lengths if 1 <= n <= max_length} | {max_length})
+    chosen = mode
+    if mode == "auto":
+        mode = "enumerated" if target >= ct.target.iOS18 else "range"
+    if mode == "enumerated":
+        if target < ct.target.iOS18:
+            raise PipelineError(f"{model_name} -> coreml: export.coreml_shapes = 'enumerated' with two inputs needs "
+                                f"export.coreml_target >= iOS18; raise the target or use 'range'")
+        shape = ct.EnumeratedShapes(shapes=[[1, n] for n in lengths], default=[1, lengths[-1]])
+        return shape, (f"enumerated lengths {lengths}: fixed shapes the Neural Engine can compile ahead "
+                       f"(padding up to the next length)")
+    shape = ct.Shape(shape=(1, ct.RangeDim(lower_bound=1, upper_bound=max_length, default=max_length)))
+    why = ("the deployment target is below iOS18, where two enumerated inputs are not allowed" if chosen == "auto"
+           else "chosen by export.coreml_shapes")
+    return shape, (f"range 1..{max_length}: {why}; Core ML may then run it on CPU/GPU rather than the "
+                   f"Neural Engine")
+
+
+def convert(loaded, model_name: str, target_name: str, shapes_mode: str, lengths: list[int], tokenizer_name: str):
+    """fp16 mlprogram with metadata. Returns (MLModel, shape note)."""
+    import coremltools as ct
+
+    target = deployment_target(target_name, model_name)
+    module = traceable(loaded, model_name)
+    T = min(16, loaded.max_length)
+    ids = torch.full((1, T), 5, dtype=torch.long)  # (1, T)
+    mask = torch.ones(1, T, dtype=torch.long)  # (1, T)
+    with torch.no_grad():
+        traced = torch.jit.trace(module, (ids, mask), check_trace=False)
+    shape, note = sequence_shapes(shapes_mode, lengths, target, loaded.max_length, model_name)
+    inputs = [ct.TensorType(name="input_ids", shape=shape, dtype=np.int32),
+              ct.TensorType(name="attention_mask", shape=shape, dtype=np.int32)]
+    try:
+        ml = ct.convert(traced, inputs=inputs, outputs=[ct.TensorType(name="logits")], convert_to="mlprogram",
+                        minimum_deployment_target=target, compute_precision=ct.precision.FLOAT16)
+    except (NotImplementedError, RuntimeError, ValueError, TypeError) as e:
+        op = _op_name(str(e))
+        raise PipelineError(f"{model_name} -> coreml: operator {op} cannot be expressed in Core ML "
+                            f"({str(e).splitlines()[0][:200]}); leave {model_name} out of export.coreml_models "
+                            f"or change the model to avoid {op}") from None
+    md = ml.user_defined_metadata
+    md["labels"] = ",".join(loaded.labels)
+    md["max_length"] = str(loaded.max_length)
+    md["tokenizer"] = tokenizer_name  # its files ship beside the ONNX files, in quantize/<model>/tokenizer
+    md["pad_token_id"] = str(loaded.pad_id)
+    md["sequence_shapes"] = note
+    ml.short_description = f"pocketformer {model_name}: text classifier ({', '.join(loaded.labels)})"
+    return ml, note
+
+
+def compress(ml, variant: str, min_weight_elements: int = 2048):
+    """fp16 as converted, or int8 linear (per-channel symmetric) / 4-bit k-means palettized weights.
+    Weights with fewer than min_weight_elements elements stay fp16 (coremltools' default threshold)."""
+    import coremltools.optimize.coreml as cto
+
+    if variant == "fp16":
+        return ml
+    if variant == "int8":
+        cfg = cto.OptimizationConfig(global_config=cto.OpLinearQuantizerConfig(mode="linear_symmetric",
+                                                                               dtype="int8",
+                                                                               weight_threshold=min_weight_elements))
+        return cto.linear_quantize_weights(ml, config=cfg)
+    if variant == "palettized-4bit":
+        # coremltools' "kmeans" mode needs scikit-learn (not a dependency here): the same 1-D k-means,
+        # written in numpy, goes in as a custom LUT function.
+        cfg = cto.OptimizationConfig(global_config=cto.OpPalettizerConfig(mode="custom", lut_function=kmeans_lut,
+                                                                          weight_threshold=min_weight_elements))
+        return cto.palettize_weights(ml, config=cfg)
+    raise PipelineError(f"unknown Core ML variant '{variant}'; known: {', '.join(COREML_VARIANTS)}")
+
+
+def kmeans_lut(weight: np.ndarray, nbits: int = 4, iterations: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """Lloyd's k-means in 1-D: (lut (2**nbits,), indices (weight.size,)) minimising squared error."""
+    w = weight.astype(np.float32).ravel()  # (N,)
+    k = 1 << nbits
+    centers = np.quantile(w, (np.arange(k) + 0.5) / k).astype(np.float32)  # (k,) quantile init
+    for _ in range(iterations):
+        centers = np.unique(centers)  # sorted; duplicate centres (flat weights) merge
+        idx = np.searchsorted((centers[1:] + centers[:-1]) / 2, w)  # nearest centre per weight
+        sums = np.bincount(idx, weights=w, minlength=len(centers))
+        counts = np.bincount(idx, minlength=len(centers))
+        centers = np.where(counts > 0, sums / np.maximum(counts, 1), centers).astype(np.float32)
+    centers = np.unique(centers)
+    idx = np.searchsorted((centers[1:] + centers[:-1]) / 2, w)
+    lut = np.concatenate([centers, np.full(k - len(centers), centers[-1], np.float32)])  # pad to 2**nbits
+    return lut.astype(weight.dtype), idx.astype(np.uint8)  # LUT in the weight's dtype (fp16 here)
+
+
+def package_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def spec_summary(path: Path) -> dict:
+    """Inputs, outputs, metadata and weight-compression ops read back from the saved package."""
+    import coremltools as ct
+
+    spec = ct.utils.load_spec(str(path))
+    desc = spec.description
+    ops: dict[str, int] = {}
+    for fn in spec.mlProgram.functions.values():
+        for block in fn.block_specializations.values():
+            for op in block.operations:
+                ops[op.type] = ops.get(op.type, 0) + 1
+    return {"inputs": [i.name for i in desc.input], "outputs": [o.name for o in desc.output],
+            "metadata": dict(desc.metadata.userDefined), "spec_version": spec.specificationVersion, "ops": ops}
+
+
+def _op_name(message: str) -> str:
+    m = re.search(r"op '?(\w+)'?", message) or re.search(r"aten::(\w+)", message)
+    return m.group(1) if m else "<unknown op>"
+
+
+def verify_package(path: Path, loaded, variant: str, model_name: str) -> dict:
+    """Read the saved package back and check what an app relies on; raises naming what is wrong."""
+    s = spec_summary(path)
+    problems = []
+    if s["inputs"] != ["input_ids", "attention_mask"] or s["outputs"] != ["logits"]:
+        problems.append(f"inputs {s['inputs']} / outputs {s['outputs']}")
+    md = s["metadata"]
+    if md.get("labels", "").split(",") != list(loaded.labels) or md.get("max_length") != str(loaded.max_length) \
+            or not md.get("tokenizer"):
+        problems.append(f"metadata {md}")
+    wanted = {"int8": ("constexpr_affine_dequantize", "constexpr_blockwise_shift_scale"),
+              "palettized-4bit": ("constexpr_lut_to_dense",)}.get(variant, ())
+    compressed = sum(n for op, n in s["ops"].items() if op in wanted)
+    if wanted and not compressed:
+        problems.append(f"no {'/'.join(wanted)} op: no weight was compressed (export.coreml_min_weight_elements "
+                        f"may exceed every weight)")
+    if problems:
+        raise PipelineError(f"{model_name} -> coreml {variant}: {path.name} failed its read-back check: "
+                            f"{'; '.join(problems)}")
+    return {"inputs": s["inputs"], "outputs": s["outputs"], "spec_version": s["spec_version"],
+            "metadata_keys": sorted(k for k in md if not k.startswith("com.github")),
+            "compressed_weight_ops": compressed}
+
+
+def predict_check(path: Path, ref_fn, tokenizer, texts, max_length: int, lengths: list[int], minimum: float,
+                  what: str) -> dict:
+    """On macOS: argmax agreement of Core ML predictions (one text at a time, padded up to the next allowed
+    length) with the PyTorch model. Elsewhere Core ML cannot run, and the check says so."""
+    import platform
+
+    if platform.system() != "Darwin":
+        return {"kind": "argmax_agreement", "skipped": True,
+                "reason": f"Core ML prediction needs macOS (this is {platform.system()})"}
+    import coremltools as ct
+
+    from distill.batching import encode
+
+    ml = ct.models.MLModel(str(path))
+    ids, _ = encode(tokenizer, texts, max_length)
+    allowed = sorted({n for n in lengths if n <= max_length} | {max_length})
+    pad_id = tokenizer.pad_token_id or 0
+    agree = 0
+    for seq in ids:
+        T = next(n for n in allowed if n >= len(seq)) if "enumerated" in ml.user_defined_metadata.get(
+            "sequence_shapes", "") else len(seq)
+        x = np.full((1, T), pad_id, np.int64)
+        m = np.zeros((1, T), np.int64)
+        x[0, : len(seq)], m[0, : len(seq)] = seq, 1
+        got = ml.predict({"input_ids": x.astype(np.int32), "attention_mask": m.astype(np.int32)})["logits"]
+        agree += int(np.argmax(got) == np.argmax(ref_fn(x, m)))
+    value = agree / len(ids)
+    if value < minimum:
+        raise PipelineError(f"{what}: Core ML argmax agrees with PyTorch on only {value:.1%} of {len(ids)} test "
+                            f"texts; the minimum is {minimum:.1%} (quantize.min_argmax_agreement)")
+    return {"kind": "argmax_agreement", "value": value, "tolerance": minimum, "passed": True,
+            "inputs": f"{len(ids)} test texts, batch 1"}

@@ -1,0 +1,181 @@
+"""Core ML for the generation models.
+
+Student: a stateful KV-cache model (iOS 18 states, coremltools >= 8): the key/value caches are Core ML
+states the model updates in place, inputs are input_ids (1, T) and causal_mask (1, 1, T, past + T), so one
+model serves the prompt and every decode step, like Apple's Llama/Mistral conversion example. Deployment
+targets before iOS 18 have no states: the student is then a fixed-window model (input_ids (1, W) -> logits,
+the whole window recomputed per token). LSTM LM: input_ids (1, T) plus h0/c0 in, logits/h/c out.
+
+The PyTorch module converted here is checked against the transformers model (same greedy tokens) before
+conversion; Core ML prediction itself only runs on macOS, so on Linux that check is recorded as skipped.
+"""
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from pipeline.errors import PipelineError
+
+STATEFUL_TARGETS = ("iOS18",)
+KNOWN_TARGETS = ("iOS16", "iOS17", "iOS18")
+MASK_MIN = -1e4  # finite: float32 min becomes -inf in fp16 and -inf - -inf gives NaN
+
+
+class StatefulLlama(nn.Module):
+    """A Llama-family transformers model re-run with its KV cache in buffers (Core ML states).
+
+    forward(input_ids (1, T), causal_mask (1, 1, T, E)) -> logits (1, T, V); E = past + T, and the new
+    keys/values are written into positions [E - T, E) of the caches.
+    """
+
+    def __init__(self, hf, max_len: int):
+        super().__init__()
+        self.hf = hf.eval()
+        c = hf.config
+        self.heads, self.kv_heads = c.num_attention_heads, c.num_key_value_heads
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        shape = (c.num_hidden_layers, 1, self.kv_heads, max_len, self.head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape))
+        self.register_buffer("v_cache", torch.zeros(shape))
+
+    def _rope(self, t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Rotary embedding with the half width as a Python constant (transformers' rotate_half reads it
+        from the tensor's shape, which the Core ML converter cannot turn into an int)."""
+        half = self.head_dim // 2
+        rotated = torch.cat((-t[..., half:], t[..., :half]), dim=-1)
+        return t * cos + rotated * sin
+
+    def forward(self, input_ids: torch.Tensor, causal_mask: torch.Tensor) -> torch.Tensor:
+        m = self.hf.model
+        T, end = input_ids.shape[1], causal_mask.shape[-1]
+        start = end - T
+        x = m.embed_tokens(input_ids)  # (1, T, D)
+        pos = torch.arange(start, end, dtype=torch.int64).unsqueeze(0)  # (1, T)
+        cos, sin = m.rotary_emb(x, pos)  # (1, T, d) each
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (1, 1, T, d)
+        groups = self.heads // self.kv_heads
+        for i, layer in enumerate(m.layers):
+            a = layer.self_attn
+            h = layer.input_layernorm(x)
+            q = a.q_proj(h).view(1, T, self.heads, self.head_dim).transpose(1, 2)  # (1, H, T, d)
+            k = a.k_proj(h).view(1, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (1, Hkv, T, d)
+            v = a.v_proj(h).view(1, T, self.kv_heads, self.head_dim).transpose(1, 2)
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            self.k_cache[i, :, :, start:end] = k
+            self.v_cache[i, :, :, start:end] = v
+            keys = self.k_cache[i, :, :, :end].repeat_interleave(groups, dim=1)  # (1, H, E, d)
+            vals = self.v_cache[i, :, :, :end].repeat_interleave(groups, dim=1)
+            o = torch.nn.functional.scaled_dot_product_attention(q, keys, vals, attn_mask=causal_mask)  # (1, H, T, d)
+            x = x + a.o_proj(o.transpose(1, 2).reshape(1, T, self.heads * self.head_dim))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return self.hf.lm_head(m.norm(x))  # (1, T, V)
+
+
+def causal_mask(T: int, end: int) -> torch.Tensor:
+    """(1, 1, T, end): query t (at position end - T + t) sees keys up to its own position."""
+    q = torch.arange(end - T, end).unsqueeze(1)  # (T, 1)
+    k = torch.arange(end).unsqueeze(0)  # (1, end)
+    return torch.where(k <= q, 0.0, MASK_MIN).view(1, 1, T, end)
+
+
+@torch.no_grad()
+def stateful_greedy(module: StatefulLlama, prompt: list[int], n: int, cut: int | None) -> list[int]:
+    """Greedy decode through the stateful module (the computation Core ML runs), model ids."""
+    module.k_cache.zero_()
+    module.v_cache.zero_()
+    logits = module(torch.tensor([prompt]), causal_mask(len(prompt), len(prompt)))
+    out = [int(logits[0, -1, :cut].argmax())]
+    while len(out) < n:
+        end = len(prompt) + len(out)
+        logits = module(torch.tensor([[out[-1]]]), causal_mask(1, end))
+        out.append(int(logits[0, -1, :cut].argmax()))
+    return out
+
+
+class WindowLM(nn.Module):
+    """Fixed-window fallback: the whole window recomputed per token, no cache.  (1, W) -> (1, W, V)."""
+
+    def __init__(self, hf):
+        super().__init__()
+        self.hf = hf.eval()
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.hf(input_ids=input_ids, use_cache=False).logits
+
+
+def _target(name: str):
+    import coremltools as ct
+
+    if name not in KNOWN_TARGETS:
+        raise PipelineError(f"export.coreml_target = '{name}' is not one of {', '.join(KNOWN_TARGETS)}")
+    return getattr(ct.target, name)
+
+
+def convert_student(hf, max_len: int, window: int, target: str):
+    """(mlmodel, how): stateful KV cache for iOS 18, else a fixed window of `window` tokens."""
+    import coremltools as ct
+
+    if target in STATEFUL_TARGETS:
+        module = StatefulLlama(hf, max_len).eval()
+        ex = (torch.zeros((1, 2), dtype=torch.int64), causal_mask(2, 2))
+        traced = torch.jit.trace(module, ex)
+        T = ct.RangeDim(1, max_len, default=1)
+        E = ct.RangeDim(1, max_len, default=1)
+        shape = tuple(module.k_cache.shape)
+        ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, T), dtype=int),
+                                        ct.TensorType("causal_mask", shape=(1, 1, T, E))],
+                        outputs=[ct.TensorType("logits")],
+                        states=[ct.StateType(ct.TensorType(shape=shape), name="k_cache"),
+                                ct.StateType(ct.TensorType(shape=shape), name="v_cache")],
+                        minimum_deployment_target=_target(target), convert_to="mlprogram")
+        return ml, f"stateful KV cache (iOS18 states), up to {max_len} positions"
+    traced = torch.jit.trace(WindowLM(hf), (torch.zeros((1, window), dtype=torch.int64),))
+    ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, window), dtype=int)],
+                    outputs=[ct.TensorType("logits")], minimum_deployment_target=_target(target),
+                    convert_to="mlprogram")
+    return ml, f"fixed window of {window} tokens, no cache ({target} has no Core ML states)"
+
+
+def convert_lstm(model, max_len: int, target: str):
+    """LSTM LM: only torch.jit.trace converts an LSTM (torch.export fails)."""
+    import coremltools as ct
+
+    model = model.eval()
+    h, c = model.zero_state(1)
+    traced = torch.jit.trace(model, (torch.zeros((1, 4), dtype=torch.int64), h, c))
+    ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, ct.RangeDim(1, max_len, default=1)), dtype=int),
+                                    ct.TensorType("h0", shape=tuple(h.shape)), ct.TensorType("c0", shape=tuple(c.shape))],
+                    outputs=[ct.TensorType("logits"), ct.TensorType("h"), ct.TensorType("c")],
+                    minimum_deployment_target=_target(target), convert_to="mlprogram")
+    return ml, f"LSTM with explicit state, 1..{max_len} tokens per call"
+
+
+def compress(ml, variant: str):
+    """fp16 (the converter's default precision), int8 weights, or 4-bit palettized weights."""
+    import coremltools.optimize.coreml as cto
+
+    if variant == "fp16":
+        return ml
+    if variant == "int8":
+        return cto.linear_quantize_weights(ml, cto.OptimizationConfig(
+            global_config=cto.OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8")))
+    if variant == "palettized-4bit":
+        return cto.palettize_weights(ml, cto.OptimizationConfig(
+            global_config=cto.OpPalettizerConfig(mode="kmeans", nbits=4)))
+    raise PipelineError(f"export.coreml_variants has '{variant}'; known: fp16, int8, palettized-4bit")
+
+
+def can_predict() -> tuple[bool, str]:
+    if platform.system() == "Darwin":
+        return True, ""
+    return False, f"Core ML prediction runs only on macOS (this is {platform.system()})"
+
+
+def save(ml, path: Path, metadata: dict[str, str]) -> int:
+    for k, v in metadata.items():
+        ml.user_defined_metadata[k] = str(v)
+    ml.save(str(path))
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

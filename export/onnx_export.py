@@ -1,0 +1,72 @@
+"""PyTorch classifier -> fp32 ONNX graph (legacy TorchScript exporter, dynamic batch and sequence axes).
+
+The legacy exporter (dynamo=False) is used on purpose: ORT's transformer optimizer fuses Attention /
+SkipLayerNormalization / Gelu only on its graphs, and its native LSTM op is what quantize_dynamic turns
+into DynamicQuantizeLSTM (NOTES, "Export and quantization").
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from pipeline.errors import PipelineError
+
+INPUT_NAMES = ["input_ids", "attention_mask"]
+OUTPUT_NAMES = ["logits"]
+DYNAMIC_AXES = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
+                "logits": {0: "batch"}}
+# Below 13 the quantizer cannot write per-channel QDQ (axis on DequantizeLinear); above what the installed
+# onnx knows, the checker rejects the file. Both bounds are checked before exporting.
+MIN_OPSET = 13
+
+
+def max_supported_opset() -> int:
+    import onnx.defs
+
+    return min(onnx.defs.onnx_opset_version(), torch.onnx._constants.ONNX_MAX_OPSET)
+
+
+def check_opset(opset: int, model_name: str) -> None:
+    top = max_supported_opset()
+    if not MIN_OPSET <= opset <= top:
+        raise PipelineError(f"{model_name} -> onnx: quantize.opset = {opset} is outside {MIN_OPSET}..{top} "
+                            f"({MIN_OPSET} is the lowest that holds per-channel int8, {top} the highest this "
+                            f"torch/onnx can write); set quantize.opset = 17")
+
+
+def example_inputs(batch: int = 2, seq: int = 8, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dummy (input_ids, attention_mask) with one padded row, so the traced graph keeps the mask path."""
+    ids = torch.randint(5, 20, (batch, seq), dtype=torch.long)  # (B, T), ids inside every vocab used here
+    mask = torch.ones(batch, seq, dtype=torch.long)  # (B, T)
+    mask[-1, seq // 2:] = 0
+    ids[mask == 0] = pad_id
+    return ids, mask
+
+
+def export_onnx(model: nn.Module, out: Path, opset: int, model_name: str, pad_id: int = 0) -> Path:
+    """Write model as ONNX to out; raises PipelineError naming the op when the opset cannot express it."""
+    check_opset(opset, model_name)
+    model = model.eval()  # the legacy exporter restores the module's mode: a train-mode wrapper adds dropout
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with torch.no_grad():
+            torch.onnx.export(model, example_inputs(pad_id=pad_id), str(out), dynamo=False,
+                              input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES,
+                              opset_version=opset, do_constant_folding=True)
+    except torch.onnx.errors.OnnxExporterError as e:  # UnsupportedOperatorError and SymbolicValueError
+        op = _op_name(str(e))
+        raise PipelineError(f"{model_name} -> onnx (opset {opset}): operator {op} cannot be exported "
+                            f"({_first_line(e)}); raise quantize.opset or change the model so it avoids {op}") from None
+    return out
+
+
+def _op_name(message: str) -> str:
+    m = re.search(r"operator '([\w:.]+)'", message) or re.search(r"(aten::\w+|prim::\w+|onnx::\w+)", message)
+    return m.group(1) if m else "<unknown op>"
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().split("\n")[0][:300]

@@ -1,0 +1,41 @@
+"""fp32 ONNX -> ORT transformer-optimized ONNX (fused Attention, SkipLayerNormalization, Gelu, EmbedLayerNorm).
+
+Only for transformer encoders: the fusions are pattern matches on BERT-shaped subgraphs, and an LSTM
+graph has nothing for them to match.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from pipeline.errors import PipelineError
+
+# Fused ops the optimizer should produce on a BERT graph; none of them found means the patterns did not
+# match (e.g. a dynamo-exported graph) and the "optimized" file would just be a renamed fp32 file.
+FUSED_OPS = ("Attention", "MultiHeadAttention", "SkipLayerNormalization", "EmbedLayerNormalization",
+             "Gelu", "FastGelu", "BiasGelu", "LayerNormalization")
+
+
+def op_counts(path: Path) -> dict[str, int]:
+    import onnx
+
+    return dict(Counter(n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node))
+
+
+def optimize_transformer(src: Path, out: Path, num_heads: int, hidden_size: int, model_name: str,
+                         model_type: str = "bert") -> dict[str, int]:
+    """Write the fused graph to out; returns the counts of fused ops (raises if nothing fused)."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    # opt_level 0: only the Python fusions, no ORT graph rewrites baked in for this machine's CPU, so
+    # the same file serves the .ort converter and other providers.
+    opt = optimize_model(str(src), model_type=model_type, num_heads=num_heads, hidden_size=hidden_size,
+                         opt_level=0, use_gpu=False)
+    opt.save_model_to_file(str(out))
+    counts = op_counts(out)
+    fused = {op: counts[op] for op in FUSED_OPS if counts.get(op)}
+    if not any(op in fused for op in ("Attention", "MultiHeadAttention", "SkipLayerNormalization")):
+        raise PipelineError(f"{model_name} -> onnx-optimized: ORT's optimizer fused no attention or "
+                            f"SkipLayerNormalization in {src.name} (ops: {sorted(counts)}); export with the "
+                            f"legacy exporter (dynamo=False) or leave 'optimized' out of quantize.variants")
+    return fused

@@ -1,0 +1,123 @@
+"""ONNX -> lossy ONNX variants: int8 dynamic (weights), int8 static QDQ (calibrated), fp16.
+
+Each function writes one file and returns what it did (quantized op counts), so the stage can record it
+and a test can see that the ops that matter really changed type.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from export.optimize import op_counts
+from pipeline.errors import PipelineError
+
+# Gather is listed on purpose: the word-embedding table is most of a small student's (and an LSTM's)
+# weights, and left in fp32 it caps the size gain near 1.3x instead of ~4x.
+DYNAMIC_OPS = ["MatMul", "Attention", "EmbedLayerNormalization", "Gather", "LSTM"]
+# Static QDQ: the weight ops and the data-movement ops between them. Add and Softmax stay float: BERT's
+# additive attention mask (float32 min) stretches the quantized range of scores + mask to ~3.4e38 and
+# rounds every real score to zero. On the tiny test teacher quantizing Add or Softmax dropped argmax
+# agreement with PyTorch from 100% to 65%.
+STATIC_OPS = ["MatMul", "Gemm", "Gather", "GatherElements", "LayerNormalization", "Transpose", "Reshape",
+              "Squeeze", "Unsqueeze", "Slice", "Concat", "Split", "Where"]
+
+
+def quantize_int8_dynamic(src: Path, out: Path, model_name: str) -> dict[str, int]:
+    """int8 weights, activations quantized on the fly. LSTM -> DynamicQuantizeLSTM, MatMul -> MatMulInteger."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # DefaultTensorType: the optimizer's fused ops carry no output type info the quantizer can infer
+    quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=DYNAMIC_OPS,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    counts = op_counts(out)
+    before = op_counts(src)
+    if before.get("LSTM") and counts.get("LSTM"):
+        raise PipelineError(f"{model_name} -> int8-dynamic: {counts['LSTM']} LSTM op(s) were left in fp32 in "
+                            f"{out.name}; export with the legacy exporter (its LSTM weights are initializers)")
+    return _quantized(counts)
+
+
+class TextCalibration:
+    """Calibration batches for quantize_static: tokenized training texts, padded per batch (like inference)."""
+
+    def __init__(self, tokenizer, texts: list[str], max_length: int, batch_size: int = 16):
+        from distill.batching import bucketed_batches, encode, pad
+
+        ids, _ = encode(tokenizer, texts, max_length)
+        pad_id = tokenizer.pad_token_id or 0
+        self.batches = []
+        for b in bucketed_batches([len(s) for s in ids], batch_size, None):
+            x, m = pad([ids[i] for i in b], pad_id)  # (B, T) each
+            self.batches.append({"input_ids": x.numpy(), "attention_mask": m.numpy()})
+
+    def reader(self):
+        from onnxruntime.quantization import CalibrationDataReader
+
+        batches = self.batches
+
+        class _Reader(CalibrationDataReader):
+            def __init__(self):
+                self.it: Iterator[dict[str, np.ndarray]] = iter(batches)
+
+            def get_next(self):
+                return next(self.it, None)
+
+        return _Reader()
+
+
+def quantize_int8_static(src: Path, out: Path, calibration: TextCalibration, activation_type: str,
+                         per_channel: bool, model_name: str) -> dict[str, int]:
+    """QDQ graph: per-channel int8 weights, activations of activation_type with MinMax ranges from calibration.
+
+    ORT's QDQ quantizer has no LSTM rule; so that the LSTM is not left in fp32, its weights are then
+    quantized dynamically (DynamicQuantizeLSTM) in the same file.
+    """
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    if not calibration.batches:
+        raise PipelineError(f"{model_name} -> int8-static: no calibration texts; the training split is empty")
+    act = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}[activation_type]
+    with tempfile.TemporaryDirectory() as tmp:
+        pre = Path(tmp) / "pre.onnx"
+        # auto_merge: BERT's mask arithmetic otherwise stops symbolic shape inference ("Incomplete ...")
+        quant_pre_process(str(src), str(pre), auto_merge=True)
+        qdq = Path(tmp) / "qdq.onnx"
+        quantize_static(str(pre), str(qdq), calibration.reader(), quant_format=QuantFormat.QDQ,
+                        per_channel=per_channel, activation_type=act, weight_type=QuantType.QInt8,
+                        op_types_to_quantize=STATIC_OPS)
+        if op_counts(qdq).get("LSTM"):
+            quantize_dynamic(str(qdq), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["LSTM"])
+        else:
+            qdq.replace(out)
+    counts = op_counts(out)
+    if not counts.get("QuantizeLinear"):
+        raise PipelineError(f"{model_name} -> int8-static: the quantizer inserted no QuantizeLinear in {out.name}; "
+                            f"the graph has no op ORT's QDQ quantizer handles")
+    return _quantized(counts)
+
+
+def convert_fp16(src: Path, out: Path, model_name: str) -> dict[str, int]:
+    """fp16 weights and compute, fp32 inputs/outputs kept (keep_io_types) so callers feed the same arrays."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    try:
+        model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+    except Exception as e:  # the converter raises bare ValueError/AssertionError on graphs it cannot type
+        raise PipelineError(f"{model_name} -> fp16: converting {src.name} failed ({e}); "
+                            f"leave 'fp16' out of quantize.variants for this model") from None
+    onnx.save(model, str(out))
+    counts = op_counts(out)
+    init16 = sum(1 for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16)
+    return {**_quantized(counts), "fp16_initializers": init16}
+
+
+def _quantized(counts: dict[str, int]) -> dict[str, int]:
+    keep = ("DynamicQuantizeLSTM", "MatMulInteger", "QAttention", "QEmbedLayerNormalization", "QuantizeLinear",
+            "DequantizeLinear", "DynamicQuantizeLinear", "LSTM", "MatMul", "Cast")
+    return {op: counts[op] for op in keep if counts.get(op)}

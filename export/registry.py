@@ -1,0 +1,168 @@
+"""Exporters keyed by name: each turns one model (or one of its ONNX files) into one file of one format.
+
+An exporter gets an ExportJob and writes job.out; it returns details worth recording (fused or quantized
+op counts, the source file). Every key here must have a test named test_exporter_<key, - as _> in
+tests/test_export_*.py (tests/test_export_registry.py fails otherwise).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pipeline.errors import PipelineError
+
+
+@dataclass
+class ExportJob:
+    model_name: str
+    loaded: object  # distill.models.LoadedModel: the PyTorch source
+    out: Path  # the file (or .mlpackage folder) to write
+    quantize: object  # pipeline.config.QuantizeSection
+    export: object  # pipeline.config.ExportSection
+    variant: str = ""  # which variant of a multi-variant exporter (ort: the ONNX variant; coreml: fp16 ...)
+    sources: dict[str, Path] = field(default_factory=dict)  # ONNX variant -> file already written
+    calibration_texts: Sequence[str] = ()
+    cache: dict = field(default_factory=dict)  # per-model scratch shared across variants (Core ML base)
+
+
+@dataclass(frozen=True)
+class Exporter:
+    fn: Callable[[ExportJob], dict]
+    format: str  # onnx | ort | coreml
+    lossless: bool  # checked by max abs diff (True) or argmax agreement (False)
+    transformer_only: bool = False
+
+
+EXPORTERS: dict[str, Exporter] = {}
+# quantize.variants names -> exporter keys (the ONNX variants the quantize stage writes)
+ONNX_VARIANTS = {"fp32": "onnx", "optimized": "onnx-optimized", "int8-dynamic": "int8-dynamic",
+                 "int8-static": "int8-static", "fp16": "fp16"}
+
+
+def exporter(name: str, fmt: str, lossless: bool, transformer_only: bool = False):
+    def wrap(fn):
+        EXPORTERS[name] = Exporter(fn, fmt, lossless, transformer_only)
+        return fn
+    return wrap
+
+
+def get_exporter(name: str) -> Exporter:
+    if name not in EXPORTERS:
+        raise PipelineError(f"unknown exporter '{name}'. Known exporters: {', '.join(EXPORTERS)}")
+    return EXPORTERS[name]
+
+
+def for_variant(variant: str) -> Exporter:
+    if variant not in ONNX_VARIANTS:
+        raise PipelineError(f"unknown ONNX variant '{variant}' in quantize.variants. Known: {', '.join(ONNX_VARIANTS)}")
+    return EXPORTERS[ONNX_VARIANTS[variant]]
+
+
+def load_source(folder: Path, model_name: str, fmt: str):
+    """The PyTorch model to export; a missing or corrupt checkpoint is one error naming model and format."""
+    from safetensors import SafetensorError
+
+    from distill.models import load_model
+
+    try:
+        return load_model(folder, model_name)
+    except PipelineError as e:
+        raise PipelineError(f"{model_name} -> {fmt}: {e}") from None
+    except (SafetensorError, OSError, ValueError, RuntimeError, KeyError) as e:  # bytes that are not a checkpoint
+        raise PipelineError(f"{model_name} -> {fmt}: the checkpoint in {folder} is missing or corrupt "
+                            f"({str(e).splitlines()[0][:200]}); re-run the stage that trains it") from None
+
+
+def _source(job: ExportJob, *prefer: str) -> tuple[str, Path]:
+    for v in prefer:
+        if v in job.sources:
+            return v, job.sources[v]
+    raise PipelineError(f"{job.model_name}: {job.out.name} is made from the {' or '.join(prefer)} ONNX file, "
+                        f"which was not written; keep 'fp32' first in quantize.variants")
+
+
+@exporter("onnx", "onnx", lossless=True)
+def _onnx(job: ExportJob) -> dict:
+    from export.onnx_export import export_onnx
+
+    export_onnx(job.loaded.model, job.out, job.quantize.opset, job.model_name, job.loaded.pad_id)
+    return {"source": "pytorch"}
+
+
+@exporter("onnx-optimized", "onnx", lossless=True, transformer_only=True)
+def _onnx_optimized(job: ExportJob) -> dict:
+    from export.optimize import optimize_transformer
+
+    if job.loaded.kind != "hf":
+        raise PipelineError(f"{job.model_name} -> onnx-optimized: ORT's transformer optimizer applies to "
+                            f"transformer models only; leave 'optimized' out for this model")
+    from onnxruntime.transformers.optimizer import MODEL_TYPES
+
+    src_name, src = _source(job, "fp32")
+    hf_cfg = job.loaded.model.hf.config
+    model_type = hf_cfg.model_type if hf_cfg.model_type in MODEL_TYPES else "bert"  # encoder patterns by default
+    fused = optimize_transformer(src, job.out, hf_cfg.num_attention_heads, hf_cfg.hidden_size, job.model_name,
+                                 model_type)
+    return {"source": src_name, "fused_ops": fused}
+
+
+@exporter("int8-dynamic", "onnx", lossless=False)
+def _int8_dynamic(job: ExportJob) -> dict:
+    from export.quantize import quantize_int8_dynamic
+
+    # the fused graph when there is one: ORT then runs QAttention / QEmbedLayerNormalization kernels
+    src_name, src = _source(job, "optimized", "fp32")
+    return {"source": src_name, "quantized_ops": quantize_int8_dynamic(src, job.out, job.model_name)}
+
+
+@exporter("int8-static", "onnx", lossless=False)
+def _int8_static(job: ExportJob) -> dict:
+    from export.quantize import TextCalibration, quantize_int8_static
+
+    q = job.quantize
+    src_name, src = _source(job, "fp32")  # QDQ on the unfused graph: every MatMul gets its own Q/DQ pair
+    texts = list(job.calibration_texts)[: q.calibration_samples]
+    calib = TextCalibration(job.loaded.tokenizer, texts, job.loaded.max_length)
+    ops = quantize_int8_static(src, job.out, calib, q.activation_type, q.per_channel, job.model_name)
+    return {"source": src_name, "quantized_ops": ops, "calibration_texts": len(texts),
+            "activation_type": q.activation_type, "per_channel": q.per_channel}
+
+
+@exporter("fp16", "onnx", lossless=False)
+def _fp16(job: ExportJob) -> dict:
+    from export.quantize import convert_fp16
+
+    src_name, src = _source(job, "optimized", "fp32")
+    return {"source": src_name, "converted_ops": convert_fp16(src, job.out, job.model_name)}
+
+
+@exporter("ort", "ort", lossless=True)
+def _ort(job: ExportJob) -> dict:
+    from export.ort_format import convert_to_ort
+
+    src_name, src = _source(job, job.variant)
+    convert_to_ort([(job.model_name, src, job.out)], job.export.ort_target_platform)
+    return {"source": src_name}
+
+
+@exporter("coreml", "coreml", lossless=False)
+def _coreml(job: ExportJob) -> dict:
+    from export.coreml import compress, convert, spec_summary
+
+    e = job.export
+    if "base" not in job.cache:  # one conversion per model; the variants compress its weights
+        job.cache["base"] = convert(job.loaded, job.model_name, e.coreml_target, e.coreml_shapes,
+                                    list(e.coreml_lengths), tokenizer_name(job.loaded.tokenizer))
+    base, note = job.cache["base"]
+    ml = compress(base, job.variant, e.coreml_min_weight_elements)
+    ml.save(str(job.out))
+    return {"source": "pytorch (torch.jit.trace)", "sequence_shapes": note, "spec": spec_summary(job.out)}
+
+
+def tokenizer_name(tok) -> str:
+    """What an app needs to pick the matching tokenizer: class, vocabulary size, lower-casing."""
+    lower = getattr(tok, "do_lower_case", None)
+    if lower is None:
+        lower = getattr(tok, "init_kwargs", {}).get("do_lower_case")
+    return f"{type(tok).__name__} (vocab {len(tok)}, lower_case={lower})"

@@ -1,0 +1,205 @@
+"""ONNX exporters on tiny random-weight models: fp32 export, ORT transformer fusion, int8 dynamic / static
+and fp16 variants, each run through onnxruntime and compared with the PyTorch model."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_texts, tiny_bert_config, write_tokenizer
+from pipeline.config import ExportSection, QuantizeSection
+from pipeline.errors import PipelineError
+
+LABELS = ["negative", "neutral", "positive"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """A tiny BERT classifier and a tiny BiLSTM classifier saved as model folders, then loaded."""
+    from transformers import BertForSequenceClassification
+
+    from distill.lstm import RNNClassifier, RNNConfig
+    from distill.models import HFLogits, load_model, save_model
+
+    root = tmp_path_factory.mktemp("export_models")
+    tok = write_tokenizer(root / "tok")
+    torch.manual_seed(0)
+    bert = HFLogits(BertForSequenceClassification(tiny_bert_config(num_labels=3, initializer_range=0.3)))
+    save_model(root / "bert", bert, tok, LABELS, "hf", 32)
+    rnn = RNNClassifier(RNNConfig(vocab_size=len(tok), num_labels=3, embed_dim=16, hidden=16))
+    save_model(root / "lstm", rnn, tok, LABELS, "rnn", 32)
+    return {"bert": load_model(root / "bert", "student"), "lstm": load_model(root / "lstm", "lstm")}
+
+
+@pytest.fixture(scope="module")
+def inputs(models):
+    from export.checks import check_inputs
+
+    return check_inputs(models["bert"].tokenizer, [t for t, _ in make_texts(40, seed=5)], 32)
+
+
+def logits(fn, inputs) -> np.ndarray:
+    return np.concatenate([fn(x, m) for x, m in inputs.batches])  # (N, C)
+
+
+def sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
+    """Signal-to-quantization-noise ratio of got against ref, in dB (torchao's measure for lossy steps)."""
+    return float(20 * np.log10(np.linalg.norm(ref) / max(np.linalg.norm(ref - got), 1e-12)))
+
+
+def run_exporter(key: str, model, out, sources=None, variant="", calibration=(), **q):
+    from export.registry import ExportJob, get_exporter
+
+    job = ExportJob("student" if model.kind == "hf" else "lstm", model, out, QuantizeSection(**q), ExportSection(),
+                    variant=variant, sources=dict(sources or {}), calibration_texts=list(calibration))
+    return get_exporter(key).fn(job)
+
+
+def compare(path, model, inputs):
+    from export.checks import ort_runner, ort_session, torch_runner
+
+    return logits(ort_runner(ort_session(path)), inputs), logits(torch_runner(model.model), inputs)
+
+
+@pytest.fixture(scope="module")
+def onnx_files(models, tmp_path_factory):
+    """fp32 (both models) and optimized (BERT) files that the derived variants start from."""
+    out = tmp_path_factory.mktemp("onnx")
+    files = {}
+    for k, m in models.items():
+        run_exporter("onnx", m, out / f"{k}-fp32.onnx")
+        files[k] = {"fp32": out / f"{k}-fp32.onnx"}
+    run_exporter("onnx-optimized", models["bert"], out / "bert-optimized.onnx", files["bert"])
+    files["bert"]["optimized"] = out / "bert-optimized.onnx"
+    return files
+
+
+@pytest.mark.parametrize("kind", ["bert", "lstm"])
+def test_exporter_onnx(models, inputs, onnx_files, kind):
+    import onnx
+
+    path = onnx_files[kind]["fp32"]
+    graph = onnx.load(str(path)).graph
+    assert [i.name for i in graph.input] == ["input_ids", "attention_mask"]
+    assert [o.name for o in graph.output] == ["logits"]
+    dims = [d.dim_param for d in graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["batch", "sequence"]  # dynamic axes, not the example's 2 x 8
+    assert onnx.load(str(path)).opset_import[0].version == 17
+    if kind == "lstm":
+        assert sum(n.op_type == "LSTM" for n in graph.node) == 2  # one native LSTM op per direction
+    got, ref = compare(path, models[kind], inputs)
+    assert np.abs(got - ref).max() < 1e-4  # padded batches and batch 1 alike
+    assert got.shape == (len(ref), 3)
+
+
+def test_exporter_onnx_optimized(models, inputs, onnx_files):
+    from export.optimize import op_counts
+
+    counts = op_counts(onnx_files["bert"]["optimized"])
+    assert counts.get("Attention") == 2 and counts.get("SkipLayerNormalization") == 4  # 2 layers
+    assert counts.get("EmbedLayerNormalization") == 1
+    assert "Softmax" not in counts  # attention really fused, not left beside the fused op
+    got, ref = compare(onnx_files["bert"]["optimized"], models["bert"], inputs)
+    assert np.abs(got - ref).max() < 1e-4
+    with pytest.raises(PipelineError, match="transformer models only"):
+        run_exporter("onnx-optimized", models["lstm"], onnx_files["lstm"]["fp32"].with_name("x.onnx"),
+                     onnx_files["lstm"])
+
+
+@pytest.mark.parametrize("kind", ["bert", "lstm"])
+def test_exporter_int8_dynamic(models, inputs, onnx_files, kind, tmp_path):
+    import onnx
+
+    out = tmp_path / "int8.onnx"
+    details = run_exporter("int8-dynamic", models[kind], out, onnx_files[kind])
+    ops = details["quantized_ops"]
+    if kind == "lstm":
+        assert ops.get("DynamicQuantizeLSTM") == 2 and "LSTM" not in ops  # the LSTM itself is int8
+        assert details["source"] == "fp32"
+    else:
+        assert ops.get("QAttention") == 2 and ops.get("QEmbedLayerNormalization") == 1
+        assert details["source"] == "optimized"
+    # the embedding tables (Gather data, or QEmbedLayerNormalization's uint8 tables) are 8-bit, not fp32
+    model = onnx.load(str(out))
+    biggest = max(model.graph.initializer, key=lambda t: int(np.prod(t.dims)))
+    assert biggest.data_type in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8), biggest.name
+    got, ref = compare(out, models[kind], inputs)
+    assert sqnr_db(ref, got) > 15.0
+    assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
+
+
+@pytest.mark.parametrize("kind", ["bert", "lstm"])
+def test_exporter_int8_static(models, inputs, onnx_files, kind, tmp_path):
+    import onnx
+
+    out = tmp_path / "qdq.onnx"
+    calib = [t for t, _ in make_texts(48, seed=1)]
+    details = run_exporter("int8-static", models[kind], out, onnx_files[kind], calibration=calib)
+    assert details["calibration_texts"] == 48 and details["activation_type"] == "uint8"
+    model = onnx.load(str(out))
+    q_nodes = [n for n in model.graph.node if n.op_type == "QuantizeLinear"]
+    assert q_nodes
+    zero_points = {t.name: t for t in model.graph.initializer}
+    act_types = {zero_points[n.input[2]].data_type for n in q_nodes if len(n.input) > 2 and n.input[2] in zero_points}
+    assert act_types == {onnx.TensorProto.UINT8}  # activations uint8, as configured
+    per_channel = [n for n in model.graph.node if n.op_type == "DequantizeLinear"
+                   and any(a.name == "axis" for a in n.attribute)]
+    assert per_channel  # weight DequantizeLinear nodes carry an axis: per-channel scales
+    if kind == "lstm":
+        assert details["quantized_ops"].get("DynamicQuantizeLSTM") == 2 and "LSTM" not in details["quantized_ops"]
+    got, ref = compare(out, models[kind], inputs)
+    assert sqnr_db(ref, got) > 15.0
+    # the other activation type is honoured too
+    run_exporter("int8-static", models[kind], tmp_path / "s8.onnx", onnx_files[kind], calibration=calib,
+                 activation_type="int8")
+    s8 = onnx.load(str(tmp_path / "s8.onnx"))
+    inits = {t.name: t.data_type for t in s8.graph.initializer}
+    assert onnx.TensorProto.INT8 in {inits.get(n.input[2]) for n in s8.graph.node
+                                     if n.op_type == "QuantizeLinear" and len(n.input) > 2}
+
+
+@pytest.mark.parametrize("kind", ["bert", "lstm"])
+def test_exporter_fp16(models, inputs, onnx_files, kind, tmp_path):
+    import onnx
+
+    out = tmp_path / "fp16.onnx"
+    details = run_exporter("fp16", models[kind], out, onnx_files[kind])
+    model = onnx.load(str(out))
+    floats = [t for t in model.graph.initializer if t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)]
+    assert details["converted_ops"]["fp16_initializers"] >= 0.9 * len(floats)
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT64  # io types kept
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    got, ref = compare(out, models[kind], inputs)
+    assert sqnr_db(ref, got) > 40.0
+    assert (got.argmax(-1) == ref.argmax(-1)).all()
+
+
+def test_onnx_errors_name_model_format_and_op(models, tmp_path):
+    class FFTHead(torch.nn.Module):
+        def forward(self, input_ids, attention_mask):
+            return torch.fft.fft(input_ids.float()).real[:, :3]  # (B, 3)
+
+    from export.onnx_export import export_onnx
+
+    with pytest.raises(PipelineError, match=r"custom -> onnx \(opset 17\): operator aten::fft_fft"):
+        export_onnx(FFTHead(), tmp_path / "fft.onnx", 17, "custom")
+    with pytest.raises(PipelineError, match=r"lstm -> onnx: quantize.opset = 9 .*set quantize.opset = 17"):
+        run_exporter("onnx", models["lstm"], tmp_path / "low.onnx", opset=9)
+    assert not (tmp_path / "low.onnx").exists()
+    with pytest.raises(PipelineError, match="fp32 ONNX file, which was not written"):
+        run_exporter("int8-static", models["lstm"], tmp_path / "q.onnx", {})
+
+
+def test_corrupt_checkpoint_is_one_clear_error(models, tmp_path):
+    import shutil
+
+    from export.registry import load_source
+
+    for kind, name in (("lstm", "lstm"), ("bert", "student")):
+        folder = tmp_path / kind
+        shutil.copytree(models[kind].folder, folder)
+        (folder / "model.safetensors").write_bytes(b"not a safetensors file")
+        with pytest.raises(PipelineError, match=f"{name} -> onnx: the checkpoint .* is missing or corrupt"):
+            load_source(folder, name, "onnx")
+    with pytest.raises(PipelineError, match=r"lstm -> coreml: .* not a trained model folder"):
+        load_source(tmp_path / "nothing", "lstm", "coreml")
