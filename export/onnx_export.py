@@ -7,6 +7,7 @@ into DynamicQuantizeLSTM (NOTES, "Export and quantization").
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import torch
@@ -52,7 +53,12 @@ def export_onnx(model: nn.Module, out: Path, opset: int, model_name: str, pad_id
     model = model.eval()  # the legacy exporter restores the module's mode: a train-mode wrapper adds dropout
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with torch.no_grad():
+        # Trace-time warnings (constants captured, the LSTM batch-size caution) are noise here: every
+        # exported file is compared with the PyTorch model on real padded batches right after.
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.filterwarnings("ignore", message=".*batch_size other than 1.*")
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
             torch.onnx.export(model, example_inputs(pad_id=pad_id), str(out), dynamo=False,
                               input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES,
                               opset_version=opset, do_constant_folding=True)

@@ -61,17 +61,12 @@ def for_variant(variant: str) -> Exporter:
 
 def load_source(folder: Path, model_name: str, fmt: str):
     """The PyTorch model to export; a missing or corrupt checkpoint is one error naming model and format."""
-    from safetensors import SafetensorError
-
     from distill.models import load_model
 
     try:
-        return load_model(folder, model_name)
+        return load_model(folder, model_name)  # a bad file is already one PipelineError there
     except PipelineError as e:
-        raise PipelineError(f"{model_name} -> {fmt}: {e}") from None
-    except (SafetensorError, OSError, ValueError, RuntimeError, KeyError) as e:  # bytes that are not a checkpoint
-        raise PipelineError(f"{model_name} -> {fmt}: the checkpoint in {folder} is missing or corrupt "
-                            f"({str(e).splitlines()[0][:200]}); re-run the stage that trains it") from None
+        raise PipelineError(f"{model_name} -> {fmt}: {str(e).removeprefix(model_name + ': ')}") from None
 
 
 def _source(job: ExportJob, *prefer: str) -> tuple[str, Path]:
