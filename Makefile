@@ -16,9 +16,10 @@ RUN     = HF_HUB_OFFLINE=$(OFFLINE) HF_DATASETS_OFFLINE=$(OFFLINE) TRANSFORMERS_
           $(LAUNCH) -m pipeline
 SETS    = $(foreach s,$(SET),--set $(s))
 
-STAGES := data teacher logits distill baseline eval quantize export bench report
+STAGES := data teacher logits distill baseline eval quantize export bench report bundle
+RUN_NAME ?= demo
 
-.PHONY: all install test test-fast $(STAGES) status bench-ddp clean clean-runs help
+.PHONY: all install test test-fast $(STAGES) gpt status bench-ddp verify-bundle phone-bench clean clean-runs help
 
 all: $(STAMP)
 	$(RUN) run --config $(CONFIG) $(SETS)
@@ -54,6 +55,20 @@ bench-ddp: $(STAMP)
 	$(RUN) logits --config $(CONFIG) $(SETS)
 	OMP_NUM_THREADS=2 $(BIN)/python -m distill.throughput --config $(CONFIG) $(SETS)
 	OMP_NUM_THREADS=1 $(BIN)/torchrun --standalone --nproc_per_node=2 -m distill.throughput --config $(CONFIG) $(SETS)
+
+# The generation demo: SmolLM2-135M distilled into a small decoder on the Shakespeare plays.
+gpt: $(STAMP)
+	$(RUN) run --config configs/gpt-demo.toml $(SETS)
+
+verify-bundle: $(STAMP)
+	$(BIN)/python -m pipeline verify-bundle dist/$(RUN_NAME)
+
+# Android: make phone-bench PERF_TEST=/path/to/onnxruntime_perf_test [SERIAL=...] [ADB=...]
+# macOS:   make phone-bench PLATFORM=apple
+phone-bench: $(STAMP)
+	HF_HUB_OFFLINE=$(OFFLINE) $(BIN)/python -m pipeline phone-bench --config $(CONFIG) $(SETS) \
+	  $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(ADB),--adb $(ADB)) \
+	  $(if $(PERF_TEST),--perf-test $(PERF_TEST)) $(if $(SERIAL),--serial $(SERIAL))
 
 status: $(STAMP)
 	$(RUN) status --config $(CONFIG) $(SETS)

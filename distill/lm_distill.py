@@ -46,9 +46,11 @@ def soft_kl_topk(logits: torch.Tensor, topk_ids: torch.Tensor, topk_logits: torc
 
 def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_logits: np.ndarray | None,
                d: DistillSection, seed: int, opts: TrainOptions = TrainOptions()) -> dict:
-    """Train student (a causal LM over student ids) on windows (N, T+1) with the cached teacher top-k
-    (N, T, k) already mapped to student ids. topk_ids None: cross-entropy only."""
+    """Train student (a causal LM over student ids) on windows (N + M, T+1); the first N have the cached
+    teacher top-k (N, T, k), already mapped to student ids, the other M only their next tokens (more
+    text for the price of the student's steps, not the teacher's). topk_ids None: cross-entropy only."""
     x_all = torch.from_numpy(windows)
+    n_teacher = 0 if topk_ids is None else len(topk_ids)
     alpha = d.alpha if topk_ids is not None else 0.0
     batches, total = window_batches(len(windows), d.batch_size, d.epochs, seed)
     parts = {"soft": [], "hard": []}
@@ -59,16 +61,19 @@ def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_l
         logits = model(input_ids=x[:, :-1]).logits  # (B, T, V)
         hard = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1))
         parts["hard"].append(hard.item())
-        if alpha <= 0:
+        scored = b < n_teacher  # rows with a cached teacher distribution
+        if alpha <= 0 or not scored.any():
             return hard
-        soft = soft_kl_topk(logits, torch.from_numpy(topk_ids[b]), torch.from_numpy(topk_logits[b]), d.temperature)
+        tb = b[scored]
+        soft = soft_kl_topk(logits[torch.from_numpy(scored)], torch.from_numpy(topk_ids[tb]),
+                            torch.from_numpy(topk_logits[tb]), d.temperature)
         parts["soft"].append(soft.item())
         return alpha * soft + (1 - alpha) * hard
 
     losses = fit(student, batches, step, total_steps=total, lr=d.lr, weight_decay=d.weight_decay,
                  warmup_fraction=d.warmup_fraction, desc="distill student", lr_hint="distill.lr", opts=opts)["losses"]
     tail = max(1, total // 10)
-    return {"steps": total, "windows": len(windows), "alpha": alpha, "temperature": d.temperature,
+    return {"steps": total, "windows": len(windows), "teacher_windows": n_teacher, "alpha": alpha, "temperature": d.temperature,
             "final_loss": float(np.mean(losses[-tail:])),
             "final_train_ce": float(np.mean(parts["hard"][-tail:])),
             "final_soft_kl": float(np.mean(parts["soft"][-tail:])) if parts["soft"] else None}

@@ -91,8 +91,9 @@ def build_lm_student(s: StudentSection, teacher, vmap: VocabMap, max_positions: 
     """A LlamaForCausalLM with the [student] sizes over vmap's vocabulary, initialised per student.init."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    if s.arch not in ("bert", "llama"):
-        raise PipelineError(f"unknown student.arch '{s.arch}' for generation. Known: llama")
+    if s.arch != "llama":
+        raise PipelineError(f"student.arch = '{s.arch}' is not a decoder; run.task = 'generation' builds "
+                            f"student.arch = \"llama\" (the only generation student)")
     tc = teacher.config
     cfg = LlamaConfig(vocab_size=vmap.size, hidden_size=s.hidden, intermediate_size=s.ffn, num_hidden_layers=s.layers,
                       num_attention_heads=s.heads, num_key_value_heads=s.heads, max_position_embeddings=max_positions,

@@ -42,8 +42,9 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
     mine = [r for r in ort if r["model"] == want_model]
     if not mine:
         made = sorted({r["model"] for r in ort}) or ["none"]
-        raise PipelineError(f"no .ort file for model '{want_model}' in export/variants.json (it has: {', '.join(made)}); "
-                            f"add it to quantize.models and run `python -m pipeline export --config {cfg_source}`")
+        raise PipelineError(f"no .ort file for model '{want_model}' in export/variants.json (it has: "
+                            f"{', '.join(made)}); add it to quantize.models and run `python -m pipeline export "
+                            f"--config {cfg_source}`")
     if variant != "auto":
         pick = [r for r in mine if r["variant"] == variant]
         if not pick:

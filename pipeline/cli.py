@@ -14,8 +14,13 @@ DEFAULT_CONFIG = "configs/demo.toml"
 
 
 def _stages():
-    # importing a stage module registers its stages, in pipeline order
-    from pipeline import stages, stages_bench, stages_export, stages_gpt  # noqa: F401
+    # importing a stage module registers its stages: import them in pipeline order, so help and
+    # `status` list the stages as they run
+    from pipeline import stages  # noqa: F401
+    from pipeline import stages_export  # noqa: F401
+    from pipeline import stages_bench  # noqa: F401
+    from pipeline import stages_bundle  # noqa: F401
+    from pipeline import stages_gpt  # noqa: F401
     from pipeline.stage import STAGES
 
     return STAGES
@@ -42,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name, stage in _stages().items():
         p = sub.add_parser(name, help=stage.doc)
         _common(p)
+    from eval import phone
+    from pipeline import verify
+
+    verify.add_cli(sub)
+    phone.add_cli(sub)
     return parser
 
 
@@ -53,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         from pipeline.config import dumps, load_config
         from pipeline.stage import STAGES, run, status
 
+        if args.command in ("verify-bundle", "phone-bench"):
+            from eval import phone
+            from pipeline import verify
+
+            return {"verify-bundle": verify.run_cli, "phone-bench": phone.run_cli}[args.command](args)
         cfg = load_config(args.config, args.overrides)
         if args.command == "show-config":
             print(dumps(cfg))

@@ -95,6 +95,9 @@ def _report(ctx: StageContext) -> dict:
 
     doc = json.loads((ctx.input("bench") / "latency.json").read_text())
     results = build_results(doc)
+    from eval.phone import merge_saved
+
+    merge_saved(ctx.run_dir, results)  # keep phone measurements (runs/<run>/phone/) across report re-runs
     problems = validate_results(results)
     if problems:
         raise PipelineError(f"bench/latency.json does not follow eval/SCHEMA.md ({len(problems)} problem(s), "

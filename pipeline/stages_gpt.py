@@ -1,1 +1,197 @@
-"""Stage wiring for the generation task (run.task = "generation"): same stage names, decoder models."""
+"""Stage wiring for the generation task (run.task = "generation"): same stage names, decoder models.
+
+Same folders as classification: teacher/model (the causal teacher, safetensors), distill/student,
+baseline/lstm; deps are the classification stages' (see pipeline.stages), settings in [lm] plus the
+shared sections. This file: data, teacher, logits, distill, baseline, eval; pipeline.lm_stages_ship:
+quantize, export, bench.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pipeline.config import Config
+from pipeline.data import write_jsonl
+from pipeline.errors import PipelineError
+from pipeline.lm_common import GEN, LM_FOLDERS, checkpoint_size, held_out_windows, load_lm, stream, threads
+from pipeline.stage import StageContext, register
+from pipeline.stages import train_options
+
+@register("data", sections=("data",), task=GEN)
+def stage_lm_data(ctx: StageContext) -> dict:
+    """Load plain-text documents, strip markup, split by document; writes train/validation/test.jsonl."""
+    from pipeline.lm_data import build_lm_splits
+
+    splits = build_lm_splits(ctx.cfg)
+    for s in ("train", "validation", "test"):
+        write_jsonl(ctx.out / f"{s}.jsonl", splits[s])
+    (ctx.out / "split.json").write_text(json.dumps(splits["info"], indent=2))
+    return {k: splits["info"][k] for k in ("source", "how", "characters")} | {
+        "documents": {s: len(v) for s, v in splits["info"]["documents"].items()}}
+
+
+@register("teacher", deps=("data",), sections=("teacher",), task=GEN)
+def stage_lm_teacher(ctx: StageContext) -> dict:
+    """Load the causal teacher (packaged GGUF, folder or hub id) once; writes teacher/model (safetensors)."""
+    from distill.lm_student import count_lm_params
+    from distill.lm_teacher import load_causal_teacher, save_causal
+
+    cfg = ctx.cfg
+    threads(cfg)
+    if cfg.teacher.fine_tune:
+        raise PipelineError("teacher.fine_tune = true: the generation teacher is used as pretrained (fine-tuning "
+                            "a causal LM is not part of this pipeline); set teacher.fine_tune = false")
+    model, tok = load_causal_teacher(cfg.teacher.model)
+    save_causal(ctx.out / "model", model, tok, {"source": cfg.teacher.model})
+    return {"source": cfg.teacher.model, "model_type": model.config.model_type,
+            "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
+            "vocab": model.config.vocab_size, **count_lm_params(model)}
+
+
+@register("logits", deps=("data", "teacher"), sections=("augment",), task=GEN)
+def stage_lm_logits(ctx: StageContext) -> dict:
+    """Tokenize the training split, pick lm.teacher_windows windows and cache the teacher's top-k logits
+    on them; writes windows.npy (N, T+1), topk_ids.npy / topk_logits.npy (N, T, k), vocab_map.json."""
+    from distill.lm_student import VocabMap
+    from distill.lm_teacher import eos_id, load_causal_folder
+    from pipeline.lm_data import split_windows, windows
+    from tqdm.auto import tqdm
+
+    cfg, lm = ctx.cfg, ctx.cfg.lm
+    threads(cfg)
+    teacher, tok = load_causal_folder(ctx.input("teacher") / "model")
+    sep = eos_id(tok, teacher)
+    tokens = stream(tok, ctx.input("data"), "train", sep)
+    vmap = VocabMap.build(tokens, teacher.config.vocab_size, lm.restrict_vocab, always=(sep,))
+    win, extra = split_windows(windows(tokens, lm.context_length, "training split"), lm.teacher_windows,
+                               lm.extra_windows)  # (N, T + 1), (M, T + 1)
+    k = min(lm.top_k, teacher.config.vocab_size)
+    ids = np.zeros((len(win), lm.context_length, k), dtype=np.int32)
+    vals = np.zeros((len(win), lm.context_length, k), dtype=np.float16)
+    nll, bs = 0.0, lm.eval_batch_size
+    with torch.no_grad():
+        for i in tqdm(range(0, len(win), bs), desc="teacher top-k logits", unit="batch", mininterval=2.0):
+            x = torch.from_numpy(win[i: i + bs])  # (B, T + 1)
+            logits = teacher(input_ids=x[:, :-1]).logits.float()  # (B, T, V)
+            nll += torch.nn.functional.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="sum").item()
+            top = logits.topk(k, dim=-1)  # (B, T, k)
+            ids[i: i + bs] = top.indices.numpy()
+            vals[i: i + bs] = top.values.numpy()
+    np.save(ctx.out / "windows.npy", win)
+    np.save(ctx.out / "extra_windows.npy", extra)
+    np.save(ctx.out / "topk_ids.npy", ids)
+    np.save(ctx.out / "topk_logits.npy", vals)
+    vmap.save(ctx.out)
+    n_tok = win.shape[0] * lm.context_length
+    return {"train_tokens": int(len(tokens)), "windows": int(len(win)), "extra_windows": int(len(extra)),
+            "scored_tokens": int(n_tok), "top_k": k,
+            "student_vocab": vmap.size, "teacher_vocab": vmap.teacher_vocab,
+            "teacher_train_perplexity": float(np.exp(nll / n_tok))}
+
+
+def _training_windows(logits_dir: Path, vmap) -> np.ndarray:
+    """Teacher-scored windows first, then the extra (cross-entropy only) ones, in student ids.  (N + M, T + 1)"""
+    return vmap.to_student(np.concatenate([np.load(logits_dir / "windows.npy"),
+                                           np.load(logits_dir / "extra_windows.npy")]))
+
+
+def _student_targets(logits_dir: Path, vmap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Training windows and the teacher top-k of the first N of them, teacher ids mapped to student ids."""
+    win = _training_windows(logits_dir, vmap)
+    ids = vmap.to_student(np.load(logits_dir / "topk_ids.npy").astype(np.int64))
+    return win, ids, np.load(logits_dir / "topk_logits.npy")
+
+
+def _model_meta(folder: Path, kind: str, cfg: Config) -> None:
+    (folder / "pocketformer.json").write_text(json.dumps(
+        {"kind": kind, "context_length": cfg.lm.context_length, "max_positions": cfg.lm.max_cache}, indent=2))
+
+
+@register("distill", deps=("data", "teacher", "logits"), sections=("student", "distill"), task=GEN)
+def stage_lm_distill(ctx: StageContext) -> dict:
+    """Build the small decoder student over the restricted vocabulary and distil it from the cached
+    top-k; writes distill/student (HF folder + vocab_map.json)."""
+    from distill.lm_distill import distill_lm
+    from distill.lm_student import VocabMap, build_lm_student, count_lm_params
+    from distill.lm_teacher import load_causal_folder
+    from distill.train import seed_everything
+
+    cfg = ctx.cfg
+    threads(cfg)
+    seed_everything(cfg.run.seed)
+    teacher, tok = load_causal_folder(ctx.input("teacher") / "model")
+    vmap = VocabMap.load(ctx.input("logits"))
+    student = build_lm_student(cfg.student, teacher, vmap, max(cfg.lm.max_cache, cfg.lm.context_length))
+    win, ids, vals = _student_targets(ctx.input("logits"), vmap)
+    summary = distill_lm(student, win, ids, vals, cfg.distill, cfg.run.seed, train_options(ctx))
+    folder = ctx.out / "student"
+    student.save_pretrained(folder, safe_serialization=True)
+    tok.save_pretrained(folder)
+    vmap.save(folder)
+    _model_meta(folder, "hf-causal", cfg)
+    return {**summary, **count_lm_params(student), "vocab": vmap.size, "init": cfg.student.init,
+            "teacher_params": count_lm_params(teacher)["params"]}
+
+
+@register("baseline", deps=("data", "teacher", "logits"), sections=("baseline", "distill"), task=GEN)
+def stage_lm_baseline(ctx: StageContext) -> dict:
+    """Train the LSTM language model on the same windows and vocabulary; writes baseline/lstm."""
+    from distill.lm_distill import train_lstm_lm
+    from distill.lm_lstm import build_lstm_lm
+    from distill.lm_student import VocabMap, count_lm_params
+    from distill.train import seed_everything
+    from transformers import AutoTokenizer
+
+    cfg = ctx.cfg
+    threads(cfg)
+    seed_everything(cfg.run.seed)
+    vmap = VocabMap.load(ctx.input("logits"))
+    model = build_lstm_lm(cfg.baseline, vmap.size)
+    win = _training_windows(ctx.input("logits"), vmap)
+    summary = train_lstm_lm(model, win, cfg.baseline, cfg.run.seed, train_options(ctx))
+    folder = ctx.out / "lstm"
+    model.save(folder)
+    AutoTokenizer.from_pretrained(ctx.input("teacher") / "model").save_pretrained(folder)
+    vmap.save(folder)
+    _model_meta(folder, "lstm", cfg)
+    return {"lstm": summary, **count_lm_params(model)}
+
+
+@register("eval", deps=("data", "teacher", "distill", "baseline"), sections=(), task=GEN)
+def stage_lm_eval(ctx: StageContext) -> dict:
+    """Perplexity on the held-out test documents for teacher, student and LSTM (same windows, teacher
+    tokens) and greedy continuations of lm.prompts; writes perplexity.json/.md and samples.md."""
+    from distill.lm_student import count_lm_params
+    from eval.lm_eval import greedy, perplexity, samples_markdown
+    from eval.table import markdown
+
+    cfg = ctx.cfg
+    threads(cfg)
+    rows, cont, tok, win = [], {}, None, None
+    for name, (stage, sub) in LM_FOLDERS.items():
+        folder = ctx.input(stage) / sub
+        lm, t = load_lm(folder, name)
+        if tok is None:
+            tok, win = t, held_out_windows(ctx, t)
+        ppl = perplexity(lm, win, cfg.lm.eval_batch_size)
+        rows.append({"model": name, "variant": "fp32", "format": "pytorch", **ppl, **count_lm_params(lm.model),
+                     "size_bytes": checkpoint_size(folder)})
+        prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in cfg.lm.prompts]
+        cont[name] = [greedy(lm, p, cfg.lm.sample_tokens) for p in prompts]
+    base = rows[0]["perplexity"]
+    for r in rows:
+        r["perplexity_ratio"] = r["perplexity"] / base
+    (ctx.out / "perplexity.json").write_text(json.dumps(rows, indent=2))
+    table = markdown(rows, ["model", "perplexity", "perplexity_ratio", "params", "non_embedding_params", "size_bytes"])
+    (ctx.out / "perplexity.md").write_text(f"Held-out test documents: {len(win)} windows, {rows[0]['tokens']} "
+                                           f"tokens\n\n" + table)
+    (ctx.out / "samples.md").write_text(samples_markdown(tok, list(cfg.lm.prompts), cont))
+    print("\n" + table)
+    return {"test_windows": int(len(win)), "rows": rows}
+
+
+
+from pipeline import lm_stages_ship  # noqa: E402,F401  (registers quantize, export, bench for generation)

