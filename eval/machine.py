@@ -50,6 +50,21 @@ def matmul_peak_gflops(threads: int, size: int = 1024, seconds: float = 0.5) -> 
         torch.set_num_threads(old)
 
 
+def other_cpu_percent(seconds: float = 1.0) -> float:
+    """System-wide CPU use while this process sleeps: the share other processes are taking."""
+    import psutil
+
+    return round(psutil.cpu_percent(interval=seconds), 1)
+
+
+def is_busy(machine: dict) -> bool:
+    busy = machine.get("cpu_busy_percent")
+    if busy is not None:
+        return busy > 25.0
+    load = machine.get("load_average_1m")
+    return load is not None and load > 0.5 * (machine.get("usable_cores") or 1)
+
+
 def machine_info(thread_counts: list[int]) -> dict:
     import os
 
@@ -62,6 +77,9 @@ def machine_info(thread_counts: list[int]) -> dict:
         "cpu_flags": cpu_flags(),
         # other work on the machine skews every number; recorded so a noisy run can be recognised
         "load_average_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+        # the 1-minute load average still counts the pipeline's own training that just ended; CPU use
+        # over one idle second of ours is what other work is taking now
+        "cpu_busy_percent": other_cpu_percent(),
         "peak_gflops_fp32": {str(t): round(matmul_peak_gflops(t), 1) for t in sorted(set(thread_counts))},
         "peak_probe": "best of repeated 1024x1024 fp32 torch.mm over 0.5 s, per thread count",
     }

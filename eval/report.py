@@ -51,11 +51,14 @@ def _header(res: dict) -> list[Block]:
     v = res["versions"]
     plan = res["plan"]
     proxies = [t for t, d in res["targets"].items() if d.get("proxy")]
-    load, cores = m.get("load_average_1m"), m.get("usable_cores") or 1
-    busy = [("p", f"WARNING: the machine was busy when the bench started (load average {load} on {cores} "
-                  f"cores). Multi-threaded numbers (host-cpu) suffer most, because every parallel region waits "
+    from eval.machine import is_busy
+
+    cores = m.get("usable_cores") or 1
+    busy = [("p", f"WARNING: the machine was busy when the bench started (other processes used "
+                  f"{m.get('cpu_busy_percent')}% of {cores} cores; load average {m.get('load_average_1m')}). "
+                  f"Multi-threaded numbers (host-cpu) suffer most, because every parallel region waits "
                   f"for a descheduled thread; re-run `make bench` on an idle machine before quoting them.")] \
-        if load is not None and load > 0.5 * cores else []
+        if is_busy(m) else []
     return [
         ("h1", "pocketformer benchmark report"), *busy,
         ("p", f"Machine: {m['cpu']} ({m['machine']}, {m['usable_cores']} usable of {m['logical_cores']} logical "

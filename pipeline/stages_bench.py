@@ -29,7 +29,7 @@ def stage_bench(ctx: StageContext) -> dict:
 
     from eval.bench import Models, check_settings, collect_rows, run_bench
     from eval.latency import INPUTS_NOTE
-    from eval.machine import machine_info
+    from eval.machine import is_busy, machine_info
     from eval.peer import peer_rows
     from eval.targets import get_target, resolved_threads
     from pipeline.manifest import library_versions
@@ -46,9 +46,9 @@ def stage_bench(ctx: StageContext) -> dict:
     rows = collect_rows(ctx.run_dir)
     threads = {t.name: resolved_threads(t) for t in targets}
     machine = machine_info(list(threads.values()))
-    if (machine["load_average_1m"] or 0) > 0.5 * machine["usable_cores"]:
-        log.warning("[bench] the machine is busy (load average %s on %s cores): latencies will be noisy, "
-                    "multi-threaded ones most", machine["load_average_1m"], machine["usable_cores"])
+    if is_busy(machine):
+        log.warning("[bench] the machine is busy (other processes use %s%% of %s cores): latencies will be noisy, "
+                    "multi-threaded ones most", machine["cpu_busy_percent"], machine["usable_cores"])
     peer_seconds = 0.0
     if b.optimum_peer:
         tp = time.time()
