@@ -51,45 +51,55 @@ def tiny_bert_config(**kw):
     return BertConfig(**base)
 
 
-@pytest.fixture(scope="session")
-def tiny_bert_dir(tmp_path_factory) -> Path:
-    """A 'pretrained' encoder folder (BertModel, random weights) with its tokenizer."""
+def save_tiny_bert(folder: Path) -> Path:
+    """A 'pretrained' encoder folder (BertModel, random weights, seed 0) with its tokenizer."""
     from transformers import BertModel
 
     torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tiny_bert")
     BertModel(tiny_bert_config()).save_pretrained(folder, safe_serialization=True)
     write_tokenizer(folder)
     return folder
 
 
-@pytest.fixture(scope="session")
-def tiny_csv(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny_data")
-    path = folder / "reviews.csv"
+def write_tiny_csv(path: Path) -> Path:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["review", "sentiment"])
-        for text, label in make_texts(600):
-            w.writerow([text, label])
+        w.writerows(make_texts(600))
     return path
+
+
+def tiny_run_config(bert_dir: Path, csv_path: Path, runs_dir: Path) -> dict:
+    """The classification stages of a run small enough to finish in seconds."""
+    return {
+        "run": {"name": "tiny", "seed": 3, "runs_dir": str(runs_dir), "threads": 1},
+        "data": {"source": "csv", "train_path": str(csv_path), "text_column": "review", "label_column": "sentiment",
+                 "validation_fraction": 0.1, "test_fraction": 0.2},
+        "teacher": {"model": str(bert_dir), "max_length": 32, "epochs": 6.0, "batch_size": 16, "lr": 2e-3,
+                    "eval_batch_size": 32},
+        "augment": {"copies": 1},
+        "student": {"layers": 2, "hidden": 16, "heads": 2, "ffn": 32, "max_length": 32},
+        "distill": {"epochs": 3.0, "batch_size": 16, "lr": 3e-3},
+        "baseline": {"embed_dim": 16, "hidden": 16, "epochs": 3.0, "batch_size": 16, "lr": 5e-3},
+    }
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_csv(tmp_path_factory) -> Path:
+    return write_tiny_csv(tmp_path_factory.mktemp("tiny_data") / "reviews.csv")
 
 
 @pytest.fixture
 def tiny_cfg_dict(tiny_bert_dir, tiny_csv, tmp_path) -> dict:
-    """A run config small enough to run every stage in seconds."""
-    return {
-        "run": {"name": "tiny", "seed": 3, "runs_dir": str(tmp_path / "runs"), "threads": 1},
-        "data": {"source": "csv", "train_path": str(tiny_csv), "text_column": "review", "label_column": "sentiment",
-                 "validation_fraction": 0.1, "test_fraction": 0.2},
-        "teacher": {"model": str(tiny_bert_dir), "max_length": 32, "epochs": 6.0, "batch_size": 16, "lr": 2e-3,
-                    "eval_batch_size": 32},
-        "augment": {"copies": 1},
-        "student": {"layers": 2, "hidden": 16, "heads": 2, "ffn": 32, "max_length": 32},
-        "distill": {"epochs": 3.0, "batch_size": 16, "lr": 3e-3, "hidden_weight": 1.0, "attention_weight": 1.0,
-                    "intermediate_epochs": 1.0},
-        "baseline": {"embed_dim": 16, "hidden": 16, "epochs": 3.0, "batch_size": 16, "lr": 5e-3},
-    }
+    """The tiny run with the layer-transfer losses on, so every distillation path runs."""
+    cfg = tiny_run_config(tiny_bert_dir, tiny_csv, tmp_path / "runs")
+    cfg["distill"].update(hidden_weight=1.0, attention_weight=1.0, intermediate_epochs=1.0)
+    return cfg
 
 
 @pytest.fixture

@@ -13,36 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import make_texts, tiny_bert_config, write_tokenizer
+from conftest import save_tiny_bert, tiny_run_config, write_tiny_csv
 
 _RUN: dict = {}
 
 
 def tiny_run_dict(root: Path) -> dict:
-    import csv
-
-    import torch
-    from transformers import BertModel
-
-    torch.manual_seed(0)
-    bert = root / "bert"
-    BertModel(tiny_bert_config()).save_pretrained(bert, safe_serialization=True)
-    write_tokenizer(bert)
-    data = root / "reviews.csv"
-    with open(data, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["review", "sentiment"])
-        w.writerows(make_texts(600))
+    bert = save_tiny_bert(root / "bert")
+    data = write_tiny_csv(root / "reviews.csv")
     return {
-        "run": {"name": "tiny", "seed": 3, "runs_dir": str(root / "runs"), "threads": 1},
-        "data": {"source": "csv", "train_path": str(data), "text_column": "review", "label_column": "sentiment",
-                 "validation_fraction": 0.1, "test_fraction": 0.2},
-        "teacher": {"model": str(bert), "max_length": 32, "epochs": 6.0, "batch_size": 16, "lr": 2e-3,
-                    "eval_batch_size": 32},
-        "augment": {"copies": 1},
-        "student": {"layers": 2, "hidden": 16, "heads": 2, "ffn": 32, "max_length": 32},
-        "distill": {"epochs": 3.0, "batch_size": 16, "lr": 3e-3},
-        "baseline": {"embed_dim": 16, "hidden": 16, "epochs": 3.0, "batch_size": 16, "lr": 5e-3},
+        **tiny_run_config(bert, data, root / "runs"),
         "quantize": {"models": ["teacher", "student", "lstm"], "variants": ["fp32", "int8-dynamic"],
                      "check_samples": 16},
         "export": {"ort_variants": ["fp32", "int8-dynamic"], "coreml_models": ["student"],
