@@ -133,8 +133,8 @@ class QuantizeSection:
     variants: list[str] = field(default_factory=lambda: ["fp32", "optimized", "int8-dynamic", "int8-static", "fp16"])
     opset: int = 17
     calibration_samples: int = 256
-    # uint8 activations: on x86 and ARM CPUs ORT's u8s8 kernels are its fast path (s8s8 QDQ is not
-    # fused into them on x86); NPU providers accept uint8 QDQ as well.
+    # uint8 activations: ORT's CPU int8 kernels on x86 and ARM are built around u8 activations x s8
+    # weights, and NPU providers accept uint8 QDQ; set "int8" to compare on your target.
     activation_type: str = "uint8"
     per_channel: bool = True
     check_samples: int = 64
