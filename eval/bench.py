@@ -273,8 +273,11 @@ def check_settings(cfg) -> None:
 
 
 def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: dict, work: Path,
-              known_skips: dict[tuple[str, str], str] | None = None) -> list[dict]:
-    """Every row with latency (by target), npu readiness and FLOPs filled in."""
+              known_skips: dict[tuple[str, str], str] | None = None) -> tuple[list[dict], list[dict]]:
+    """(every row with latency (by target), npu readiness and FLOPs filled in; the head-to-head
+    comparisons of our student with Optimum's, eval/paired.py)."""
+    from eval.paired import head_to_head
+
     b = cfg.bench
     check_settings(cfg)
     targets = [get_target(name) for name in b.targets]
@@ -300,4 +303,4 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
         log.info("[bench] %-15s %-21s %-7s %s (%.1f s)", r["model"], r["variant"], r["format"],
                  f"p50 {head:.2f} ms at {b.headline_length}" if head else "-", time.perf_counter() - t0)
         out.append(r)
-    return out
+    return out, head_to_head(bench, rows, targets, b.head_to_head_rounds)

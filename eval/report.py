@@ -105,6 +105,27 @@ def _goals(res: dict) -> list[Block]:
             ("table", ["goal", "value", "limit", "met", "how"], rows)]
 
 
+def _head_to_head(res: dict) -> list[Block]:
+    pairs = res.get("head_to_head") or []
+    if not pairs:
+        return []
+    rows = []
+    for h in pairs:
+        ours, peer = f"{h['ours']['variant']} {h['ours']['format']}", f"{h['peer']['variant']} {h['peer']['format']}"
+        if h.get("status") == "failed":
+            rows.append([h["target"], ours, peer, "-", "-", "failed", h["reason"]])
+            continue
+        rows.append([h["target"], ours, peer, f"{h['ours_p50_ms']:.3f}", f"{h['peer_p50_ms']:.3f}", f"{h['ratio']:.3f}",
+                     f"{h['ratio_min']:.3f}-{h['ratio_max']:.3f}"])
+    first = pairs[0]
+    return [("h2", "Our student against Optimum's, head to head"),
+            ("p", f"Both files loaded side by side and timed at {first['seq_len']} tokens, batch 1, in "
+                  f"{first.get('rounds', '?')} rounds of {first.get('iterations_per_round', '?')} calls whose order "
+                  "alternates, so machine drift hits both alike. ratio = median of the per-round p50 ratios "
+                  "(ours / Optimum; below 1 = ours faster); the range is the lowest and highest round."),
+            ("table", ["target", "ours", "Optimum", "ours p50 ms", "Optimum p50 ms", "ratio", "rounds range"], rows)]
+
+
 def _shown_targets(res: dict, length: int) -> list[tuple[str, bool]]:
     """(target, measured?) for targets with a measurement or an estimate at length; the rest are only
     in the Targets and Skipped tables."""
@@ -272,7 +293,7 @@ def blocks(res: dict, plots: dict[str, Path]) -> list[Block]:
                 "latency_vs_length": "Latency vs sequence length: transformers vs LSTMs.",
                 "size_vs_quality": "File size vs quality, every model and variant."}
     imgs: list[Block] = [("h2", "Plots")] + [("img", p, captions[k]) for k, p in plots.items()]
-    return (_header(res) + _targets(res) + _goals(res) + _summary(res) + _sweeps(res) + _npu(res)
+    return (_header(res) + _targets(res) + _goals(res) + _head_to_head(res) + _summary(res) + _sweeps(res) + _npu(res)
             + _generation(res) + (imgs if plots else []) + _skipped(res))
 
 

@@ -106,8 +106,8 @@ def _onnx_optimized(job: ExportJob) -> dict:
 def _int8_dynamic(job: ExportJob) -> dict:
     from export.quantize import quantize_int8_dynamic
 
-    # the fused graph when there is one: ORT then runs QAttention / QEmbedLayerNormalization kernels
-    src_name, src = _source(job, "optimized", "fp32")
+    # the unfused graph, fused by ORT after quantization: faster than QAttention kernels (export/quantize.py)
+    src_name, src = _source(job, "fp32")
     return {"source": src_name, "quantized_ops": quantize_int8_dynamic(src, job.out, job.model_name)}
 
 

@@ -62,9 +62,17 @@ def register(name: str, *, deps: tuple[str, ...] = (), sections: tuple[str, ...]
              task: str = "classification", distributed: bool = False):
     def wrap(fn):
         TASK_IMPLS[(name, task)] = fn
-        if task == "classification" or name not in STAGES:
-            STAGES[name] = Stage(name, fn, deps, sections, (fn.__doc__ or "").strip().split("\n")[0], always,
-                                 distributed)
+        doc = (fn.__doc__ or "").strip().split("\n")[0]
+        old = STAGES.get(name)
+        if old is None:
+            STAGES[name] = Stage(name, fn, deps, sections, doc, always, distributed)
+        else:
+            # One graph for both tasks: the stage waits for and hashes what any task's implementation
+            # declares (a superset can only re-run a stage too often, never skip a needed run).
+            first = task == "classification"
+            STAGES[name] = Stage(name, fn if first else old.fn, tuple(dict.fromkeys(old.deps + deps)),
+                                 tuple(dict.fromkeys(old.sections + sections)), doc if first else old.doc,
+                                 always if first else old.always, distributed if first else old.distributed)
         return fn
     return wrap
 

@@ -64,7 +64,7 @@ def stage_bench(ctx: StageContext) -> dict:
     qman = json.loads((ctx.input("quantize") / "manifest.json").read_text())
     known_skips = {(s["model"], s["variant"]): s["reason"] for s in qman.get("summary", {}).get("skipped", [])
                    if isinstance(s, dict) and {"model", "variant", "reason"} <= s.keys()}
-    results = run_bench(cfg, rows, models, texts, machine, ctx.out / "scratch", known_skips)
+    results, paired = run_bench(cfg, rows, models, texts, machine, ctx.out / "scratch", known_skips)
     shutil.rmtree(ctx.out / "scratch", ignore_errors=True)  # fixed-shape copies: reproducible, not results
 
     doc = {
@@ -74,15 +74,18 @@ def stage_bench(ctx: StageContext) -> dict:
         "plan": {"seq_lengths": b.seq_lengths, "headline_length": b.headline_length, "warmup": b.warmup,
                  "iterations": b.iterations, "min_iterations": b.min_iterations,
                  "max_seconds_per_point": b.max_seconds_per_point, "throughput_batch": b.throughput_batch,
-                 "sweep_variants": b.sweep_variants, "inputs": INPUTS_NOTE, "npu_device": b.npu_device},
+                 "sweep_variants": b.sweep_variants, "inputs": INPUTS_NOTE, "npu_device": b.npu_device,
+                 "head_to_head_rounds": b.head_to_head_rounds},
         "targets": {t.name: {"runtime": t.runtime, "provider": t.provider, "threads": threads[t.name],
                              "precision": t.precision, "formats": list(t.formats), "proxy": t.proxy,
                              "description": t.description} for t in targets},
         "seconds": {"peer_export": round(peer_seconds, 1), "total": round(time.time() - t0, 1)},
         "rows": results,
+        "head_to_head": paired,
     }
     (ctx.out / "latency.json").write_text(json.dumps(doc, indent=2))
     return {"rows": len(results), "seconds": doc["seconds"], "threads": threads,
+            "head_to_head": {f"{p['ours']['variant']} {p['target']}": p.get("ratio") for p in paired},
             "peak_gflops_fp32": machine["peak_gflops_fp32"]}
 
 

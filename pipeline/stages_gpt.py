@@ -72,7 +72,8 @@ def stage_lm_logits(ctx: StageContext) -> dict:
     ids = np.zeros((len(win), lm.context_length, k), dtype=np.int32)
     vals = np.zeros((len(win), lm.context_length, k), dtype=np.float16)
     nll, bs = 0.0, lm.eval_batch_size
-    with torch.no_grad():
+    on = next(teacher.parameters()).device.type
+    with torch.no_grad(), torch.autocast(on, dtype=torch.bfloat16, enabled=lm.teacher_precision == "bf16"):
         for i in tqdm(range(0, len(win), bs), desc="teacher top-k logits", unit="batch", mininterval=2.0):
             x = torch.from_numpy(win[i: i + bs])  # (B, T + 1)
             logits = teacher(input_ids=x[:, :-1]).logits.float()  # (B, T, V)
@@ -87,7 +88,7 @@ def stage_lm_logits(ctx: StageContext) -> dict:
     vmap.save(ctx.out)
     n_tok = win.shape[0] * lm.context_length
     return {"train_tokens": int(len(tokens)), "windows": int(len(win)), "extra_windows": int(len(extra)),
-            "scored_tokens": int(n_tok), "top_k": k,
+            "scored_tokens": int(n_tok), "top_k": k, "teacher_precision": lm.teacher_precision,
             "student_vocab": vmap.size, "teacher_vocab": vmap.teacher_vocab,
             "teacher_train_perplexity": float(np.exp(nll / n_tok))}
 
@@ -110,7 +111,7 @@ def _model_meta(folder: Path, kind: str, cfg: Config) -> None:
         {"kind": kind, "context_length": cfg.lm.context_length, "max_positions": cfg.lm.max_cache}, indent=2))
 
 
-@register("distill", deps=("data", "teacher", "logits"), sections=("student", "distill"), task=GEN)
+@register("distill", deps=("data", "teacher", "logits"), sections=("student", "distill", "train"), task=GEN)
 def stage_lm_distill(ctx: StageContext) -> dict:
     """Build the small decoder student over the restricted vocabulary and distil it from the cached
     top-k; writes distill/student (HF folder + vocab_map.json)."""
@@ -136,7 +137,7 @@ def stage_lm_distill(ctx: StageContext) -> dict:
             "teacher_params": count_lm_params(teacher)["params"]}
 
 
-@register("baseline", deps=("data", "teacher", "logits"), sections=("baseline", "distill"), task=GEN)
+@register("baseline", deps=("data", "teacher", "logits"), sections=("baseline", "distill", "train"), task=GEN)
 def stage_lm_baseline(ctx: StageContext) -> dict:
     """Train the LSTM language model on the same windows and vocabulary; writes baseline/lstm."""
     from distill.lm_distill import train_lstm_lm

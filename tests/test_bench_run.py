@@ -287,6 +287,16 @@ def test_results_follow_the_schema_and_ratios(benched):
         t_onnx["latency"]["host-cpu"]["16"]["p50_ms"] / s_onnx["latency"]["host-cpu"]["16"]["p50_ms"])
     goals = {g["goal"]: g for g in res["goals"]}
     assert any("1/10" in g for g in goals) and all(g["met"] in (True, False, None) for g in res["goals"])
+    # our student against Optimum's, side by side: the .ort that ships on mobile-cpu, the .onnx on host-cpu
+    h2h = {(h["ours"]["variant"], h["target"]): h for h in res["head_to_head"]}
+    assert {("fp32", "host-cpu"), ("int8-dynamic", "host-cpu"), ("fp32", "mobile-cpu"),
+            ("int8-dynamic", "mobile-cpu")} <= set(h2h)
+    for (variant, target), h in h2h.items():
+        assert h["ours"]["format"] == ("ort" if target == "mobile-cpu" else "onnx")
+        assert h["peer"]["variant"] == ("optimum-int8-dynamic" if variant == "int8-dynamic" else "optimum-fp32")
+        assert h["rounds"] == 9 and len(h["round_ratios"]) == 9 and h["ours_p50_ms"] > 0
+        goal = goals[f"our student {variant} no slower than Optimum's on {target} at 16 tokens"]
+        assert goal["value"] == h["ratio"] and goal["met"] == (h["ratio"] <= 1.0)
     broken = json.loads(json.dumps(res))
     broken["rows"][0]["latency"].pop("edge-npu")
     broken["rows"][1]["latency"]["host-cpu"]["16"]["p90_ms"] = -1.0

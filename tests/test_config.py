@@ -34,6 +34,7 @@ def test_overrides_use_the_same_checks(tmp_path):
     ({"student": {"hidden": 130, "heads": 4}}, "divisible"),
     ({"distill": {"alpha": 1.5}}, "alpha"),
     ({"run": {"name": "../evil"}}, "plain folder name"),
+    ({"lm": {"teacher_precision": "fp16"}}, "choose one of fp32, bf16"),
 ])
 def test_bad_config_is_one_clear_error(raw, msg):
     with pytest.raises(PipelineError, match=msg):
@@ -56,3 +57,17 @@ def test_shipped_configs_load():
         if p.name == "devices.toml":
             continue
         load_config(p)
+
+
+def test_generation_training_stages_rerun_when_train_settings_change():
+    """train.precision changes what distill and baseline learn in both tasks, so it is in their hash."""
+    import pipeline.stages_gpt  # noqa: F401  (registers the generation stages)
+    import pipeline.stages  # noqa: F401  (registers the classification stages)
+    from pipeline.stage import STAGES, config_hash
+
+    for task in ("classification", "generation"):
+        a = config_from_dict({"run": {"task": task}}, "a.toml")
+        b = config_from_dict({"run": {"task": task}, "train": {"precision": "bf16"}}, "b.toml")
+        for name in ("distill", "baseline"):
+            assert config_hash(a, STAGES[name])[1] != config_hash(b, STAGES[name])[1], (task, name)
+    assert not STAGES["bench"].always  # the classification bench re-runs only when its inputs change

@@ -52,7 +52,9 @@ def test_quantize_and_export_stages(tiny_cfg_dict):
         assert 0 <= r["accuracy"] <= 1 and 0 <= r["macro_f1"] <= 1 and r["params"] == eval_rows[r["model"]]["params"]
         assert r["non_embedding_params"] == eval_rows[r["model"]]["non_embedding_params"]
     by = {(r["model"], r["variant"]): r for r in rows}
-    assert by[("student", "int8-dynamic")]["size_bytes"] < by[("student", "fp32")]["size_bytes"] / 2
+    # weights, not file size: in a model this tiny the graph itself outweighs the weights
+    weight_bytes = {v: _initializer_bytes(run_dir / by[("student", v)]["file"]) for v in ("fp32", "int8-dynamic")}
+    assert weight_bytes["int8-dynamic"] < weight_bytes["fp32"] / 2
     assert by[("lstm", "int8-dynamic")]["details"]["quantized_ops"]["DynamicQuantizeLSTM"] == 2
     for m in ONNX:  # tokenizer, labels and max length travel with the ONNX files
         tok = run_dir / "quantize" / m / "tokenizer"
@@ -104,3 +106,10 @@ def test_quantize_and_export_stages(tiny_cfg_dict):
     (run_dir / "baseline" / "lstm" / "model.safetensors").write_bytes(b"\x00" * 16)
     with pytest.raises(PipelineError, match=r"lstm -> onnx: the checkpoint in .* is missing or corrupt"):
         run_stage(cfg_with(tiny_cfg_dict, quantize={"models": ["lstm"], "variants": ["fp32"]}), "quantize")
+
+
+def _initializer_bytes(path) -> int:
+    import onnx
+    from onnx import numpy_helper
+
+    return sum(numpy_helper.to_array(t).nbytes for t in onnx.load(str(path)).graph.initializer)

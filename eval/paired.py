@@ -1,0 +1,85 @@
+"""Head to head: our student against Optimum's file of the same precision, timed in alternating rounds.
+
+Two latencies within a few percent of each other, measured one after the other on a shared machine,
+differ by the machine's drift (another process, clock frequency, caches) as much as by the files: the
+sweep times each file once, minutes apart. Here both files are loaded side by side and timed in short
+rounds whose order alternates (ours first, then Optimum first, ...), so drift hits both alike. The ratio
+is the median of the per-round p50 ratios; its min and max over the rounds show how far to trust it.
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+
+from eval import latency as L
+from eval.targets import Target, resolved_threads, unavailable
+
+log = logging.getLogger("pocketformer")
+
+# (ours, Optimum's) variant names. "optimized" is our ORT-fused fp32 graph: fp32 against fp32.
+PAIRS = (("fp32", "optimum-fp32"), ("optimized", "optimum-fp32"), ("int8-dynamic", "optimum-int8-dynamic"))
+# Targets where both files run the same runtime. On mobile-cpu ours is the .ort file (what ships to a
+# phone); Optimum writes no .ort, so its .onnx runs there. optimized has no .ort (ORT re-fuses at conversion).
+CPU_TARGETS = ("host-cpu", "mobile-cpu")
+
+
+def _find(rows: list[dict], model: str, variant: str, fmt: str) -> dict | None:
+    return next((r for r in rows if (r["model"], r["variant"], r["format"]) == (model, variant, fmt)
+                 and not r.get("missing") and r.get("_path")), None)
+
+
+def pair_rows(rows: list[dict], target: str, model: str = "student") -> list[tuple[dict, dict]]:
+    """(our row, Optimum's row) for every pair that has both files on target."""
+    out = []
+    for ours, peer in PAIRS:
+        b = _find(rows, model, peer, "onnx")
+        a = _find(rows, model, ours, "ort" if target == "mobile-cpu" else "onnx")
+        if a is not None and b is not None:
+            out.append((a, b))
+    return out
+
+
+def alternate(call_a, call_b, rounds: int, plan: L.Plan) -> dict:
+    """Time call_a and call_b in `rounds` rounds, swapping which goes first each round."""
+    pa, pb, ratios = [], [], []
+    for r in range(rounds):
+        first, second = (call_a, call_b) if r % 2 == 0 else (call_b, call_a)
+        t1 = L.summarize(L.time_calls(first, plan))["p50_ms"]
+        t2 = L.summarize(L.time_calls(second, plan))["p50_ms"]
+        a, b = (t1, t2) if r % 2 == 0 else (t2, t1)
+        pa.append(a)
+        pb.append(b)
+        ratios.append(a / b)
+    return {"rounds": rounds, "ours_p50_ms": statistics.median(pa), "peer_p50_ms": statistics.median(pb),
+            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "round_ratios": ratios}
+
+
+def head_to_head(bench, rows: list[dict], targets: list[Target], rounds: int, model: str = "student") -> list[dict]:
+    """Alternating-round comparisons of our student files with Optimum's at the headline length."""
+    if rounds <= 0:
+        return []
+    n = bench.b.headline_length
+    # rounds of at least 100 calls: a millisecond model's p50 over 30 calls moves by a few percent
+    plan = L.Plan(bench.b.warmup, max(100, bench.b.iterations), bench.b.max_seconds_per_point, bench.b.min_iterations)
+    out = []
+    for t in targets:
+        if t.name not in CPU_TARGETS or unavailable(t):
+            continue
+        for a, b in pair_rows(rows, t.name, model):
+            entry = {"model": model, "target": t.name, "seq_len": n, "threads": resolved_threads(t),
+                     "ours": {"variant": a["variant"], "format": a["format"], "file": a.get("file")},
+                     "peer": {"variant": b["variant"], "format": b["format"], "file": b.get("file")},
+                     "iterations_per_round": plan.iterations}
+            try:
+                inputs = bench._inputs(model, n, 1)
+                call_a = bench._runner(t, a, resolved_threads(t))[0](*inputs)
+                call_b = bench._runner(t, b, resolved_threads(t))[0](*inputs)
+                entry.update(alternate(call_a, call_b, rounds, plan))
+                log.info("[bench] head to head %s %s %s vs %s on %s: ratio %.3f (rounds %.3f-%.3f)", model,
+                         a["variant"], a["format"], b["variant"], t.name, entry["ratio"], entry["ratio_min"],
+                         entry["ratio_max"])
+            except Exception as e:  # one broken file must not hide the other comparisons
+                entry.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
+            out.append(entry)
+    return out

@@ -1,0 +1,92 @@
+"""Head-to-head timing (eval/paired.py): which files are paired on which target, the alternating
+rounds, and how the goals and the schema read the result. Timing is faked where a value is asserted."""
+from __future__ import annotations
+
+import pytest
+
+import eval.paired as P
+from eval.latency import Plan
+from eval.results import build_results, validate_results
+
+
+def _r(variant, fmt, **extra):
+    return {"model": "student", "variant": variant, "format": fmt, "_path": f"/x/{variant}.{fmt}",
+            "file": f"x/{variant}.{fmt}", **extra}
+
+
+ROWS = [_r("fp32", "onnx"), _r("fp32", "ort"), _r("optimized", "onnx"), _r("int8-dynamic", "onnx"),
+        _r("int8-dynamic", "ort"), _r("optimum-fp32", "onnx", source="optimum"),
+        _r("optimum-int8-dynamic", "onnx", source="optimum"), _r("fp16", "onnx")]
+
+
+def test_pairs_take_what_each_target_runs():
+    host = [(a["variant"], a["format"], b["variant"]) for a, b in P.pair_rows(ROWS, "host-cpu")]
+    assert host == [("fp32", "onnx", "optimum-fp32"), ("optimized", "onnx", "optimum-fp32"),
+                    ("int8-dynamic", "onnx", "optimum-int8-dynamic")]
+    # on the phone target ours is the .ort that ships; the fused graph has none, so it is not paired
+    mobile = [(a["variant"], a["format"], b["format"]) for a, b in P.pair_rows(ROWS, "mobile-cpu")]
+    assert mobile == [("fp32", "ort", "onnx"), ("int8-dynamic", "ort", "onnx")]
+    no_peer = [r for r in ROWS if r.get("source") != "optimum"]
+    assert P.pair_rows(no_peer, "host-cpu") == []
+    missing = [dict(r, missing=True) if r["variant"] == "int8-dynamic" else r for r in ROWS]
+    assert [a["variant"] for a, _ in P.pair_rows(missing, "mobile-cpu")] == ["fp32"]
+
+
+def test_alternating_rounds_cancel_drift(monkeypatch):
+    """Two equally fast files on a machine that slows down 5% per timed block: timed A-block then B-block
+    every round, B would always look slower; alternating the order makes the median ratio ~1."""
+    order, block = [], [0]
+
+    def fake_time_calls(fn, plan):
+        order.append(fn())
+        block[0] += 1
+        return [1.0 * (1 + 0.05 * block[0])] * plan.iterations
+
+    monkeypatch.setattr(P.L, "time_calls", fake_time_calls)
+    out = P.alternate(lambda: "a", lambda: "b", 6, Plan(0, 5, 1.0))
+    assert order == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b", "b", "a"]
+    assert out["rounds"] == 6 and len(out["round_ratios"]) == 6
+    assert [r < 1 for r in out["round_ratios"]] == [True, False] * 3  # ours first: ours looks faster, and back
+    assert out["ratio_min"] <= out["ratio"] <= out["ratio_max"]
+    assert out["ratio"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_alternate_measures_real_calls():
+    import time
+
+    out = P.alternate(lambda: time.sleep(0.002), lambda: None, 3, Plan(1, 5, 1.0, 5))
+    assert out["ours_p50_ms"] >= 2.0 > out["peer_p50_ms"] and out["ratio"] > 1.0
+
+
+def _doc(head_to_head):
+    lat = {"64": {"p50_ms": 2.0, "p90_ms": 2.1, "p99_ms": 2.2, "mean_ms": 2.0, "min_ms": 1.9, "iterations": 30}}
+    rows = [{"model": "student", "variant": v, "format": "onnx", "accuracy": 0.8, "size_bytes": 1, "flops_per_seq": 1,
+             "latency": {"host-cpu": lat}} for v in ("fp32", "optimum-fp32")]
+    return {"machine": {}, "versions": {}, "threads": {"host-cpu": 2}, "targets": {},
+            "plan": {"headline_length": 64}, "seconds": {"total": 10.0}, "rows": rows, "head_to_head": head_to_head}
+
+
+def _h2h(ratio, lo, hi, **extra):
+    return {"model": "student", "target": "host-cpu", "seq_len": 64, "ours": {"variant": "fp32", "format": "onnx"},
+            "peer": {"variant": "optimum-fp32", "format": "onnx"}, "rounds": 9, "ratio": ratio, "ratio_min": lo,
+            "ratio_max": hi, "ours_p50_ms": 1.9, "peer_p50_ms": 2.0, **extra}
+
+
+def test_goal_reads_the_head_to_head_ratio_over_the_sweep():
+    res = build_results(_doc([_h2h(0.95, 0.9, 1.01)]))
+    assert validate_results(res) == []
+    goal = next(g for g in res["goals"] if g["goal"].startswith("our student fp32") and "host-cpu" in g["goal"])
+    assert goal["value"] == 0.95 and goal["met"] is True and "alternating-round" in goal["detail"]
+    # without a head-to-head entry the goal falls back to the sweep's p50s (2.0 / 2.0)
+    res = build_results(_doc([]))
+    goal = next(g for g in res["goals"] if g["goal"].startswith("our student fp32") and "host-cpu" in g["goal"])
+    assert goal["value"] == 1.0 and goal["met"] is True and "sweep" in goal["detail"]
+
+
+def test_schema_rejects_broken_comparisons():
+    assert any("outside its rounds' range" in p for p in validate_results(build_results(_doc([_h2h(1.2, 0.9, 1.1)]))))
+    bad = _h2h(None, None, None)
+    assert any("needs ratio" in p for p in validate_results(build_results(_doc([bad]))))
+    failed = {k: v for k, v in _h2h(1.0, 1.0, 1.0).items() if not k.startswith("ratio")}
+    assert validate_results(build_results(_doc([dict(failed, status="failed", reason="boom")]))) == []
+    assert any("needs its reason" in p for p in validate_results(build_results(_doc([dict(failed, status="failed")]))))
