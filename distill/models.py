@@ -5,6 +5,7 @@ tokenizer files, labels.json (id = position), pocketformer.json ({"kind": "hf" |
 """
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +29,15 @@ class HFLogits(nn.Module):
     def __init__(self, hf: nn.Module):
         super().__init__()
         self.hf = hf
+        # Single-segment inputs: token types are all zero. Passed explicitly because BERT's default slices
+        # and expands a stored buffer, which the ONNX exporter writes as ~20 extra shape ops per graph.
+        self._token_types = "token_type_ids" in inspect.signature(hf.forward).parameters and \
+            getattr(hf.config, "type_vocab_size", 0) > 0
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self._token_types:
+            return self.hf(input_ids=input_ids, attention_mask=attention_mask,
+                           token_type_ids=torch.zeros_like(input_ids)).logits
         return self.hf(input_ids=input_ids, attention_mask=attention_mask).logits
 
 

@@ -100,7 +100,8 @@ def _goals(res: dict) -> list[Block]:
     for g in res["goals"]:
         val = "-" if g["value"] is None else f"{g['value']:.3g}"
         met = {True: "yes", False: "NO", None: "not measured"}[g["met"]]
-        rows.append([g["goal"], val, f"{g['limit']:g}", met, g["detail"]])
+        limit = "-" if g["limit"] is None else f"{g['limit']:.3g}"
+        rows.append([g["goal"], val, limit, met, g["detail"]])
     return [("h2", "Goals from the issue, checked on this run"),
             ("table", ["goal", "value", "limit", "met", "how"], rows)]
 

@@ -64,11 +64,11 @@ def _ratios(rows: list[dict], metric: str, targets: list[str], length: int) -> N
 def _goals(rows: list[dict], length: int, seconds: float | None, metric: str,
            head_to_head: list[dict]) -> list[dict]:
     """The issue's targets, checked on this run (None = could not be measured here). The latency goals are
-    the classification demo's; a generation run is held to the time budget only."""
+    the classification demo's; a generation run has its own (perplexity and decode speed)."""
     budget = {"goal": "benchmark of the models completes within 5 minutes", "value": seconds, "limit": 300.0,
               "met": None if seconds is None else seconds <= 300.0, "detail": "bench stage seconds"}
     if metric != "accuracy":
-        return [budget]
+        return _generation_goals(rows) + [budget]
     goals = []
     teacher = teacher_reference(rows, "mobile-cpu", "ort", length)
     students = [(r["variant"], p50(r, "mobile-cpu", length)) for r in rows
@@ -81,6 +81,31 @@ def _goals(rows: list[dict], length: int, seconds: float | None, metric: str,
                   "detail": f"student {best[0]} .ort vs teacher fp32 .ort" if best else "not measured"})
     goals += _peer_goals(rows, head_to_head, length)
     return goals + [budget]
+
+
+def _generation_goals(rows: list[dict]) -> list[dict]:
+    """The generation targets: student perplexity within 2x of the teacher's and below the LSTM's; the
+    student's int8 decode at least 5x the teacher's tokens/s on mobile-cpu."""
+    def ppl(model):
+        r = find(rows, model, "fp32", "pytorch") or find(rows, model, "fp32")
+        return r.get("perplexity") if r else None
+
+    def decode(model, variants, target="mobile-cpu"):
+        best = [g for r in rows if r["model"] == model and r["variant"] in variants
+                for t, g in (r.get("generation") or {}).items() if t == target and g.get("decode_tokens_per_s")]
+        return max((g["decode_tokens_per_s"] for g in best), default=None)
+
+    t, s, lstm = ppl("teacher"), ppl("student"), ppl("lstm")
+    fast, slow = decode("student", ("int8-dynamic",)), decode("teacher", ("fp32",))
+    ratio = s / t if s and t else None
+    speed = fast / slow if fast and slow else None
+    return [{"goal": "student perplexity within 2x of the teacher's", "value": ratio, "limit": 2.0,
+             "met": None if ratio is None else ratio <= 2.0, "detail": "student / teacher perplexity on the held-out text"},
+            {"goal": "student perplexity below the LSTM's", "value": s, "limit": lstm,
+             "met": None if s is None or lstm is None else s < lstm, "detail": "student perplexity; limit = the LSTM's, same held-out text"},
+            {"goal": "student int8 decode >= 5x the teacher's tokens/s on mobile-cpu", "value": speed, "limit": 5.0,
+             "met": None if speed is None else speed >= 5.0,
+             "detail": "best student int8-dynamic vs teacher fp32 decode tokens/s"}]
 
 
 def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int) -> list[dict]:

@@ -108,7 +108,8 @@ def _int8_dynamic(job: ExportJob) -> dict:
 
     # the unfused graph, fused by ORT after quantization: faster than QAttention kernels (export/quantize.py)
     src_name, src = _source(job, "fp32")
-    return {"source": src_name, "quantized_ops": quantize_int8_dynamic(src, job.out, job.model_name)}
+    ops = quantize_int8_dynamic(src, job.out, job.model_name, job.quantize.per_channel)
+    return {"source": src_name, "quantized_ops": ops, "per_channel": job.quantize.per_channel}
 
 
 @exporter("int8-static", "onnx", lossless=False)

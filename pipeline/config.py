@@ -136,6 +136,8 @@ class QuantizeSection:
     # uint8 activations: ORT's CPU int8 kernels on x86 and ARM are built around u8 activations x s8
     # weights, and NPU providers accept uint8 QDQ; set "int8" to compare on your target.
     activation_type: str = "uint8"
+    # Per-channel weight scales, for int8 static and dynamic alike: on the demo teacher's dynamic int8
+    # they kept test accuracy at 0.7602 (fp32: 0.7600) where one scale per tensor gave 0.7547.
     per_channel: bool = True
     check_samples: int = 64
     lossless_atol: float = 1e-4
@@ -191,8 +193,8 @@ class LMSection:
     context_length: int = 128  # tokens per training window
     # A corpus with too few documents to hold whole ones out is cut into this many contiguous blocks each.
     split_blocks: int = 20
-    # The teacher scores only this many training windows (0 = all): on 2 cores it costs ~2.4 ms per token,
-    # so the whole 1.3M-token Shakespeare corpus would take ~50 min.
+    # The teacher scores only this many training windows (0 = all): SmolLM2-135M on 2 cores took ~1.5 ms
+    # per token in fp32 and ~0.8 ms under bf16 autocast, so the whole 1.2M-token corpus would take 16+ min.
     teacher_windows: int = 512
     # More training windows (not teacher-scored; -1 = the rest of the split) that student and LSTM learn
     # with next-token cross-entropy only: a student step costs ~1/10 of a teacher window, so text is cheap.

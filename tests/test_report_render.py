@@ -75,7 +75,14 @@ def test_generation_rows_render_perplexity_and_generation_table(tmp_path):
     doc = _doc(rows)
     doc["plan"]["max_seconds_per_point"] = None  # the generation bench times whole generations
     res = build_results(doc)
-    assert [g["goal"] for g in res["goals"]] == ["benchmark of the models completes within 5 minutes"]
+    goals = {g["goal"]: g for g in res["goals"]}
+    assert list(goals)[-1] == "benchmark of the models completes within 5 minutes"
+    assert goals["student perplexity within 2x of the teacher's"]["value"] == pytest.approx(1.25)
+    assert goals["student perplexity within 2x of the teacher's"]["met"] is True
+    below = goals["student perplexity below the LSTM's"]
+    assert (below["value"], below["limit"], below["met"]) == (25.0, 40.0, True)
+    speed = goals["student int8 decode >= 5x the teacher's tokens/s on mobile-cpu"]
+    assert speed["value"] is None and speed["met"] is None  # no int8 student on mobile-cpu in this document
     assert res["quality_metric"] == "perplexity" and quality_key(rows) == "perplexity"
     st = next(r for r in res["rows"] if r["model"] == "student")
     assert st["vs_teacher"]["quality_retention"] == pytest.approx(20.0 / 25.0)  # lower perplexity is better
@@ -84,6 +91,7 @@ def test_generation_rows_render_perplexity_and_generation_table(tmp_path):
     assert "| model | variant | format | perplexity | ppl ratio |" in md
     assert "## Generation" in md and "| student | fp32 | onnx | host-cpu | 14.00 | 80.0 |" in md
     assert "macro-F1" not in md and "stopping after None" not in md
+    assert "| student perplexity below the LSTM's | 25 | 40 | yes |" in md
     assert "| lstm | fp32 | onnx | host-cpu |" not in md.split("## Generation")[1].split("##")[0]
     assert {p.name for p in paths} >= {"report.md", "report.html", "quality_vs_latency.png",
                                        "latency_vs_length.png", "size_vs_quality.png"}
@@ -106,3 +114,17 @@ def test_pareto_front():
     # perplexity: lower is better
     assert pareto([(1.0, 30.0), (2.0, 20.0), (3.0, 25.0)], higher_is_better=False) == [(1.0, 30.0), (2.0, 20.0)]
     assert pareto([]) == []
+
+
+def test_generation_goals_read_decode_speed_on_mobile_cpu():
+    gen = lambda tps: {"mobile-cpu": {"ttft_ms": 5.0, "decode_tokens_per_s": tps}}  # noqa: E731
+    rows = [_row("teacher", "fp32", "pytorch", "perplexity", 20.0, 8000, None, None),
+            _row("teacher", "fp32", "onnx", "perplexity", 20.0, 8000, None, None, generation=gen(20.0)),
+            _row("student", "fp32", "pytorch", "perplexity", 50.0, 2000, None, None),
+            _row("student", "int8-dynamic", "ort", "perplexity", 51.0, 500, None, None, generation=gen(90.0)),
+            _row("lstm", "fp32", "pytorch", "perplexity", 45.0, 1000, None, None)]
+    goals = {g["goal"]: g for g in build_results(_doc(rows))["goals"]}
+    assert goals["student int8 decode >= 5x the teacher's tokens/s on mobile-cpu"]["value"] == pytest.approx(4.5)
+    assert goals["student int8 decode >= 5x the teacher's tokens/s on mobile-cpu"]["met"] is False
+    assert goals["student perplexity within 2x of the teacher's"]["met"] is False  # 2.5x
+    assert goals["student perplexity below the LSTM's"]["met"] is False  # 50 > 45
