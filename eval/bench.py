@@ -269,6 +269,9 @@ def check_settings(cfg) -> None:
     if b.iterations < 1 or b.min_iterations < 1 or b.warmup < 0 or b.throughput_batch < 1:
         raise PipelineError("bench.iterations, bench.min_iterations and bench.throughput_batch must be >= 1 and "
                             "bench.warmup >= 0")
+    if b.head_to_head_rounds < 0:
+        raise PipelineError(f"bench.head_to_head_rounds = {b.head_to_head_rounds}: give 0 (no head-to-head "
+                            f"timing) or a number of rounds, e.g. 9")
     get_device(load_devices(b.devices_file), b.npu_device)
 
 

@@ -334,6 +334,8 @@ def test_unknown_target_fails_before_any_work(tiny_run):
         run_stage(_cfg(tiny_run, headline_length=100), "bench")
     with pytest.raises(PipelineError, match="unknown NPU device profile 'pixel-99' in bench.npu_device. Known: apple-a17-pro"):
         run_stage(_cfg(tiny_run, npu_device="pixel-99"), "bench")
+    with pytest.raises(PipelineError, match="bench.head_to_head_rounds = -2: give 0"):
+        run_stage(_cfg(tiny_run, head_to_head_rounds=-2), "bench")
 
 
 @pytest.mark.e2e
