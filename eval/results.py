@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from eval.paired import PAIRS, our_format
+
 SCHEMA_VERSION = 1
 
 
@@ -90,13 +92,13 @@ def _generation_goals(rows: list[dict]) -> list[dict]:
         r = find(rows, model, "fp32", "pytorch") or find(rows, model, "fp32")
         return r.get("perplexity") if r else None
 
-    def decode(model, variants, target="mobile-cpu"):
-        best = [g for r in rows if r["model"] == model and r["variant"] in variants
-                for t, g in (r.get("generation") or {}).items() if t == target and g.get("decode_tokens_per_s")]
-        return max((g["decode_tokens_per_s"] for g in best), default=None)
+    def decode(model, variant):  # the fastest file of that variant on mobile-cpu (.ort or .onnx)
+        return max((r["generation"]["mobile-cpu"].get("decode_tokens_per_s") or 0 for r in rows
+                    if (r["model"], r["variant"]) == (model, variant) and "mobile-cpu" in (r.get("generation") or {})),
+                   default=None) or None
 
     t, s, lstm = ppl("teacher"), ppl("student"), ppl("lstm")
-    fast, slow = decode("student", ("int8-dynamic",)), decode("teacher", ("fp32",))
+    fast, slow = decode("student", "int8-dynamic"), decode("teacher", "fp32")
     ratio = s / t if s and t else None
     speed = fast / slow if fast and slow else None
     return [{"goal": "student perplexity within 2x of the teacher's", "value": ratio, "limit": 2.0,
@@ -113,13 +115,10 @@ def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int) -> list
     (eval/paired.py) where the bench made one, else the ratio of the two rows' sweep p50s."""
     goals = []
     paired = {(p["ours"]["variant"], p["target"]): p for p in head_to_head}
-    # optimized (ORT-fused fp32) exists as .onnx only, so it meets the peer on host-cpu alone
-    pairs = (("fp32", "optimum-fp32", ("host-cpu", "mobile-cpu")), ("optimized", "optimum-fp32", ("host-cpu",)),
-             ("int8-dynamic", "optimum-int8-dynamic", ("host-cpu", "mobile-cpu")))
-    for ours, peer, targets in pairs:
-        a, b = find(rows, "student", ours, "onnx"), find(rows, "student", peer, "onnx")
-        if a is None and ours == "optimized":
+    for ours, peer, targets in PAIRS:
+        if ours == "optimized" and find(rows, "student", ours, "onnx") is None:
             continue  # transformer-only and optional; the fp32 / int8 pairs are always listed
+        b = find(rows, "student", peer, "onnx")
         for target in targets:
             h = paired.get((ours, target))
             if h and h.get("ratio") is not None:
@@ -127,11 +126,8 @@ def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int) -> list
                 detail = (f"ours {h['ours']['format']} / Optimum {h['peer']['format']}: median of {h['rounds']} "
                           f"alternating-round p50 ratios (rounds {h['ratio_min']:.3f}-{h['ratio_max']:.3f})")
             else:
-                fa = p50(a, target, length) if a else None
-                if fa is None and target == "mobile-cpu":  # ours runs there as .ort
-                    ort = find(rows, "student", ours, "ort")
-                    fa = p50(ort, target, length) if ort else None
-                fb = p50(b, target, length) if b else None
+                a = find(rows, "student", ours, our_format(target))
+                fa, fb = (p50(a, target, length) if a else None), (p50(b, target, length) if b else None)
                 ratio = fa / fb if fa and fb else None
                 detail = "p50 ratio ours / Optimum (sweep)"
             goals.append({"goal": f"our student {ours} no slower than Optimum's on {target} at {length} tokens",
