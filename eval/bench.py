@@ -126,11 +126,11 @@ class Bench:
             self._streams[model] = L.token_stream(self.models.tokenizers[model], self.texts, need)
         return self._streams[model]
 
-    def _inputs(self, model: str, n: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    def inputs(self, model: str, n: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
         tok = self.models.tokenizers[model]
         return L.make_batch(self._stream(model), n, batch, tok.cls_token_id, tok.sep_token_id)
 
-    def _runner(self, t: Target, row: dict, threads: int):
+    def runner(self, t: Target, row: dict, threads: int):
         """(bind(ids, mask) -> call, provider used)."""
         if row["format"] == "pytorch":
             import torch
@@ -160,14 +160,14 @@ class Bench:
         peak = peak_for(self.machine["peak_gflops_fp32"], threads)
         out: dict = {}
         with L.PeakRSS() as rss:
-            bind, provider = self._runner(t, row, threads)
+            bind, provider = self.runner(t, row, threads)
             for n in point.lengths:
-                entry = L.summarize(L.time_calls(bind(*self._inputs(row["model"], n, 1)), self.plan))
+                entry = L.summarize(L.time_calls(bind(*self.inputs(row["model"], n, 1)), self.plan))
                 _gflops(entry, flops[n], 1, peak)
                 out[str(n)] = entry
             if point.throughput:
                 B, n = self.b.throughput_batch, self.b.headline_length
-                entry = L.summarize(L.time_calls(bind(*self._inputs(row["model"], n, B)), self.tplan))
+                entry = L.summarize(L.time_calls(bind(*self.inputs(row["model"], n, B)), self.tplan))
                 entry.update(batch=B, seq_len=n, sequences_per_s=B / (entry["p50_ms"] / 1e3))
                 _gflops(entry, folder_flops(self.models.folders[row["model"]], n), B, peak)
                 out[f"throughput_b{B}"] = entry
@@ -211,7 +211,7 @@ class Bench:
         for n in point.lengths:
             path = fix_shapes(row["_path"], self.work / "fixed" / f"{row['model']}-{row['variant']}-{n}.onnx", 1, n)
             sess = L.ort_session(path, 1, [provider, "CPUExecutionProvider"])
-            out[str(n)] = L.summarize(L.time_calls(L.ort_runner(sess)(*self._inputs(row["model"], n, 1)), self.plan))
+            out[str(n)] = L.summarize(L.time_calls(L.ort_runner(sess)(*self.inputs(row["model"], n, 1)), self.plan))
         out["session"] = {"provider": provider, "threads": 1}
         return out
 
@@ -222,7 +222,7 @@ class Bench:
         ml = ct.models.MLModel(str(row["_path"]), compute_units=ct.ComputeUnit.CPU_AND_NE)
         out: dict = {}
         for n in point.lengths:
-            ids, mask = self._inputs(row["model"], n, 1)
+            ids, mask = self.inputs(row["model"], n, 1)
             x = {"input_ids": ids.astype(np.int32), "attention_mask": mask.astype(np.int32)}
             try:
                 out[str(n)] = L.summarize(L.time_calls(lambda: ml.predict(x), self.plan))

@@ -79,9 +79,9 @@ def head_to_head(bench, rows: list[dict], targets: list[Target], rounds: int, mo
                      "peer": {"variant": b["variant"], "format": b["format"], "file": b.get("file")},
                      "iterations_per_round": plan.iterations}
             try:
-                inputs = bench._inputs(model, n, 1)
-                call_a = bench._runner(t, a, resolved_threads(t))[0](*inputs)
-                call_b = bench._runner(t, b, resolved_threads(t))[0](*inputs)
+                inputs = bench.inputs(model, n, 1)
+                call_a = bench.runner(t, a, resolved_threads(t))[0](*inputs)
+                call_b = bench.runner(t, b, resolved_threads(t))[0](*inputs)
                 entry.update(alternate(call_a, call_b, rounds, plan))
                 log.info("[bench] head to head %s %s %s vs %s on %s: ratio %.3f (rounds %.3f-%.3f)", model,
                          a["variant"], a["format"], b["variant"], t.name, entry["ratio"], entry["ratio_min"],
