@@ -16,11 +16,13 @@ from eval.targets import Target, resolved_threads, unavailable
 
 log = logging.getLogger("pocketformer")
 
-# (ours, Optimum's variant, targets). "optimized" is our ORT-fused fp32 graph: fp32 against fp32; it has
-# no .ort (ORT re-fuses at conversion), so it meets the peer on host-cpu alone. The report's goals read
-# the same table.
-PAIRS = (("fp32", "optimum-fp32", ("host-cpu", "mobile-cpu")), ("optimized", "optimum-fp32", ("host-cpu",)),
-         ("int8-dynamic", "optimum-int8-dynamic", ("host-cpu", "mobile-cpu")))
+# (our variants, first found wins; Optimum's variant; targets). At fp32 ours is the "optimized" file, the
+# graph pocketformer ships at that precision (export/optimize.py): the plain "fp32" file is the same
+# torch.onnx export Optimum writes (373 against 371 nodes, the same 205-206 after ORT's load-time fusions),
+# so timing it against Optimum's measures the machine's noise, not the export; it stands in only when a
+# config leaves "optimized" out. The report's goals read the same table.
+PAIRS = ((("optimized", "fp32"), "optimum-fp32", ("host-cpu", "mobile-cpu")),
+         (("int8-dynamic",), "optimum-int8-dynamic", ("host-cpu", "mobile-cpu")))
 
 
 def our_format(target: str) -> str:
@@ -40,7 +42,8 @@ def pair_rows(rows: list[dict], target: str, model: str = "student") -> list[tup
     for ours, peer, targets in PAIRS:
         if target not in targets:
             continue
-        a, b = _find(rows, model, ours, our_format(target)), _find(rows, model, peer, "onnx")
+        a = next((r for v in ours if (r := _find(rows, model, v, our_format(target))) is not None), None)
+        b = _find(rows, model, peer, "onnx")
         if a is not None and b is not None:
             out.append((a, b))
     return out

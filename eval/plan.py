@@ -48,8 +48,6 @@ def _variant_skip(t: Target, variant: str) -> str:
                 "Core ML packages")
     if t.name == "desktop-gpu":
         return "int8 ONNX kernels are CPU kernels; the GPU runs fp32 and fp16"
-    if t.name == "mobile-cpu" and variant == "optimized":
-        return "the .ort conversion applies ORT's graph optimizations itself; there is no separate optimized .ort"
     return f"{t.name} does not run the {variant} variant"
 
 

@@ -34,8 +34,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            "ONNX Runtime on every host core; PyTorch eager as the reference",
            expects=(("pytorch", "fp32"), ("onnx", "fp32"), ("onnx", "int8-dynamic"))),
     Target("mobile-cpu", "onnxruntime", "XNNPACKExecutionProvider if present, else CPUExecutionProvider", 1,
-           "fp32 / int8", ("ort", "onnx"), ("fp32", "int8-dynamic", "int8-static", "optimum-fp32",
-                                            "optimum-int8-dynamic"),
+           "fp32 / int8", ("ort", "onnx"), ("fp32", "optimized", "int8-dynamic", "int8-static",
+                                            "optimum-fp32", "optimum-int8-dynamic"),
            "the .ort mobile files on one thread, as a phone app runs them",
            proxy="measured on one core of this host, not on a phone: ratios between models carry over, "
                  "absolute times do not (the phone harness lands real runs in the same table)",

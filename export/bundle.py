@@ -21,7 +21,8 @@ METADATA = "metadata.json"
 SCHEMA_VERSION = 1
 CHOICE_TARGET = "mobile-cpu"
 # Core ML variant that pairs with an ONNX variant (same kind of weights) when the model has several
-COREML_FOR = {"int8-dynamic": "int8", "int8-static": "int8", "fp16": "fp16", "fp32": "fp16"}
+COREML_FOR = {"int8-dynamic": "int8", "int8-static": "int8", "fp16": "fp16", "fp32": "fp16",
+              "optimized": "fp16"}
 
 
 def _p50(row: dict, target: str, length: int) -> float | None:

@@ -98,7 +98,7 @@ def _onnx_optimized(job: ExportJob) -> dict:
     hf_cfg = job.loaded.model.hf.config
     model_type = hf_cfg.model_type if hf_cfg.model_type in MODEL_TYPES else "bert"  # encoder patterns by default
     fused = optimize_transformer(src, job.out, hf_cfg.num_attention_heads, hf_cfg.hidden_size, job.model_name,
-                                 model_type)
+                                 model_type, job.quantize.skip_fusions)
     return {"source": src_name, "fused_ops": fused}
 
 
@@ -138,7 +138,8 @@ def _ort(job: ExportJob) -> dict:
     from export.ort_format import convert_to_ort
 
     src_name, src = _source(job, job.variant)
-    convert_to_ort([(job.model_name, src, job.out)], job.export.ort_target_platform)
+    convert_to_ort([(job.model_name, src, job.out)], job.export.ort_target_platform,
+                   job.export.ort_disabled_optimizers)
     return {"source": src_name}
 
 

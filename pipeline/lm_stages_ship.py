@@ -94,23 +94,14 @@ def _onnx_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.iterdir() if p.name.startswith("model.onnx"))
 
 
-def to_ort(onnx_path: Path, out_dir: Path, platform: str | None = None) -> Path:
-    """ORT mobile format (.ort, fixed optimizations for `platform`: arm for phones, amd64 for x86 hosts)."""
-    from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
+def to_ort(name: str, onnx_path: Path, out_dir: Path, platform: str = "arm",
+           disabled: list[str] | tuple[str, ...] = ("SkipLayerNormFusion",)) -> Path:
+    """ORT mobile format: out_dir/<onnx stem>.ort, optimized for `platform` (export/ort_format.py)."""
+    from export.ort_format import convert_to_ort
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        convert_onnx_models_to_ort(onnx_path, output_dir=out_dir, optimization_styles=[OptimizationStyle.Fixed],
-                                   target_platform=platform)
-    except Exception as e:  # the converter reports unsupported ops by raising
-        raise PipelineError(f"ORT format conversion of {onnx_path} failed ({e})") from None
-    found = sorted(out_dir.glob("*.ort"))
-    if not found:
-        raise PipelineError(f"ORT format conversion of {onnx_path} wrote no .ort file")
-    for extra in out_dir.iterdir():
-        if extra.suffix != ".ort":
-            extra.unlink()
-    return found[0]
+    out = out_dir / f"{onnx_path.stem}.ort"
+    convert_to_ort([(name, onnx_path, out)], platform, disabled)
+    return out
 
 
 @register("export", deps=("data", "teacher", "distill", "baseline", "eval", "quantize"), sections=("export",),
@@ -137,7 +128,8 @@ def stage_lm_export(ctx: StageContext) -> dict:
             loaded[name] = load_lm(upstream(ctx, LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
         lm, tok = loaded[name]
         prompt = lm.to_model_ids(torch.tensor(check_prompt(ctx, tok))).tolist()
-        ort_path = to_ort(qdir / r["path"], ctx.out / name / variant, getattr(e, "ort_target_platform", None))
+        ort_path = to_ort(name, qdir / r["path"], ctx.out / name / variant, e.ort_target_platform,
+                          e.ort_disabled_optimizers)
         want = ort_lm(qdir / r["path"], lm).generate(prompt, cfg.lm.check_tokens)
         got = ort_lm(ort_path, lm).generate(prompt, cfg.lm.check_tokens)
         rows.append({**{k: r[k] for k in ("model", "variant", "params") if k in r}, "format": "ort",

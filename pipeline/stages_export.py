@@ -157,7 +157,7 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
     models = list(dict.fromkeys(r["model"] for r in qrows))
     jobs = [(m, ctx.run_dir / by_key[(m, v)]["file"], ctx.out / m / f"{v}.ort")
             for m in models for v in e.ort_variants if (m, v) in by_key]  # optimized: transformers only
-    convert_to_ort(jobs, e.ort_target_platform)  # one converter run for all files
+    convert_to_ort(jobs, e.ort_target_platform, e.ort_disabled_optimizers)
     rows = []
     inputs_for: dict = {}
     for model, src, out in jobs:
@@ -178,7 +178,8 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
                      "non_embedding_params": q.get("non_embedding_params"),
                      "accuracy_from": "onnx",  # the check above shows the source's logits, so its accuracy
                      "details": {"source": q["file"], "target_platform": e.ort_target_platform,
-                                 "optimization_style": "Fixed"}})
+                                 "optimization_style": "Fixed",
+                                 "disabled_optimizers": list(e.ort_disabled_optimizers)}})
     return rows
 
 

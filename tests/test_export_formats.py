@@ -56,6 +56,46 @@ def test_ort_conversion_failure_names_model_and_file(models, tmp_path):
         convert_to_ort([("lstm", bad, tmp_path / "x.ort")], target_platform="riscv")
 
 
+def test_ort_conversion_leaves_out_the_disabled_fusions(models, inputs, tmp_path):
+    from export.checks import ort_runner, ort_session
+    from export.optimize import op_counts
+    from export.ort_format import convert_to_ort, optimize_graph
+    from export.registry import get_exporter
+
+    m = models["bert"]
+    src, dyn = tmp_path / "fp32.onnx", tmp_path / "int8-dynamic.onnx"
+    get_exporter("onnx").fn(job(m, src))
+    get_exporter("int8-dynamic").fn(job(m, dyn, sources={"fp32": src}))
+    # the graph the .ort file holds, written as ONNX to count its ops: ORT fuses SkipLayerNormalization
+    # unless told not to (export.ort_disabled_optimizers, on by default)
+    fused, unfused = tmp_path / "fused.onnx", tmp_path / "unfused.onnx"
+    optimize_graph(dyn, fused, "arm", [], save_format="ONNX")
+    optimize_graph(dyn, unfused, "arm", ["SkipLayerNormFusion"], save_format="ONNX")
+    assert op_counts(fused).get("SkipLayerNormalization", 0) > 0
+    assert op_counts(unfused).get("SkipLayerNormalization", 0) == 0 and op_counts(unfused).get("LayerNormalization")
+    out = tmp_path / "int8-dynamic.ort"
+    convert_to_ort([("student", dyn, out)])  # the default leaves SkipLayerNormFusion out
+    got, want = logits(ort_runner(ort_session(out)), inputs), logits(ort_runner(ort_session(dyn)), inputs)
+    assert np.abs(got - want).max() <= 1e-4
+    with pytest.raises(PipelineError, match=r"names \['SkipLayerNormFusoin'\].*would silently ignore"):
+        convert_to_ort([("student", dyn, tmp_path / "x.ort")], disabled=["SkipLayerNormFusoin"])
+    assert not (tmp_path / "x.ort").exists()
+
+
+def test_known_optimizer_names_are_in_the_installed_onnxruntime():
+    """ORT ignores names it does not know, so the list export.ort_disabled_optimizers is checked against
+    must hold real transformer names: each is a string in ORT's compiled library."""
+    from pathlib import Path
+
+    import onnxruntime.capi as capi
+
+    from export.ort_format import KNOWN_OPTIMIZERS
+
+    lib = next(Path(capi.__file__).parent.glob("onnxruntime_pybind11_state*")).read_bytes()
+    assert [n for n in KNOWN_OPTIMIZERS if n.encode() not in lib] == []
+    assert b"NoSuchFusionXyz" not in lib
+
+
 @pytest.mark.parametrize("kind", ["bert", "lstm"])
 def test_exporter_coreml(models, inputs, kind, tmp_path):
     from export.checks import torch_runner

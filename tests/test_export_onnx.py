@@ -97,11 +97,18 @@ def test_exporter_onnx_optimized(models, inputs, onnx_files):
     from export.optimize import op_counts
 
     counts = op_counts(onnx_files["bert"]["optimized"])
-    assert counts.get("Attention") == 2 and counts.get("SkipLayerNormalization") == 4  # 2 layers
-    assert counts.get("EmbedLayerNormalization") == 1
+    assert counts.get("Attention") == 2  # 2 layers
     assert "Softmax" not in counts  # attention really fused, not left beside the fused op
+    # the default quantize.skip_fusions: layer norms stay LayerNormalization (faster on ORT's CPU kernels)
+    assert "SkipLayerNormalization" not in counts and "EmbedLayerNormalization" not in counts
+    assert counts.get("LayerNormalization") == 5  # embeddings + 2 per layer
     got, ref = compare(onnx_files["bert"]["optimized"], models["bert"], inputs)
     assert np.abs(got - ref).max() < 1e-4
+    every = onnx_files["bert"]["fp32"].with_name("every-fusion.onnx")
+    details = run_exporter("onnx-optimized", models["bert"], every, onnx_files["bert"], skip_fusions=[])
+    assert details["fused_ops"]["SkipLayerNormalization"] == 4 and details["fused_ops"]["EmbedLayerNormalization"] == 1
+    with pytest.raises(PipelineError, match=r"quantize.skip_fusions names \['skip_layernorm'\].*Known fusions:.*skip_layer_norm"):
+        run_exporter("onnx-optimized", models["bert"], every, onnx_files["bert"], skip_fusions=["skip_layernorm"])
     with pytest.raises(PipelineError, match="transformer models only"):
         run_exporter("onnx-optimized", models["lstm"], onnx_files["lstm"]["fp32"].with_name("x.onnx"),
                      onnx_files["lstm"])

@@ -14,21 +14,24 @@ def _r(variant, fmt, **extra):
             "file": f"x/{variant}.{fmt}", **extra}
 
 
-ROWS = [_r("fp32", "onnx"), _r("fp32", "ort"), _r("optimized", "onnx"), _r("int8-dynamic", "onnx"),
-        _r("int8-dynamic", "ort"), _r("optimum-fp32", "onnx", source="optimum"),
+ROWS = [_r("fp32", "onnx"), _r("fp32", "ort"), _r("optimized", "onnx"), _r("optimized", "ort"),
+        _r("int8-dynamic", "onnx"), _r("int8-dynamic", "ort"), _r("optimum-fp32", "onnx", source="optimum"),
         _r("optimum-int8-dynamic", "onnx", source="optimum"), _r("fp16", "onnx")]
 
 
 def test_pairs_take_what_each_target_runs():
+    # fp32: the optimized file is ours (the plain export is Optimum's graph); on the phone target ours is
+    # the .ort that ships, Optimum's is its .onnx
     host = [(a["variant"], a["format"], b["variant"]) for a, b in P.pair_rows(ROWS, "host-cpu")]
-    assert host == [("fp32", "onnx", "optimum-fp32"), ("optimized", "onnx", "optimum-fp32"),
-                    ("int8-dynamic", "onnx", "optimum-int8-dynamic")]
-    # on the phone target ours is the .ort that ships; the fused graph has none, so it is not paired
+    assert host == [("optimized", "onnx", "optimum-fp32"), ("int8-dynamic", "onnx", "optimum-int8-dynamic")]
     mobile = [(a["variant"], a["format"], b["format"]) for a, b in P.pair_rows(ROWS, "mobile-cpu")]
-    assert mobile == [("fp32", "ort", "onnx"), ("int8-dynamic", "ort", "onnx")]
+    assert mobile == [("optimized", "ort", "onnx"), ("int8-dynamic", "ort", "onnx")]
     no_peer = [r for r in ROWS if r.get("source") != "optimum"]
     assert P.pair_rows(no_peer, "host-cpu") == []
-    missing = [dict(r, missing=True) if r["variant"] == "int8-dynamic" else r for r in ROWS]
+    # a config without "optimized" (or a model it does not apply to): the plain fp32 file stands in
+    plain = [r for r in ROWS if r["variant"] != "optimized"]
+    assert [a["variant"] for a, _ in P.pair_rows(plain, "mobile-cpu")] == ["fp32", "int8-dynamic"]
+    missing = [dict(r, missing=True) if r["variant"] in ("int8-dynamic", "optimized") else r for r in ROWS]
     assert [a["variant"] for a, _ in P.pair_rows(missing, "mobile-cpu")] == ["fp32"]
 
 
@@ -73,6 +76,7 @@ def _h2h(ratio, lo, hi, **extra):
 
 
 def test_goal_reads_the_head_to_head_ratio_over_the_sweep():
+    # _doc has no optimized row: the fp32 goal is the plain file's
     res = build_results(_doc([_h2h(0.95, 0.9, 1.01)]))
     assert validate_results(res) == []
     goal = next(g for g in res["goals"] if g["goal"].startswith("our student fp32") and "host-cpu" in g["goal"])
@@ -90,3 +94,12 @@ def test_schema_rejects_broken_comparisons():
     failed = {k: v for k, v in _h2h(1.0, 1.0, 1.0).items() if not k.startswith("ratio")}
     assert validate_results(build_results(_doc([dict(failed, status="failed", reason="boom")]))) == []
     assert any("needs its reason" in p for p in validate_results(build_results(_doc([dict(failed, status="failed")]))))
+
+
+def test_fp32_goal_is_the_optimized_file_when_there_is_one():
+    doc = _doc([_h2h(1.03, 0.99, 1.08), _h2h(0.9, 0.85, 0.95, ours={"variant": "optimized", "format": "onnx"})])
+    doc["rows"].append(dict(doc["rows"][0], variant="optimized"))
+    goals = [g for g in build_results(doc)["goals"] if "Optimum" in g["goal"] and "host-cpu" in g["goal"]]
+    assert [g["goal"].split(" no slower")[0] for g in goals] == ["our student optimized", "our student int8-dynamic"]
+    assert goals[0]["value"] == 0.9 and goals[0]["met"] is True
+    assert goals[1]["value"] is None and goals[1]["met"] is None  # no int8 rows: listed, not measured
