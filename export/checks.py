@@ -96,13 +96,14 @@ def max_abs_diff_check(fn, ref_fn, inputs: CheckInputs, atol: float, what: str) 
     return result
 
 
-def argmax_check(fn, ref_fn, inputs: CheckInputs, minimum: float, what: str) -> dict:
+def argmax_check(fn, ref_fn, inputs: CheckInputs, minimum: float, what: str,
+                 ref_name: str = "the fp32 PyTorch model") -> dict:
     got, ref = _all_logits(fn, inputs), _all_logits(ref_fn, inputs)
     agree = float((got.argmax(-1) == ref.argmax(-1)).mean())
     result = {"kind": "argmax_agreement", "value": agree, "tolerance": minimum, "passed": agree >= minimum,
               "inputs": inputs.description, "max_abs_diff": float(np.abs(got - ref).max())}
     if not result["passed"]:
-        raise PipelineError(f"{what}: argmax agrees with the fp32 PyTorch model on only {agree:.1%} of "
+        raise PipelineError(f"{what}: argmax agrees with {ref_name} on only {agree:.1%} of "
                             f"{inputs.description}; the minimum is {minimum:.1%} (quantize.min_argmax_agreement)")
     return result
 

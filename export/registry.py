@@ -106,8 +106,9 @@ def _onnx_optimized(job: ExportJob) -> dict:
 def _int8_dynamic(job: ExportJob) -> dict:
     from export.quantize import quantize_int8_dynamic
 
-    # the unfused graph, fused by ORT after quantization: faster than QAttention kernels (export/quantize.py)
-    src_name, src = _source(job, "fp32")
+    # the fused graph by default (QAttention; faster, export/quantize.py); the fp32 one for an LSTM, which
+    # has no optimized file, or when quantize.dynamic_source says so
+    src_name, src = _source(job, *dict.fromkeys([job.quantize.dynamic_source, "fp32"]))
     ops = quantize_int8_dynamic(src, job.out, job.model_name, job.quantize.per_channel)
     return {"source": src_name, "quantized_ops": ops, "per_channel": job.quantize.per_channel}
 

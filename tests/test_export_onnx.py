@@ -121,16 +121,25 @@ def test_exporter_int8_dynamic(models, inputs, onnx_files, kind, tmp_path):
     out = tmp_path / "int8.onnx"
     details = run_exporter("int8-dynamic", models[kind], out, onnx_files[kind])
     ops = details["quantized_ops"]
-    assert details["source"] == "fp32"  # the unfused graph: ORT fuses the quantized ops at load
     if kind == "lstm":
+        assert details["source"] == "fp32"  # an RNN has no optimized file
         assert ops.get("DynamicQuantizeLSTM") == 2 and "LSTM" not in ops  # the LSTM itself is int8
     else:
-        src_matmuls = op_counts(onnx_files[kind]["fp32"])["MatMul"]
+        assert details["source"] == "optimized"  # quantize.dynamic_source: the fused graph
+        counts = op_counts(out)
+        # every fused attention became QAttention (int8 Q/K/V weights), every weight MatMul MatMulInteger
+        assert ops.get("QAttention") == 2 and "Attention" not in counts
+        fused = op_counts(onnx_files[kind]["optimized"])
+        assert ops.get("MatMulInteger") == fused["MatMul"] + fused.get("Gemm", 0) >= 4  # + pooler, classifier
+        assert "Gemm" not in counts and "MatMul" not in counts
+        plain = tmp_path / "int8-from-fp32.onnx"
+        details = run_exporter("int8-dynamic", models[kind], plain, onnx_files[kind], dynamic_source="fp32")
+        ops = details["quantized_ops"]
+        assert details["source"] == "fp32" and "QAttention" not in ops
         # only the 2 activation x activation products per layer (scores, context) stay float
         assert ops.get("MatMul") == 2 * 2
         # every weight MatMul became int8 (the quantizer also takes the pooler and classifier Gemms)
-        assert ops.get("MatMulInteger") >= src_matmuls - 4 >= 12
-        assert "Gemm" not in op_counts(out)
+        assert ops.get("MatMulInteger") >= op_counts(onnx_files[kind]["fp32"])["MatMul"] - 4 >= 12
     # the embedding tables (Gather data, or QEmbedLayerNormalization's uint8 tables) are 8-bit, not fp32
     model = onnx.load(str(out))
     biggest = max(model.graph.initializer, key=lambda t: int(np.prod(t.dims)))

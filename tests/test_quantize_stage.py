@@ -74,8 +74,14 @@ def test_quantize_and_export_stages(tiny_cfg_dict):
     assert all(r["details"]["disabled_optimizers"] == ["SkipLayerNormFusion"] for r in ort)
     for r in ort:
         assert (run_dir / r["file"]).read_bytes()[4:8] == b"ORTM" and r["size_bytes"] > 0
-        assert r["check"]["kind"] == "max_abs_diff" and r["check"]["passed"]
-        assert r["accuracy"] == by[(r["model"], r["variant"])]["accuracy"] and r["accuracy_from"] == "onnx"
+        assert r["check"]["passed"]
+        if r["variant"] in ("fp32", "optimized"):  # lossless: same logits as the .onnx, so its scores
+            assert r["check"]["kind"] == "max_abs_diff" and r["check"]["value"] <= 1e-4
+            assert r["accuracy"] == by[(r["model"], r["variant"])]["accuracy"] and r["accuracy_from"] == "onnx"
+        else:  # int8: held to the argmax rule against its .onnx and scored on the test split itself
+            assert r["check"]["kind"] == "argmax_agreement" and r["check"]["value"] >= 0.9
+            assert 0 <= r["accuracy"] <= 1 and r["accuracy_from"] == "ort"
+            assert abs(r["accuracy"] - by[(r["model"], r["variant"])]["accuracy"]) <= 0.1
     cm = [r for r in out if r["format"] == "coreml"]
     assert {(r["model"], r["variant"]) for r in cm} == {(m, v) for m in ("student", "lstm", "lstm_distilled")
                                                         for v in ("fp16", "int8", "palettized-4bit")}
