@@ -102,14 +102,16 @@ def quality_vs_latency(results: dict, out: Path) -> Path | None:
             xs, ys = zip(*front)
             ax.step(xs, ys, where="post", color="black", lw=1, ls="--", alpha=0.6, zorder=2)
             ax.scatter(xs, ys, s=130, facecolors="none", edgecolors="black", linewidths=1, zorder=4)
-            on_front = {(x, y) for x, y in front}
+            # front points in x order; labels alternate below / above so neighbours at similar
+            # accuracy do not print over each other
+            order = {pt: i for i, pt in enumerate(sorted(set(front)))}
             right = max(xs)
             for x, y, r in pts:  # name only the front's points: the legend decodes the rest
-                if (x, y) in on_front:
+                if (x, y) in order:
                     last = x == right  # the rightmost label goes to the left, inside the axes
-                    ax.annotate(_short(r), (x, y), textcoords="offset points", xytext=(-8 if last else 6, -11),
+                    dy = -11 if order.pop((x, y)) % 2 == 0 else 5
+                    ax.annotate(_short(r), (x, y), textcoords="offset points", xytext=(-8 if last else 6, dy),
                                 ha="right" if last else "left", fontsize=7)
-                    on_front.discard((x, y))
         _log_axis(ax.xaxis)
         ax.set_xlabel(f"p50 latency at {length} tokens, batch 1 (ms, log scale)")
         ax.set_ylabel(metric + ("" if higher else " (lower is better)"))

@@ -103,3 +103,14 @@ def test_fp32_goal_is_the_optimized_file_when_there_is_one():
     assert [g["goal"].split(" no slower")[0] for g in goals] == ["our student optimized", "our student int8-dynamic"]
     assert goals[0]["value"] == 0.9 and goals[0]["met"] is True
     assert goals[1]["value"] is None and goals[1]["met"] is None  # no int8 rows: listed, not measured
+
+
+def test_report_says_why_the_plain_fp32_file_is_not_paired():
+    from eval.report import _head_to_head
+
+    def text(pairs):
+        return " ".join(b[1] for b in _head_to_head({"head_to_head": pairs}) if b[0] == "p")
+
+    opt = _h2h(0.9, 0.85, 0.95, ours={"variant": "optimized", "format": "onnx"})
+    assert "same torch.onnx export Optimum writes" in text([opt])
+    assert "same torch.onnx export" not in text([_h2h(1.0, 0.95, 1.05)])  # plain fp32 paired: no such claim
