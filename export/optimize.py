@@ -1,4 +1,6 @@
-"""fp32 ONNX -> ORT transformer-optimized ONNX (fused Attention, SkipLayerNormalization, Gelu, EmbedLayerNorm).
+"""fp32 ONNX -> ORT transformer-optimized ONNX: fused Attention and BiasGelu by default; the layer-norm
+fusions (SkipLayerNormalization, EmbedLayerNormalization) are left out by quantize.skip_fusions because
+ORT's CPU kernels for them are slower than the unfused ops (numbers in pipeline/config.py).
 
 Only for transformer encoders: the fusions are pattern matches on BERT-shaped subgraphs, and an LSTM
 graph has nothing for them to match.
