@@ -116,6 +116,9 @@ def stage_lm_export(ctx: StageContext) -> dict:
 
     cfg, e = ctx.cfg, ctx.cfg.export
     threads(cfg)
+    from export.ort_format import check_optimizers
+
+    check_optimizers(e.ort_disabled_optimizers)  # before any conversion, so a typo fails at once
     qdir = upstream(ctx, "quantize")
     onnx_rows = json.loads((qdir / "onnx_rows.json").read_text())
     rows, coreml = [], []

@@ -65,6 +65,10 @@ def stage_quantize(ctx: StageContext) -> dict:
     _threads(cfg)
     for v in q.variants:
         for_variant(v)  # unknown names fail before any work
+    if "optimized" in q.variants:
+        from export.optimize import fusion_options
+
+        fusion_options("bert", q.skip_fusions)  # a misspelt fusion name, too
     if "fp32" not in q.variants:
         raise PipelineError(f"quantize.variants = {q.variants} lacks 'fp32': every other ONNX variant is made from "
                             f"the fp32 export; add it")
@@ -135,6 +139,9 @@ def stage_export(ctx: StageContext) -> dict:
     cfg, e = ctx.cfg, ctx.cfg.export
     _threads(cfg)
     _check_coreml_settings(e)  # before the slow steps, so a typo fails at once
+    from export.ort_format import check_optimizers
+
+    check_optimizers(e.ort_disabled_optimizers)
     qrows = json.loads((ctx.input("quantize") / "variants.json").read_text())
     check_texts = _check_texts(ctx, cfg.quantize.check_samples)
     rows = _export_ort(ctx, qrows, check_texts) + _export_coreml(ctx, check_texts)

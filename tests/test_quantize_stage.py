@@ -110,6 +110,12 @@ def test_quantize_and_export_stages(tiny_cfg_dict):
                            quantize={"variants": ["fp32"]}), "export")
     with pytest.raises(PipelineError, match="Core ML export is for student, lstm, lstm_distilled"):
         run_stage(cfg_with(tiny_cfg_dict, export={"coreml_models": ["teacher"], "ort_variants": []}), "export")
+    # misspelt fusion / optimizer names fail at the start of their stage, before any file is written
+    with pytest.raises(PipelineError, match=r"quantize.skip_fusions names \['skiplayernorm'\]"):
+        run_stage(cfg_with(tiny_cfg_dict, quantize={"skip_fusions": ["skiplayernorm"]}), "quantize")
+    with pytest.raises(PipelineError, match=r"export.ort_disabled_optimizers names \['SkipLN'\].*silently ignore"):
+        run_stage(cfg_with(tiny_cfg_dict, export={"ort_disabled_optimizers": ["SkipLN"]}), "export")
+    assert not (run_dir / ".quantize.partial").exists() and not (run_dir / ".export.partial").exists()
     # a corrupt checkpoint: one error naming the model and the format
     (run_dir / "baseline" / "lstm" / "model.safetensors").write_bytes(b"\x00" * 16)
     with pytest.raises(PipelineError, match=r"lstm -> onnx: the checkpoint in .* is missing or corrupt"):
