@@ -49,7 +49,8 @@ def _read_rows(path: Path, what: str) -> list[dict]:
 
 def collect_rows(run_dir: Path) -> list[dict]:
     """Rows of eval (PyTorch), quantize (ONNX) and export (.ort, Core ML), with `_path` set to the file.
-    An .ort row without its own accuracy takes its ONNX source's (the same graph, re-serialized)."""
+    An .ort row without its own accuracy takes its ONNX source's (the export stage scores lossy .ort files
+    itself; lossless ones carry their source's, whose logits they match)."""
     rows = [dict(r, _path=None) for r in _read_rows(run_dir / "eval" / "accuracy.json", "eval")]
     for stage in ("quantize", "export"):
         for r in _read_rows(run_dir / stage / "variants.json", stage):

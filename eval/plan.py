@@ -23,11 +23,11 @@ class Point:
 
 def _format_skip(t: Target, fmt: str) -> str:
     if t.name == "mobile-cpu":
-        return {"onnx": "mobile-cpu runs the .ort file of this variant (same graph, see its ort row)",
+        return {"onnx": "mobile-cpu runs the .ort file of this variant (the phone build of the same model, see its ort row)",
                 "pytorch": "phones run the exported files, not PyTorch eager",
                 "coreml": "Core ML packages run under Core ML only: see edge-npu"}.get(fmt, "")
     if t.name == "host-cpu":
-        return {"ort": "host-cpu runs the .onnx file of this variant (same graph); the .ort file is measured "
+        return {"ort": "host-cpu runs the .onnx file of this variant (the same model); the .ort file is measured "
                        "on mobile-cpu",
                 "coreml": "Core ML packages run under Core ML only (macOS/iOS): see edge-npu"}.get(fmt, "")
     if t.name == "edge-npu":

@@ -3,7 +3,7 @@
 Layout of a bundle folder (runs/<run>/bundle/ and its published copy dist/<run>/):
 
     model/<model>-<variant>.ort           token ids in, logits out (ONNX Runtime Mobile)
-    model/<model>-<variant>.onnx          the same graph as ONNX
+    model/<model>-<variant>.onnx          the same model as ONNX (the source of the .ort)
     model/<model>-<variant>-text.onnx     raw text in (tokenizer inside, onnxruntime-extensions), logits out
     model/<model>-<coreml variant>.mlpackage   Core ML package, token ids in (when the export stage made one)
     tokenizer/                            the tokenizer files the model was trained with
