@@ -106,7 +106,10 @@ def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
     relevant = {"seed": cfg.run.seed, "task": cfg.run.task}
     relevant.update({s: cfg.section_dict(s) for s in stage.sections})
     if cfg.run.task == "generation":  # the generation stages also read [lm]
-        relevant["lm"] = cfg.section_dict("lm")
+        lm = cfg.section_dict("lm")
+        # lm.bench_* are read by the bench stage alone: timing settings must not re-train the models
+        # (report and bundle still re-run, since bench's output changes)
+        relevant["lm"] = lm if stage.name == "bench" else {k: v for k, v in lm.items() if not k.startswith("bench_")}
     return relevant, sha256_json(relevant)
 
 

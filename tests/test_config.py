@@ -61,9 +61,10 @@ def test_shipped_configs_load():
 
 def test_generation_training_stages_rerun_when_train_settings_change():
     """train.precision changes what distill and baseline learn in both tasks, so it is in their hash."""
-    import pipeline.stages_gpt  # noqa: F401  (registers the generation stages)
-    import pipeline.stages  # noqa: F401  (registers the classification stages)
-    from pipeline.stage import STAGES, config_hash
+    from pipeline.cli import _stages
+    from pipeline.stage import config_hash
+
+    STAGES = _stages()  # every stage module, as the CLI registers them (the graph depends on all of them)
 
     for task in ("classification", "generation"):
         a = config_from_dict({"run": {"task": task}}, "a.toml")
@@ -71,3 +72,21 @@ def test_generation_training_stages_rerun_when_train_settings_change():
         for name in ("distill", "baseline"):
             assert config_hash(a, STAGES[name])[1] != config_hash(b, STAGES[name])[1], (task, name)
     assert not STAGES["bench"].always  # the classification bench re-runs only when its inputs change
+
+
+def test_lm_bench_settings_rerun_the_generation_bench_only():
+    """lm.bench_* are timing settings: they must not re-train the models (report and bundle follow bench's
+    output), while every other [lm] key still reaches every generation stage."""
+    from pipeline.cli import _stages
+    from pipeline.stage import config_hash
+
+    STAGES = _stages()
+
+    gen = {"run": {"task": "generation"}}
+    a = config_from_dict(gen, "a.toml")
+    timing = config_from_dict({**gen, "lm": {"bench_iterations": 4}}, "b.toml")
+    corpus = config_from_dict({**gen, "lm": {"context_length": 64}}, "c.toml")
+    for name in ("data", "teacher", "logits", "distill", "baseline", "eval", "quantize", "export", "report"):
+        assert config_hash(a, STAGES[name])[1] == config_hash(timing, STAGES[name])[1], name
+        assert config_hash(a, STAGES[name])[1] != config_hash(corpus, STAGES[name])[1], name
+    assert config_hash(a, STAGES["bench"])[1] != config_hash(timing, STAGES["bench"])[1]
