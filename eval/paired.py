@@ -31,9 +31,17 @@ def our_format(target: str) -> str:
     return "ort" if target == "mobile-cpu" else "onnx"
 
 
-def _find(rows: list[dict], model: str, variant: str, fmt: str) -> dict | None:
-    return next((r for r in rows if (r["model"], r["variant"], r["format"]) == (model, variant, fmt)
-                 and not r.get("missing") and r.get("_path")), None)
+def our_row(rows: list[dict], variants: tuple[str, ...], target: str, model: str = "student",
+            usable=lambda r: True) -> dict | None:
+    """Our file for target: the first of variants that has one (optimized is transformer-only and
+    optional). The bench passes usable = "the file is on disk"; the report's goals take any row."""
+    fmt = our_format(target)
+    return next((r for v in variants for r in rows
+                 if (r["model"], r["variant"], r["format"]) == (model, v, fmt) and usable(r)), None)
+
+
+def _on_disk(r: dict) -> bool:
+    return not r.get("missing") and bool(r.get("_path"))
 
 
 def pair_rows(rows: list[dict], target: str, model: str = "student") -> list[tuple[dict, dict]]:
@@ -42,8 +50,9 @@ def pair_rows(rows: list[dict], target: str, model: str = "student") -> list[tup
     for ours, peer, targets in PAIRS:
         if target not in targets:
             continue
-        a = next((r for v in ours if (r := _find(rows, model, v, our_format(target))) is not None), None)
-        b = _find(rows, model, peer, "onnx")
+        a = our_row(rows, ours, target, model, _on_disk)
+        b = next((r for r in rows if (r["model"], r["variant"], r["format"]) == (model, peer, "onnx")
+                  and _on_disk(r)), None)
         if a is not None and b is not None:
             out.append((a, b))
     return out

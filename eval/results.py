@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eval.paired import PAIRS, our_format
+from eval.paired import PAIRS, our_row
 
 SCHEMA_VERSION = 1
 
@@ -118,10 +118,8 @@ def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int) -> list
     for ours, peer, targets in PAIRS:
         b = find(rows, "student", peer, "onnx")
         for target in targets:
-            # the first of our variants that has a file for this target (optimized is transformer-only and
-            # optional); with none, the goal still shows, unmeasured, under the preferred name
-            a = next((r for v in ours if (r := find(rows, "student", v, our_format(target)))), None)
-            variant = a["variant"] if a else ours[0]
+            a = our_row(rows, ours, target)
+            variant = a["variant"] if a else ours[0]  # none: the goal still shows, unmeasured
             h = paired.get((variant, target))
             if h and h.get("ratio") is not None:
                 ratio = h["ratio"]

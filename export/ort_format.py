@@ -38,8 +38,11 @@ def check_optimizers(names: list[str] | tuple[str, ...], where: str = "export.or
                             f"optimizers (ORT would silently ignore them). Known: {', '.join(KNOWN_OPTIMIZERS)}")
 
 
-def session_options(target_platform: str, out: Path, save_format: str = "ORT"):
-    """The converter's "Fixed"-style session options, writing the optimized graph to out."""
+def optimize_graph(src: Path, out: Path, target_platform: str, disabled: list[str] | tuple[str, ...],
+                   save_format: str = "ORT") -> None:
+    """Load src in ONNX Runtime with the converter's Fixed-style settings, leaving out the `disabled`
+    optimizers, and save the optimized graph to out (save_format "ONNX" writes the same graph as ONNX,
+    for inspection and tests)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -48,27 +51,15 @@ def session_options(target_platform: str, out: Path, save_format: str = "ORT"):
     so.add_session_config_entry("session.save_model_format", save_format)
     # ARM CPUs have int8 x int8 kernels for QDQ nodes; on x86 ORT keeps the u8 path
     so.add_session_config_entry("session.qdqisint8allowed", "1" if target_platform == "arm" else "0")
-    return so
-
-
-def disabled_for(target_platform: str, disabled: list[str] | tuple[str, ...]) -> list[str]:
     # NCHWc blocking is x86-only and would tie an ARM file to the converting machine's CPU
-    return list(dict.fromkeys([*disabled, *(["NchwcTransformer"] if target_platform != "amd64" else [])]))
+    off = list(dict.fromkeys([*disabled, *(["NchwcTransformer"] if target_platform != "amd64" else [])]))
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"], disabled_optimizers=off)
 
 
-def optimize_graph(src: Path, out: Path, target_platform: str, disabled: list[str] | tuple[str, ...],
-                   save_format: str = "ORT") -> None:
-    """Load src in ONNX Runtime with the conversion settings and save the optimized graph to out
-    (save_format "ONNX" writes the same graph as ONNX, for inspection and tests)."""
-    import onnxruntime as ort
-
-    ort.InferenceSession(str(src), session_options(target_platform, out, save_format),
-                         providers=["CPUExecutionProvider"], disabled_optimizers=disabled_for(target_platform, disabled))
-
-
-def convert_to_ort(jobs: list[tuple[str, Path, Path]], target_platform: str = "arm",
-                   disabled: list[str] | tuple[str, ...] = ("SkipLayerNormFusion",)) -> None:
-    """Convert each (model name, src .onnx, out .ort); target_platform "arm" for phones, "amd64" for x86."""
+def convert_to_ort(jobs: list[tuple[str, Path, Path]], target_platform: str,
+                   disabled: list[str] | tuple[str, ...]) -> None:
+    """Convert each (model name, src .onnx, out .ort); target_platform "arm" for phones, "amd64" for x86;
+    disabled: export.ort_disabled_optimizers."""
     if not jobs:
         return
     if target_platform not in PLATFORMS:

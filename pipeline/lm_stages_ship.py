@@ -94,16 +94,6 @@ def _onnx_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.iterdir() if p.name.startswith("model.onnx"))
 
 
-def to_ort(name: str, onnx_path: Path, out_dir: Path, platform: str = "arm",
-           disabled: list[str] | tuple[str, ...] = ("SkipLayerNormFusion",)) -> Path:
-    """ORT mobile format: out_dir/<onnx stem>.ort, optimized for `platform` (export/ort_format.py)."""
-    from export.ort_format import convert_to_ort
-
-    out = out_dir / f"{onnx_path.stem}.ort"
-    convert_to_ort([(name, onnx_path, out)], platform, disabled)
-    return out
-
-
 @register("export", deps=("data", "teacher", "distill", "baseline", "eval", "quantize"), sections=("export",),
           task=GEN)
 def stage_lm_export(ctx: StageContext) -> dict:
@@ -116,9 +106,9 @@ def stage_lm_export(ctx: StageContext) -> dict:
 
     cfg, e = ctx.cfg, ctx.cfg.export
     threads(cfg)
-    from export.ort_format import check_optimizers
+    from export.ort_format import check_optimizers, convert_to_ort
 
-    check_optimizers(e.ort_disabled_optimizers)  # before any conversion, so a typo fails at once
+    check_optimizers(e.ort_disabled_optimizers)  # before the models load, so a typo fails at once
     qdir = upstream(ctx, "quantize")
     onnx_rows = json.loads((qdir / "onnx_rows.json").read_text())
     rows, coreml = [], []
@@ -131,8 +121,8 @@ def stage_lm_export(ctx: StageContext) -> dict:
             loaded[name] = load_lm(upstream(ctx, LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
         lm, tok = loaded[name]
         prompt = lm.to_model_ids(torch.tensor(check_prompt(ctx, tok))).tolist()
-        ort_path = to_ort(name, qdir / r["path"], ctx.out / name / variant, e.ort_target_platform,
-                          e.ort_disabled_optimizers)
+        ort_path = ctx.out / name / variant / f"{Path(r['path']).stem}.ort"
+        convert_to_ort([(name, qdir / r["path"], ort_path)], e.ort_target_platform, e.ort_disabled_optimizers)
         want = ort_lm(qdir / r["path"], lm).generate(prompt, cfg.lm.check_tokens)
         got = ort_lm(ort_path, lm).generate(prompt, cfg.lm.check_tokens)
         rows.append({**{k: r[k] for k in ("model", "variant", "params") if k in r}, "format": "ort",

@@ -139,9 +139,6 @@ def stage_export(ctx: StageContext) -> dict:
     cfg, e = ctx.cfg, ctx.cfg.export
     _threads(cfg)
     _check_coreml_settings(e)  # before the slow steps, so a typo fails at once
-    from export.ort_format import check_optimizers
-
-    check_optimizers(e.ort_disabled_optimizers)
     qrows = json.loads((ctx.input("quantize") / "variants.json").read_text())
     check_texts = _check_texts(ctx, cfg.quantize.check_samples)
     rows = _export_ort(ctx, qrows, check_texts) + _export_coreml(ctx, check_texts)

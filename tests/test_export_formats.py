@@ -41,7 +41,7 @@ def test_exporter_ort(models, inputs, tmp_path):
     assert not np.allclose(want, logits(ort_runner(ort_session(src)), inputs), atol=1e-6)  # really the int8 file
     with pytest.raises(PipelineError, match="fp16 ONNX file, which was not written"):
         get_exporter("ort").fn(job(m, tmp_path / "x.ort", "fp16", {"fp32": src}))
-    convert_to_ort([])  # nothing to do: no converter run, no error
+    convert_to_ort([], "arm", [])  # nothing to do: no converter run, no error
 
 
 def test_ort_conversion_failure_names_model_and_file(models, tmp_path):
@@ -50,10 +50,10 @@ def test_ort_conversion_failure_names_model_and_file(models, tmp_path):
     bad = tmp_path / "int8-static.onnx"
     bad.write_bytes(b"\x08\x07garbage")
     with pytest.raises(PipelineError, match=r"lstm -> ort: converting int8-static.onnx failed.*export.ort_variants"):
-        convert_to_ort([("lstm", bad, tmp_path / "out" / "int8-static.ort")])
+        convert_to_ort([("lstm", bad, tmp_path / "out" / "int8-static.ort")], "arm", [])
     assert not (tmp_path / "out").exists()  # nothing half-written
     with pytest.raises(PipelineError, match="ort_target_platform"):
-        convert_to_ort([("lstm", bad, tmp_path / "x.ort")], target_platform="riscv")
+        convert_to_ort([("lstm", bad, tmp_path / "x.ort")], "riscv", [])
 
 
 def test_ort_conversion_leaves_out_the_disabled_fusions(models, inputs, tmp_path):
@@ -74,11 +74,11 @@ def test_ort_conversion_leaves_out_the_disabled_fusions(models, inputs, tmp_path
     assert op_counts(fused).get("SkipLayerNormalization", 0) > 0
     assert op_counts(unfused).get("SkipLayerNormalization", 0) == 0 and op_counts(unfused).get("LayerNormalization")
     out = tmp_path / "int8-dynamic.ort"
-    convert_to_ort([("student", dyn, out)])  # the default leaves SkipLayerNormFusion out
+    convert_to_ort([("student", dyn, out)], "arm", ExportSection().ort_disabled_optimizers)  # the default config
     got, want = logits(ort_runner(ort_session(out)), inputs), logits(ort_runner(ort_session(dyn)), inputs)
     assert np.abs(got - want).max() <= 1e-4
     with pytest.raises(PipelineError, match=r"names \['SkipLayerNormFusoin'\].*would silently ignore"):
-        convert_to_ort([("student", dyn, tmp_path / "x.ort")], disabled=["SkipLayerNormFusoin"])
+        convert_to_ort([("student", dyn, tmp_path / "x.ort")], "arm", ["SkipLayerNormFusoin"])
     assert not (tmp_path / "x.ort").exists()
 
 
