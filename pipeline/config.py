@@ -142,8 +142,8 @@ class QuantizeSection:
     # Fusions of ORT's transformer optimizer left out of the "optimized" file (names: its FusionOptions
     # flags without "enable_"). ORT's CPU SkipLayerNormalization kernel is slower than the Add +
     # LayerNormalization it replaces, and with EmbedLayerNormalization in the graph ORT fuses
-    # SkipLayerNormalization back in at load. Demo student, 64 tokens, 1 thread: 0.99 ms p50 with both left
-    # out, 1.30 ms with every fusion, 1.09 ms for the unfused fp32 file.
+    # SkipLayerNormalization back in at load. Demo student, 64 tokens, 1 thread: 0.94 ms p50 with both left
+    # out, 1.26 ms with every fusion, 1.07 ms for the unfused fp32 file (python -m eval.fusion_probe).
     skip_fusions: list[str] = field(default_factory=lambda: ["skip_layer_norm", "embed_layer_norm"])
     # The ONNX file int8-dynamic quantizes: "optimized" (fused attention -> QAttention; falls back to fp32
     # for models without one) or "fp32" (ORT fuses the quantized MatMuls at load). See export/quantize.py.
@@ -169,7 +169,7 @@ class ExportSection:
     ort_target_platform: str = "arm"
     # ORT graph fusions left out of the .ort conversion (export/ort_format.py has the list it knows).
     # SkipLayerNormFusion: ORT's fused CPU kernel is slower than the Add + LayerNormalization it replaces;
-    # without it the demo student's int8 .ort ran 0.58 ms instead of 0.74 ms (64 tokens, 1 thread).
+    # without it the demo student's int8 .ort ran 0.58 ms instead of 0.73 ms (64 tokens, 1 thread; probe).
     ort_disabled_optimizers: list[str] = field(default_factory=lambda: ["SkipLayerNormFusion"])
 
 
@@ -233,7 +233,7 @@ class LMSection:
     check_tokens: int = 16  # greedy tokens the exported ONNX must reproduce token for token
     bench_prompt_tokens: int = 64  # time to first token is measured on a prompt this long
     bench_decode_tokens: int = 32  # decode tokens/s over this many steps after the prompt
-    # timed generations per file and target: a student generation takes ~30 ms, so 3 of them moved the
+    # timed generations per file and target: a student generation takes ~40 ms, so 3 of them moved the
     # decode speed between runs by 25% (858 vs 1,065 tokens/s); the teacher's ~1.5 s each dominate the cost.
     # The lm.bench_* keys re-run only bench (and the report and bundle after it).
     bench_iterations: int = 10
