@@ -41,13 +41,16 @@ def build_bert(s: StudentSection, teacher: HFLogits, labels: list[str], layer_ma
     from transformers import BertConfig, BertForSequenceClassification
 
     tcfg = teacher.hf.config
+    check_init(s, tcfg)
     cfg = BertConfig(
         vocab_size=tcfg.vocab_size, hidden_size=s.hidden, num_hidden_layers=s.layers, num_attention_heads=s.heads,
-        intermediate_size=s.ffn, max_position_embeddings=max(s.max_length, 64),
+        intermediate_size=s.ffn, max_position_embeddings=student_positions(s),
         type_vocab_size=getattr(tcfg, "type_vocab_size", 2) or 1, pad_token_id=tcfg.pad_token_id or 0,
         num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)},
         hidden_act="gelu", classifier_dropout=0.1,
     )
+    if s.init == "teacher-layers":  # copied layers must compute what they computed in the teacher
+        cfg.hidden_act, cfg.layer_norm_eps = tcfg.hidden_act, tcfg.layer_norm_eps
     if attn_eager:  # attention maps are only returned by the eager implementation
         cfg._attn_implementation = "eager"
     student = BertForSequenceClassification(cfg)
@@ -59,9 +62,6 @@ def build_bert(s: StudentSection, teacher: HFLogits, labels: list[str], layer_ma
     with torch.no_grad():
         se = student.bert.embeddings
         if s.init == "teacher-pca":
-            if s.hidden > t_emb.shape[1]:
-                raise PipelineError(f"student.init = 'teacher-pca' needs student.hidden <= teacher hidden "
-                                    f"({t_emb.shape[1]}); use 'random'")
             mean, comp = _pca_projection(t_emb.float(), s.hidden)
             proj = (t_emb - mean) @ comp  # (V, H)
             se.word_embeddings.weight.copy_(proj * (0.02 / proj.std()))  # rescale to BERT's init std
@@ -70,13 +70,52 @@ def build_bert(s: StudentSection, teacher: HFLogits, labels: list[str], layer_ma
     return HFLogits(student)
 
 
+def student_positions(s: StudentSection) -> int:
+    """Rows of the student's position table (at least 64, so short max_length settings still export)."""
+    return max(s.max_length, 64)
+
+
+def teacher_layers_problem(s: StudentSection, tcfg) -> str | None:
+    """Why the teacher's layers cannot be copied into this student (None: they can). Copying needs the
+    same shapes: no projection is learned at init, so a width that differs cannot be bridged."""
+    if tcfg.model_type != "bert":
+        return f"a BERT teacher (this one is '{tcfg.model_type}')"
+    same = [("student.hidden", s.hidden, tcfg.hidden_size, "hidden size"),
+            ("student.heads", s.heads, tcfg.num_attention_heads, "attention heads"),
+            ("student.ffn", s.ffn, tcfg.intermediate_size, "feed-forward width")]
+    for key, mine, theirs, what in same:
+        if mine != theirs:
+            return f"{key} = {theirs}, the teacher's {what} (it is {mine})"
+    if s.max_length > tcfg.max_position_embeddings:
+        return (f"student.max_length <= {tcfg.max_position_embeddings}, the teacher's positions "
+                f"(it is {s.max_length})")
+    if s.layers > tcfg.num_hidden_layers:
+        return f"student.layers <= {tcfg.num_hidden_layers}, the teacher's layers (it is {s.layers})"
+    return None
+
+
+def check_init(s: StudentSection, tcfg) -> None:
+    """Fail before any training when student.init cannot work with this teacher (tcfg: its HF config)."""
+    if s.init == "teacher-pca" and s.hidden > tcfg.hidden_size:
+        raise PipelineError(f"student.init = 'teacher-pca' projects the teacher's {tcfg.hidden_size}-wide embeddings "
+                            f"and needs student.hidden <= {tcfg.hidden_size} (it is {s.hidden}); use 'random'")
+    if s.init == "teacher-layers":
+        problem = teacher_layers_problem(s, tcfg)
+        if problem:
+            raise PipelineError(f"student.init = 'teacher-layers' copies teacher weights as they are and needs "
+                                f"{problem}. Change that setting, or use student.init = 'teacher-pca' or 'random'")
+
+
 def _copy_bert_layers(student, teacher: HFLogits, layer_map: list[int]) -> None:
-    """DistilBERT-style init: embeddings and the mapped teacher layers copied as they are."""
-    t = teacher.hf
-    if t.config.model_type != "bert" or t.config.hidden_size != student.config.hidden_size:
-        raise PipelineError("student.init = 'teacher-layers' needs a BERT teacher with the same hidden size as the "
-                            f"student ({student.config.hidden_size}); use 'teacher-pca' or 'random'")
-    student.bert.embeddings.load_state_dict(t.bert.embeddings.state_dict(), strict=False)
+    """DistilBERT-style init: embeddings and the mapped teacher layers copied as they are. The position
+    table keeps the teacher's first rows: the student reads no further than its own max_length."""
+    t, se = teacher.hf, student.bert.embeddings
+    te = t.bert.embeddings
+    n = min(se.position_embeddings.weight.shape[0], te.position_embeddings.weight.shape[0])
+    se.word_embeddings.weight.copy_(te.word_embeddings.weight)
+    se.position_embeddings.weight[:n].copy_(te.position_embeddings.weight[:n])
+    se.token_type_embeddings.weight.copy_(te.token_type_embeddings.weight[: se.token_type_embeddings.weight.shape[0]])
+    se.LayerNorm.load_state_dict(te.LayerNorm.state_dict())
     for i, tl in enumerate(layer_map):
         student.bert.encoder.layer[i].load_state_dict(t.bert.encoder.layer[tl - 1].state_dict())
 

@@ -8,6 +8,7 @@ import torch
 
 from distill.batching import encode, epoch_stream, pad, param_device, steps_for
 from distill.models import HFLogits
+from distill.teacher_checks import check_folder_files, check_loading_info, check_max_length
 from distill.train import TrainOptions, fit, summarize
 from pipeline.config import TeacherSection
 from pipeline.errors import PipelineError
@@ -65,25 +66,47 @@ def check_model_type(path: str) -> str:
     return mt
 
 
-def load_for_classification(spec: str, labels: list[str], fine_tune: bool):
-    """(HFLogits model, tokenizer). A fresh head is added unless the model already has these labels."""
+def load_for_classification(spec: str, labels: list[str], fine_tune: bool, max_length: int | None = None):
+    """(HFLogits model, tokenizer). A fresh head is added unless the model already has these labels.
+    Everything else must come from the checkpoint: a file that is missing, unreadable or does not fit the
+    config is an error (transformers would re-initialise those weights with a warning)."""
+    from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     path = resolve(spec)
     check_model_type(path)
+    check_folder_files(path)
+    cfg = AutoConfig.from_pretrained(path)
+    if max_length is not None:
+        check_max_length(cfg, max_length)
     if not fine_tune:  # the checkpoint must already be a classifier for exactly these labels
-        cfg = AutoConfig.from_pretrained(path)
         have = [cfg.id2label[i] for i in range(cfg.num_labels)]
         is_classifier = any(a.endswith("ForSequenceClassification") for a in (cfg.architectures or []))
         if not is_classifier or have != labels:
             raise PipelineError(f"teacher.fine_tune = false, but {path} is not a classifier for the data's labels "
                                 f"{labels} (it has {have if is_classifier else 'no classification head'}). "
                                 f"Set teacher.fine_tune = true, or relabel the data")
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, TypeError) as e:  # TypeError: a folder without tokenizer files
+        raise PipelineError(f"teacher.model: cannot load a tokenizer from {path} ({str(e).splitlines()[0]}). "
+                            f"Save it there with tokenizer.save_pretrained(folder)") from None
     id2label = dict(enumerate(labels))
-    hf = AutoModelForSequenceClassification.from_pretrained(
-        path, num_labels=len(labels), id2label=id2label, label2id={v: k for k, v in id2label.items()},
-        ignore_mismatched_sizes=True)
-    tok = AutoTokenizer.from_pretrained(path)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its "newly initialized" warning is replaced by check_loading_info
+    try:
+        hf, info = AutoModelForSequenceClassification.from_pretrained(
+            path, num_labels=len(labels), id2label=id2label, label2id={v: k for k, v in id2label.items()},
+            ignore_mismatched_sizes=True, output_loading_info=True)
+    except (OSError, ValueError, RuntimeError, SafetensorError) as e:  # the file does not hold these weights
+        raise PipelineError(f"teacher.model: cannot load the weights in {path} ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0]}). Copy or download the model again") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    new = check_loading_info(info, hf, path, fine_tune)
+    if new:
+        print(f"[teacher] new classification head for {len(labels)} labels: {', '.join(new)}")
     return HFLogits(hf), tok
 
 

@@ -45,6 +45,13 @@ class DataSection:
     max_test: int = 0
     on_empty_text: str = "error"  # error | drop
     encoding_errors: str = "replace"  # how undecodable bytes in text files are handled
+    # Labels that differ only in case, surrounding space or number spelling ("Positive" / "positive",
+    # 1 / 1.0) are one class written two ways: "merge" them into the most frequent spelling (warned and
+    # recorded in split.json), stop with an "error", or "keep" them as separate classes.
+    label_variants: str = "merge"
+    # A text in more than one split lets the test score reward memorising: drop it from the lower split
+    # (test > validation > train), recorded in split.json. false keeps the splits as they are (warned).
+    dedupe_across_splits: bool = True
 
 
 @dataclass(frozen=True)
@@ -421,24 +428,16 @@ _CHOICES = {
 
 
 def validate(cfg: Config) -> None:
-    """Checks that need more than a type: choices, ranges."""
+    """Checks that need more than a type: choices here; ranges and registry names in pipeline/config_rules.py."""
     for (section, key), choices in _CHOICES.items():
         value = getattr(getattr(cfg, section), key)
         if value not in choices:
             raise PipelineError(f"{cfg.source}: '{section}.{key}' = {value!r}; choose one of {', '.join(choices)}")
-    positive = [("teacher", "batch_size"), ("teacher", "max_length"), ("distill", "batch_size"),
-                ("baseline", "batch_size"), ("student", "layers"), ("student", "hidden"), ("student", "heads"),
-                ("train", "grad_accum")]
-    for section, key in positive:
-        if getattr(getattr(cfg, section), key) <= 0:
-            raise PipelineError(f"{cfg.source}: '{section}.{key}' must be > 0")
-    if cfg.student.hidden % cfg.student.heads:
-        raise PipelineError(f"{cfg.source}: 'student.hidden' ({cfg.student.hidden}) must be divisible by "
-                            f"'student.heads' ({cfg.student.heads})")
-    if not 0.0 <= cfg.distill.alpha <= 1.0:
-        raise PipelineError(f"{cfg.source}: 'distill.alpha' must be in [0, 1]")
-    if cfg.distill.temperature <= 0:
-        raise PipelineError(f"{cfg.source}: 'distill.temperature' must be > 0")
+    from pipeline.config_rules import check_all  # ranges and registry names, declared as tables there
+
+    problem = check_all(cfg)
+    if problem:
+        raise PipelineError(f"{cfg.source}: {problem}")
     if not cfg.run.name or "/" in cfg.run.name or cfg.run.name.startswith("."):
         raise PipelineError(f"{cfg.source}: 'run.name' must be a plain folder name, got {cfg.run.name!r}")
 

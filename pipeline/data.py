@@ -2,7 +2,8 @@
 
 Writes `train.jsonl`, `validation.jsonl`, `test.jsonl` ({"text", "label"} per line, label as its
 name), `labels.json` (the label order every model uses: id = position) and `split.json`
-(where the data came from, the seed, counts per split and label, and what was dropped).
+(where the data came from, the seed, counts per split and label, what was dropped or merged, and the
+texts removed because another split has them).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline.config import Config, DataSection
+from pipeline.data_clean import check_rows, dedupe_across_splits, label_text, merge_label_variants, text_value
 from pipeline.errors import PipelineError
 
 Example = dict  # {"text": str, "label": str}
@@ -37,13 +39,8 @@ def _rows_to_examples(rows: list[dict], d: DataSection, where: str) -> list[Exam
         if col not in columns:
             raise PipelineError(f"{where}: no column '{col}' (data.{key}). Columns found: "
                                 f"{', '.join(sorted(map(str, columns)))}. Set data.{key} to one of them")
-    out = []
-    for i, row in enumerate(rows):
-        text, label = row.get(d.text_column), row.get(d.label_column)
-        if label is None or str(label).strip() == "":
-            raise PipelineError(f"{where}: row {i + 1} has no label in column '{d.label_column}'")
-        out.append({"text": "" if text is None else str(text), "label": str(label).strip()})
-    return out
+    check_rows(rows, d.text_column, d.label_column, where)
+    return [{"text": text_value(row.get(d.text_column)), "label": label_text(row.get(d.label_column))} for row in rows]
 
 
 def _read_text(path: Path, d: DataSection) -> str:
@@ -229,8 +226,13 @@ def build_splits(cfg: Config) -> dict:
         splits[s], dropped[s] = clean(splits[s], d, f"{d.source} {s} data")
     if not splits["train"]:
         raise PipelineError(f"the training data from data.source '{d.source}' is empty after cleaning")
+    merges = merge_label_variants(splits, d.label_variants)
     seed = cfg.run.seed
     made = hold_out(splits, d, seed, stratified_split, "the data, stratified")
+    dedupe = dedupe_across_splits(splits, d.dedupe_across_splits)
+    if not splits["train"]:
+        raise PipelineError("every training text is also in the test or validation split, so none is left for "
+                            "training: provide other data, or set data.dedupe_across_splits = false")
     for s, n in (("train", d.max_train), ("validation", d.max_validation), ("test", d.max_test)):
         splits[s] = cap(splits[s], n, seed + 2)
     labels = sorted({ex["label"] for ex in splits["train"]})
@@ -250,6 +252,8 @@ def build_splits(cfg: Config) -> dict:
         "seed": seed,
         "how": made or ["splits as given"],
         "dropped_empty": dropped,
+        "label_merges": merges,
+        "dedupe_across_splits": dedupe,
         "counts": {s: len(v) for s, v in splits.items()},
         "label_counts": {s: dict(sorted(Counter(ex["label"] for ex in v).items())) for s, v in splits.items()},
     }

@@ -47,6 +47,7 @@ def _xy(data_dir, split: str, labels: list[str]) -> tuple[list[str], list[int]]:
 def stage_teacher(ctx: StageContext) -> dict:
     """Fine-tune the pretrained encoder into a classifier; writes teacher/model (HF folder)."""
     from distill.models import predict_logits, save_model
+    from distill.student import check_init
     from distill.teacher import fine_tune, load_for_classification
     from distill.train import seed_everything
     from eval.metrics import scores
@@ -55,7 +56,8 @@ def stage_teacher(ctx: StageContext) -> dict:
     _threads(cfg)
     seed_everything(cfg.run.seed)
     labels = read_labels(ctx.input("data"))
-    model, tok = load_for_classification(t.model, labels, t.fine_tune)
+    model, tok = load_for_classification(t.model, labels, t.fine_tune, t.max_length)
+    check_init(cfg.student, model.hf.config)  # a student that cannot start from this teacher fails before training
     texts, y = _xy(ctx.input("data"), "train", labels)
     summary: dict = {"source": t.model, "model_type": model.hf.config.model_type}
     if t.fine_tune:

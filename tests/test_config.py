@@ -90,3 +90,76 @@ def test_lm_bench_settings_rerun_the_generation_bench_only():
         assert config_hash(a, STAGES[name])[1] == config_hash(timing, STAGES[name])[1], name
         assert config_hash(a, STAGES[name])[1] != config_hash(corpus, STAGES[name])[1], name
     assert config_hash(a, STAGES["bench"])[1] != config_hash(timing, STAGES["bench"])[1]
+
+
+@pytest.mark.parametrize("raw,msg", [
+    ({"teacher": {"lr": -1e-5}}, r"'teacher.lr' = -1e-05 must be > 0"),
+    ({"distill": {"lr": 0.0}}, r"'distill.lr' = 0.0 must be > 0"),
+    ({"baseline": {"lr": -2e-3}}, r"'baseline.lr' = -0.002 must be > 0"),
+    ({"data": {"test_fraction": 1.0}}, r"'data.test_fraction' = 1.0 must be in \[0, 1\)"),
+    ({"data": {"validation_fraction": -0.1}}, r"'data.validation_fraction' = -0.1 must be in \[0, 1\)"),
+    ({"data": {"validation_fraction": 0.5, "test_fraction": 0.5}}, "nothing is left for training"),
+    ({"teacher": {"epochs": 0}}, r"'teacher.epochs' = 0.0 must be > 0"),
+    ({"distill": {"epochs": -1}}, r"'distill.epochs'"),
+    ({"distill": {"temperature": 0}}, r"'distill.temperature' = 0.0 must be > 0"),
+    ({"distill": {"alpha": -0.1}}, r"'distill.alpha' = -0.1 must be in \[0, 1\]"),
+    ({"distill": {"layer_map": [1, 0]}}, r"'distill.layer_map' = \[1, 0\] item 1 \(0\) must be >= 1"),
+    ({"augment": {"p_mask": 1.5}}, r"'augment.p_mask'"),
+    ({"teacher": {"lr": float("nan")}}, r"'teacher.lr' = nan; give a finite number"),
+    ({"student": {"arch": "transformer-xl"}}, r"'student.arch' names 'transformer-xl', which is not known. Known: bert"),
+    ({"quantize": {"variants": ["fp32", "int4"]}}, r"'quantize.variants' names 'int4'.*Known: fp32, optimized"),
+    ({"export": {"ort_variants": ["fp33"]}}, r"'export.ort_variants' names 'fp33'"),
+    ({"quantize": {"models": ["teacher", "studnet"]}}, r"'quantize.models' names 'studnet'"),
+    ({"bench": {"targets": ["host-cpu", "tpu"]}}, r"'bench.targets' names 'tpu'"),
+    ({"data": {"source": "excel"}}, r"'data.source' names 'excel'"),
+    ({"data": {"label_variants": "ignore"}}, r"'data.label_variants' = 'ignore' must be one of merge, error, keep"),
+])
+def test_every_setting_is_checked_at_load_time(raw, msg):
+    """Ranges and registry names fail when the config loads, not after training (issue 12, item 6)."""
+    with pytest.raises(PipelineError, match=msg):
+        config_from_dict(raw, "c.toml")
+
+
+def test_rule_tables_name_real_settings():
+    """A misspelt key in a rule table would silently check nothing."""
+    import dataclasses
+
+    from pipeline.config import SECTIONS
+    from pipeline.config_rules import RANGES, REGISTRY_NAMES
+
+    for dotted in [*RANGES, *REGISTRY_NAMES]:
+        section, key = dotted.split(".")
+        assert key in {f.name for f in dataclasses.fields(SECTIONS[section])}, dotted
+
+
+def test_registry_names_are_read_from_the_registry(monkeypatch):
+    """A new student architecture is accepted as soon as it is registered; nothing else to edit."""
+    from distill import student
+
+    with pytest.raises(PipelineError, match="'student.arch' names 'tiny'"):
+        config_from_dict({"student": {"arch": "tiny"}}, "c.toml")
+    monkeypatch.setitem(student.STUDENTS, "tiny", student.build_bert)
+    assert config_from_dict({"student": {"arch": "tiny"}}, "c.toml").student.arch == "tiny"
+
+
+def test_generation_names_its_own_registries():
+    """The classification-only registries do not apply to generation configs (a 'llama' student)."""
+    cfg = config_from_dict({"run": {"task": "generation"}, "student": {"arch": "llama"}}, "g.toml")
+    assert cfg.student.arch == "llama"
+    with pytest.raises(PipelineError, match="'quantize.variants' names 'int3'"):
+        config_from_dict({"run": {"task": "generation"}, "quantize": {"variants": ["int3"]}}, "g.toml")
+
+
+def test_show_config_rejects_what_a_run_rejects(tmp_path, capsys):
+    from pipeline.cli import main
+
+    p = tmp_path / "c.toml"
+    p.write_text('[run]\nname = "x"\n')
+    assert main(["show-config", "--config", str(p)]) == 0
+    capsys.readouterr()
+    for override, msg in (("student.arch=nope", "'student.arch' names 'nope'"),
+                          ("teacher.lr=-1", "'teacher.lr' = -1.0 must be > 0"),
+                          ('quantize.variants=["fp32","int4"]', "'quantize.variants' names 'int4'")):
+        assert main(["show-config", "--config", str(p), "--set", override]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and "Traceback" not in err

@@ -33,7 +33,7 @@ def test_csv_split_and_labels(tmp_path, tiny_csv):
     assert len(s["train"]) == 100
     assert s["info"]["counts"]["test"] == 60 and s["info"]["counts"]["validation"] == 60
     texts = {e["text"] for e in s["train"]}
-    assert not texts & {e["text"] for e in s["test"]} or True  # duplicates can exist in real data
+    assert not texts & {e["text"] for e in s["test"]}  # duplicates are dropped across splits by default
     assert s["info"]["how"][0].startswith("test = 0.1")
 
 
@@ -77,8 +77,9 @@ def test_hub_source_loads_a_local_dataset_file(tmp_path):
 @pytest.mark.parametrize("rows,data,msg", [
     ([], {}, "no rows"),
     (["a,x", ",y", "c,x"], {}, "empty text"),
-    (["a,x", "b,", "c,x"], {}, "has no label"),
-    (["a,x"] * 30, {}, "needs two or more"),
+    (["a,x", "b,", "c,x"], {}, "1 row\\(s\\) have no label in column 'y' \\(empty or NaN\\), e.g. row 2"),
+    ([f"t{i},x" for i in range(30)], {}, "needs two or more"),
+    (["a,x"] * 30, {}, "every training text is also in the test or validation split"),
     (["a,x", "b,y", "c,x"], {}, "the test split is empty"),
 ])
 def test_bad_data_errors(tmp_path, rows, data, msg):
@@ -113,3 +114,102 @@ def test_malformed_jsonl(tmp_path):
     p.write_text('{"t": "a", "y": "b"}\n{not json\n')
     with pytest.raises(PipelineError, match="d.jsonl:2: not valid JSON"):
         build_splits(cfg_for(p, tmp_path, source="jsonl"))
+
+
+def write_jsonl(path, rows):
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_nan_labels_are_missing_labels_not_a_class(tmp_path):
+    """A NaN label used to become a class named "nan"."""
+    rows = [{"t": f"text {i}", "y": "a" if i % 2 else "b"} for i in range(30)]
+    rows[4]["y"] = float("nan")  # json.dumps writes NaN, as pandas' to_json(orient="records") does not
+    rows[9]["y"] = "nan"
+    p = write_jsonl(tmp_path / "d.jsonl", rows)
+    with pytest.raises(PipelineError, match=r"2 row\(s\) have no label.*\(empty or NaN\), e.g. row 5"):
+        build_splits(cfg_for(p, tmp_path, source="jsonl"))
+
+
+def test_null_labels_in_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"t": [f"x {i}" for i in range(30)], "y": ["a", "b", None] * 10}), p)
+    with pytest.raises(PipelineError, match=r"10 row\(s\) have no label"):
+        build_splits(cfg_for(p, tmp_path, source="parquet"))
+
+
+def test_non_string_texts_are_refused(tmp_path):
+    """A number in the text column used to be stringified and trained on."""
+    rows = [{"t": f"text {i}", "y": "a" if i % 2 else "b"} for i in range(30)]
+    rows[2]["t"], rows[7]["t"] = 123, ["a", "list"]
+    p = write_jsonl(tmp_path / "d.jsonl", rows)
+    with pytest.raises(PipelineError, match=r"2 text\(s\) in column 't' are not strings, e.g. row 3: 123 \(int\)"):
+        build_splits(cfg_for(p, tmp_path, source="jsonl"))
+
+
+def _variant_rows():
+    rows = [{"t": f"text {i}", "y": "positive" if i % 2 else 0} for i in range(40)]
+    for i in (1, 3, 5):
+        rows[i]["y"] = "Positive "  # case and a stray space
+    for i in (2, 4):
+        rows[i]["y"] = 0.0  # 0 and 0.0 in one JSON file
+    return rows
+
+
+def test_label_spellings_are_merged_with_counts(tmp_path, caplog):
+    p = write_jsonl(tmp_path / "d.jsonl", _variant_rows())
+    with caplog.at_level("WARNING"):
+        s = build_splits(cfg_for(p, tmp_path, source="jsonl"))
+    assert s["labels"] == ["0", "positive"]
+    assert s["info"]["label_merges"] == {"0": {"0": 18, "0.0": 2}, "positive": {"Positive": 3, "positive": 17}}
+    assert "merged labels" in caplog.text and "'Positive' (3)" in caplog.text
+
+
+def test_label_spellings_can_be_refused_or_kept(tmp_path):
+    p = write_jsonl(tmp_path / "d.jsonl", _variant_rows())
+    with pytest.raises(PipelineError, match=r"one label spelled several ways: '0' \(18\) / '0.0' \(2\)"):
+        build_splits(cfg_for(p, tmp_path, source="jsonl", label_variants="error"))
+    s = build_splits(cfg_for(p, tmp_path, source="jsonl", label_variants="keep", test_fraction=0.5,
+                             validation_fraction=0.0))
+    assert s["labels"] == ["0", "0.0", "Positive", "positive"] and s["info"]["label_merges"] == {}
+
+
+def _duplicated_csv(tmp_path):
+    # 12 distinct texts, each repeated 3 times: a random split puts copies of most of them in every split
+    rows = [f"text number {i},{'a' if i % 2 else 'b'}" for i in range(12) for _ in range(3)]
+    rows += [f"unique {i},{'a' if i % 2 else 'b'}" for i in range(60)]
+    return write_csv(tmp_path / "d.csv", rows)
+
+
+def test_duplicates_do_not_leak_into_the_test_split(tmp_path):
+    p = _duplicated_csv(tmp_path)
+    s = build_splits(cfg_for(p, tmp_path, test_fraction=0.2, validation_fraction=0.1))
+    texts = {k: {e["text"] for e in s[k]} for k in ("train", "validation", "test")}
+    assert not texts["train"] & texts["test"] and not texts["train"] & texts["validation"]
+    assert not texts["validation"] & texts["test"]
+    info = s["info"]["dedupe_across_splits"]
+    assert info["enabled"] and info["removed"]["train"] > 0 and info["removed"]["test"] == 0
+    assert info["shared_texts"] == {"test & train": 0, "validation & train": 0, "test & validation": 0}
+    assert s["info"]["counts"]["test"] == 19  # test keeps its share: copies go from the other splits
+    assert s["info"]["counts"]["validation"] == 10 - info["removed"]["validation"]
+    assert s["info"]["counts"]["train"] == 96 - 19 - 10 - info["removed"]["train"]
+
+
+def test_dedupe_can_be_turned_off_and_the_overlap_is_recorded(tmp_path, caplog):
+    p = _duplicated_csv(tmp_path)
+    with caplog.at_level("WARNING"):
+        s = build_splits(cfg_for(p, tmp_path, test_fraction=0.2, validation_fraction=0.1, dedupe_across_splits=False))
+    info = s["info"]["dedupe_across_splits"]
+    assert not info["enabled"] and info["shared_texts"]["test & train"] > 0
+    assert "texts shared between splits" in caplog.text
+
+
+def test_dedupe_applies_to_a_given_test_file(tmp_path):
+    tr = write_csv(tmp_path / "tr.csv", [f"t{i},{'a' if i % 2 else 'b'}" for i in range(20)])
+    te = write_csv(tmp_path / "te.csv", ["t1,a", "t2,b", "new,a"])
+    s = build_splits(cfg_for(tr, tmp_path, test_path=str(te), validation_fraction=0.0))
+    assert len(s["test"]) == 3 and len(s["train"]) == 18
+    assert s["info"]["dedupe_across_splits"]["removed"] == {"test": 0, "validation": 0, "train": 2}

@@ -39,3 +39,72 @@ def test_nan_loss_stops_training_with_a_hint():
     with pytest.raises(PipelineError, match=r"loss became nan at step 2/3.*distill.lr"):
         fit(lin, [[1], [2], [3]], lambda m, b: m.weight.sum() * (float("nan") if b == [2] else 1.0), total_steps=3,
             lr=0.1, weight_decay=0.0, warmup_fraction=0.0, desc="t", lr_hint="distill.lr")
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _edit_config(folder, **changes):
+    import json
+
+    c = json.loads((folder / "config.json").read_text())
+    c.update(changes)
+    (folder / "config.json").write_text(json.dumps(c))
+
+
+def test_truncated_weights_are_one_clear_error(tmp_path, tiny_bert_dir):
+    d = _copy(tiny_bert_dir, tmp_path / "t")
+    w = d / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    with pytest.raises(PipelineError, match="is not a readable safetensors file.*truncated"):
+        load_for_classification(str(d), ["a", "b"], True)
+
+
+def test_missing_weights_or_tokenizer(tmp_path, tiny_bert_dir):
+    d = _copy(tiny_bert_dir, tmp_path / "w")
+    (d / "model.safetensors").unlink()
+    with pytest.raises(PipelineError, match="has no weights"):
+        load_for_classification(str(d), ["a", "b"], True)
+    d = _copy(tiny_bert_dir, tmp_path / "t")
+    for f in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        (d / f).unlink()
+    with pytest.raises(PipelineError, match="has no tokenizer.*tokenizer.save_pretrained"):
+        load_for_classification(str(d), ["a", "b"], True)
+
+
+@pytest.mark.parametrize("changes", [
+    {"num_hidden_layers": 3},  # a layer the weights do not have would start random
+    {"num_hidden_layers": 1},  # a saved layer would be left out
+    {"intermediate_size": 48},  # a width that differs would be re-initialised (ignore_mismatched_sizes)
+])
+def test_config_that_disagrees_with_the_weights_is_an_error(tmp_path, tiny_bert_dir, changes):
+    d = _copy(tiny_bert_dir, tmp_path / "c")
+    _edit_config(d, **changes)
+    with pytest.raises(PipelineError, match="do not fit its config.json"):
+        load_for_classification(str(d), ["a", "b"], True)
+
+
+def test_only_the_classification_head_is_new(tiny_bert_dir, capsys):
+    model, _ = load_for_classification(str(tiny_bert_dir), ["a", "b"], True)
+    assert "new classification head for 2 labels: classifier.bias, classifier.weight" in capsys.readouterr().out
+
+
+def test_max_length_beyond_the_position_table(tiny_bert_dir):
+    with pytest.raises(PipelineError, match=r"teacher.max_length = 200.*positions for 128 tokens.*<= 128"):
+        load_for_classification(str(tiny_bert_dir), ["a", "b"], True, max_length=200)
+    load_for_classification(str(tiny_bert_dir), ["a", "b"], True, max_length=128)
+
+
+def test_roberta_position_table_counts_its_offset():
+    from transformers import RobertaConfig
+
+    from distill.teacher_checks import check_max_length, position_limit
+
+    cfg = RobertaConfig(max_position_embeddings=514, pad_token_id=1)
+    assert position_limit(cfg) == 512
+    with pytest.raises(PipelineError, match="positions for 512 tokens"):
+        check_max_length(cfg, 513)

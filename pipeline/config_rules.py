@@ -1,0 +1,201 @@
+"""Checks on the values of settings, declared as tables so a new setting gets its rule in one line.
+
+RANGES: one rule per key (numbers, lists of numbers, choices). REGISTRY_NAMES: keys whose value (or
+every item of the list) must be a key of a registry; the registry module is imported only when the
+check runs, so a new registry entry is accepted without touching this file. CROSS: rules that read more
+than one key. All of them run when the config loads, before any stage, so `show-config` rejects exactly
+what a run would reject and a bad value never costs a training run.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Any, Callable
+
+# A rule returns what is wrong with a value ("must be > 0") or None when the value is fine.
+Rule = Callable[[Any], "str | None"]
+
+
+def at_least(lo: float) -> Rule:
+    return lambda v: None if v >= lo else f"must be >= {lo:g}"
+
+
+def positive(v: float) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def between(lo: float, hi: float, *, hi_open: bool = False) -> Rule:
+    """lo <= v <= hi, or lo <= v < hi with hi_open (a fraction of data that must leave something over)."""
+    def rule(v: float) -> str | None:
+        if lo <= v and (v < hi if hi_open else v <= hi):
+            return None
+        return f"must be in [{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    return rule
+
+
+def one_of(*choices: str) -> Rule:
+    return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
+
+
+def each(rule: Rule) -> Rule:
+    """Apply rule to every item of a list setting; the message names the first bad item."""
+    def check(items: list) -> str | None:
+        for i, v in enumerate(items):
+            problem = rule(v)
+            if problem:
+                return f"item {i} ({v!r}) {problem}"
+        return None
+    return check
+
+
+FRACTION = between(0.0, 1.0)
+HELD_OUT = between(0.0, 1.0, hi_open=True)  # a split fraction of 1 would leave no training data
+
+RANGES: dict[str, Rule] = {
+    "run.seed": at_least(0),  # numpy's seed must be non-negative
+    "run.threads": at_least(0),
+    "data.validation_fraction": HELD_OUT,
+    "data.test_fraction": HELD_OUT,
+    "data.max_train": at_least(0),
+    "data.max_validation": at_least(0),
+    "data.max_test": at_least(0),
+    "data.label_variants": one_of("merge", "error", "keep"),
+    "teacher.max_length": at_least(2),  # room for [CLS] and [SEP]
+    "teacher.epochs": positive,
+    "teacher.batch_size": positive,
+    "teacher.lr": positive,
+    "teacher.weight_decay": at_least(0),
+    "teacher.warmup_fraction": FRACTION,
+    "teacher.eval_batch_size": positive,
+    "augment.copies": at_least(0),
+    "augment.p_mask": FRACTION,
+    "augment.p_replace": FRACTION,
+    "augment.p_ngram": FRACTION,
+    "augment.ngram_max": at_least(1),
+    "student.layers": positive,
+    "student.hidden": positive,
+    "student.heads": positive,
+    "student.ffn": positive,
+    "student.max_length": at_least(2),
+    "distill.epochs": positive,
+    "distill.batch_size": positive,
+    "distill.lr": positive,
+    "distill.weight_decay": at_least(0),
+    "distill.warmup_fraction": FRACTION,
+    "distill.temperature": positive,
+    "distill.alpha": FRACTION,
+    "distill.hidden_weight": at_least(0),
+    "distill.attention_weight": at_least(0),
+    "distill.layer_map": each(at_least(1)),  # teacher layers are 1-based; the upper end needs the teacher
+    "distill.intermediate_epochs": at_least(0),
+    "baseline.embed_dim": positive,
+    "baseline.hidden": positive,
+    "baseline.layers": positive,
+    "baseline.dropout": HELD_OUT,
+    "baseline.epochs": positive,
+    "baseline.batch_size": positive,
+    "baseline.lr": positive,
+    "baseline.distill_alpha": FRACTION,
+    "train.grad_accum": positive,
+    "train.checkpoint_every": at_least(0),
+    "quantize.opset": positive,
+    "quantize.calibration_samples": positive,
+    "quantize.check_samples": positive,
+    "quantize.lossless_atol": positive,
+    "quantize.min_argmax_agreement": FRACTION,
+    "export.coreml_lengths": each(positive),
+    "export.coreml_min_weight_elements": at_least(0),
+    "bench.seq_lengths": each(positive),
+    "bench.warmup": at_least(0),
+    "bench.iterations": positive,
+    "bench.throughput_batch": positive,
+    "bench.headline_length": positive,
+    "bench.max_seconds_per_point": positive,
+    "bench.min_iterations": positive,
+    "bench.peer_eval_texts": at_least(0),
+    "bench.head_to_head_rounds": at_least(0),
+    "lm.context_length": at_least(2),
+    "lm.split_blocks": positive,
+    "lm.teacher_windows": at_least(0),
+    "lm.extra_windows": at_least(-1),  # -1 = the rest of the split
+    "lm.top_k": positive,
+    "lm.eval_windows": at_least(0),
+    "lm.eval_batch_size": positive,
+    "lm.sample_tokens": at_least(0),
+    "lm.max_cache": positive,
+    "lm.check_tokens": positive,
+    "lm.bench_prompt_tokens": positive,
+    "lm.bench_decode_tokens": positive,
+    "lm.bench_iterations": positive,
+    "bundle.accuracy_window": FRACTION,
+    "bundle.min_agreement": FRACTION,
+    "bundle.sample_texts": at_least(0),
+    "phone.threads": each(positive),
+    "phone.seq_length": positive,
+    "phone.repeats": positive,
+}
+
+ANY_TASK = "*"
+# key -> {task (or ANY_TASK): ("module:attribute", ...)}; the value must be a key of one of the named
+# registries. A task that is not listed is not checked here (its stages check with their own message):
+# the generation task's defaults for [student] and [data] are the classification ones, which a
+# generation config always overrides.
+REGISTRY_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "student.arch": {"classification": ("distill.student:STUDENTS",)},
+    "data.source": {"classification": ("pipeline.data:SOURCES",)},
+    "quantize.models": {"classification": ("distill.models:MODEL_NAMES",)},
+    "quantize.variants": {ANY_TASK: ("export.registry:ONNX_VARIANTS",)},
+    "export.ort_variants": {ANY_TASK: ("export.registry:ONNX_VARIANTS",)},
+    "export.coreml_variants": {"classification": ("export.coreml:COREML_VARIANTS",)},
+    "bench.targets": {"classification": ("eval.targets:TARGETS",)},
+}
+
+
+def _hidden_divisible_by_heads(cfg) -> str | None:
+    s = cfg.student
+    if s.hidden % s.heads:
+        return f"'student.hidden' ({s.hidden}) must be divisible by 'student.heads' ({s.heads})"
+    return None
+
+
+def _split_fractions_leave_training_data(cfg) -> str | None:
+    d = cfg.data
+    if d.validation_fraction + d.test_fraction >= 1:
+        return (f"'data.validation_fraction' ({d.validation_fraction:g}) + 'data.test_fraction' "
+                f"({d.test_fraction:g}) must be < 1, or nothing is left for training")
+    return None
+
+
+CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split_fractions_leave_training_data]
+
+
+def _registry(ref: str):
+    module, attr = ref.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def check_all(cfg) -> str | None:
+    """The first problem as a message naming the key, or None. cfg is a pipeline.config.Config."""
+    for dotted, rule in RANGES.items():
+        section, key = dotted.split(".")
+        value = getattr(getattr(cfg, section), key)
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"'{dotted}' = {value!r}; give a finite number"
+        problem = rule(value)
+        if problem:
+            return f"'{dotted}' = {value!r} {problem}"
+    for check in CROSS:
+        problem = check(cfg)
+        if problem:
+            return problem
+    for dotted, by_task in REGISTRY_NAMES.items():
+        refs = by_task.get(cfg.run.task, by_task.get(ANY_TASK))
+        if not refs:
+            continue
+        section, key = dotted.split(".")
+        value = getattr(getattr(cfg, section), key)
+        known = [name for ref in refs for name in _registry(ref)]
+        bad = [v for v in (value if isinstance(value, list) else [value]) if v not in known]
+        if bad:
+            return f"'{dotted}' names {', '.join(map(repr, bad))}, which is not known. Known: {', '.join(known)}"
+    return None

@@ -1,0 +1,114 @@
+"""What the data stage refuses to change silently: missing (NaN) labels, non-string texts, one label
+written several ways, and texts shared between splits.
+
+Each problem is either one PipelineError with counts and an example row, or a loud warning whose counts
+are also recorded in split.json.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections import Counter
+from typing import Any
+
+from pipeline.errors import PipelineError
+
+log = logging.getLogger(__name__)
+SPLIT_ORDER = ("test", "validation", "train")  # a text in two splits stays in the earlier one
+
+
+def _is_missing(value: Any) -> bool:
+    """None, empty, or NaN (a float NaN, or the string a NaN becomes when a table is written as text)."""
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return math.isnan(value)
+    return isinstance(value, str) and value.strip().lower() in ("", "nan")
+
+
+def label_text(value: Any) -> str:
+    """A present label as its name; 1 and 1.0 stay different here and are merged by merge_label_variants."""
+    return str(value).strip()
+
+
+def text_value(value: Any) -> str | None:
+    """The text of a row: "" for a missing one (the empty-text rule applies), None for a non-string."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return value if isinstance(value, str) else None
+
+
+def check_rows(rows: list[dict], text_col: str, label_col: str, where: str) -> None:
+    """One error with counts for rows without a label or with a text that is not a string."""
+    missing = [i + 1 for i, r in enumerate(rows) if _is_missing(r.get(label_col))]
+    if missing:
+        raise PipelineError(f"{where}: {len(missing)} row(s) have no label in column '{label_col}' (empty or NaN), "
+                            f"e.g. row {missing[0]}. Fill in their labels or remove those rows")
+    odd = [(i + 1, r.get(text_col)) for i, r in enumerate(rows) if text_value(r.get(text_col)) is None]
+    if odd:
+        n, v = odd[0]
+        raise PipelineError(f"{where}: {len(odd)} text(s) in column '{text_col}' are not strings, e.g. row {n}: "
+                            f"{v!r} ({type(v).__name__}). Point data.text_column at the text column, or store "
+                            f"the texts as strings")
+
+
+def _variant_key(name: str) -> str:
+    """What two spellings of one label share: case-folded, and numbers in one form (1, 1.0, 1e0 -> 1)."""
+    try:
+        number = float(name)
+    except ValueError:
+        return name.casefold()
+    if math.isfinite(number) and number == int(number):
+        return str(int(number))
+    return repr(number) if math.isfinite(number) else name.casefold()
+
+
+def merge_label_variants(splits: dict[str, list[dict]], mode: str) -> dict[str, dict[str, int]]:
+    """Labels of every split that are one label spelled differently. mode merge: rename them (in place) to
+    the most frequent spelling and return {kept spelling: {spelling: count}}; error: raise; keep: {}."""
+    counts = Counter(ex["label"] for rows in splits.values() for ex in rows)
+    groups: dict[str, list[str]] = {}
+    for name in sorted(counts):
+        groups.setdefault(_variant_key(name), []).append(name)
+    variants = {key: names for key, names in groups.items() if len(names) > 1}
+    if not variants or mode == "keep":
+        return {}
+    shown = "; ".join(" / ".join(f"{n!r} ({counts[n]})" for n in names) for names in variants.values())
+    if mode == "error":
+        raise PipelineError(f"the labels include one label spelled several ways: {shown}. Fix the labels, or set "
+                            f"data.label_variants = \"merge\" (or \"keep\" if they are different classes)")
+    merges, rename = {}, {}
+    for names in variants.values():
+        kept = max(names, key=lambda n: (counts[n], n == names[0]))  # most frequent; ties: first sorted
+        merges[kept] = {n: counts[n] for n in names}
+        rename.update({n: kept for n in names if n != kept})
+    for rows in splits.values():
+        for ex in rows:
+            ex["label"] = rename.get(ex["label"], ex["label"])
+    log.warning("WARNING: merged labels that differ only in case or number spelling: %s "
+                "(data.label_variants = \"keep\" keeps them apart)", shown)
+    return merges
+
+
+def dedupe_across_splits(splits: dict[str, list[dict]], enabled: bool) -> dict[str, Any]:
+    """Drop (in place) every example whose text already is in an earlier split of SPLIT_ORDER.
+    Returns what split.json records: examples removed per split, and texts still shared."""
+    removed = {s: 0 for s in SPLIT_ORDER}
+    if enabled:
+        seen: set[str] = set()
+        for s in SPLIT_ORDER:
+            kept = [ex for ex in splits[s] if ex["text"] not in seen]
+            removed[s] = len(splits[s]) - len(kept)
+            splits[s] = kept
+            seen |= {ex["text"] for ex in kept}
+    texts = {s: {ex["text"] for ex in splits[s]} for s in SPLIT_ORDER}
+    shared = {"test & train": len(texts["test"] & texts["train"]),
+              "validation & train": len(texts["validation"] & texts["train"]),
+              "test & validation": len(texts["test"] & texts["validation"])}
+    if any(removed.values()):
+        log.warning("WARNING: dropped texts already in another split (test > validation > train): %s",
+                    ", ".join(f"{n} from {s}" for s, n in removed.items() if n))
+    if any(shared.values()):
+        log.warning("WARNING: texts shared between splits (data.dedupe_across_splits = false): %s",
+                    ", ".join(f"{n} in {pair}" for pair, n in shared.items() if n))
+    return {"enabled": enabled, "removed": removed, "shared_texts": shared}

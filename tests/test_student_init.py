@@ -1,0 +1,71 @@
+"""student.init from the teacher: teacher-layers copies weights when every shape matches (it used to crash
+on the position table: 512 teacher rows vs the student's 64-128) and is one clear error otherwise, found
+before the teacher trains."""
+import dataclasses
+
+import pytest
+import torch
+
+from distill.student import build_student, check_init, default_layer_map
+from distill.teacher import load_for_classification
+from pipeline.config import StudentSection
+from pipeline.errors import PipelineError
+
+LABELS = ["a", "b", "c"]
+# the tiny teacher (tests/conftest.py): hidden 32, 2 heads, ffn 64, 2 layers, 128 positions
+MATCHING = StudentSection(layers=1, hidden=32, heads=2, ffn=64, init="teacher-layers", max_length=32)
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_bert_dir):
+    model, _ = load_for_classification(str(tiny_bert_dir), LABELS, fine_tune=True)
+    return model.eval()
+
+
+def test_teacher_layers_copies_embeddings_positions_and_layers(teacher):
+    s = MATCHING
+    layer_map = default_layer_map(s.layers, 2)
+    student = build_student(s, teacher, LABELS, layer_map).eval()
+    sb, tb = student.hf.bert, teacher.hf.bert
+    n = sb.embeddings.position_embeddings.weight.shape[0]
+    assert n == 64 < tb.embeddings.position_embeddings.weight.shape[0]
+    assert torch.equal(sb.embeddings.position_embeddings.weight, tb.embeddings.position_embeddings.weight[:n])
+    assert torch.equal(sb.embeddings.word_embeddings.weight, tb.embeddings.word_embeddings.weight)
+    t_layer, s_layer = tb.encoder.layer[layer_map[0] - 1].state_dict(), sb.encoder.layer[0].state_dict()
+    assert all(torch.equal(t_layer[k], v) for k, v in s_layer.items())
+    ids = torch.tensor([[2, 10, 11, 3]])
+    assert student(ids, torch.ones_like(ids)).shape == (1, 3)
+
+
+@pytest.mark.parametrize("change,msg", [
+    ({"hidden": 16, "heads": 2}, r"needs student.hidden = 32, the teacher's hidden size \(it is 16\)"),
+    ({"heads": 4}, r"needs student.heads = 2"),
+    ({"ffn": 128}, r"needs student.ffn = 64"),
+    ({"max_length": 256}, r"needs student.max_length <= 128"),
+    ({"layers": 3}, r"needs student.layers <= 2"),
+])
+def test_teacher_layers_that_cannot_fit_is_one_error(teacher, change, msg):
+    s = dataclasses.replace(MATCHING, **change)
+    with pytest.raises(PipelineError, match=r"student.init = 'teacher-layers' copies teacher weights.*" + msg):
+        build_student(s, teacher, LABELS, default_layer_map(s.layers, 2))
+
+
+def test_teacher_pca_wider_than_the_teacher(teacher):
+    s = dataclasses.replace(MATCHING, init="teacher-pca", hidden=64, heads=2)
+    with pytest.raises(PipelineError, match=r"needs student.hidden <= 32 \(it is 64\)"):
+        check_init(s, teacher.hf.config)
+
+
+def test_the_teacher_stage_refuses_a_student_it_cannot_initialise(tiny_cfg_dict):
+    """The mismatch is found when the teacher loads, before its fine-tune; the stage leaves nothing."""
+    from pipeline.cli import _stages
+    from pipeline.config import config_from_dict
+    from pipeline.stage import run
+
+    _stages()
+    tiny_cfg_dict["student"].update(init="teacher-layers", hidden=16, heads=2)
+    tiny_cfg_dict["teacher"]["epochs"] = 100.0  # would take minutes if it trained before the check
+    cfg = config_from_dict(tiny_cfg_dict, "tiny")
+    with pytest.raises(PipelineError, match="needs student.hidden = 32"):
+        run(cfg, ["teacher"])
+    assert not (cfg.run_dir / "teacher").exists()
