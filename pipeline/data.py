@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline.config import Config, DataSection
-from pipeline.data_clean import check_rows, dedupe_across_splits, label_text, merge_label_variants, text_value
+from pipeline.data_clean import (check_rows, dedupe_across_splits, label_text, merge_label_variants, shared_texts,
+                                 text_value)
 from pipeline.errors import PipelineError
 
 Example = dict  # {"text": str, "label": str}
@@ -229,7 +230,7 @@ def build_splits(cfg: Config) -> dict:
     merges = merge_label_variants(splits, d.label_variants)
     seed = cfg.run.seed
     made = hold_out(splits, d, seed, stratified_split, "the data, stratified")
-    dedupe = dedupe_across_splits(splits, d.dedupe_across_splits)
+    removed = dedupe_across_splits(splits, d.dedupe_across_splits)
     if not splits["train"]:
         raise PipelineError("every training text is also in the test or validation split, so none is left for "
                             "training: provide other data, or set data.dedupe_across_splits = false")
@@ -253,7 +254,8 @@ def build_splits(cfg: Config) -> dict:
         "how": made or ["splits as given"],
         "dropped_empty": dropped,
         "label_merges": merges,
-        "dedupe_across_splits": dedupe,
+        "dedupe_across_splits": {"enabled": d.dedupe_across_splits, "removed": removed,
+                                 "shared_texts": shared_texts(splits)},
         "counts": {s: len(v) for s, v in splits.items()},
         "label_counts": {s: dict(sorted(Counter(ex["label"] for ex in v).items())) for s, v in splits.items()},
     }

@@ -90,25 +90,31 @@ def merge_label_variants(splits: dict[str, list[dict]], mode: str) -> dict[str, 
     return merges
 
 
-def dedupe_across_splits(splits: dict[str, list[dict]], enabled: bool) -> dict[str, Any]:
-    """Drop (in place) every example whose text already is in an earlier split of SPLIT_ORDER.
-    Returns what split.json records: examples removed per split, and texts still shared."""
+def dedupe_across_splits(splits: dict[str, list[dict]], enabled: bool) -> dict[str, int]:
+    """Drop (in place) every example whose text already is in an earlier split of SPLIT_ORDER; the test
+    split keeps its size and the copies leave training. Returns the examples removed per split."""
     removed = {s: 0 for s in SPLIT_ORDER}
-    if enabled:
-        seen: set[str] = set()
-        for s in SPLIT_ORDER:
-            kept = [ex for ex in splits[s] if ex["text"] not in seen]
-            removed[s] = len(splits[s]) - len(kept)
-            splits[s] = kept
-            seen |= {ex["text"] for ex in kept}
+    if not enabled:
+        return removed
+    seen: set[str] = set()
+    for s in SPLIT_ORDER:
+        kept = [ex for ex in splits[s] if ex["text"] not in seen]
+        removed[s] = len(splits[s]) - len(kept)
+        splits[s] = kept
+        seen |= {ex["text"] for ex in kept}
+    if any(removed.values()):
+        log.warning("WARNING: dropped texts already in another split (test > validation > train): %s",
+                    ", ".join(f"{n} from {s}" for s, n in removed.items() if n))
+    return removed
+
+
+def shared_texts(splits: dict[str, list[dict]]) -> dict[str, int]:
+    """Distinct texts that two of the written splits share (0 everywhere unless dedupe is off)."""
     texts = {s: {ex["text"] for ex in splits[s]} for s in SPLIT_ORDER}
     shared = {"test & train": len(texts["test"] & texts["train"]),
               "validation & train": len(texts["validation"] & texts["train"]),
               "test & validation": len(texts["test"] & texts["validation"])}
-    if any(removed.values()):
-        log.warning("WARNING: dropped texts already in another split (test > validation > train): %s",
-                    ", ".join(f"{n} from {s}" for s, n in removed.items() if n))
     if any(shared.values()):
         log.warning("WARNING: texts shared between splits (data.dedupe_across_splits = false): %s",
                     ", ".join(f"{n} in {pair}" for pair, n in shared.items() if n))
-    return {"enabled": enabled, "removed": removed, "shared_texts": shared}
+    return shared
