@@ -11,6 +11,7 @@ import csv
 import importlib.util
 import io
 import json
+import logging
 import random
 from collections import Counter
 from pathlib import Path
@@ -21,6 +22,7 @@ from pipeline.data_clean import (check_rows, dedupe_across_splits, label_text, m
                                  text_value)
 from pipeline.errors import PipelineError
 
+log = logging.getLogger(__name__)
 Example = dict  # {"text": str, "label": str}
 SOURCES: dict[str, Callable[[DataSection, str], list[Example]]] = {}
 
@@ -149,8 +151,13 @@ def load_hub(d: DataSection, split: str) -> list[Example]:
     rows = ds.to_list()
     names = getattr(label_feature, "names", None)
     if names:  # ClassLabel: store names, not ids, so labels.json is readable
-        for r in rows:
-            r[d.label_column] = names[r[d.label_column]]
+        ids = [r.get(d.label_column) for r in rows]
+        if rows and all(i == -1 for i in ids):  # GLUE-style unlabelled test split (-1 would index the last name)
+            log.warning("WARNING: dataset %s[%s] has no labels (all -1): not used; the split is held out of "
+                        "the training data instead", d.hub_name, split)
+            return []
+        for r, i in zip(rows, ids):  # -1 (or any id outside the names) is a missing label, reported as such
+            r[d.label_column] = names[i] if isinstance(i, int) and 0 <= i < len(names) else None
     return _rows_to_examples(rows, d, f"dataset {d.hub_name}[{split}]")
 
 

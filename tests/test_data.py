@@ -213,3 +213,26 @@ def test_dedupe_applies_to_a_given_test_file(tmp_path):
     s = build_splits(cfg_for(tr, tmp_path, test_path=str(te), validation_fraction=0.0))
     assert len(s["test"]) == 3 and len(s["train"]) == 18
     assert s["info"]["dedupe_across_splits"]["removed"] == {"test": 0, "validation": 0, "train": 2}
+
+
+def _hub_dataset(monkeypatch, splits):
+    import datasets
+
+    feats = datasets.Features({"t": datasets.Value("string"), "y": datasets.ClassLabel(names=["neg", "pos"])})
+    dsd = datasets.DatasetDict({k: datasets.Dataset.from_dict(v, features=feats) for k, v in splits.items()})
+    monkeypatch.setattr(datasets, "load_dataset", lambda name, conf=None: dsd)
+    return config_from_dict({"data": {"source": "hub", "hub_name": "glue-like", "text_column": "t",
+                                      "label_column": "y"}}, "test")
+
+
+def test_hub_class_label_minus_one_is_not_the_last_class(monkeypatch, caplog):
+    """GLUE test splits carry label -1; names[-1] used to turn them into the last class."""
+    train = {"t": [f"text {i}" for i in range(40)], "y": [i % 2 for i in range(40)]}
+    cfg = _hub_dataset(monkeypatch, {"train": train, "test": {"t": ["x", "y"], "y": [-1, -1]}})
+    with caplog.at_level("WARNING"):
+        s = build_splits(cfg)
+    assert "has no labels (all -1)" in caplog.text
+    assert s["info"]["how"][0].startswith("test = 0.1")  # held out of train, not the unlabelled split
+    cfg = _hub_dataset(monkeypatch, {"train": {"t": train["t"], "y": train["y"][:-1] + [-1]}})
+    with pytest.raises(PipelineError, match=r"1 row\(s\) have no label.*e.g. row 40"):
+        build_splits(cfg)
