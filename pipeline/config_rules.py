@@ -136,18 +136,20 @@ RANGES: dict[str, Rule] = {
 }
 
 ANY_TASK = "*"
-# key -> {task (or ANY_TASK): ("module:attribute", ...)}; the value must be a key of one of the named
-# registries. A task that is not listed is not checked here (its stages check with their own message):
-# the generation task's defaults for [student] and [data] are the classification ones, which a
-# generation config always overrides.
-REGISTRY_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
-    "student.arch": {"classification": ("distill.student:STUDENTS",)},
-    "data.source": {"classification": ("pipeline.data:SOURCES",)},
-    "quantize.models": {"classification": ("distill.models:MODEL_NAMES",)},
-    "quantize.variants": {ANY_TASK: ("export.registry:ONNX_VARIANTS",)},
-    "export.ort_variants": {ANY_TASK: ("export.registry:ONNX_VARIANTS",)},
-    "export.coreml_variants": {"classification": ("export.coreml:COREML_VARIANTS",)},
-    "bench.targets": {"classification": ("eval.targets:TARGETS",)},
+# key -> (what a name there is, {task (or ANY_TASK): ("module:attribute", ...)}): the value, or each item
+# of a list, must be a key of one of the named registries. A task that is not listed is not checked here
+# (its stages check with their own message): the generation task's defaults for [student] and [data] are
+# the classification ones, which a generation config always overrides.
+REGISTRY_NAMES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
+    "student.arch": ("student architecture", {"classification": ("distill.student:STUDENTS",)}),
+    "data.source": ("data source", {"classification": ("pipeline.data:SOURCES",)}),
+    "quantize.models": ("model", {"classification": ("distill.models:MODEL_NAMES",)}),
+    "quantize.variants": ("ONNX variant", {ANY_TASK: ("export.registry:ONNX_VARIANTS",)}),
+    "export.ort_variants": ("ONNX variant", {ANY_TASK: ("export.registry:ONNX_VARIANTS",)}),
+    "export.coreml_variants": ("Core ML variant", {"classification": ("export.coreml:COREML_VARIANTS",)}),
+    "export.coreml_shapes": ("Core ML shape mode", {"classification": ("export.coreml:SHAPE_MODES",)}),
+    "export.ort_target_platform": ("ORT platform", {ANY_TASK: ("export.ort_format:PLATFORMS",)}),
+    "bench.targets": ("target", {"classification": ("eval.targets:TARGETS",)}),
 }
 
 
@@ -166,7 +168,25 @@ def _split_fractions_leave_training_data(cfg) -> str | None:
     return None
 
 
-CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split_fractions_leave_training_data]
+def _layer_map_covers_the_student(cfg) -> str | None:
+    m, layers = cfg.distill.layer_map, cfg.student.layers
+    if cfg.run.task == "classification" and m and len(m) != layers:
+        return (f"'distill.layer_map' has {len(m)} entries but 'student.layers' = {layers}: give one teacher layer "
+                f"per student layer, or leave it empty to spread them uniformly")
+    return None
+
+
+def _quantize_starts_from_fp32(cfg) -> str | None:
+    """The classification quantize stage makes every other ONNX variant from the fp32 export (the
+    generation stages always export fp32 themselves)."""
+    made = cfg.quantize.variants
+    if cfg.run.task == "classification" and "fp32" not in made:
+        return f"quantize.variants = {made} lacks 'fp32': every other ONNX variant is made from the fp32 export; add it"
+    return None
+
+
+CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split_fractions_leave_training_data,
+                                              _layer_map_covers_the_student, _quantize_starts_from_fp32]
 
 
 def _registry(ref: str):
@@ -184,11 +204,7 @@ def check_all(cfg) -> str | None:
         problem = rule(value)
         if problem:
             return f"'{dotted}' = {value!r} {problem}"
-    for check in CROSS:
-        problem = check(cfg)
-        if problem:
-            return problem
-    for dotted, by_task in REGISTRY_NAMES.items():
+    for dotted, (what, by_task) in REGISTRY_NAMES.items():
         refs = by_task.get(cfg.run.task, by_task.get(ANY_TASK))
         if not refs:
             continue
@@ -197,5 +213,9 @@ def check_all(cfg) -> str | None:
         known = [name for ref in refs for name in _registry(ref)]
         bad = [v for v in (value if isinstance(value, list) else [value]) if v not in known]
         if bad:
-            return f"'{dotted}' names {', '.join(map(repr, bad))}, which is not known. Known: {', '.join(known)}"
+            return f"unknown {what} {', '.join(map(repr, bad))} in '{dotted}'. Known: {', '.join(known)}"
+    for check in CROSS:
+        problem = check(cfg)
+        if problem:
+            return problem
     return None

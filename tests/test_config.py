@@ -106,12 +106,15 @@ def test_lm_bench_settings_rerun_the_generation_bench_only():
     ({"distill": {"layer_map": [1, 0]}}, r"'distill.layer_map' = \[1, 0\] item 1 \(0\) must be >= 1"),
     ({"augment": {"p_mask": 1.5}}, r"'augment.p_mask'"),
     ({"teacher": {"lr": float("nan")}}, r"'teacher.lr' = nan; give a finite number"),
-    ({"student": {"arch": "transformer-xl"}}, r"'student.arch' names 'transformer-xl', which is not known. Known: bert"),
-    ({"quantize": {"variants": ["fp32", "int4"]}}, r"'quantize.variants' names 'int4'.*Known: fp32, optimized"),
-    ({"export": {"ort_variants": ["fp33"]}}, r"'export.ort_variants' names 'fp33'"),
-    ({"quantize": {"models": ["teacher", "studnet"]}}, r"'quantize.models' names 'studnet'"),
-    ({"bench": {"targets": ["host-cpu", "tpu"]}}, r"'bench.targets' names 'tpu'"),
-    ({"data": {"source": "excel"}}, r"'data.source' names 'excel'"),
+    ({"student": {"arch": "transformer-xl"}}, r"unknown student architecture 'transformer-xl' in 'student.arch'. Known: bert"),
+    ({"quantize": {"variants": ["fp32", "int4"]}}, r"unknown ONNX variant 'int4' in 'quantize.variants'. Known: fp32, optimized"),
+    ({"export": {"ort_variants": ["fp33"]}}, r"unknown ONNX variant 'fp33' in 'export.ort_variants'"),
+    ({"quantize": {"models": ["teacher", "studnet"]}}, r"unknown model 'studnet' in 'quantize.models'"),
+    ({"bench": {"targets": ["host-cpu", "tpu"]}}, r"unknown target 'tpu' in 'bench.targets'"),
+    ({"data": {"source": "excel"}}, r"unknown data source 'excel' in 'data.source'"),
+    ({"export": {"ort_target_platform": "riscv"}}, r"unknown ORT platform 'riscv'.*Known: arm, amd64"),
+    ({"quantize": {"variants": ["int8-dynamic"], "models": ["student"]}}, r"lacks 'fp32'"),
+    ({"student": {"layers": 3}, "distill": {"layer_map": [2, 4]}}, r"'distill.layer_map' has 2 entries but"),
     ({"data": {"label_variants": "ignore"}}, r"'data.label_variants' = 'ignore' must be one of merge, error, keep"),
 ])
 def test_every_setting_is_checked_at_load_time(raw, msg):
@@ -136,7 +139,7 @@ def test_registry_names_are_read_from_the_registry(monkeypatch):
     """A new student architecture is accepted as soon as it is registered; nothing else to edit."""
     from distill import student
 
-    with pytest.raises(PipelineError, match="'student.arch' names 'tiny'"):
+    with pytest.raises(PipelineError, match="unknown student architecture 'tiny'"):
         config_from_dict({"student": {"arch": "tiny"}}, "c.toml")
     monkeypatch.setitem(student.STUDENTS, "tiny", student.build_bert)
     assert config_from_dict({"student": {"arch": "tiny"}}, "c.toml").student.arch == "tiny"
@@ -146,7 +149,7 @@ def test_generation_names_its_own_registries():
     """The classification-only registries do not apply to generation configs (a 'llama' student)."""
     cfg = config_from_dict({"run": {"task": "generation"}, "student": {"arch": "llama"}}, "g.toml")
     assert cfg.student.arch == "llama"
-    with pytest.raises(PipelineError, match="'quantize.variants' names 'int3'"):
+    with pytest.raises(PipelineError, match="unknown ONNX variant 'int3'"):
         config_from_dict({"run": {"task": "generation"}, "quantize": {"variants": ["int3"]}}, "g.toml")
 
 
@@ -157,9 +160,9 @@ def test_show_config_rejects_what_a_run_rejects(tmp_path, capsys):
     p.write_text('[run]\nname = "x"\n')
     assert main(["show-config", "--config", str(p)]) == 0
     capsys.readouterr()
-    for override, msg in (("student.arch=nope", "'student.arch' names 'nope'"),
+    for override, msg in (("student.arch=nope", "unknown student architecture 'nope' in 'student.arch'"),
                           ("teacher.lr=-1", "'teacher.lr' = -1.0 must be > 0"),
-                          ('quantize.variants=["fp32","int4"]', "'quantize.variants' names 'int4'")):
+                          ('quantize.variants=["fp32","int4"]', "unknown ONNX variant 'int4'")):
         assert main(["show-config", "--config", str(p), "--set", override]) == 2
         err = capsys.readouterr().err
         assert msg in err and "Traceback" not in err
