@@ -17,7 +17,7 @@ def check_folder_files(path: str) -> None:
     """A local teacher folder has weights and a tokenizer, and a safetensors file that opens."""
     p = Path(path)
     if not p.is_dir():
-        return  # a hub id: from_pretrained's own errors are wrapped in load_weights
+        return  # a hub id: load_for_classification wraps from_pretrained's own errors
     if not any((p / f).is_file() for f in WEIGHT_FILES):
         raise PipelineError(f"teacher.model: {path} has no weights ({' or '.join(WEIGHT_FILES[::2])}). Save the model "
                             f"there with save_pretrained(), or point teacher.model at the folder that has them")

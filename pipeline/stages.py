@@ -47,7 +47,7 @@ def _xy(data_dir, split: str, labels: list[str]) -> tuple[list[str], list[int]]:
 def stage_teacher(ctx: StageContext) -> dict:
     """Fine-tune the pretrained encoder into a classifier; writes teacher/model (HF folder)."""
     from distill.models import predict_logits, save_model
-    from distill.student import check_init
+    from distill.student import check_init, check_layer_map
     from distill.teacher import fine_tune, load_for_classification
     from distill.train import seed_everything
     from eval.metrics import scores
@@ -57,7 +57,9 @@ def stage_teacher(ctx: StageContext) -> dict:
     seed_everything(cfg.run.seed)
     labels = read_labels(ctx.input("data"))
     model, tok = load_for_classification(t.model, labels, t.fine_tune, t.max_length)
-    check_init(cfg.student, model.hf.config)  # a student that cannot start from this teacher fails before training
+    # a student that cannot start from or map onto this teacher fails now, not after the fine-tune
+    check_init(cfg.student, model.hf.config)
+    check_layer_map(cfg.distill.layer_map, cfg.student.layers, model.hf.config.num_hidden_layers)
     texts, y = _xy(ctx.input("data"), "train", labels)
     summary: dict = {"source": t.model, "model_type": model.hf.config.model_type}
     if t.fine_tune:

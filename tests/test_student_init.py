@@ -42,7 +42,6 @@ def test_teacher_layers_copies_embeddings_positions_and_layers(teacher):
     ({"heads": 4}, r"needs student.heads = 2"),
     ({"ffn": 128}, r"needs student.ffn = 64"),
     ({"max_length": 256}, r"needs student.max_length <= 128"),
-    ({"layers": 3}, r"needs student.layers <= 2"),
 ])
 def test_teacher_layers_that_cannot_fit_is_one_error(teacher, change, msg):
     s = dataclasses.replace(MATCHING, **change)
@@ -56,16 +55,28 @@ def test_teacher_pca_wider_than_the_teacher(teacher):
         check_init(s, teacher.hf.config)
 
 
-def test_the_teacher_stage_refuses_a_student_it_cannot_initialise(tiny_cfg_dict):
+def test_teacher_layers_may_repeat_teacher_layers(teacher):
+    """A student deeper than the teacher reuses teacher layers (the default map repeats them)."""
+    s = dataclasses.replace(MATCHING, layers=3)
+    student = build_student(s, teacher, LABELS, default_layer_map(3, 2))
+    assert len(student.hf.bert.encoder.layer) == 3
+
+
+@pytest.mark.parametrize("student,distill,msg", [
+    ({"init": "teacher-layers", "hidden": 16, "heads": 2}, {}, "needs student.hidden = 32"),
+    ({"layers": 2}, {"layer_map": [1, 5]}, r"distill.layer_map names teacher layer\(s\) \[5\]"),
+])
+def test_the_teacher_stage_refuses_a_student_it_cannot_build(tiny_cfg_dict, student, distill, msg):
     """The mismatch is found when the teacher loads, before its fine-tune; the stage leaves nothing."""
     from pipeline.cli import _stages
     from pipeline.config import config_from_dict
     from pipeline.stage import run
 
     _stages()
-    tiny_cfg_dict["student"].update(init="teacher-layers", hidden=16, heads=2)
+    tiny_cfg_dict["student"].update(student)
+    tiny_cfg_dict["distill"].update(distill)
     tiny_cfg_dict["teacher"]["epochs"] = 100.0  # would take minutes if it trained before the check
     cfg = config_from_dict(tiny_cfg_dict, "tiny")
-    with pytest.raises(PipelineError, match="needs student.hidden = 32"):
+    with pytest.raises(PipelineError, match=msg):
         run(cfg, ["teacher"])
     assert not (cfg.run_dir / "teacher").exists()
