@@ -150,6 +150,14 @@ def test_non_string_texts_are_refused(tmp_path):
         build_splits(cfg_for(p, tmp_path, source="jsonl"))
 
 
+def test_list_labels_are_refused(tmp_path):
+    rows = [{"t": f"text {i}", "y": "a" if i % 2 else "b"} for i in range(30)]
+    rows[5]["y"] = ["a", "b"]  # multi-label data: would have become a class named "['a', 'b']"
+    p = write_jsonl(tmp_path / "d.jsonl", rows)
+    with pytest.raises(PipelineError, match=r"1 label\(s\) in column 'y' are not a name or a number, e.g. row 6"):
+        build_splits(cfg_for(p, tmp_path, source="jsonl"))
+
+
 def _variant_rows():
     rows = [{"t": f"text {i}", "y": "positive" if i % 2 else 0} for i in range(40)]
     for i in (1, 3, 5):
