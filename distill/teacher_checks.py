@@ -7,7 +7,8 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "sentencepiece.bpe.model", "spiece.model", "vocab.json")
 # RoBERTa-style embeddings number positions from pad_token_id + 1, so their table holds that many fewer tokens.
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
@@ -69,7 +70,8 @@ def check_loading_info(info: dict, model, path: str, fine_tune: bool) -> list[st
     Returns the newly initialised keys."""
     prefix = model.base_model_prefix
     base_modules = {k.split(".")[0] for k in model.base_model.state_dict()}
-    new = list(info.get("missing_keys", [])) + [k if isinstance(k, str) else k[0] for k in info.get("mismatched_keys", [])]
+    mismatched = [k if isinstance(k, str) else k[0] for k in info.get("mismatched_keys", [])]  # names or tuples
+    new = list(info.get("missing_keys", [])) + mismatched
     bad = [k for k in new if not fine_tune or _in_encoder(k, prefix, base_modules)]
     # checkpoint weights left unused: harmless for another task's head, not for encoder weights
     bad += [k for k in info.get("unexpected_keys", []) if _in_encoder(k, prefix, base_modules)]
