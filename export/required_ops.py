@@ -16,10 +16,18 @@ CONFIG_NAME = "required_operators.config"
 def write_required_ops(ort_file: Path, dest: Path, shown_name: str) -> dict:
     """Write the config for ort_file to dest; shown_name replaces the absolute path in its header comment (the
     file must not name the build machine's folders). Returns {domain: {opset: [ops]}} for the metadata."""
+    import logging
+
     from onnxruntime.tools.ort_format_model import create_config_from_models
 
     tmp = dest.with_name(dest.name + ".part")
-    create_config_from_models([ort_file], tmp, enable_type_reduction=True)
+    quiet = logging.getLogger("ort_format_model.utils")  # it logs the temporary path at INFO
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        create_config_from_models([ort_file], tmp, enable_type_reduction=True)
+    finally:
+        quiet.setLevel(level)
     text = tmp.read_text().replace(str(ort_file), shown_name)
     tmp.unlink()
     dest.write_text(text)
