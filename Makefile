@@ -41,9 +41,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# transformers.js and onnxruntime-web in Node, for tests/test_hf_layout.py (pinned in clients/js/package-lock.json). Install
-# scripts are skipped: onnxruntime-node's npm tarball already holds its native binary. Without npm (or the
-# registry) the tests that need it skip, saying why.
+# transformers.js and onnxruntime-web in Node, for tests/test_hf_layout.py (pinned in
+# clients/js/package-lock.json). Install scripts are skipped: onnxruntime-node's npm tarball already holds
+# its native binary. Without npm (or the registry) the tests that need it skip, saying why.
 JS_STAMP := clients/js/node_modules/.installed-stamp
 $(JS_STAMP): clients/js/package.json clients/js/package-lock.json
 	@if ! command -v npm >/dev/null 2>&1; then \
