@@ -19,7 +19,7 @@ SETS    = $(foreach s,$(SET),--set $(s))
 STAGES := data teacher logits distill baseline eval quantize export bench report bundle
 RUN_NAME ?= demo
 
-.PHONY: all install test test-fast $(STAGES) gpt status bench-ddp verify-bundle phone-bench clean clean-runs help
+.PHONY: all install js-client test test-fast $(STAGES) gpt status bench-ddp verify-bundle phone-bench clean clean-runs help
 
 all: $(STAMP)
 	$(RUN) run --config $(CONFIG) $(SETS)
@@ -41,10 +41,22 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+# transformers.js and onnxruntime-web in Node, for tests/test_hf_layout.py (pinned in
+# clients/js/package-lock.json). Install scripts are skipped: onnxruntime-node's npm tarball already holds
+# its native binary. Without npm (or the registry) the tests that need it skip, saying why.
+JS_STAMP := clients/js/node_modules/.installed-stamp
+$(JS_STAMP): clients/js/package.json clients/js/package-lock.json
+	@if ! command -v npm >/dev/null 2>&1; then \
+	  echo "npm not found: the transformers.js checks in tests/test_hf_layout.py will skip (install Node.js 18+)"; \
+	elif (cd clients/js && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error); then touch $@; \
+	else echo "npm ci failed in clients/js: the transformers.js checks in tests/test_hf_layout.py will skip"; fi
+
+js-client: $(JS_STAMP)
+
+test: $(STAMP) js-client
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) js-client
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not e2e"
 
 $(STAGES): $(STAMP)
@@ -77,4 +89,4 @@ clean-runs:
 	rm -rf runs dist
 
 clean: clean-runs
-	rm -rf $(VENV) .pytest_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache *.egg-info clients/js/node_modules

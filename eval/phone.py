@@ -18,7 +18,9 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 
-NOT_ON_PHONE = "phone-bench runs only the bundled model on the phone"
+NOT_ON_PHONE = ("phone-bench runs only the bundled model on the phone (and, for NPU providers, its fixed-shape "
+                "static-QDQ twin)")
+NPU_VARIANT = "int8-static"  # the quantize variant NPU providers run: QDQ with uint8 activations
 
 
 def bench_ids(tokenizer, texts: list[str], length: int) -> list[int]:
@@ -38,13 +40,16 @@ def _safe(name: str) -> str:
 
 def merge(results: dict, model: str, variant: str, fmt: str, runs: list[dict], device: dict, prefix: str,
           seq_len: int, runtime: str) -> list[str]:
-    """Add one target per run to results (in place); returns the target names."""
-    row = next((r for r in results["rows"] if (r["model"], r["variant"], r["format"]) == (model, variant, fmt)), None)
-    if row is None:
-        raise PipelineError(f"report/results.json has no {model} {variant} {fmt} row; re-run the bench and report "
-                            f"stages (`make report`) with that variant")
+    """Add one target per run to results (in place); returns the target names. A run may name its own
+    variant / format (the NPU providers time the fixed-shape static-QDQ .onnx, not the bundled .ort): its
+    measurement goes to that row, so a row only ever holds the file that was timed."""
     names = []
     for run in runs:
+        key = (model, run.get("variant", variant), run.get("format", fmt))
+        row = next((r for r in results["rows"] if (r["model"], r["variant"], r["format"]) == key), None)
+        if row is None:
+            raise PipelineError(f"report/results.json has no {' '.join(key)} row; re-run the bench and report "
+                                f"stages (`make report`) with that variant")
         unit = run["provider"] + (f"/{run['threads']}t" if run["threads"] else "")
         target = f"{prefix}:{device['model'] or device['name']}/{unit}"
         names.append(target)
@@ -55,16 +60,21 @@ def merge(results: dict, model: str, variant: str, fmt: str, runs: list[dict], d
             session = {"provider": run["provider"], "threads": run["threads"],
                        "peak_working_set_mb": e.pop("peak_rss_mb", None),
                        "session_create_s": e.pop("session_create_s", None)}
+            session.update({k: run[k] for k in ("model_file", "session_config") if k in run})
             entry = {str(seq_len): e, "session": session}
         else:
             entry = {"status": run["status"], "reason": run["reason"]}
         for r in results["rows"]:
             r["latency"][target] = entry if r is row else {"status": "skipped", "reason": NOT_ON_PHONE}
         results["threads"][target] = run["threads"]
+        how = "measured on the device"
+        if run.get("session_config"):
+            how += (f", {key[1]} {key[2]} with shapes fixed to [1, {seq_len}], CPU fallback disabled (a node the "
+                    f"provider cannot take fails the run)")
         results["targets"][target] = {
             "runtime": runtime, "provider": run["provider"], "threads": run["threads"],
-            "precision": variant, "formats": [fmt], "proxy": "",
-            "description": f"{device['name']} ({device.get('soc') or 'SoC unknown'}), measured on the device",
+            "precision": key[1], "formats": [key[2]], "proxy": "",
+            "description": f"{device['name']} ({device.get('soc') or 'SoC unknown'}), {how}",
             "device": device}
     return names
 
@@ -78,7 +88,8 @@ def merge_saved(run_dir: Path, results: dict) -> list[str]:
         key = (saved["model"], saved["variant"], saved["format"])
         if not any((r["model"], r["variant"], r["format"]) == key for r in results["rows"]):
             continue
-        run = {k: saved[k] for k in ("provider", "threads", "entry", "status", "reason") if k in saved}
+        run = {k: saved[k] for k in ("provider", "threads", "entry", "status", "reason", "model_file",
+                                     "session_config") if k in saved}
         names += merge(results, *key, [run], saved["device"], saved["prefix"], saved["seq_len"], saved["runtime"])
     return names
 
@@ -165,7 +176,8 @@ def _android(cfg, bundle: Path, meta: dict, ids: list[int], adb: str | None, per
              serial: str | None) -> tuple[list[dict], dict]:
     import tempfile
 
-    from eval.phone_android import Adb, device_info, devices, run_android, write_test_data
+    from eval.phone_android import (CPU_MODEL, NPU_MODEL, NPU_PROVIDERS, Adb, device_info, devices, run_android,
+                                    write_test_data)
 
     p = cfg.phone
     adb_exe = shutil.which(adb or p.adb)
@@ -191,14 +203,34 @@ def _android(cfg, bundle: Path, meta: dict, ids: list[int], adb: str | None, per
                             f"phone.serial")
     a = Adb(adb_exe, want or found[0])
     device = device_info(a)
+    name, variant = meta["model"]["name"], meta["model"]["variant"]
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = Path(tmp) / "model"
         model_dir.mkdir()
-        shutil.copy2(bundle / meta["models"]["ort"]["file"], model_dir / "model.ort")
+        shutil.copy2(bundle / meta["models"]["ort"]["file"], model_dir / CPU_MODEL)
+        npu_missing = None
+        if any(ep in NPU_PROVIDERS for ep in p.providers):
+            npu_missing = _npu_model(cfg, name, len(ids), model_dir / NPU_MODEL)
         write_test_data(model_dir, [i["name"] for i in meta["models"]["ort"]["inputs"]], ids)
         runs = run_android(a, binary, model_dir, list(p.providers), list(p.threads), p.repeats, p.remote_dir,
-                           p.qnn_backend)
+                           p.qnn_backend, npu_missing)
+    for run in runs:  # the row each run's measurement belongs to
+        run["variant"], run["format"] = (NPU_VARIANT, "onnx") if run["model_file"] == NPU_MODEL else (variant, "ort")
     return runs, device
+
+
+def _npu_model(cfg, name: str, seq_len: int, dest: Path) -> str | None:
+    """Write the NPU providers' file: the model's static-QDQ .onnx with shapes fixed to [1, seq_len] (NNAPI and
+    QNN take only fixed shapes and quantized QDQ graphs). Returns why it cannot be made, or None."""
+    from eval.npu import fix_shapes
+
+    rows = json.loads((cfg.run_dir / "quantize" / "variants.json").read_text())
+    row = next((r for r in rows if (r["model"], r["variant"], r["format"]) == (name, NPU_VARIANT, "onnx")), None)
+    if row is None:
+        return (f"no {NPU_VARIANT} (static QDQ) file for {name}, which NPU providers run: add {NPU_VARIANT} to "
+                f"quantize.variants and run `make quantize`")
+    fix_shapes(cfg.run_dir / row["file"], dest, 1, seq_len)
+    return None
 
 
 def add_cli(subparsers) -> None:

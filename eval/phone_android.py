@@ -14,7 +14,15 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 
-PROVIDERS = ("cpu", "xnnpack", "nnapi", "qnn")  # perf_test's -e names
+PROVIDERS = ("cpu", "xnnpack", "qnn", "nnapi")  # perf_test's -e names
+# NPU providers run the fixed-shape static-QDQ file (what they can take) with CPU fallback disabled: a node
+# the provider rejects would otherwise run on the phone's CPU and the row would time the CPU under an NPU
+# label. QNN comes first: NNAPI is deprecated (Android 15), QNN is Qualcomm's supported NPU path.
+NPU_PROVIDERS = ("qnn", "nnapi")
+NO_CPU_FALLBACK = "session.disable_cpu_ep_fallback|1"  # perf_test -C "<key>|<value>": a session config entry
+CPU_MODEL, NPU_MODEL = "model.ort", "model_npu.onnx"
+# what ONNX Runtime says when the provider leaves nodes for the CPU and fallback is disabled
+NO_FALLBACK_REFUSAL = re.compile(r"fallback to CPU EP has been explicitly disabled", re.I)
 SAFE_REMOTE = re.compile(r"^/[A-Za-z0-9_./-]+$")
 PROPS = {"model": "ro.product.model", "manufacturer": "ro.product.manufacturer", "soc_model": "ro.soc.model",
          "soc_manufacturer": "ro.soc.manufacturer", "board": "ro.board.platform", "hardware": "ro.hardware",
@@ -99,15 +107,20 @@ def write_test_data(folder: Path, names: list[str], ids: list[int]) -> None:
 
 
 def run_android(adb: Adb, perf_test: Path, model_dir: Path, providers: list[str], threads: list[int], repeats: int,
-                remote_dir: str, qnn_backend: str) -> list[dict]:
-    """Push model_dir (model.ort + test data) and perf_test, run every (provider, threads). One dict per run:
-    provider, threads, and either the parsed entry or a status with its reason and the output's tail."""
+                remote_dir: str, qnn_backend: str, npu_missing: str | None = None) -> list[dict]:
+    """Push model_dir (model.ort, model_npu.onnx when there is one, test data) and perf_test, run every
+    (provider, threads): CPU providers on model.ort, NPU providers on model_npu.onnx with CPU fallback
+    disabled (npu_missing, when set, is why there is no NPU file: those runs become skips). One dict per run:
+    provider, threads, the model file, and either the parsed entry or a status with its reason."""
     if not SAFE_REMOTE.match(remote_dir):
         raise PipelineError(f"phone.remote_dir = {remote_dir!r}: use an absolute path of letters, digits and ./_- "
                             f"(the phone's shell parses it), e.g. /data/local/tmp/pocketformer")
     bad = [p for p in providers if p not in PROVIDERS]
     if bad:
         raise PipelineError(f"unknown provider(s) {bad} in phone.providers. Known: {', '.join(PROVIDERS)}")
+    has_npu_model = (model_dir / NPU_MODEL).is_file()
+    if any(p in NPU_PROVIDERS for p in providers) and not has_npu_model and not npu_missing:
+        raise ValueError(f"{model_dir} has no {NPU_MODEL} and no reason for its absence")
     remote_model_dir = f"{remote_dir}/model"
     binary = f"{remote_dir}/onnxruntime_perf_test"
     adb.shell("mkdir", "-p", remote_model_dir)
@@ -121,22 +134,35 @@ def run_android(adb: Adb, perf_test: Path, model_dir: Path, providers: list[str]
             adb.run("push", str(path), f"{remote_model_dir}/{path.relative_to(model_dir).as_posix()}")
     out = []
     for ep in providers:
+        npu = ep in NPU_PROVIDERS
+        model = NPU_MODEL if npu else CPU_MODEL
         for n in threads:
+            base = {"provider": ep, "threads": n, "model_file": model}
+            if npu:
+                base["session_config"] = {"session.disable_cpu_ep_fallback": "1"}
+            if npu and not has_npu_model:
+                out.append({**base, "status": "skipped", "reason": npu_missing})
+                continue
             args = [f"LD_LIBRARY_PATH={remote_dir}", binary, "-e", ep, "-x", str(n), "-m", "times", "-r", str(repeats),
                     "-s", "-o", "99"]
             if ep == "qnn":
                 args += ["-i", f"backend_path|{qnn_backend}"]
-            args.append(f"{remote_model_dir}/model.ort")
+            if npu:
+                args += ["-C", NO_CPU_FALLBACK]
+            args.append(f"{remote_model_dir}/{model}")
             proc = adb.shell(*args, check=False)  # "VAR=value cmd ...": sh sets the variable for cmd
             text = (proc.stdout or "") + "\n" + (proc.stderr or "")
             entry = parse_perf_test(proc.stdout or "")
             if proc.returncode == 0 and entry:
-                out.append({"provider": ep, "threads": n, "entry": entry})
+                out.append({**base, "entry": entry})
+            elif npu and NO_FALLBACK_REFUSAL.search(text):  # before NOT_BUILT: "op ... is not supported" lines
+                out.append({**base, "status": "failed",
+                            "reason": f"the {ep} provider cannot run every node of {model} (CPU fallback disabled, so "
+                                      f"it was not timed on the CPU under the {ep} label)"})
             elif NOT_BUILT.search(text):
-                out.append({"provider": ep, "threads": n, "status": "skipped",
+                out.append({**base, "status": "skipped",
                             "reason": f"this onnxruntime_perf_test build has no {ep} provider"})
             else:
                 last = [ln for ln in text.strip().splitlines() if ln.strip()][-1:] or [f"exit {proc.returncode}"]
-                out.append({"provider": ep, "threads": n, "status": "failed",
-                            "reason": f"perf_test exit {proc.returncode}: {last[0][:300]}"})
+                out.append({**base, "status": "failed", "reason": f"perf_test exit {proc.returncode}: {last[0][:300]}"})
     return out

@@ -269,7 +269,10 @@ class PhoneSection:
     adb: str = "adb"  # the adb executable (a name on PATH or a path)
     perf_test: str = ""  # onnxruntime_perf_test built for Android arm64 (README "Ship it"); "" = not given
     serial: str = ""  # adb device serial; "" = the only device attached
-    providers: list[str] = field(default_factory=lambda: ["cpu", "xnnpack", "nnapi", "qnn"])
+    # cpu / xnnpack time the bundled .ort; qnn / nnapi (NPUs) time the fixed-shape int8-static QDQ file with
+    # CPU fallback disabled, so a provider that cannot take the model fails instead of timing the CPU. QNN
+    # first: NNAPI is deprecated since Android 15.
+    providers: list[str] = field(default_factory=lambda: ["cpu", "xnnpack", "qnn", "nnapi"])
     threads: list[int] = field(default_factory=lambda: [1, 4])
     seq_length: int = 64  # the report's headline length, so phone rows sit beside the host ones
     repeats: int = 50  # timed runs per (provider, threads); perf_test adds one warm-up run

@@ -40,7 +40,8 @@ def publish(src: Path, dest: Path) -> Path:
     return dest
 
 
-@register("bundle", deps=("data", "quantize", "export", "report"), sections=("bundle",))
+@register("bundle", deps=("data", "teacher", "distill", "baseline", "quantize", "export", "report"),
+          sections=("bundle",))
 def stage_bundle(ctx: StageContext) -> dict:
     """The app bundle of the chosen model, its string-in twin checked on the test split, and samples.
 
@@ -137,13 +138,24 @@ def stage_bundle(ctx: StageContext) -> dict:
             "latency": latency_for(results, name, variant, "ort"),
             "string_model_check": check, "samples": samples[:1], "samples_file": "samples.json",
             "versions": library_versions()}
+    # hf/ (transformers.js, Optimum) and required_operators.config (reduced ONNX Runtime build)
+    from export.client_files import add_client_files
+    from pipeline.stages import MODEL_FOLDERS
+
+    stage_name, sub = MODEL_FOLDERS[name]
+    meta.update(add_client_files(out, cfg, model=name, model_dir=ctx.input(stage_name) / sub,
+                                 ort_rel=f"model/{stem}.ort", qrows=qrows, results=results, labels=labels,
+                                 max_length=max_length, tokenizer_dir=tok_src, test_texts=len(texts),
+                                 versions=meta["versions"]))
     (out / "android").mkdir()
     (out / "android" / "PocketformerClassifier.kt").write_text(kotlin(meta))
     if cm:
         (out / "ios").mkdir()
         (out / "ios" / "PocketformerClassifier.swift").write_text(swift(meta))
     meta = write_metadata(out, meta)  # hashes every file written so far
-    (out / "README.md").write_text(readme(meta))
+    from export.client_files import readme_sections
+
+    (out / "README.md").write_text(readme(meta) + readme_sections(meta))
     meta = write_metadata(out, meta)  # and the README
     publish(out, dist)
     print(f"[bundle] {name} {variant}: {len(meta['files'])} files -> {dist} "

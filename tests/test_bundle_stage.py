@@ -23,7 +23,10 @@ def tiny_run_dict(root: Path) -> dict:
     data = write_tiny_csv(root / "reviews.csv")
     return {
         **tiny_run_config(bert, data, root / "runs"),
-        "quantize": {"models": ["teacher", "student", "lstm"], "variants": ["fp32", "int8-dynamic"],
+        # optimized: int8-dynamic then quantizes the fused graph (QAttention), as in the demo bundle;
+        # int8-static: the fixed-shape QDQ file phone-bench runs on NPU providers (tests/test_phone_android.py)
+        "quantize": {"models": ["teacher", "student", "lstm"],
+                     "variants": ["fp32", "optimized", "int8-dynamic", "int8-static"],
                      "check_samples": 16},
         "export": {"ort_variants": ["fp32", "int8-dynamic"], "coreml_models": ["student"],
                    "coreml_variants": ["fp16"], "coreml_lengths": [16, 32]},

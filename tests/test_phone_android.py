@@ -1,5 +1,7 @@
 """The Android phone harness driven by a fake `adb` (a Python script first on PATH) that records its
-arguments and answers with stored onnxruntime_perf_test output (tests/fixtures/phone/)."""
+arguments and answers with stored onnxruntime_perf_test output (tests/fixtures/phone/). NPU providers (QNN,
+then NNAPI) must get the fixed-shape int8-static file with CPU fallback disabled, and a refusal must become a
+failed row, never a CPU timing under the NPU's name."""
 from __future__ import annotations
 
 import json
@@ -36,6 +38,9 @@ if len(args) < 3 or args[0] != "-s" or args[1] not in serials:
     print("error: device not found", file=sys.stderr); sys.exit(1)
 cmd = args[2:]
 if cmd[0] == "push":
+    if os.path.isfile(cmd[1]) and os.environ.get("FAKE_ADB_STORE"):  # keep what reached the "phone"
+        import shutil
+        shutil.copy(cmd[1], os.path.join(os.environ["FAKE_ADB_STORE"], os.path.basename(cmd[2])))
     sys.exit(0 if os.path.isfile(cmd[1]) else 1)
 if cmd[0] == "shell":
     remote = shlex.split(" ".join(cmd[1:]))  # what the phone's sh would see
@@ -44,11 +49,18 @@ if cmd[0] == "shell":
     if len(remote) > 1 and remote[1].endswith("/onnxruntime_perf_test"):
         ep, threads = remote[remote.index("-e") + 1], remote[remote.index("-x") + 1]
         out = os.path.join(fixtures, f"perf_test_{ep}_{threads}t.txt")
+        if ep in ("qnn", "nnapi"):  # an NPU row must run the fixed-shape QDQ file with CPU fallback disabled
+            if remote[-1].rsplit("/", 1)[-1] != "model_npu.onnx" or "session.disable_cpu_ep_fallback|1" not in remote:
+                print("Run failed: fake adb: NPU run without model_npu.onnx or with CPU fallback allowed"); sys.exit(3)
+        if ep == "qnn":  # this phone's QNN cannot take every node: ONNX Runtime refuses the session
+            sys.stderr.write("[ONNXRuntimeError] : 1 : FAIL : This session contains graph nodes that are assigned to "
+                             "the default CPU EP, but fallback to CPU EP has been explicitly disabled by the user.\n")
+            sys.exit(255)
         if ep == "xnnpack":
             sys.stderr.write(open(os.path.join(fixtures, "perf_test_xnnpack_stderr.txt")).read()); sys.exit(255)
         if os.path.isfile(out):
             print(open(out).read()); sys.exit(0)
-        print("Run failed:qnn backend_path " + remote[remote.index("-i") + 1] + " cannot be loaded"); sys.exit(255)
+        print("Run failed: no fixture for " + ep); sys.exit(255)
     sys.exit(0)
 sys.exit(0)
 '''
@@ -67,6 +79,9 @@ def fake_adb(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_ADB_FIXTURES", str(FIXTURES))
     monkeypatch.setenv("FAKE_ADB_SERIALS", SERIAL)
     monkeypatch.setenv("FAKE_ADB_PROPS", json.dumps(PROPS))
+    store = tmp_path / "on the phone"
+    store.mkdir()
+    monkeypatch.setenv("FAKE_ADB_STORE", str(store))
     return log
 
 
@@ -79,7 +94,7 @@ def run_copy(tmp_path_factory, tmp_path):
     runs = tmp_path / "runs"
     shutil.copytree(cfg.run_dir, runs / cfg.run.name)
     return replace(cfg, run=replace(cfg.run, runs_dir=str(runs)),
-                   phone=replace(cfg.phone, providers=["cpu", "xnnpack", "nnapi", "qnn"], threads=[1], repeats=50))
+                   phone=replace(cfg.phone, providers=["cpu", "xnnpack", "qnn", "nnapi"], threads=[1], repeats=50))
 
 
 def _perf_binary(tmp_path: Path) -> Path:
@@ -120,6 +135,18 @@ def test_android_bench_merges_rows_and_passes_arguments_separately(fake_adb, run
     assert any(p[1].endswith("test_data_set_0/input_0.pb") for p in pushes)
     qnn = next(c for c in calls[1:] if c[2] == "shell" and "qnn" in c)
     assert "'backend_path|libQnnHtp.so'" in qnn  # quoted for the phone's shell: not a pipe there
+    runs = [c for c in calls[1:] if c[2] == "shell" and "-e" in c]
+    assert [c[c.index("-e") + 1] for c in runs] == ["cpu", "xnnpack", "qnn", "nnapi"]  # QNN before NNAPI
+    for c in runs:  # CPU providers on the bundled .ort; NPU providers on the QDQ file, CPU fallback disabled
+        npu = c[c.index("-e") + 1] in ("qnn", "nnapi")
+        assert c[-1].endswith("/model/model_npu.onnx" if npu else "/model/model.ort")
+        assert ("-C" in c) == npu and (not npu or c[c.index("-C") + 1] == "'session.disable_cpu_ep_fallback|1'")
+    # what NPU providers got: the run's int8-static QDQ graph with its shapes fixed to [1, 32]
+    import onnx
+
+    npu_model = onnx.load(str(fake_adb.parent / "on the phone" / "model_npu.onnx"))
+    assert [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in npu_model.graph.input] == [[1, 32], [1, 32]]
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in npu_model.graph.node}
 
     results = json.loads((run_copy.run_dir / "report" / "results.json").read_text())
     assert validate_results(results) == []
@@ -128,10 +155,21 @@ def test_android_bench_merges_rows_and_passes_arguments_separately(fake_adb, run
                ("student", meta["model"]["variant"], "ort"))
     cpu = row["latency"]["android:Pixel 7/cpu/1t"]
     assert cpu["32"]["p50_ms"] == pytest.approx(10.2911) and cpu["session"]["provider"] == "cpu"
-    assert row["latency"]["android:Pixel 7/nnapi/1t"]["32"]["p50_ms"] == pytest.approx(20.7702)
     assert row["latency"]["android:Pixel 7/xnnpack/1t"] == {
         "status": "skipped", "reason": "this onnxruntime_perf_test build has no xnnpack provider"}
-    assert row["latency"]["android:Pixel 7/qnn/1t"]["status"] == "failed"
+    # NPU rows sit on the file they timed (the int8-static .onnx), never on the bundled .ort's row
+    qdq = next(r for r in results["rows"]
+               if (r["model"], r["variant"], r["format"]) == ("student", "int8-static", "onnx"))
+    nnapi = qdq["latency"]["android:Pixel 7/nnapi/1t"]
+    assert nnapi["32"]["p50_ms"] == pytest.approx(20.7702)
+    assert nnapi["session"]["session_config"] == {"session.disable_cpu_ep_fallback": "1"}
+    assert nnapi["session"]["model_file"] == "model_npu.onnx"
+    assert row["latency"]["android:Pixel 7/nnapi/1t"]["status"] == "skipped"
+    assert results["targets"]["android:Pixel 7/nnapi/1t"]["precision"] == "int8-static"
+    assert "CPU fallback disabled" in results["targets"]["android:Pixel 7/nnapi/1t"]["description"]
+    # a provider that cannot take the whole model is a failure, not a CPU timing under its name
+    qnn_row = qdq["latency"]["android:Pixel 7/qnn/1t"]
+    assert qnn_row["status"] == "failed" and "cannot run every node of model_npu.onnx" in qnn_row["reason"]
     other = next(r for r in results["rows"] if r is not row)
     assert other["latency"]["android:Pixel 7/cpu/1t"]["status"] == "skipped"
     t = results["targets"]["android:Pixel 7/cpu/1t"]
@@ -193,3 +231,20 @@ def test_apple_path_skips_clearly_off_macos(run_copy):
         pytest.skip("this checks the message on other systems")
     with pytest.raises(PipelineError, match="Core ML prediction needs macOS"):
         phone_bench(run_copy, "apple")
+
+
+def test_npu_rows_skip_without_a_qdq_file(fake_adb, run_copy, tmp_path):
+    """No int8-static file: the NPU rows say so and nothing is timed under their names."""
+    from eval.phone import phone_bench
+
+    variants = run_copy.run_dir / "quantize" / "variants.json"
+    rows = json.loads(variants.read_text())
+    variants.write_text(json.dumps([r for r in rows if r["variant"] != "int8-static"]))
+    out = phone_bench(run_copy, "android", perf_test=str(_perf_binary(tmp_path)))
+    by = {run["provider"]: run for run in out["runs"]}
+    for ep in ("qnn", "nnapi"):
+        assert by[ep]["status"] == "skipped" and "add int8-static to quantize.variants" in by[ep]["reason"]
+    calls = _calls(fake_adb)
+    assert not any(c[2] == "shell" and ("qnn" in c or "nnapi" in c) for c in calls[1:])
+    assert not any(c[2] == "push" and c[-1].endswith("model_npu.onnx") for c in calls[1:])
+    assert by["cpu"]["entry"]["p50_ms"] == pytest.approx(10.2911)
