@@ -244,8 +244,8 @@ some non-Latin letters differently).
     pip install onnxruntime onnxruntime-extensions   # in a checkout of pocketformer
     python -m pipeline verify-bundle {meta.get('dist_path', 'dist/' + meta['run'])}
 
-It checks every file's sha256, loads the models in a fresh process and compares the labels of the texts in
-`samples.json` with the stored ones.
+It checks every file's sha256, runs each model file on the texts of `samples.json` in a fresh process (one
+text per call) and compares its logits with that file's own reference logits stored there, and the labels.
 
 ## Android (Android Studio, ONNX Runtime)
 

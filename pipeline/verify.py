@@ -128,7 +128,8 @@ def _coreml(bundle: Path, meta: dict, samples: list[dict]) -> dict:
     if bad:
         raise PipelineError(f"{bundle}: {spec['file']} labels {len(bad)} of {len(samples)} sample texts differently "
                             f"from samples.json, e.g. {bad[0][:60]!r}; the package is intact (sha256 matches), so "
-                            f"re-export it (`python -m pipeline export --force`, then `make bundle`)")
+                            f"Core ML computes these texts differently from the ONNX file the labels came from: "
+                            f"compare its argmax agreement in export/variants.json, and ship the .ort if it is low")
     return {"file": spec["file"], "labels_match": len(samples), "max_abs_logit_diff": float("nan")}
 
 

@@ -44,13 +44,13 @@ def _token_feed(spec: dict, ids: list[int]) -> dict:
     return feed
 
 
-def ort_logits(path: Path, spec: dict, samples: list[dict]) -> list[list[float]]:
-    """Logits (N, C) of one ONNX / .ort file, one sample per call, one thread (the app's setting that
-    keeps the figures independent of the core count)."""
+def ort_logits(path: Path, spec: dict, samples: list[dict], threads: int = 1) -> list[list[float]]:
+    """Logits (N, C) of one ONNX / .ort file, one sample per call, one thread by default (references and
+    checks both use it, so the core count never enters the comparison)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
+    opts.intra_op_num_threads = threads
     opts.log_severity_level = 3
     if takes_text(spec):
         from onnxruntime_extensions import get_library_path  # the in-graph tokenizer op
