@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
-from pipeline.publish import publish, published_differs  # noqa: F401  (publish: the stage's last step)
+from pipeline.publish import publish, published_differs
 from pipeline.stage import StageContext, register
 
 
@@ -23,10 +23,21 @@ def _copy(src: Path, dst: Path) -> None:
 
 
 def published_check(cfg, manifest: dict) -> str | None:
-    """Why the bundle stage must re-run although its folder is up to date: its published copy (the summary's
-    dist path) is missing or differs, or a killed copy left a temporary folder (publish removes those)."""
+    """Why the bundle stage must re-run although its folder is up to date: it was written in an older bundle
+    format, or its published copy (the summary's dist path) is missing or differs, or a killed copy left a
+    temporary folder (publish removes those)."""
+    from export.bundle import SCHEMA_VERSION
+
     dist = manifest.get("summary", {}).get("dist")
-    return published_differs(cfg.run_dir / "bundle", Path(dist)) if dist else None  # generation: none
+    if not dist:
+        return None  # generation runs publish nothing
+    try:
+        schema = json.loads((cfg.run_dir / "bundle" / "metadata.json").read_text()).get("schema_version")
+    except (OSError, ValueError):
+        schema = None
+    if schema != SCHEMA_VERSION:
+        return f"its bundle has schema {schema}, this code writes {SCHEMA_VERSION}"
+    return published_differs(cfg.run_dir / "bundle", Path(dist))
 
 
 @register("bundle", deps=("data", "quantize", "export", "report"), sections=("bundle",),
@@ -42,10 +53,10 @@ def stage_bundle(ctx: StageContext) -> dict:
 
     from distill.batching import encode
     from eval.metrics import scores
-    from export.padding import allowed_lengths
     from export.app_samples import kotlin, readme, swift
     from export.bundle import (choose, coreml_row, io_spec, latency_for, normalisation, write_metadata)
     from export.checks import ort_runner, ort_session, predict
+    from export.padding import allowed_lengths
     from export.string_model import (agreement, build_string_model, predict_strings, string_session,
                                      token_id_mismatches)
     from pipeline.manifest import library_versions

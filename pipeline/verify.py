@@ -25,11 +25,16 @@ from pipeline.verify_bundle_meta import load_metadata, load_samples, resolve
 
 METADATA = "metadata.json"
 # Each file is compared with its own reference (same file, batch 1, one thread, stored at full float32
-# precision), so what is left is the CPU: ORT picks its GEMM / int8 kernels by instruction set (AVX2,
-# AVX-512, VNNI), and an int8-dynamic file re-quantizes activations per call, so a rounding flip of one
-# quantized activation moves a logit. The bound (figures: README, "Checking a bundle") is wide enough for that
-# and far below the difference a wrong or mismatched file makes.
-LOGIT_ATOL = 2e-3
+# precision), so what is left is the CPU: ORT picks kernels by instruction set, and an int8-dynamic file
+# re-quantizes activations per call, so a float difference upstream can flip the rounding of one quantized
+# activation and move a logit by one quantization step. Measured on the demo bundle (student int8-dynamic,
+# 1000 test texts, AVX2 EPYC; `python -m eval.bundle_tolerance --run runs/demo --texts 1000`): the same
+# model through other kernels (the .ort, or the .onnx with graph optimizations off) differed from the .onnx
+# by 0 on the median text, <= 1.75e-3 on 99%, 4.05e-3 at most (logits up to 2.06); the nearest wrong file
+# (the student's fp32 twin) by 9.8e-3 on the median text and more than this bound on 77% of texts, so it
+# passes all 8 samples with probability ~1e-5. The .ort held to the .onnx's logits at 1e-3 (the old check)
+# fails on the 1% of texts beyond 1.75e-3. Only this AVX2 CPU was measured.
+LOGIT_ATOL = 5e-3
 LOGIT_RTOL = 1e-3
 
 
@@ -38,6 +43,12 @@ def check_files(bundle: Path) -> dict:
     from pipeline.manifest import sha256_file
 
     meta = load_metadata(bundle)
+    from export.bundle import SCHEMA_VERSION
+
+    if meta.get("schema_version") != SCHEMA_VERSION:
+        raise PipelineError(f"{bundle}: metadata.json has schema_version {meta.get('schema_version')!r}, this "
+                            f"verify-bundle reads {SCHEMA_VERSION} (per-file reference logits); rebuild the bundle "
+                            f"with `make bundle`, which re-runs the stage for an older schema")
     for rel, info in meta["files"].items():
         path = resolve(bundle, rel, "files")
         if not path.is_file():
