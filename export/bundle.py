@@ -18,7 +18,7 @@ from pipeline.errors import PipelineError
 from pipeline.manifest import sha256_file
 
 METADATA = "metadata.json"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: samples.json holds token ids and reference logits per model file
 CHOICE_TARGET = "mobile-cpu"
 # Core ML variant that pairs with an ONNX variant (same kind of weights) when the model has several
 COREML_FOR = {"int8-dynamic": "int8", "int8-static": "int8", "fp16": "fp16", "fp32": "fp16",

@@ -109,7 +109,9 @@ def sequence_shapes(mode: str, lengths: list[int], target, max_length: int, mode
     if mode not in SHAPE_MODES:
         raise PipelineError(f"{model_name} -> coreml: export.coreml_shapes = {mode!r}; choose one of "
                             f"{', '.join(SHAPE_MODES)}")
-    lengths = sorted({n for n in lengths if 1 <= n <= max_length} | {max_length})
+    from export.padding import allowed_lengths
+
+    lengths = allowed_lengths(lengths, max_length)
     chosen = mode
     if mode == "auto":
         mode = "enumerated" if target >= ct.target.iOS18 else "range"
@@ -258,19 +260,16 @@ def predict_check(path: Path, ref_fn, tokenizer, texts, max_length: int, lengths
 
     from distill.batching import encode
 
+    from export.padding import allowed_lengths, pad
+
     ml = ct.models.MLModel(str(path))
     ids, _ = encode(tokenizer, texts, max_length)
-    allowed = sorted({n for n in lengths if n <= max_length} | {max_length})
-    pad_id = tokenizer.pad_token_id or 0
+    allowed = allowed_lengths(lengths, max_length)
     agree = 0
     for seq in ids:
-        T = next(n for n in allowed if n >= len(seq)) if "enumerated" in ml.user_defined_metadata.get(
-            "sequence_shapes", "") else len(seq)
-        x = np.full((1, T), pad_id, np.int64)
-        m = np.zeros((1, T), np.int64)
-        x[0, : len(seq)], m[0, : len(seq)] = seq, 1
-        got = ml.predict({"input_ids": x.astype(np.int32), "attention_mask": m.astype(np.int32)})["logits"]
-        agree += int(np.argmax(got) == np.argmax(ref_fn(x, m)))
+        x, m = pad(list(seq), allowed, tokenizer.pad_token_id or 0)  # (1, T) each, the rule every caller uses
+        got = ml.predict({"input_ids": x, "attention_mask": m})["logits"]
+        agree += int(np.argmax(got) == np.argmax(ref_fn(x.astype(np.int64), m.astype(np.int64))))
     value = agree / len(ids)
     if value < minimum:
         raise PipelineError(f"{what}: Core ML argmax agrees with PyTorch on only {value:.1%} of {len(ids)} test "

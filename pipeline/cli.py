@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["verify-bundle"]:  # before the stages load: it must run where only onnxruntime is installed
+        from pipeline import verify
+
+        return verify.main(argv)
     args = build_parser().parse_args(argv)
     try:
         from pipeline.config import dumps, load_config

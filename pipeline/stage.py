@@ -50,6 +50,9 @@ class Stage:
     # Under torchrun every rank runs a distributed stage (each on its share of the data); the other
     # stages run on rank 0 alone while the rest wait.
     distributed: bool = False
+    # Extra freshness test for what a stage writes outside its folder (the bundle's published copy):
+    # (config, the stage's manifest) -> why it must re-run, or None. Its manifest and files alone cannot tell.
+    check: Callable[[Config, dict], str | None] | None = None
 
 
 STAGES: dict[str, Stage] = {}
@@ -59,20 +62,22 @@ TASK_IMPLS: dict[tuple[str, str], Callable[[StageContext], dict[str, Any]]] = {}
 
 
 def register(name: str, *, deps: tuple[str, ...] = (), sections: tuple[str, ...] = (), always: bool = False,
-             task: str = "classification", distributed: bool = False):
+             task: str = "classification", distributed: bool = False,
+             check: Callable[[Config, dict], str | None] | None = None):
     def wrap(fn):
         TASK_IMPLS[(name, task)] = fn
         doc = (fn.__doc__ or "").strip().split("\n")[0]
         old = STAGES.get(name)
         if old is None:
-            STAGES[name] = Stage(name, fn, deps, sections, doc, always, distributed)
+            STAGES[name] = Stage(name, fn, deps, sections, doc, always, distributed, check)
         else:
             # One graph for both tasks: the stage waits for and hashes what any task's implementation
             # declares (a superset can only re-run a stage too often, never skip a needed run).
             first = task == "classification"
             STAGES[name] = Stage(name, fn if first else old.fn, tuple(dict.fromkeys(old.deps + deps)),
                                  tuple(dict.fromkeys(old.sections + sections)), doc if first else old.doc,
-                                 always if first else old.always, distributed if first else old.distributed)
+                                 always if first else old.always, distributed if first else old.distributed,
+                                 old.check or check)
         return fn
     return wrap
 
@@ -127,6 +132,8 @@ def status(cfg: Config, name: str) -> tuple[bool, str]:
             return False, f"its input '{dep}' changed"
     if not outputs_intact(folder, manifest):
         return False, "its files were changed or removed"
+    if stage.check is not None and (why := stage.check(cfg, manifest)):
+        return False, why
     return True, "up to date"
 
 

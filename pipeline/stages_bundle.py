@@ -3,7 +3,6 @@ Kotlin / Swift samples, README), written to runs/<run>/bundle/ and published to 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 
 from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
+from pipeline.publish import publish, published_differs
 from pipeline.stage import StageContext, register
 
 
@@ -22,26 +22,26 @@ def _copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def publish(src: Path, dest: Path) -> Path:
-    """Copy src to dest so that dest is only ever absent, the old bundle or the complete new one: the copy is
-    made in a hidden sibling folder and renamed into place (an interrupted run leaves no half bundle)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.parent / f".{dest.name}.partial-{os.getpid()}"
-    old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+def published_check(cfg, manifest: dict) -> str | None:
+    """Why the bundle stage must re-run although its folder is up to date: it was written in an older bundle
+    format, or its published copy (the summary's dist path) is missing or differs, or a killed copy left a
+    temporary folder (publish removes those)."""
+    from export.bundle import SCHEMA_VERSION
+
+    dist = manifest.get("summary", {}).get("dist")
+    if not dist:
+        return None  # generation runs publish nothing
     try:
-        shutil.copytree(src, tmp)
-        if dest.exists():
-            dest.rename(old)
-        tmp.rename(dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
-    return dest
+        schema = json.loads((cfg.run_dir / "bundle" / "metadata.json").read_text()).get("schema_version")
+    except (OSError, ValueError):
+        schema = None
+    if schema != SCHEMA_VERSION:
+        return f"its bundle has schema {schema}, this code writes {SCHEMA_VERSION}"
+    return published_differs(cfg.run_dir / "bundle", Path(dist))
 
 
 @register("bundle", deps=("data", "teacher", "distill", "baseline", "quantize", "export", "report"),
-          sections=("bundle",))
+          sections=("bundle",), check=published_check)
 def stage_bundle(ctx: StageContext) -> dict:
     """The app bundle of the chosen model, its string-in twin checked on the test split, and samples.
 
@@ -51,13 +51,16 @@ def stage_bundle(ctx: StageContext) -> dict:
     """
     from transformers import AutoTokenizer
 
+    from distill.batching import encode
     from eval.metrics import scores
     from export.app_samples import kotlin, readme, swift
     from export.bundle import (choose, coreml_row, io_spec, latency_for, normalisation, write_metadata)
     from export.checks import ort_runner, ort_session, predict
+    from export.padding import allowed_lengths
     from export.string_model import (agreement, build_string_model, predict_strings, string_session,
                                      token_id_mismatches)
     from pipeline.manifest import library_versions
+    from pipeline.verify_run import run_models
 
     cfg, b = ctx.cfg, ctx.cfg.bundle
     if not 0 <= b.min_agreement <= 1 or b.accuracy_window < 0 or b.sample_texts < 1:
@@ -105,11 +108,6 @@ def stage_bundle(ctx: StageContext) -> dict:
                             f"{tokenizer.__class__.__name__}")
     index = {lab: i for i, lab in enumerate(labels)}
     acc = scores(pair, np.array([index[r["label"]] for r in test]), len(labels))
-    # samples: the labels the shipped model gives (not the gold ones), which verify-bundle must reproduce
-    samples = [{"text": t, "expected_label": labels[int(pair[i].argmax())], "gold_label": test[i]["label"],
-                "logits": [round(float(v), 6) for v in pair[i]]} for i, t in enumerate(texts[: b.sample_texts])]
-    (out / "samples.json").write_text(json.dumps(samples, indent=2))
-
     ort_spec = io_spec(ort_session(out / "model" / f"{stem}.ort", 1))
     models = {"ort": {"file": f"model/{stem}.ort", **ort_spec, "format": "ort",
                       "target_platform": row.get("details", {}).get("target_platform")},
@@ -119,13 +117,28 @@ def stage_bundle(ctx: StageContext) -> dict:
                               "needs": "onnxruntime-extensions (custom op library)"}}
     if cm:
         spec = cm.get("check", {}).get("spec", {})
-        lengths = list(cfg.export.coreml_lengths)
         models["coreml"] = {"file": f"model/{name}-{cm['variant']}.mlpackage", "variant": cm["variant"],
                             "format": "coreml", "deployment_target": cm.get("deployment_target"),
                             "inputs": [{"name": n, "type": "int32", "shape": [1, "sequence"]} for n in spec["inputs"]],
                             "outputs": [{"name": n, "type": "float", "shape": [1, len(labels)]}
                                         for n in spec["outputs"]],
-                            "sequence_shapes": cm.get("sequence_shapes"), "sequence_lengths": lengths}
+                            "sequence_shapes": cm.get("sequence_shapes"),
+                            # the lengths the package was exported for, and export.padding's rule to reach one
+                            "sequence_lengths": allowed_lengths(list(cfg.export.coreml_lengths), max_length),
+                            "pad_id": tokenizer.pad_token_id or 0,
+                            "padding": "right with pad_id up to the smallest sequence_lengths entry that holds the "
+                                       "ids; attention_mask 1 on the ids, 0 on the padding"}
+    # samples: a few test texts with the token ids the model was fed, the label the shipped model gives (not
+    # the gold one), and each onnxruntime file's own logits, one text per call as an app runs it; verify-bundle
+    # runs every file again and compares it with its own reference (a fused .ort and its .onnx differ by ~1e-3)
+    n = b.sample_texts
+    samples = [{"text": t, "token_ids": [int(v) for v in ids], "expected_label": labels[int(pair[i].argmax())],
+                "gold_label": test[i]["label"]}
+               for i, (t, ids) in enumerate(zip(texts[:n], encode(tokenizer, texts[:n], max_length)[0]))]
+    refs = run_models(out, models, samples)
+    for i, s in enumerate(samples):
+        s["reference_logits"] = {models[k]["file"]: rows[i] for k, rows in refs.items()}
+    (out / "samples.json").write_text(json.dumps(samples, indent=2))
     dist = Path(b.dist_dir) / cfg.run.name
     meta = {"run": cfg.run.name, "dist_path": str(dist),
             "model": {"name": name, "variant": variant, "choice": row["choice"]},

@@ -1,0 +1,85 @@
+"""The bundle's published copy (<bundle.dist_dir>/<run>/): an all-or-nothing copy, cleanup of what a killed
+copy left, and the check that tells the runner the copy is gone or differs (so `make bundle` re-publishes
+instead of saying "up to date")."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+from pipeline.manifest import sha256_file
+
+METADATA = "metadata.json"
+
+
+def _temp_name(dest: Path, kind: str) -> str:
+    return f".{dest.name}.{kind}-{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # ours from an earlier call in this process: finished or failed, never in progress
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def stale_temps(dest: Path) -> list[Path]:
+    """Hidden .<name>.partial-<pid> / .old-<pid> folders beside dest whose process is gone: a copy killed
+    before it could clean up (a live pid's folder is a copy in progress and is left alone)."""
+    if not dest.parent.is_dir():
+        return []
+    pattern = re.compile(rf"\.{re.escape(dest.name)}\.(partial|old)-(\d+)")
+    return sorted(p for p in dest.parent.iterdir()
+                  if (m := pattern.fullmatch(p.name)) and not _pid_alive(int(m.group(2))))
+
+
+def publish(src: Path, dest: Path) -> Path:
+    """Copy src to dest so that dest is only ever absent, the old bundle or the complete new one: the copy is
+    made in a hidden sibling folder and renamed into place (an interrupted run leaves no half bundle, and the
+    next run removes what a killed one left)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    for stale in stale_temps(dest):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = dest.parent / _temp_name(dest, "partial")
+    old = dest.parent / _temp_name(dest, "old")
+    try:
+        shutil.copytree(src, tmp)
+        if dest.exists():
+            dest.rename(old)
+        tmp.rename(dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+def published_differs(src: Path, dest: Path) -> str | None:
+    """Why dest is not a faithful copy of the bundle folder src (None when it is): missing, a file added,
+    removed or changed (sizes and sha256 against src's metadata.json), or a killed copy's leftovers."""
+    if not dest.is_dir():
+        return f"its published copy {dest} is missing"
+    stale = stale_temps(dest)
+    if stale:
+        return f"a killed copy left {stale[0]} beside its published copy"
+    try:
+        meta = json.loads((src / METADATA).read_text())
+        files = meta["files"]
+    except (OSError, ValueError, KeyError):
+        return f"{src / METADATA} is unreadable"
+    if not (dest / METADATA).is_file() or (dest / METADATA).read_bytes() != (src / METADATA).read_bytes():
+        return f"the metadata.json of its published copy {dest} differs"
+    there = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()} - {METADATA}
+    if there != set(files):
+        return f"its published copy {dest} has files added or removed"
+    for rel, info in files.items():
+        p = dest / rel
+        if p.stat().st_size != info["bytes"] or sha256_file(p) != info["sha256"]:
+            return f"{rel} of its published copy {dest} was changed"
+    return None

@@ -1,0 +1,109 @@
+"""Reading a bundle's metadata.json and samples.json without trusting them: every path must stay inside the
+bundle, the file list must not be empty, and a malformed entry is one PipelineError naming it (never a
+traceback). A bundle is often copied from elsewhere; verify-bundle must not read /etc/passwd because
+metadata.json says so."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+from pipeline.errors import PipelineError
+
+METADATA = "metadata.json"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_REBUILD = "rebuild the bundle with `make bundle`"
+
+
+def resolve(bundle: Path, rel: object, where: str) -> Path:
+    """bundle / rel, refusing absolute paths, '..', and links that lead outside the bundle."""
+    bad = None
+    if not isinstance(rel, str) or not rel.strip():
+        bad = "is not a file path"
+    elif PurePosixPath(rel).is_absolute() or PureWindowsPath(rel).is_absolute() or PureWindowsPath(rel).drive:
+        bad = "is absolute"
+    elif ".." in PurePosixPath(rel.replace("\\", "/")).parts:
+        bad = "climbs out with '..'"
+    elif not (bundle / rel).resolve().is_relative_to(bundle.resolve()):
+        bad = "leads outside the bundle (a link)"
+    if bad:
+        raise PipelineError(f"{bundle}/{METADATA}: {where} names {rel!r}, which {bad}; a bundle may only name "
+                            f"files inside its own folder: {_REBUILD}")
+    return bundle / rel
+
+
+def _need(ok: bool, bundle: Path, what: str) -> None:
+    if not ok:
+        raise PipelineError(f"{bundle}/{METADATA}: {what}; {_REBUILD}")
+
+
+def load_metadata(bundle: Path) -> dict:
+    """metadata.json, checked for the shape verify-bundle relies on."""
+    path = bundle / METADATA
+    if not path.is_file():
+        raise PipelineError(f"{bundle} is not a bundle (no {METADATA}); build one with `make bundle` "
+                            f"(python -m pipeline bundle --config ...)")
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PipelineError(f"{path} is not valid JSON ({e}); {_REBUILD}") from None
+    _need(isinstance(meta, dict), bundle, "the top level is not an object")
+    files = meta.get("files")
+    _need(isinstance(files, dict) and len(files) > 0, bundle, "'files' lists no files (an empty bundle checks nothing)")
+    for rel, info in files.items():
+        resolve(bundle, rel, "files")
+        _need(isinstance(info, dict) and isinstance(info.get("bytes"), int) and info["bytes"] >= 0
+              and isinstance(info.get("sha256"), str) and _SHA256.fullmatch(info["sha256"]) is not None,
+              bundle, f"files[{rel!r}] needs 'bytes' (an integer) and 'sha256' (64 hex digits)")
+    labels = meta.get("labels")
+    _need(isinstance(labels, list) and len(labels) >= 2 and all(isinstance(x, str) for x in labels), bundle,
+          "'labels' must list the class names")
+    models = meta.get("models")
+    _need(isinstance(models, dict) and len(models) > 0, bundle, "'models' names no model")
+    for key, spec in models.items():
+        _need(isinstance(spec, dict) and isinstance(spec.get("format"), str), bundle, f"models.{key} has no 'format'")
+        for io in ("inputs", "outputs"):
+            _need(isinstance(spec.get(io), list) and len(spec[io]) > 0
+                  and all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in spec[io]),
+                  bundle, f"models.{key}.{io} must list named tensors")
+        _listed(bundle, files, spec.get("file"), f"models.{key}.file")
+    _listed(bundle, files, meta.get("samples_file"), "samples_file")
+    return meta
+
+
+def _listed(bundle: Path, files: dict, rel: object, where: str) -> None:
+    """rel is a listed file, or a folder (a Core ML package) with listed files under it: so it is hashed."""
+    resolve(bundle, rel, where)
+    _need(rel in files or any(f.startswith(f"{rel}/") for f in files), bundle,
+          f"{where} = {rel!r} is not in 'files', so its sha256 is unchecked")
+
+
+def load_samples(bundle: Path, meta: dict) -> list[dict]:
+    """samples.json: texts, their token ids, the expected label and each model file's reference logits."""
+    path = resolve(bundle, meta["samples_file"], "samples_file")
+    try:
+        samples = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PipelineError(f"{path} is not valid JSON ({e}); {_REBUILD}") from None
+    where = f"{bundle}/{meta['samples_file']}"
+    if not isinstance(samples, list) or not samples:
+        raise PipelineError(f"{where} holds no samples; {_REBUILD}")
+    from pipeline.verify_run import ORT_FORMATS
+
+    n_labels = len(meta["labels"])
+    need_refs = [spec["file"] for spec in meta["models"].values() if spec["format"] in ORT_FORMATS]
+    for n, s in enumerate(samples, 1):
+        ok = (isinstance(s, dict) and isinstance(s.get("text"), str) and s.get("expected_label") in meta["labels"]
+              and isinstance(s.get("token_ids"), list) and len(s["token_ids"]) > 0
+              and all(isinstance(t, int) and not isinstance(t, bool) for t in s["token_ids"])
+              and isinstance(s.get("reference_logits"), dict))
+        if not ok:
+            raise PipelineError(f"{where}: sample {n} needs 'text', 'token_ids' (integers), 'expected_label' (one of "
+                                f"{meta['labels']}) and 'reference_logits'; {_REBUILD}")
+        for rel in need_refs:
+            row = s["reference_logits"].get(rel)
+            if not (isinstance(row, list) and len(row) == n_labels
+                    and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)):
+                raise PipelineError(f"{where}: sample {n} has no reference logits ({n_labels} numbers) for {rel}; "
+                                    f"{_REBUILD}")
+    return samples

@@ -1,0 +1,104 @@
+"""Run a bundle's model files on its sample texts, one text per call, as an app does.
+
+One code path for both ends: the bundle stage stores what this returns as each file's reference logits, and
+verify-bundle runs it again (in a fresh process, `python -m pipeline.verify_run` reading a plan on stdin) and
+compares. Imports numpy, onnxruntime and onnxruntime-extensions only (coremltools on macOS), so a machine
+with just those installed can check a bundle.
+
+A model entry of metadata.json says how to feed it: its first input of type tensor(string) takes the raw
+text; otherwise inputs are fed by name (input_ids = the sample's stored token ids, attention_mask = ones,
+token_type_ids = zeros). The output read is "logits" (else the first output).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import PipelineError
+
+ORT_FORMATS = ("onnx", "ort")  # formats onnxruntime runs; others (Core ML, ...) are handled below or skipped
+TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def output_name(spec: dict) -> str:
+    names = [o["name"] for o in spec["outputs"]]
+    return "logits" if "logits" in names else names[0]
+
+
+def takes_text(spec: dict) -> bool:
+    return spec["inputs"][0].get("type") == "tensor(string)"
+
+
+def _token_feed(spec: dict, ids: list[int]) -> dict:
+    feed = {}
+    for i in spec["inputs"]:
+        name, dtype = i["name"], np.int32 if i.get("type") == "tensor(int32)" else np.int64
+        if name not in TOKEN_INPUTS:
+            raise PipelineError(f"{spec['file']}: input '{name}' is not one of {', '.join(TOKEN_INPUTS)}, so "
+                                f"verify-bundle cannot feed it; list the model's inputs in metadata.json")
+        x = np.asarray([ids], dtype=dtype)  # (1, T)
+        feed[name] = x if name == "input_ids" else (np.ones_like(x) if name == "attention_mask" else np.zeros_like(x))
+    return feed
+
+
+def ort_logits(path: Path, spec: dict, samples: list[dict], threads: int = 1) -> list[list[float]]:
+    """Logits (N, C) of one ONNX / .ort file, one sample per call, one thread by default (references and
+    checks both use it, so the core count never enters the comparison)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    if takes_text(spec):
+        from onnxruntime_extensions import get_library_path  # the in-graph tokenizer op
+
+        opts.register_custom_ops_library(get_library_path())
+    try:
+        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime raises its own Fail / InvalidGraph types
+        raise PipelineError(f"{spec['file']}: onnxruntime cannot load it ({str(e).splitlines()[0][:300]}); "
+                            f"restore the file or rebuild the bundle with `make bundle`") from None
+    out = output_name(spec)
+    rows = []
+    for s in samples:
+        if takes_text(spec):
+            feed = {spec["inputs"][0]["name"]: np.array([s["text"]], dtype=object)}  # (1,)
+        else:
+            feed = _token_feed(spec, s["token_ids"])
+        rows.append(np.asarray(sess.run([out], feed)[0], dtype=np.float32).reshape(-1).tolist())  # (C,)
+    return rows
+
+
+def coreml_logits(path: Path, spec: dict, samples: list[dict]) -> list[list[float]]:
+    """Logits (N, C) of a Core ML package (macOS only), the ids padded by export.padding's rule: a package
+    with enumerated shapes accepts nothing else."""
+    import coremltools as ct
+
+    from export.padding import pad
+
+    model = ct.models.MLModel(str(path))
+    ids_name, mask_name = (i["name"] for i in spec["inputs"][:2])
+    rows = []
+    for s in samples:
+        x, mask = pad(s["token_ids"], spec["sequence_lengths"], spec["pad_id"])  # (1, T) int32 each
+        got = model.predict({ids_name: x, mask_name: mask})[output_name(spec)]
+        rows.append(np.asarray(got, dtype=np.float32).reshape(-1).tolist())  # (C,)
+    return rows
+
+
+def run_models(bundle: Path, models: dict, samples: list[dict]) -> dict:
+    """{model key: logits rows} for every onnxruntime file of models (metadata.json's "models")."""
+    return {key: ort_logits(bundle / spec["file"], spec, samples)
+            for key, spec in models.items() if spec.get("format") in ORT_FORMATS}
+
+
+if __name__ == "__main__":  # the fresh-process half of verify-bundle: plan on stdin, logits on stdout
+    plan = json.loads(sys.stdin.read())
+    try:
+        result = {"logits": run_models(Path(plan["bundle"]), plan["models"], plan["samples"])}
+    except PipelineError as e:
+        result = {"error": str(e)}
+    print(json.dumps(result))

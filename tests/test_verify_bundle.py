@@ -1,0 +1,243 @@
+"""verify-bundle on the tiny run's bundle (built once, shared with test_bundle_stage.py): per-file reference
+logits, paths that leave the bundle, malformed metadata, a machine with only onnxruntime installed, and Core
+ML's enumerated shapes (a fake package that enforces them, since Core ML predicts only on macOS)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_bundle_stage import bundled_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return bundled_run(tmp_path_factory)
+
+
+@pytest.fixture
+def copy(built, tmp_path) -> Path:
+    _, cfg = built
+    dst = tmp_path / "bundle"
+    shutil.copytree(Path(cfg.bundle.dist_dir) / "tiny", dst)
+    return dst
+
+
+def _rehash(bundle: Path, meta: dict) -> None:
+    from export.bundle import write_metadata
+
+    write_metadata(bundle, {k: v for k, v in meta.items() if k not in ("files", "schema_version")})
+
+
+def _cli(bundle: Path, capsys) -> tuple[int, str, str]:
+    from pipeline.cli import main
+
+    rc = main(["verify-bundle", str(bundle)])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+# --- 1. each file against its own reference ---------------------------------------------------------------
+
+def test_every_onnxruntime_file_has_its_own_reference(built, copy, capsys):
+    meta = json.loads((copy / "metadata.json").read_text())
+    samples = json.loads((copy / "samples.json").read_text())
+    files = {meta["models"][k]["file"] for k in ("ort", "onnx", "string_onnx")}
+    assert all(set(s["reference_logits"]) == files for s in samples)
+    assert all(isinstance(t, int) for s in samples for t in s["token_ids"])
+    rc, out, err = _cli(copy, capsys)
+    assert rc == 0, err
+    # enough digits to see how close a file is to its bound
+    assert re.search(r"\bort: model/\S+\.ort: 8/8 sample labels match, max \|logit - reference\| \d\.\d{3}e[-+]\d\d "
+                     r"\(allowed 0\.005 \+ 0\.001 x \|reference\|\)", out), out
+
+
+def test_a_file_is_compared_with_its_own_reference_not_its_twins(built, copy):
+    """The .ort swapped for the teacher's .ort, with its own references stored (samples where both models give
+    the same label): it passes, though its logits are far from the .onnx's (today's main held every file to the
+    .onnx's logits and failed such a bundle)."""
+    from pipeline.verify import verify_bundle
+    from pipeline.verify_run import run_models
+
+    _, cfg = built
+    meta = json.loads((copy / "metadata.json").read_text())
+    rows = json.loads((cfg.run_dir / "export" / "variants.json").read_text())
+    teacher = next(r for r in rows if r["format"] == "ort" and r["model"] == "teacher")
+    shutil.copy2(cfg.run_dir / teacher["file"], copy / meta["models"]["ort"]["file"])
+    samples = json.loads((copy / "samples.json").read_text())
+    logits = run_models(copy, {"ort": meta["models"]["ort"]}, samples)["ort"]
+    keep = [(s, row) for s, row in zip(samples, logits) if meta["labels"][int(np.argmax(row))] == s["expected_label"]]
+    assert len(keep) >= 3
+    ort_rel, onnx_rel = meta["models"]["ort"]["file"], meta["models"]["onnx"]["file"]
+    for s, row in keep:
+        s["reference_logits"][ort_rel] = row
+    gap = max(np.abs(np.array(row) - s["reference_logits"][onnx_rel]).max() for s, row in keep)
+    assert gap > 1e-2  # another model: far beyond any logit tolerance from the .onnx's logits
+    (copy / "samples.json").write_text(json.dumps([s for s, _ in keep]))
+    _rehash(copy, meta)
+    summary = verify_bundle(copy)
+    assert summary["models"]["ort"]["max_abs_logit_diff"] < 1e-5 and summary["samples"] == len(keep)
+
+
+def test_a_wrong_file_with_the_old_references_fails_with_digits(built, copy):
+    """Another model's file under the shipped name (hashes rewritten, references not) fails on its logits,
+    naming the file, both values, the difference and the bound."""
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+
+    _, cfg = built
+    meta = json.loads((copy / "metadata.json").read_text())
+    rows = json.loads((cfg.run_dir / "export" / "variants.json").read_text())
+    teacher = next(r for r in rows if r["format"] == "ort" and r["model"] == "teacher")
+    shutil.copy2(cfg.run_dir / teacher["file"], copy / meta["models"]["ort"]["file"])
+    _rehash(copy, meta)
+    with pytest.raises(PipelineError, match=rf"{re.escape(meta['models']['ort']['file'])} logit \w+ of sample \d+ is "
+                                            r"-?\d\S*, its reference is -?\d\S* \(difference \d\.\d{4}e[-+]\d\d, "
+                                            r"allowed \d\.\d{4}e-03 = 0\.005 \+ 0\.001 x \|reference\|\); "
+                                            r"the file is intact"):
+        verify_bundle(copy)
+
+
+def test_a_reference_off_by_more_than_the_bound_fails(copy):
+    from pipeline.errors import PipelineError
+    from pipeline.verify import LOGIT_ATOL, LOGIT_RTOL, verify_bundle
+
+    meta = json.loads((copy / "metadata.json").read_text())
+    samples = json.loads((copy / "samples.json").read_text())
+    rel = meta["models"]["string_onnx"]["file"]
+    ref = samples[3]["reference_logits"][rel]
+    ref[1] += 2 * (LOGIT_ATOL + LOGIT_RTOL * abs(ref[1]))  # twice the bound on one logit of one sample
+    (copy / "samples.json").write_text(json.dumps(samples))
+    _rehash(copy, meta)
+    with pytest.raises(PipelineError, match=rf"{re.escape(rel)} logit \w+ of sample 4 "):
+        verify_bundle(copy)
+
+
+# --- 2. untrusted metadata ------------------------------------------------------------------------------
+
+def test_paths_outside_the_bundle_are_refused(copy, tmp_path, capsys):
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not part of the bundle\n")
+    from pipeline.manifest import sha256_file
+
+    info = {"sha256": sha256_file(outside), "bytes": outside.stat().st_size}
+    meta = json.loads((copy / "metadata.json").read_text())
+    cases = {"../secret.txt": "climbs out", str(outside): "is absolute", "model/../../secret.txt": "climbs out"}
+    (copy / "link.txt").symlink_to(outside)
+    cases["link.txt"] = "leads outside the bundle"
+    for rel, why in cases.items():
+        m = json.loads(json.dumps(meta))
+        m["files"][rel] = info  # correct hash: on today's main this read the file and said OK
+        (copy / "metadata.json").write_text(json.dumps(m))
+        rc, out, err = _cli(copy, capsys)
+        assert rc == 2 and why in err and "bundle OK" not in out, (rel, err)
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    m = json.loads(json.dumps(meta))
+    m["samples_file"] = "/etc/passwd"
+    (copy / "metadata.json").write_text(json.dumps(m))
+    rc, _, err = _cli(copy, capsys)
+    assert rc == 2 and "samples_file names '/etc/passwd', which is absolute" in err
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.update(schema_version=1), r"schema_version 1, this verify-bundle reads 2 .*re-runs the stage"),
+    (lambda m: m.update(files={}), "'files' lists no files"),
+    (lambda m: m.pop("files"), "'files' lists no files"),
+    (lambda m: m.update(files=["labels.json"]), "'files' lists no files"),
+    (lambda m: m["files"].update({"labels.json": "abc"}), r"files\['labels\.json'\] needs 'bytes'"),
+    (lambda m: m["files"]["labels.json"].update(bytes="12"), r"files\['labels\.json'\] needs 'bytes'"),
+    (lambda m: m["files"].pop(m["models"]["onnx"]["file"]), "models.onnx.file = .* is not in 'files'"),
+    (lambda m: m.update(models={}), "'models' names no model"),
+    (lambda m: m["models"]["ort"].pop("inputs"), "models.ort.inputs must list named tensors"),
+    (lambda m: m["models"]["ort"].update(file=None), "models.ort.file names None"),
+    (lambda m: m.update(labels="negative"), "'labels' must list the class names"),
+])
+def test_malformed_metadata_is_one_clear_error(copy, capsys, change, message):
+    meta = json.loads((copy / "metadata.json").read_text())
+    change(meta)
+    (copy / "metadata.json").write_text(json.dumps(meta))
+    rc, out, err = _cli(copy, capsys)
+    assert rc == 2 and re.search(message, err), err
+    assert "Traceback" not in err and err.startswith("error: ") and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: s.clear(), "holds no samples"),
+    (lambda s: s[0].pop("token_ids"), "sample 1 needs 'text', 'token_ids'"),
+    (lambda s: s[1].update(token_ids=["a"]), "sample 2 needs"),
+    (lambda s: s[2]["reference_logits"].clear(), "sample 3 has no reference logits"),
+])
+def test_malformed_samples_are_one_clear_error(copy, capsys, change, message):
+    meta = json.loads((copy / "metadata.json").read_text())
+    samples = json.loads((copy / "samples.json").read_text())
+    change(samples)
+    (copy / "samples.json").write_text(json.dumps(samples))
+    _rehash(copy, meta)
+    rc, _, err = _cli(copy, capsys)
+    assert rc == 2 and message in err and "Traceback" not in err, err
+
+
+_BLOCKER = """
+# Installed by tests/test_verify_bundle.py: a Python that has only onnxruntime, onnxruntime-extensions, their
+# declared dependencies, the standard library and this repo's code. Other top-level imports fail as if absent.
+import importlib.abc, importlib.metadata as md, os, re, sys
+
+def _key(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+def _closure(names):
+    seen, todo = set(), list(names)
+    while todo:
+        d = todo.pop()
+        if _key(d) in seen:
+            continue
+        seen.add(_key(d))
+        for req in md.requires(d) or []:
+            if "extra ==" not in req:
+                todo.append(re.match(r"[A-Za-z0-9_.-]+", req).group(0))
+    return seen
+
+_dists = _closure(["onnxruntime", "onnxruntime-extensions"])
+_allowed = set(sys.stdlib_module_names) | {"pipeline", "export", "sitecustomize"}
+_allowed |= {m for m, ds in md.packages_distributions().items() if any(_key(d) in _dists for d in ds)}
+_allowed |= {m.split(".")[0] for m in sys.modules}  # what the interpreter loaded before this file
+
+class _Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        top = name.split(".")[0]
+        if top not in _allowed:
+            with open(os.environ["BLOCKED_LOG"], "a") as f:
+                f.write(top + "\\n")
+            raise ModuleNotFoundError(f"No module named {top!r} (blocked by the test)", name=top)
+        return None
+
+sys.meta_path.insert(0, _Block())
+"""
+
+
+def test_verify_runs_with_only_onnxruntime_installed(copy, tmp_path):
+    """`python -m pipeline verify-bundle` and its fresh process, with torch, transformers, onnx, ... blocked."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(textwrap.dedent(_BLOCKER))
+    log = tmp_path / "blocked.txt"
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPO}", "BLOCKED_LOG": str(log)}
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "verify-bundle", str(copy)], capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=300)
+    blocked = set(log.read_text().split()) if log.exists() else set()
+    assert proc.returncode == 0, proc.stderr
+    assert "bundle OK" in proc.stdout and re.search(r"string_onnx: .*8/8", proc.stdout)
+    assert "onnxruntime" not in blocked and "numpy" not in blocked
+    # the guard was live: onnxruntime-extensions tried its optional onnx import, and was refused
+    assert "onnx" in blocked
+    assert not blocked & {"torch", "transformers", "tokenizers", "coremltools", "optimum", "distill", "eval"}, blocked
