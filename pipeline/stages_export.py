@@ -1,6 +1,7 @@
 """Stage wiring for quantize (ONNX variants, checked and scored through ONNX Runtime) and export (.ort
-files and Core ML packages). Every file written is compared with its source on real test texts; a file
-outside its tolerance fails the stage naming the file and the numbers."""
+files and Core ML packages). Every file written is compared with its source on real test texts: a lossless
+file outside its tolerance fails the stage naming the file and the numbers; a lossy one below
+quantize.min_argmax_agreement is recorded as failed (status, numbers, reason) and goes no further."""
 from __future__ import annotations
 
 import json
@@ -221,7 +222,8 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
             sc = scores(predict(got, tok, test_texts, max_len, cfg.teacher.eval_batch_size), np.array(y), len(labels))
             acc_from = "ort"
         rows.append({"model": model, "variant": variant, "format": "ort", "file": _rel(ctx, out),
-                     "status": "passed" if check["passed"] else "failed", "size_bytes": _size(out), "opset": q["opset"], "check": check, "accuracy": sc["accuracy"],
+                     "status": "passed" if check["passed"] else "failed", "size_bytes": _size(out),
+                     "opset": q["opset"], "check": check, "accuracy": sc["accuracy"],
                      "macro_f1": sc["macro_f1"], "params": q["params"],
                      "non_embedding_params": q.get("non_embedding_params"), "accuracy_from": acc_from,
                      "details": {"source": q["file"], "target_platform": e.ort_target_platform,

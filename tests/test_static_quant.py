@@ -81,3 +81,32 @@ def test_static_settings_are_checked_at_load():
         config_from_dict({"quantize": {"static_float": ["softmax"]}})
     with pytest.raises(PipelineError, match="'quantize.calibration_samples' must be > 0"):
         config_from_dict({"quantize": {"calibration_samples": 0}})
+
+
+def test_static_probe_compares_settings_on_a_run(models, tiny_cfg, tmp_path):
+    import shutil
+
+    from eval.static_probe import probe
+    from pipeline import stages  # noqa: F401  (registers the stages)
+    from pipeline.stage import run
+
+    run(tiny_cfg, ["data"])
+    shutil.copytree(models["bert"].folder, tiny_cfg.run_dir / "teacher" / "model")  # a finished teacher stage
+    (tmp_path / "w").mkdir()
+    rows = probe(tiny_cfg, "teacher", 30, [{"static_float": []}, {}], tmp_path / "w", log=lambda s: None)
+    assert [r["setting"] for r in rows] == ["fp32 ONNX", '{"static_float": []}', "the config's own"]
+    assert rows[0]["agreement"] == 1.0
+    assert all(0 <= r["agreement"] <= 1 and 0 <= r["accuracy"] <= 1 for r in rows)
+    assert not any((tiny_cfg.run_dir / "teacher").glob("*.onnx"))  # nothing written into the run
+
+
+def test_static_probe_on_an_unfinished_run_names_the_stage(tmp_path):
+    from pathlib import Path
+
+    from eval import static_probe
+
+    demo = ["--config", str(Path(__file__).parents[1] / "configs" / "demo.toml"), "--set", f'run.runs_dir="{tmp_path}"']
+    with pytest.raises(SystemExit, match=r"teacher/model is missing: run `python -m pipeline teacher"):
+        static_probe.main(demo)
+    with pytest.raises(SystemExit, match=r"unknown \[quantize\] keys \['floats'\]"):
+        static_probe.main(demo + ["--setting", '{"floats": []}'])
