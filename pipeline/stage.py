@@ -216,7 +216,8 @@ def run(cfg: Config, targets: list[str], *, force: tuple[str, ...] = ()) -> list
     names = order(targets)  # an unknown stage fails before the lock is taken
     if not D.is_main():
         return _run(cfg, names, force)
-    with run_lock(cfg.run_dir, f"{', '.join(targets)} of {cfg.source or 'a config'}"):
+    what = targets[0] if len(targets) == 1 else f"run until {targets[-1]}"
+    with run_lock(cfg.run_dir, f"{what} of {cfg.source or 'a config'}"):
         return _run(cfg, names, force)
 
 
