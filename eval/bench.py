@@ -238,7 +238,8 @@ class Bench:
             return {"status": "skipped", "reason": row["_reason"] if t.name in row["_targets"] else
                     f"{t.name} does not take this file (and it was not made)"}, None
         if row.get("status") == "failed":  # recorded with its numbers by its stage; never timed or shipped
-            return {"status": "skipped", "reason": f"not timed: the file failed its check ({_check_numbers(row)})"}, None
+            why = f"not timed: the file failed its check ({_check_numbers(row)})"
+            return {"status": "skipped", "reason": why}, None
         why = unavailable(t)
         if why:
             return {"status": "skipped", "reason": why}, None

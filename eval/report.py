@@ -321,7 +321,8 @@ def blocks(res: dict, plots: dict[str, Path]) -> list[Block]:
                 "latency_vs_length": "Latency vs sequence length: transformers vs LSTMs.",
                 "size_vs_quality": "File size vs quality, every model and variant."}
     imgs: list[Block] = [("h2", "Plots")] + [("img", p, captions[k]) for k, p in plots.items()]
-    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _head_to_head(res) + _summary(res) + _sweeps(res) + _npu(res)
+    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _head_to_head(res) + _summary(res)
+            + _sweeps(res) + _npu(res)
             + _generation(res) + (imgs if plots else []) + _skipped(res))
 
 

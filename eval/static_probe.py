@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
             rows = probe(cfg, args.model, args.texts, settings, Path(tmp))
     except (PipelineError, json.JSONDecodeError) as e:
         raise SystemExit(f"error: {e}") from None
-    print(f"\n{args.model} int8-static, {cfg.run.name}\n\n| setting | argmax agreement with fp32 | accuracy |\n|---|---|---|")
+    print(f"\n{args.model} int8-static, {cfg.run.name}\n")
+    print("| setting | argmax agreement with fp32 | accuracy |\n|---|---|---|")
     for r in rows:
         print(f"| {r['setting']} | {r['agreement']:.2%} | {r['accuracy']:.4f} |")
 

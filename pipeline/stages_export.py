@@ -135,7 +135,8 @@ def stage_quantize(ctx: StageContext) -> dict:
     (ctx.out / "accuracy.json").write_text(json.dumps(all_rows, indent=2))
     cols = ["model", "variant", "format", "accuracy", "macro_f1", "accuracy_retention", "size_bytes", "check"]
     checks = {(r["model"], r["variant"]): _check_cell(r["check"]) for r in rows}
-    md_rows = [{**r, "check": checks.get((r["model"], r["variant"])) if r["format"] == "onnx" else ""} for r in all_rows]
+    md_rows = [{**r, "check": checks.get((r["model"], r["variant"])) if r["format"] == "onnx" else ""}
+               for r in all_rows]
     (ctx.out / "accuracy.md").write_text(f"Test split: {len(test_texts)} texts\n\n" + markdown(md_rows, cols))
     return {"rows": rows, "skipped": skipped, "failed": failed, "test_texts": len(test_texts),
             "check_texts": len(check_texts), "calibration_texts": len(calibration)}
