@@ -237,6 +237,9 @@ class Bench:
         if row.get("missing"):
             return {"status": "skipped", "reason": row["_reason"] if t.name in row["_targets"] else
                     f"{t.name} does not take this file (and it was not made)"}, None
+        if row.get("status") == "failed":  # recorded with its numbers by its stage; never timed or shipped
+            why = f"not timed: the file failed its check ({_check_numbers(row)})"
+            return {"status": "skipped", "reason": why}, None
         why = unavailable(t)
         if why:
             return {"status": "skipped", "reason": why}, None
@@ -255,6 +258,13 @@ class Bench:
         except Exception as e:  # one broken file must not hide every other row's numbers
             log.warning("[bench] %s %s %s on %s failed: %s", row["model"], row["variant"], row["format"], t.name, e)
             return {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}, None
+
+
+def _check_numbers(row: dict) -> str:
+    c = row.get("check") or {}
+    if c.get("kind") == "argmax_agreement" and c.get("value") is not None:
+        return f"argmax agreement {c['value']:.1%} < {c['tolerance']:.1%}"
+    return c.get("reason", "see its variants.json")
 
 
 def check_settings(cfg) -> None:

@@ -41,7 +41,8 @@ def our_row(rows: list[dict], variants: tuple[str, ...], target: str, model: str
 
 
 def _on_disk(r: dict) -> bool:
-    return not r.get("missing") and bool(r.get("_path"))
+    # a file that failed its check is never timed (eval/bench.py), head to head included
+    return not r.get("missing") and bool(r.get("_path")) and r.get("status") != "failed"
 
 
 def pair_rows(rows: list[dict], target: str, model: str = "student") -> list[tuple[dict, dict]]:

@@ -248,8 +248,14 @@ def run_cli(args: argparse.Namespace) -> int:
     from pipeline.config import load_config
 
     try:
+        from contextlib import nullcontext
+
+        from pipeline.lock import run_lock
+
         cfg = load_config(args.config, args.overrides)
-        out = phone_bench(cfg, args.platform, args.adb, args.perf_test, args.serial)
+        # it rewrites report/ of the run; no run folder: phone_bench says what to run first
+        with run_lock(cfg.run_dir, "phone-bench") if cfg.run_dir.is_dir() else nullcontext():
+            out = phone_bench(cfg, args.platform, args.adb, args.perf_test, args.serial)
     except PipelineError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -42,7 +42,8 @@ def _cell(row: dict, target: str, length: int) -> str:
 
 
 def _name(r: dict) -> list[str]:
-    return [r["model"], r["variant"] + (" (Optimum)" if r.get("source") == "optimum" else ""), r["format"]]
+    return [r["model"], r["variant"] + (" (Optimum)" if r.get("source") == "optimum" else "")
+            + (" (FAILED check)" if r.get("status") == "failed" else ""), r["format"]]
 
 
 def _header(res: dict) -> list[Block]:
@@ -104,6 +105,28 @@ def _goals(res: dict) -> list[Block]:
         rows.append([g["goal"], val, limit, met, g["detail"]])
     return [("h2", "Goals from the issue, checked on this run"),
             ("table", ["goal", "value", "limit", "met", "how"], rows)]
+
+
+def _failed(res: dict) -> list[Block]:
+    """Files that failed their check against their source: kept with their numbers, never timed or shipped."""
+    rows = []
+    for r in res["rows"]:
+        if r.get("status") != "failed":
+            continue
+        c = r.get("check") or {}
+        pct = c.get("kind") == "argmax_agreement"
+        value = "-" if c.get("value") is None else _pct(c["value"]) if pct else f"{c['value']:.3g}"
+        limit = "-" if c.get("tolerance") is None else _pct(c["tolerance"]) if pct else f"{c['tolerance']:.3g}"
+        rows.append(_name(r)[:1] + [r["variant"], r["format"], c.get("kind", "-"), value, limit,
+                                    _num(r.get("accuracy")), _num(c.get("max_abs_diff"))])
+    if not rows:
+        return []
+    return [("h2", "Variants that failed their check (not timed, not shipped)"),
+            ("p", "Each lossy file is compared with its source on the check texts; below the minimum "
+                  "(quantize.min_argmax_agreement) it is recorded here and in its stage's variants.json, the "
+                  "run goes on, and the file is not converted further, timed or put in the bundle."),
+            ("table", ["model", "variant", "format", "check", "value", "minimum", "test accuracy",
+                       "max abs logit diff"], rows)]
 
 
 def _head_to_head(res: dict) -> list[Block]:
@@ -298,7 +321,8 @@ def blocks(res: dict, plots: dict[str, Path]) -> list[Block]:
                 "latency_vs_length": "Latency vs sequence length: transformers vs LSTMs.",
                 "size_vs_quality": "File size vs quality, every model and variant."}
     imgs: list[Block] = [("h2", "Plots")] + [("img", p, captions[k]) for k, p in plots.items()]
-    return (_header(res) + _targets(res) + _goals(res) + _head_to_head(res) + _summary(res) + _sweeps(res) + _npu(res)
+    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _head_to_head(res) + _summary(res)
+            + _sweeps(res) + _npu(res)
             + _generation(res) + (imgs if plots else []) + _skipped(res))
 
 

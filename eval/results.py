@@ -186,6 +186,12 @@ def validate_results(doc: dict) -> list[str]:
         for k in ("size_bytes", "flops_per_seq"):
             if k not in r:
                 problems.append(f"{name}: missing '{k}' (null when unknown)")
+        if r.get("status") == "failed":  # kept for its numbers, never timed (eval/bench.py)
+            if not isinstance(r.get("check"), dict) or r["check"].get("passed") is not False:
+                problems.append(f"{name}: a failed row needs its check, with passed false")
+            if any(isinstance(p, dict) and "p50_ms" in p for e in r.get("latency", {}).values()
+                   if isinstance(e, dict) for p in e.values()):
+                problems.append(f"{name}: a row that failed its check must not be timed")
         for target in doc.get("threads", {}):
             if target not in r.get("latency", {}):
                 problems.append(f"{name}: no latency entry for target '{target}' (a skip needs its reason)")

@@ -30,24 +30,31 @@ def _p50(row: dict, target: str, length: int) -> float | None:
     return point.get("p50_ms") if isinstance(point, dict) else None
 
 
-def choose(export_rows: list[dict], results: dict, model: str, variant: str, window: float, cfg_source: str) -> dict:
+def choose(export_rows: list[dict], results: dict, model: str, variant: str, window: float, cfg_source: str,
+           failed: dict[tuple[str, str], str] | None = None) -> dict:
     """The .ort row to ship and why.
 
     auto: among the student's .ort variants with an accuracy, keep those within `window` (a fraction, 0.01 =
     1 point) of the best one, and take the fastest p50 on mobile-cpu at the report's headline length; ties and
-    rows without a mobile-cpu time fall back to the smallest file. An explicit model / variant must exist."""
+    rows without a mobile-cpu time fall back to the smallest file. An explicit model / variant must exist.
+    A variant that failed its check (here or in `failed`: (model, variant) -> why) is never a candidate."""
     length = results.get("plan", {}).get("headline_length", 64)
-    ort = [r for r in export_rows if r["format"] == "ort"]
+    failed = {**(failed or {}), **{(r["model"], r["variant"]): r.get("check", {}).get("reason", "its check failed")
+                                   for r in export_rows if r["format"] == "ort" and r.get("status") == "failed"}}
+    ort = [r for r in export_rows if r["format"] == "ort" and (r["model"], r["variant"]) not in failed]
     latency = {(r["model"], r["variant"]): r for r in results.get("rows", []) if r.get("format") == "ort"}
     want_model = "student" if model == "auto" else model
     mine = [r for r in ort if r["model"] == want_model]
-    if not mine:
+    if not mine and (want_model, variant) not in failed:
         made = sorted({r["model"] for r in ort}) or ["none"]
         raise PipelineError(f"no .ort file for model '{want_model}' in export/variants.json (it has: "
                             f"{', '.join(made)}); add it to quantize.models and run `python -m pipeline export "
                             f"--config {cfg_source}`")
     if variant != "auto":
         pick = [r for r in mine if r["variant"] == variant]
+        if (want_model, variant) in failed:
+            raise PipelineError(f"bundle.variant = '{variant}': {want_model} {variant} failed its check and is never "
+                                f"shipped ({failed[(want_model, variant)]}); choose another variant or 'auto'")
         if not pick:
             raise PipelineError(f"bundle.variant = '{variant}' has no .ort file for {want_model} (made: "
                                 f"{', '.join(r['variant'] for r in mine)}); add it to export.ort_variants (and "
@@ -76,7 +83,7 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
 
 
 def coreml_row(export_rows: list[dict], model: str, variant: str) -> dict | None:
-    rows = [r for r in export_rows if r["format"] == "coreml" and r["model"] == model]
+    rows = [r for r in export_rows if r["format"] == "coreml" and r["model"] == model and r.get("status") != "failed"]
     want = COREML_FOR.get(variant)
     return next((r for r in rows if r["variant"] == want), rows[0] if rows else None)
 

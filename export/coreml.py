@@ -271,8 +271,9 @@ def predict_check(path: Path, ref_fn, tokenizer, texts, max_length: int, lengths
         got = ml.predict({"input_ids": x, "attention_mask": m})["logits"]
         agree += int(np.argmax(got) == np.argmax(ref_fn(x.astype(np.int64), m.astype(np.int64))))
     value = agree / len(ids)
-    if value < minimum:
-        raise PipelineError(f"{what}: Core ML argmax agrees with PyTorch on only {value:.1%} of {len(ids)} test "
+    result = {"kind": "argmax_agreement", "value": value, "tolerance": minimum, "passed": value >= minimum,
+              "inputs": f"{len(ids)} test texts, batch 1"}
+    if value < minimum:  # a lossy package: recorded as failed by the stage, never shipped
+        result["reason"] = (f"{what}: Core ML argmax agrees with PyTorch on only {value:.1%} of {len(ids)} test "
                             f"texts; the minimum is {minimum:.1%} (quantize.min_argmax_agreement)")
-    return {"kind": "argmax_agreement", "value": value, "tolerance": minimum, "passed": True,
-            "inputs": f"{len(ids)} test texts, batch 1"}
+    return result

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Iterator
-
-import numpy as np
+from typing import TYPE_CHECKING, Iterator
 
 from export.optimize import op_counts
 from pipeline.errors import PipelineError
+
+if TYPE_CHECKING:  # config validation imports STATIC_FLOAT; numpy need not load for that
+    import numpy as np
 
 # Gather is listed on purpose: the word-embedding table is most of a small student's (and an LSTM's)
 # weights, and left in fp32 it caps the size gain near 1.3x instead of ~4x.
@@ -25,9 +26,44 @@ DYNAMIC_OPS = ["MatMul", "Gather", "LSTM", "Attention"]
 # Static QDQ: the weight ops and the data-movement ops between them. Add and Softmax stay float: BERT's
 # additive attention mask (float32 min) stretches the quantized range of scores + mask to ~3.4e38 and
 # rounds every real score to zero. On the tiny test teacher quantizing Add or Softmax dropped argmax
-# agreement with PyTorch from 100% to 65%.
+# agreement with PyTorch from 100% to 65%. More parts can stay float by quantize.static_float (below).
 STATIC_OPS = ["MatMul", "Gemm", "Gather", "GatherElements", "LayerNormalization", "Transpose", "Reshape",
               "Squeeze", "Unsqueeze", "Slice", "Concat", "Split", "Where"]
+# Ops after which walking back from the logits stops: what lies between them and the output is the head.
+_HEAD_STOP = {"LayerNormalization", "LSTM", "GRU", "ReduceMean", "ReduceMax", "ReduceSum", "Softmax"}
+
+
+def _attention_matmuls(model) -> set[str]:
+    """MatMuls with no weight input: attention scores (Q x K^T) and probabilities x V. Their uint8 inputs
+    round small attention probabilities (below half a step, 1/510 of the largest) to zero; over long texts,
+    where attention spreads thin, most of them."""
+    weights = {t.name for t in model.graph.initializer}
+    return {n.name for n in model.graph.node if n.op_type == "MatMul" and not any(i in weights for i in n.input)}
+
+
+def _head(model) -> set[str]:
+    """MatMul / Gemm nodes between the last normalization, recurrent or pooling op and the logits: the pooler
+    and the classifier, whose error goes straight into the logits (and they are a tiny share of the work)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    out, seen, todo = set(), set(), [o.name for o in model.graph.output]
+    while todo:
+        node = producer.get(todo.pop())
+        if node is None or node.name in seen or node.op_type in _HEAD_STOP:
+            continue
+        seen.add(node.name)
+        if node.op_type in ("MatMul", "Gemm"):
+            out.add(node.name)
+        todo.extend(node.input)
+    return out
+
+
+# quantize.static_float: parts of the graph int8-static leaves in float. name -> (op types kept out of
+# STATIC_OPS, function giving node names to exclude). Figures: README "int8-static: what stays in float".
+STATIC_FLOAT = {
+    "attention-matmul": ((), _attention_matmuls),
+    "layer-norm": (("LayerNormalization",), lambda model: set()),  # BERT's residual stream has outliers
+    "head": ((), _head),
+}
 
 
 def quantize_int8_dynamic(src: Path, out: Path, model_name: str, per_channel: bool = True) -> dict[str, int]:
@@ -75,27 +111,41 @@ class TextCalibration:
         return _Reader()
 
 
+def check_static_float(names: list[str]) -> None:
+    unknown = [n for n in names if n not in STATIC_FLOAT]
+    if unknown:
+        raise PipelineError(f"quantize.static_float names {unknown}; known parts: {', '.join(STATIC_FLOAT)}")
+
+
 def quantize_int8_static(src: Path, out: Path, calibration: TextCalibration, activation_type: str,
-                         per_channel: bool, model_name: str) -> dict[str, int]:
-    """QDQ graph: per-channel int8 weights, activations of activation_type with MinMax ranges from calibration.
+                         per_channel: bool, model_name: str, keep_float: list[str] = (),
+                         reduce_range: bool = False) -> dict[str, int]:
+    """QDQ graph: per-channel int8 weights, activations of activation_type with MinMax ranges from calibration;
+    the parts named in keep_float stay float. (ORT's histogram calibrators, percentile and entropy, need every
+    calibration batch in one shape, which padding would fill with tokens the model never attends to.)
 
     ORT's QDQ quantizer has no LSTM rule; so that the LSTM is not left in fp32, its weights are then
     quantized dynamically (DynamicQuantizeLSTM) in the same file.
     """
+    import onnx
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     if not calibration.batches:
         raise PipelineError(f"{model_name} -> int8-static: no calibration texts; the training split is empty")
+    check_static_float(list(keep_float))
     act = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}[activation_type]
     with tempfile.TemporaryDirectory() as tmp:
         pre = Path(tmp) / "pre.onnx"
         # auto_merge: BERT's mask arithmetic otherwise stops symbolic shape inference ("Incomplete ...")
         quant_pre_process(str(src), str(pre), auto_merge=True)
+        graph = onnx.load(str(pre), load_external_data=False)
+        ops = [op for op in STATIC_OPS if not any(op in STATIC_FLOAT[k][0] for k in keep_float)]
+        exclude = sorted(set().union(*(STATIC_FLOAT[k][1](graph) for k in keep_float)))
         qdq = Path(tmp) / "qdq.onnx"
         quantize_static(str(pre), str(qdq), calibration.reader(), quant_format=QuantFormat.QDQ,
                         per_channel=per_channel, activation_type=act, weight_type=QuantType.QInt8,
-                        op_types_to_quantize=STATIC_OPS)
+                        op_types_to_quantize=ops, nodes_to_exclude=exclude, reduce_range=reduce_range)
         if op_counts(qdq).get("LSTM"):
             quantize_dynamic(str(qdq), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["LSTM"])
         else:
@@ -104,7 +154,7 @@ def quantize_int8_static(src: Path, out: Path, calibration: TextCalibration, act
     if not counts.get("QuantizeLinear"):
         raise PipelineError(f"{model_name} -> int8-static: the quantizer inserted no QuantizeLinear in {out.name}; "
                             f"the graph has no op ORT's QDQ quantizer handles")
-    return _quantized(counts)
+    return {**_quantized(counts), "float_nodes": len(exclude)}
 
 
 def convert_fp16(src: Path, out: Path, model_name: str) -> dict[str, int]:

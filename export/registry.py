@@ -121,9 +121,11 @@ def _int8_static(job: ExportJob) -> dict:
     src_name, src = _source(job, "fp32")  # QDQ on the unfused graph: every MatMul gets its own Q/DQ pair
     texts = list(job.calibration_texts)[: q.calibration_samples]
     calib = TextCalibration(job.loaded.tokenizer, texts, job.loaded.max_length)
-    ops = quantize_int8_static(src, job.out, calib, q.activation_type, q.per_channel, job.model_name)
+    ops = quantize_int8_static(src, job.out, calib, q.activation_type, q.per_channel, job.model_name,
+                               q.static_float, q.reduce_range)
     return {"source": src_name, "quantized_ops": ops, "calibration_texts": len(texts),
-            "activation_type": q.activation_type, "per_channel": q.per_channel}
+            "activation_type": q.activation_type, "per_channel": q.per_channel, "float": list(q.static_float),
+            "reduce_range": q.reduce_range}
 
 
 @exporter("fp16", "onnx", lossless=False)

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from pipeline.config import dumps, load_config
-        from pipeline.stage import STAGES, run, status
+        from pipeline.stage import STAGES, run, statuses
 
         if args.command in ("verify-bundle", "phone-bench"):
             from eval import phone
@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         stages = list(STAGES)
         if args.command == "status":
-            for name in stages:
-                print(f"{name:10s} {status(cfg, name)[1]}")
+            for name, (_, why) in statuses(cfg, stages).items():
+                print(f"{name:10s} {why}")
             return 0
         if args.command == "run":
             targets = [args.until] if args.until else stages

@@ -157,7 +157,15 @@ class QuantizeSection:
     dynamic_source: str = "optimized"
     check_samples: int = 64
     lossless_atol: float = 1e-4
+    # A lossy file (int8, fp16) whose argmax agrees with its source on fewer check texts than this is
+    # recorded as failed (variants.json, the report) and not exported, timed or shipped; the run goes on.
     min_argmax_agreement: float = 0.9
+    # Parts of the graph int8-static keeps in float (export/quantize.py STATIC_FLOAT): "attention-matmul"
+    # (scores and probabilities x V: uint8 rounds small attention probabilities to zero), "layer-norm" (the
+    # residual stream's outliers stretch its range), "head" (pooler and classifier, straight into the logits).
+    static_float: list[str] = field(default_factory=lambda: ["attention-matmul", "layer-norm", "head"])
+    # 7-bit weights in int8-static: x86 CPUs without VNNI sum u8 x s8 pairs in 16 bits, which can saturate.
+    reduce_range: bool = False
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,7 @@ REGISTRY_NAMES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
     "export.coreml_shapes": ("Core ML shape mode", {"classification": ("export.coreml:SHAPE_MODES",)}),
     "export.ort_target_platform": ("ORT platform", {ANY_TASK: ("export.ort_format:PLATFORMS",)}),
     "bench.targets": ("target", {"classification": ("eval.targets:TARGETS",)}),
+    "quantize.static_float": ("int8-static float part", {ANY_TASK: ("export.quantize:STATIC_FLOAT",)}),
 }
 
 

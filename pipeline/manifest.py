@@ -86,10 +86,17 @@ def manifest_hash(folder: Path) -> str | None:
     return sha256_file(path) if path.is_file() else None
 
 
-def outputs_intact(folder: Path, manifest: dict) -> bool:
-    """Cheap check that every recorded output is still there with its recorded size."""
+def outputs_intact(folder: Path, manifest: dict, cache=None) -> str | None:
+    """None if every recorded output is still there with its recorded size and sha256, else what differs.
+
+    cache: a pipeline.hashcache.HashCache, so unchanged files are not hashed again on every check."""
     for rel, meta in manifest.get("outputs", {}).items():
         p = folder / rel
-        if not p.is_file() or p.stat().st_size != meta["bytes"]:
-            return False
-    return True
+        if not p.is_file():
+            return f"{rel} is missing"
+        if p.stat().st_size != meta["bytes"]:
+            return f"{rel} changed size"
+        digest = cache.sha256(p) if cache is not None else sha256_file(p)
+        if digest != meta.get("sha256"):
+            return f"{rel} changed (its sha256 differs from the manifest's)"
+    return None

@@ -10,6 +10,8 @@ from typing import Any, Callable
 
 from pipeline.config import Config
 from pipeline.errors import PipelineError
+from pipeline.hashcache import HashCache
+from pipeline.lock import run_lock
 from pipeline.manifest import manifest_hash, outputs_intact, read_manifest, sha256_json, write_manifest
 
 log = logging.getLogger("pocketformer")
@@ -130,14 +132,39 @@ def status(cfg: Config, name: str) -> tuple[bool, str]:
     for dep in stage.deps:
         if manifest.get("inputs", {}).get(dep) != manifest_hash(cfg.run_dir / dep):
             return False, f"its input '{dep}' changed"
-    if not outputs_intact(folder, manifest):
-        return False, "its files were changed or removed"
+    cache = HashCache(cfg.run_dir)
+    try:
+        changed = outputs_intact(folder, manifest, cache)
+    finally:
+        cache.save()
+    if changed:
+        return False, f"its files were changed or removed ({changed})"
     if stage.check is not None and (why := stage.check(cfg, manifest)):
         return False, why
     return True, "up to date"
 
 
+def statuses(cfg: Config, names: list[str]) -> dict[str, tuple[bool, str]]:
+    """status() of each stage in names (dependencies first), where a stage whose input will re-run is not
+    up to date either: `run` would re-run it after its input."""
+    out: dict[str, tuple[bool, str]] = {}
+    for name in order(names):
+        fresh, why = status(cfg, name)
+        stale = [d for d in STAGES[name].deps if d in out and not out[d][0]]
+        out[name] = (False, f"its input '{stale[0]}' will re-run") if fresh and stale else (fresh, why)
+    return out
+
+
 def run_stage(cfg: Config, name: str) -> dict | None:
+    from distill import distributed as D
+
+    if not D.is_main():  # rank 0 holds the run folder's lock for the whole launch
+        return _run_stage(cfg, name)
+    with run_lock(cfg.run_dir, f"stage {name} of {cfg.source or 'a config'}"):
+        return _run_stage(cfg, name)
+
+
+def _run_stage(cfg: Config, name: str) -> dict | None:
     from distill import distributed as D
 
     stage = STAGES[name]
@@ -179,6 +206,10 @@ def run_stage(cfg: Config, name: str) -> dict | None:
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
+    cache = HashCache(run_dir)  # the manifest's hashes are fresh: the next status need not hash again
+    for rel, meta in manifest["outputs"].items():
+        cache.remember(final / rel, meta["sha256"])
+    cache.save()
     shutil.rmtree(ctx.resume_dir, ignore_errors=True)  # finished: its checkpoints are spent
     D.barrier()
     return manifest
@@ -189,8 +220,19 @@ def run(cfg: Config, targets: list[str], *, force: tuple[str, ...] = ()) -> list
     from distill import distributed as D
 
     D.init()
+    names = order(targets)  # an unknown stage fails before the lock is taken
+    if not D.is_main():
+        return _run(cfg, names, force)
+    what = targets[0] if len(targets) == 1 else f"run until {targets[-1]}"
+    with run_lock(cfg.run_dir, f"{what} of {cfg.source or 'a config'}"):
+        return _run(cfg, names, force)
+
+
+def _run(cfg: Config, names: list[str], force: tuple[str, ...]) -> list[str]:
+    from distill import distributed as D
+
     ran = []
-    for name in order(targets):
+    for name in names:
         fresh, why = status(cfg, name)
         upstream_ran = any(d in ran for d in STAGES[name].deps)
         if fresh and not upstream_ran and name not in force:

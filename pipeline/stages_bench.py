@@ -64,6 +64,9 @@ def stage_bench(ctx: StageContext) -> dict:
     qman = json.loads((ctx.input("quantize") / "manifest.json").read_text())
     known_skips = {(s["model"], s["variant"]): s["reason"] for s in qman.get("summary", {}).get("skipped", [])
                    if isinstance(s, dict) and {"model", "variant", "reason"} <= s.keys()}
+    # a variant that failed its check has no .ort (the export stage does not convert it): say why
+    known_skips.update({(f["model"], f["variant"]): f"it failed its check in the quantize stage ({f['reason']})"
+                        for f in qman.get("summary", {}).get("failed", [])})
     results, paired = run_bench(cfg, rows, models, texts, machine, ctx.out / "scratch", known_skips)
     shutil.rmtree(ctx.out / "scratch", ignore_errors=True)  # fixed-shape copies: reproducible, not results
 

@@ -69,9 +69,13 @@ def stage_bundle(ctx: StageContext) -> dict:
     export_rows = json.loads((ctx.input("export") / "variants.json").read_text())
     qrows = json.loads((ctx.input("quantize") / "variants.json").read_text())
     results = json.loads((ctx.input("report") / "results.json").read_text())
-    row = choose(export_rows, results, b.model, b.variant, b.accuracy_window, cfg.source)
+    # variants that failed their check in quantize have no .ort; named here so an explicit choice says why
+    failed = {(r["model"], r["variant"]): r["check"].get("reason", "its check failed") for r in qrows
+              if r.get("status") == "failed"}
+    row = choose(export_rows, results, b.model, b.variant, b.accuracy_window, cfg.source, failed)
     name, variant = row["model"], row["variant"]
-    onnx_row = next((r for r in qrows if (r["model"], r["variant"]) == (name, variant)), None)
+    onnx_row = next((r for r in qrows if (r["model"], r["variant"]) == (name, variant)
+                     and r.get("status") != "failed"), None)
     if onnx_row is None:
         raise PipelineError(f"quantize/variants.json has no {name} {variant} .onnx (the source of its .ort); run "
                             f"`python -m pipeline quantize --config {cfg.source}`")

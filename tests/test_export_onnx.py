@@ -165,7 +165,9 @@ def test_exporter_int8_static(models, inputs, onnx_files, kind, tmp_path):
     assert act_types == {onnx.TensorProto.UINT8}  # activations uint8, as configured
     per_channel = [n for n in model.graph.node if n.op_type == "DequantizeLinear"
                    and any(a.name == "axis" for a in n.attribute)]
-    assert per_channel  # weight DequantizeLinear nodes carry an axis: per-channel scales
+    # weight DequantizeLinear nodes carry an axis: per-channel scales (the LSTM's only weight MatMuls are its
+    # head, which quantize.static_float keeps in float; tests/test_static_quant.py covers that)
+    assert per_channel or kind == "lstm"
     if kind == "lstm":
         assert details["quantized_ops"].get("DynamicQuantizeLSTM") == 2 and "LSTM" not in details["quantized_ops"]
     got, ref = compare(out, models[kind], inputs)

@@ -1,0 +1,158 @@
+"""Status compares file contents (sha256), not sizes; one process at a time writes a run folder."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import config_from_dict
+from pipeline.errors import PipelineError
+from pipeline.hashcache import CACHE_NAME, HashCache
+from pipeline.lock import LOCK_NAME, run_lock
+from pipeline.stage import Stage, run, run_stage, status, statuses
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def label_stages(monkeypatch):
+    """Two toy stages: 'data' writes labels.json, 'train' copies the label list it read."""
+    from pipeline import cli
+    from pipeline import stage as st
+
+    cli._stages()  # register the real stages first, so no later import adds them to the toy registry
+    calls: list[str] = []
+
+    def data(ctx):
+        calls.append("data")
+        (ctx.out / "labels.json").write_text(json.dumps(["negative", "positive"]))
+        return {}
+
+    def train(ctx):
+        calls.append("train")
+        labels = json.loads((ctx.input("data") / "labels.json").read_text())
+        (ctx.out / "model.json").write_text(json.dumps({"labels": labels}))
+        return {}
+
+    monkeypatch.setattr(st, "STAGES", {"data": Stage("data", data, (), ("data",)),
+                                       "train": Stage("train", train, ("data",), ())})
+    monkeypatch.setattr(st, "TASK_IMPLS", {("data", "classification"): data, ("train", "classification"): train})
+    return calls
+
+
+def test_same_size_edit_is_stale_and_reruns(label_stages, tmp_path):
+    calls = label_stages
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
+    assert run(cfg, ["train"]) == ["data", "train"]
+    labels = cfg.run_dir / "data" / "labels.json"
+    assert (cfg.run_dir / CACHE_NAME).is_file()  # the finished stages' hashes were remembered
+    assert statuses(cfg, ["train"]) == {"data": (True, "up to date"), "train": (True, "up to date")}
+    before = labels.stat().st_size
+    # two labels of equal length swapped: same size, different meaning
+    labels.write_text(json.dumps(["positive", "negative"]))
+    assert labels.stat().st_size == before
+    fresh, why = status(cfg, "data")
+    assert not fresh and why == ("its files were changed or removed (labels.json changed (its sha256 differs "
+                                 "from the manifest's))")
+    # the stage after it is reported too: `run` would re-run it after its input
+    assert statuses(cfg, ["train"])["train"] == (False, "its input 'data' will re-run")
+    assert run(cfg, ["train"]) == ["data", "train"]
+    assert json.loads(labels.read_text()) == ["negative", "positive"]  # the stage wrote it again
+    assert calls == ["data", "train", "data", "train"]
+    assert run(cfg, ["train"]) == []
+
+
+def test_cli_status_names_the_changed_file(label_stages, tmp_path, capsys, monkeypatch):
+    from pipeline import cli
+    from pipeline import stage as st
+
+    monkeypatch.setattr(cli, "_stages", lambda: st.STAGES)
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text(f'[run]\nruns_dir = "{tmp_path}"\n')
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
+    run(cfg, ["train"])
+    model = cfg.run_dir / "train" / "model.json"
+    model.write_text(model.read_text().replace("negative", "NEGATIVE"))
+    assert cli.main(["status", "--config", str(cfg_file)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["data", "up", "to", "date"]
+    assert out[1].startswith("train") and "model.json changed" in out[1]
+
+
+def test_hash_cache_is_used_and_invalidated(tmp_path, monkeypatch):
+    from pipeline import hashcache
+
+    f = tmp_path / "w.bin"
+    f.write_bytes(b"a" * 100)
+    cache = HashCache(tmp_path)
+    first = cache.sha256(f)
+    cache.save()
+    hashed = []
+    monkeypatch.setattr(hashcache, "sha256_file", lambda p: hashed.append(p) or "recomputed")
+    again = HashCache(tmp_path)
+    assert again.sha256(f) == first and hashed == []  # unchanged stat: the cached value, no hashing
+    f.write_bytes(b"b" * 100)  # same size, new content: the signature moved
+    assert again.sha256(f) == "recomputed" and hashed == [f]
+    (tmp_path / CACHE_NAME).write_text("{not json")  # a damaged cache only costs a re-hash
+    assert HashCache(tmp_path).sha256(f) == "recomputed"
+
+
+def test_lock_is_reentrant_and_exclusive_within_a_process(tmp_path):
+    run_dir = tmp_path / "r"
+    with run_lock(run_dir, "outer"):
+        with run_lock(run_dir, "inner"):  # run() holding it, then run_stage() taking it again
+            pass
+        assert f"pid {os.getpid()}" in (run_dir / LOCK_NAME).read_text()
+    with run_lock(run_dir, "again"):  # released: can be taken again
+        pass
+
+
+def test_second_process_gets_a_clear_lock_error(label_stages, tmp_path):
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
+    # another process holds the run folder (as a run busy in a long stage would)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            from pathlib import Path
+            from pipeline.lock import run_lock
+            with run_lock(Path({str(cfg.run_dir)!r}), "teacher of configs/own.toml"):
+                print("locked", flush=True)
+                sys.stdin.readline()
+        """)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(PipelineError) as err:
+            run(cfg, ["train"])
+        msg = str(err.value)
+        assert f"pid {holder.pid}" in msg and "teacher of configs/own.toml" in msg
+        assert "in use by another pocketformer process" in msg and "wait for it to finish" in msg
+        assert "kill" in msg and "run.name" in msg
+        with pytest.raises(PipelineError, match=f"pid {holder.pid}"):
+            run_stage(cfg, "data")
+        assert not (cfg.run_dir / "data").exists() and not (cfg.run_dir / ".data.partial").exists()
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    # the holder has exited, so its lock is gone with it
+    assert run(cfg, ["train"]) == ["data", "train"]
+
+
+def test_killed_holder_leaves_no_stale_lock(tmp_path):
+    run_dir = tmp_path / "r"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import time; from pathlib import Path; from pipeline.lock import run_lock\n"
+                               f"with run_lock(Path({str(run_dir)!r}), 'x'):\n print('locked', flush=True)\n"
+                               f" time.sleep(600)"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert holder.stdout.readline().strip() == "locked"
+    holder.kill()
+    holder.wait(timeout=60)
+    with run_lock(run_dir, "after a crash"):  # the kernel released the dead process's flock
+        assert "after a crash" in (run_dir / LOCK_NAME).read_text()
