@@ -6,7 +6,7 @@ from typing import Callable
 import torch
 
 from distill.models import HFLogits
-from pipeline.config import StudentSection
+from pipeline.config import StudentSection, student_positions
 from pipeline.errors import PipelineError
 
 
@@ -43,7 +43,7 @@ def build_bert(s: StudentSection, teacher: HFLogits, labels: list[str], layer_ma
     tcfg = teacher.hf.config
     cfg = BertConfig(
         vocab_size=tcfg.vocab_size, hidden_size=s.hidden, num_hidden_layers=s.layers, num_attention_heads=s.heads,
-        intermediate_size=s.ffn, max_position_embeddings=max(s.max_length, 64),
+        intermediate_size=s.ffn, max_position_embeddings=student_positions(s),
         type_vocab_size=getattr(tcfg, "type_vocab_size", 2) or 1, pad_token_id=tcfg.pad_token_id or 0,
         num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)},
         hidden_act="gelu", classifier_dropout=0.1,
