@@ -157,6 +157,10 @@ class QuantizeSection:
     # uint8 activations: ORT's CPU int8 kernels on x86 and ARM are built around u8 activations x s8
     # weights, and NPU providers accept uint8 QDQ; set "int8" to compare on your target.
     activation_type: str = "uint8"
+    # Bits of the word-embedding table in the int8-dynamic files: 8, or 4 (ONNX Runtime's contrib op
+    # GatherBlockQuantized, one scale and zero point per 32 values of a row; export/embed4.py). The rest
+    # of the graph stays int8. Rows must be a multiple of 16 wide.
+    embedding_bits: int = 8
     # Per-channel weight scales, for int8 static and dynamic alike: on the demo teacher's dynamic int8
     # they kept test accuracy at 0.7602 (fp32: 0.7600) where one scale per tensor gave 0.7547.
     per_channel: bool = True
@@ -474,6 +478,8 @@ def _validate_sizes(cfg: Config) -> None:
         if cap < 16:
             raise PipelineError(f"{src}: '{where}' = {cap} cannot hold the special tokens and a vocabulary; "
                                 f"use at least 16 (16384 keeps the demo's whole training vocabulary)")
+    if cfg.quantize.embedding_bits not in (4, 8):
+        raise PipelineError(f"{src}: 'quantize.embedding_bits' = {cfg.quantize.embedding_bits}; choose 8 or 4")
     if not 0 <= s.embedding_dim <= s.hidden:
         raise PipelineError(f"{src}: 'student.embedding_dim' = {s.embedding_dim} must be 0 (no factorization) or "
                             f"between 1 and student.hidden ({s.hidden})")

@@ -196,3 +196,86 @@ def test_config_checks_the_new_settings():
     for raw, msg in bad:
         with pytest.raises(PipelineError, match=msg.replace("(", r"\(").replace(")", r"\)")):
             config_from_dict(raw)
+
+
+def test_int8_dynamic_with_a_4bit_embedding_table(compact_student, tok, tmp_path):
+    """quantize.embedding_bits = 4: the word table becomes a GatherBlockQuantized (4-bit, blocks of 16 or 32),
+    the int32 row table stays exact, the file runs in ONNX Runtime and converts to .ort."""
+    import onnx
+
+    from distill.embeddings import compact_embeddings
+    from distill.models import load_model, save_model
+    from distill.vocab import training_vocab
+    from export.checks import check_inputs, ort_runner, ort_session, torch_runner
+    from export.registry import ExportJob, get_exporter
+
+    bert = _bert()
+    compact_embeddings(bert.hf, training_vocab(tok, TRAIN, 32, 10_000)[0], 16, tok.pad_token_id)
+    save_model(tmp_path / "s16", bert, tok, LABELS, "hf", 128)
+    m = load_model(tmp_path / "s16", "student")
+    fp32, q4, q8 = tmp_path / "fp32.onnx", tmp_path / "q4.onnx", tmp_path / "q8.onnx"
+    _run("onnx", m, fp32)
+
+    def dyn(model, out, bits):
+        job = ExportJob("student", model, out, QuantizeSection(embedding_bits=bits, dynamic_source="fp32"),
+                        ExportSection(), sources={"fp32": fp32})
+        return get_exporter("int8-dynamic").fn(job)
+
+    details = dyn(m, q4, 4)
+    assert details["embedding_4bit"]["block"] == 16 and details["embedding_4bit"]["dim"] == 16
+    assert details["quantized_ops"]["GatherBlockQuantized"] == 1
+    dyn(m, q8, 8)
+    graph = onnx.load(str(q4)).graph
+    names = {t.name: t.data_type for t in graph.initializer}
+    assert names["hf.bert.embeddings.word_embeddings.table.weight_Q4"] == onnx.TensorProto.UINT8  # 2 values a byte
+    assert "hf.bert.embeddings.word_embeddings.table.weight" not in names
+    assert any(t == onnx.TensorProto.INT32 for n, t in names.items() if "row_of_id" in n)
+    texts = [t for t, _ in make_texts(30, seed=4)] + ["excellent wonderful fun"]
+    inputs = check_inputs(tok, texts, 32)
+    ref = np.concatenate([torch_runner(m.model)(x, k) for x, k in inputs.batches])
+    got = np.concatenate([ort_runner(ort_session(q4))(x, k) for x, k in inputs.batches])
+    assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
+    # the table's share of the file halves: 4 bits per value against 8
+    table8 = next(t for t in onnx.load(str(q8)).graph.initializer if t.name.endswith("table.weight_quantized"))
+    assert len(graph_bytes := next(t for t in graph.initializer if t.name.endswith("_Q4")).raw_data) * 2 == \
+        len(table8.raw_data) == np.prod(table8.dims)
+    # and the .ort conversion (contrib op, uint4 tensor) keeps it
+    from export.ort_format import convert_to_ort
+
+    ort_file = tmp_path / "q4.ort"
+    convert_to_ort([("student", q4, ort_file)], "arm", ["SkipLayerNormFusion"])
+    again = np.concatenate([ort_runner(ort_session(ort_file))(x, k) for x, k in inputs.batches])
+    assert (again.argmax(-1) == got.argmax(-1)).mean() >= 0.9
+    # rows that no block size divides are one clear error
+    with pytest.raises(PipelineError, match="blocks of 16 or 32 values, but the embedding rows are 8 wide"):
+        fp8 = tmp_path / "fp8.onnx"
+        _run("onnx", compact_student, fp8)
+        job = ExportJob("student", compact_student, tmp_path / "x.onnx", QuantizeSection(embedding_bits=4),
+                        ExportSection(), sources={"fp32": fp8})
+        get_exporter("int8-dynamic").fn(job)
+
+
+@pytest.mark.parametrize("dim,block", [(32, 32), (48, 16), (64, 32)])
+def test_4bit_rows_match_onnxruntimes_kernel(dim, block):
+    """Our packing (odd block counts included) is what GatherBlockQuantized reads: its output equals the
+    dequantized table, and the quantization error is within half a step."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from export.embed4 import pack_uint4, quantize_rows_4bit
+
+    w = np.random.default_rng(0).normal(size=(10, dim)).astype(np.float32)
+    w[0] = 0.0  # a padding row stays exactly zero
+    q, s, zp = quantize_rows_4bit(w, block)
+    deq = ((q.reshape(10, -1, block).astype(np.float32) - zp[..., None]) * s[..., None]).reshape(10, dim)
+    assert np.all(np.abs(deq - w) <= s.repeat(block, axis=1) / 2 + 1e-6) and not deq[0].any()
+    node = helper.make_node("GatherBlockQuantized", ["d", "i", "s", "z"], ["y"], domain="com.microsoft",
+                            gather_axis=0, quantize_axis=1, block_size=block, bits=4)
+    inits = [numpy_helper.from_array(pack_uint4(q), "d"), numpy_helper.from_array(s, "s"),
+             numpy_helper.from_array(pack_uint4(zp), "z")]
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("i", TensorProto.INT64, [None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rows = np.array([0, 3, 9])
+    np.testing.assert_array_equal(sess.run(None, {"i": rows})[0], deq[rows])
