@@ -11,6 +11,8 @@ import pytest
 
 from test_bundle_stage import tiny_run_dict
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def run_cfg(tmp_path_factory):
