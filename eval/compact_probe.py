@@ -40,7 +40,26 @@ def build(student, cfg, work: Path) -> dict[str, Path]:
     return files
 
 
+def posthoc(cfg, reference: Path):
+    """The reference run's trained student with this config's vocabulary / factorization applied, unretrained."""
+    from distill.embeddings import compact_embeddings
+    from distill.models import load_model
+    from distill.vocab import training_vocab
+    from pipeline.data import read_split
+
+    s = cfg.student
+    student = load_model(reference / "distill" / "student", "student")
+    vmap = None
+    if s.vocab == "training":  # the same texts the distill stage builds the map from
+        texts = [r["text"] for r in read_split(reference / "logits", "distill_set")]
+        vmap, _ = training_vocab(student.tokenizer, texts, s.max_length, s.vocab_size_max)
+    compact_embeddings(student.model.hf, vmap, s.embedding_dim, student.tokenizer.pad_token_id)
+    student.model.eval()
+    return student
+
+
 def main(argv: list[str] | None = None) -> None:
+    from distill.embeddings import find_compact
     from distill.models import count_params, load_model, predict_logits
     from eval.metrics import scores
     from export.checks import ort_runner, ort_session, predict
@@ -52,6 +71,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", action="append", default=[], help="section.key=value, as for the pipeline")
     ap.add_argument("--reference", default="", help="a finished run folder whose student is compared")
+    ap.add_argument("--posthoc", action="store_true",
+                    help="no retraining: apply the run's student.vocab / embedding_dim to the --reference run's "
+                         "trained student (kept rows as trained, factorized by truncated SVD) and score that")
     ap.add_argument("--length", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=100)
@@ -59,24 +81,30 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = load_config(args.config, args.set)
         run = cfg.run_dir
-        student = load_model(run / "distill" / "student", "student")
+        if args.posthoc and not args.reference:
+            raise PipelineError("--posthoc needs --reference (the run whose trained student is compacted)")
+        student = posthoc(cfg, Path(args.reference)) if args.posthoc else load_model(run / "distill" / "student")
         ref_ort = Path(args.reference) / "export" / "student" / "int8-dynamic.ort" if args.reference else None
         if ref_ort is not None and not ref_ort.is_file():
-            raise PipelineError(f"{ref_ort} is missing: --reference needs a run whose export stage finished")
+            print(f"(no timing: {ref_ort} is not there yet; it needs the reference run's export stage)")
+            ref_ort = None
     except PipelineError as e:
         raise SystemExit(f"error: {e}") from None
     labels = read_labels(run / "data")
     rows = read_split(run / "data", "test")
     texts, y = [r["text"] for r in rows], np.array([labels.index(r["label"]) for r in rows])
     bs = cfg.teacher.eval_batch_size
+    run = Path(args.reference) if args.posthoc else run
     params = count_params(student.model)
     torch_acc = scores(predict_logits(student.model, student.tokenizer, texts, student.max_length, bs), y, len(labels))
-    meta = json.loads((student.folder / "pocketformer.json").read_text())
-    print(f"\nstudent of {run}: {json.dumps(meta.get('embedding', 'full teacher vocabulary'))}, "
+    compact = find_compact(student.model)
+    print(f"\n{'post-hoc compacted ' if args.posthoc else ''}student of {run}: "
+          f"{json.dumps(compact.spec) if compact else 'full teacher vocabulary'}, "
           f"quantize.embedding_bits = {cfg.quantize.embedding_bits}; {params['params']:,} parameters "
           f"({params['embedding_params']:,} embedding); test split {len(texts)} texts\n")
     print("| file | size bytes | test accuracy | macro-F1 |\n|---|---|---|---|")
-    print(f"| PyTorch | {(student.folder / 'model.safetensors').stat().st_size} | {torch_acc['accuracy']:.4f} | "
+    size = "-" if args.posthoc else (student.folder / "model.safetensors").stat().st_size
+    print(f"| PyTorch | {size} | {torch_acc['accuracy']:.4f} | "
           f"{torch_acc['macro_f1']:.4f} |")
     with tempfile.TemporaryDirectory() as tmp:
         files = build(student, cfg, Path(tmp))

@@ -68,6 +68,8 @@ def test_exports_bench_and_bundle_take_tokenizer_ids(run_cfg):
     fp32 = next(r for r in results["rows"] if (r["model"], r["variant"], r["format"]) == ("student", "fp32", "onnx"))
     assert abs(fp32["flops_graph_check"]["ratio_to_formula"] - 1) < 0.02, fp32["flops_graph_check"]
     meta = json.loads((run_cfg.run_dir / "bundle" / "metadata.json").read_text())
+    assert meta["vocabulary"]["rows"] == 24 and meta["vocabulary"]["kept_ids_file"] == "tokenizer/vocab_map.json"
+    assert (run_cfg.run_dir / "bundle" / "tokenizer" / "vocab_map.json").is_file()
     agreement = meta["string_model_check"]
     assert agreement["agreement"] >= 0.99 and agreement["texts"] > 0
     # the string-in model takes raw text, including words the student's vocabulary dropped
