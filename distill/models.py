@@ -17,7 +17,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from distill.batching import bucketed_batches, encode, pad
-from distill.embeddings import EMBEDDING_KEY, find_compact, load_compact_hf
+from distill.embeddings import EMBEDDING_KEY, CompactEmbedding, find_compact, load_compact_hf
 from distill.lstm import RNNClassifier
 from pipeline.errors import PipelineError
 
@@ -99,8 +99,6 @@ def load_model(folder: Path, name: str = "model") -> LoadedModel:
 def count_params(model: nn.Module) -> dict[str, int]:
     """Total parameters and how many sit in embedding tables (word, position, token type; a factorized
     embedding's E x H projection counts as embedding, as in ALBERT)."""
-    from distill.embeddings import CompactEmbedding
-
     total = sum(p.numel() for p in model.parameters())
     emb = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding))
     emb += sum(m.proj.weight.numel() for m in model.modules() if isinstance(m, CompactEmbedding) and m.proj is not None)

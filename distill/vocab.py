@@ -20,7 +20,6 @@ import numpy as np
 from distill.lm_student import VocabMap
 
 
-
 def training_vocab(tokenizer, texts: Sequence[str], max_length: int, cap: int) -> tuple[VocabMap, dict]:
     """The ids `texts` use (as encoded for training), at most `cap` rows with "other". Returns the map and
     what it kept (for the stage summary)."""
@@ -36,7 +35,8 @@ def training_vocab(tokenizer, texts: Sequence[str], max_length: int, cap: int) -
     vocab = len(tokenizer)
     vmap = VocabMap(kept_ids, vocab, has_other=len(kept_ids) < vocab)
     total = sum(counts.values())
-    covered = sum(c for i, c in counts.items() if i in set(kept_ids.tolist()))
+    kept = set(kept_ids.tolist())
+    covered = sum(c for i, c in counts.items() if i in kept)
     info = {"teacher_vocab": vocab, "rows": vmap.size, "training_ids_used": len(counts),
             "training_ids_dropped": max(0, len(ranked) - room),
             "training_token_coverage": covered / total if total else 1.0}

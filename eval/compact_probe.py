@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.posthoc and not args.reference:
             raise PipelineError("--posthoc needs --reference (the run whose trained student is compacted)")
         student = posthoc(cfg, Path(args.reference)) if args.posthoc else load_model(run / "distill" / "student")
+        run = Path(args.reference) if args.posthoc else run  # whose data split is scored
         ref_ort = Path(args.reference) / "export" / "student" / "int8-dynamic.ort" if args.reference else None
         if ref_ort is not None and not ref_ort.is_file():
             print(f"(no timing: {ref_ort} is not there yet; it needs the reference run's export stage)")
@@ -94,7 +95,6 @@ def main(argv: list[str] | None = None) -> None:
     rows = read_split(run / "data", "test")
     texts, y = [r["text"] for r in rows], np.array([labels.index(r["label"]) for r in rows])
     bs = cfg.teacher.eval_batch_size
-    run = Path(args.reference) if args.posthoc else run
     params = count_params(student.model)
     torch_acc = scores(predict_logits(student.model, student.tokenizer, texts, student.max_length, bs), y, len(labels))
     compact = find_compact(student.model)
