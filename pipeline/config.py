@@ -483,12 +483,12 @@ def _validate_sizes(cfg: Config) -> None:
     if not 0 <= s.embedding_dim <= s.hidden:
         raise PipelineError(f"{src}: 'student.embedding_dim' = {s.embedding_dim} must be 0 (no factorization) or "
                             f"between 1 and student.hidden ({s.hidden})")
+    if s.max_positions < 0 or b.max_length < 0:
+        raise PipelineError(f"{src}: 'student.max_positions' and 'baseline.max_length' must be >= 0 (0 = default)")
     if s.max_positions and s.max_positions < s.max_length:
         raise PipelineError(f"{src}: 'student.max_positions' = {s.max_positions} is below 'student.max_length' = "
                             f"{s.max_length}: training texts would run past the position table; raise "
                             f"max_positions or set it to 0")
-    if s.max_positions < 0 or b.max_length < 0:
-        raise PipelineError(f"{src}: 'student.max_positions' and 'baseline.max_length' must be >= 0 (0 = default)")
 
 
 def student_positions(s: StudentSection) -> int:

@@ -196,7 +196,9 @@ def test_config_checks_the_new_settings():
            ({"baseline": {"vocab_size_max": 4}}, "'baseline.vocab_size_max' = 4 cannot hold"),
            ({"student": {**base["student"], "embedding_dim": 64}}, "'student.embedding_dim' = 64 must be 0"),
            ({"student": {"max_positions": 64}}, "'student.max_positions' = 64 is below 'student.max_length' = 128"),
-           ({"baseline": {"max_length": -1}}, "must be >= 0")]
+           ({"baseline": {"max_length": -1}}, "must be >= 0"),
+           ({"student": {"max_positions": -1}}, "'student.max_positions' and 'baseline.max_length' must be >= 0"),
+           ({"quantize": {"embedding_bits": 6}}, "'quantize.embedding_bits' = 6; choose 8 or 4")]
     for raw, msg in bad:
         with pytest.raises(PipelineError, match=msg.replace("(", r"\(").replace(")", r"\)")):
             config_from_dict(raw)
