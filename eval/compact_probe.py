@@ -42,13 +42,17 @@ def build(student, cfg, work: Path) -> dict[str, Path]:
 
 def posthoc(cfg, reference: Path):
     """The reference run's trained student with this config's vocabulary / factorization applied, unretrained."""
-    from distill.embeddings import compact_embeddings
+    from distill.embeddings import compact_embeddings, find_compact
     from distill.models import load_model
     from distill.vocab import training_vocab
     from pipeline.data import read_split
+    from pipeline.errors import PipelineError
 
     s = cfg.student
     student = load_model(reference / "distill" / "student", "student")
+    if find_compact(student.model) is not None:
+        raise PipelineError(f"--posthoc compacts a student with the teacher's whole table; {reference} already "
+                            f"has a restricted or factorized one: leave --posthoc out to score it")
     vmap = None
     if s.vocab == "training":  # the same texts the distill stage builds the map from
         texts = [r["text"] for r in read_split(reference / "logits", "distill_set")]

@@ -81,3 +81,31 @@ def test_exports_bench_and_bundle_take_tokenizer_ids(run_cfg):
     sess = ort.InferenceSession(str(text_model), so, providers=["CPUExecutionProvider"])
     out = sess.run(None, {sess.get_inputs()[0].name: np.array(["excellent wonderful fun day"])})
     assert out[0].shape[-1] == 3
+
+
+def _toml(d: dict) -> str:
+    """The run dict as TOML (strings, numbers, booleans and lists of them are all it holds)."""
+    def lit(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list):
+            return "[" + ", ".join(lit(x) for x in v) + "]"
+        return json.dumps(v)
+    return "\n".join(f"[{name}]\n" + "\n".join(f"{k} = {lit(v)}" for k, v in sec.items()) + "\n"
+                     for name, sec in d.items())
+
+
+def test_compact_probe_scores_the_run_and_refuses_posthoc_on_a_compact_student(run_cfg, tmp_path, capsys):
+    from eval.compact_probe import main
+    from pipeline.config import dumps
+
+    cfg_file = tmp_path / "run.toml"
+    raw = json.loads(dumps(run_cfg))
+    cfg_file.write_text(_toml({k: raw[k] for k in ("run", "data", "teacher", "student", "quantize", "export")}))
+    main(["--config", str(cfg_file), "--reference", str(run_cfg.run_dir), "--rounds", "1", "--calls", "3"])
+    out = capsys.readouterr().out
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    assert {"PyTorch", "fp32", "optimized", "int8-dynamic", "int8-dynamic.ort"} <= set(rows)
+    assert '"rows": 24' in out and "ratio" in out
+    with pytest.raises(SystemExit, match="already has a restricted or factorized one"):
+        main(["--config", str(cfg_file), "--reference", str(run_cfg.run_dir), "--posthoc"])
