@@ -5,7 +5,7 @@ small student; int8 halves nothing more. ONNX Runtime's contrib op GatherBlockQu
 looks rows up in a 4-bit table with one scale and zero point per block of `block` values along a row, and
 its kernel reads uint8 bytes holding two 4-bit values each, low nibble first, row by row.
 Only the word table is converted (the Gather the token ids reach): position and token-type tables are
-small, and the int32 id -> row table must stay exact.
+small, and the integer id -> row table must stay exact.
 The quantization is written here (asymmetric, round to nearest, as ORT's own weight-only quantizer does),
 since that quantizer's module needs the onnx-ir package this project does not install.
 """

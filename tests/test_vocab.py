@@ -129,7 +129,7 @@ def _run(key, model, out, sources=None, calibration=()):
 
 def test_exported_graphs_take_tokenizer_ids_and_run_512_tokens(compact_student, tmp_path):
     """fp32, optimized and int8 files of the compact student: the id -> row Gather is in the graph, the
-    int8 file quantizes the embedding table (not the int32 row table), and a 512-token input runs."""
+    int8 file quantizes the embedding table (not the int16 row table), and a 512-token input runs."""
     import onnx
 
     from export.checks import check_inputs, ort_runner, ort_session, torch_runner
@@ -146,13 +146,13 @@ def test_exported_graphs_take_tokenizer_ids_and_run_512_tokens(compact_student, 
         np.testing.assert_allclose(got, ref, atol=1e-4)
     got = np.concatenate([ort_runner(ort_session(q8))(x, m) for x, m in inputs.batches])
     assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.9
-    fp16 = tmp_path / "fp16.onnx"  # half precision leaves the int32 row table alone
+    fp16 = tmp_path / "fp16.onnx"  # half precision leaves the int16 row table alone
     _run("fp16", compact_student, fp16, {"fp32": fp32, "optimized": opt})
     half = np.concatenate([ort_runner(ort_session(fp16))(x, m) for x, m in inputs.batches])
     np.testing.assert_allclose(half, ref, atol=2e-2)
     model = onnx.load(str(q8))
     types = {t.name: t.data_type for t in model.graph.initializer}
-    rows = [n for n, t in types.items() if t == onnx.TensorProto.INT32 and "row_of_id" in n]
+    rows = [n for n, t in types.items() if t == onnx.TensorProto.INT16 and "row_of_id" in n]
     assert rows, "the id -> row table is not a constant of the int8 graph"
     assert types.get("hf.bert.embeddings.word_embeddings.table.weight_quantized") in (onnx.TensorProto.INT8,
                                                                                      onnx.TensorProto.UINT8)
@@ -206,7 +206,7 @@ def test_config_checks_the_new_settings():
 
 def test_int8_dynamic_with_a_4bit_embedding_table(compact_student, tok, tmp_path):
     """quantize.embedding_bits = 4: the word table becomes a GatherBlockQuantized (4-bit, blocks of 16 or 32),
-    the int32 row table stays exact, the file runs in ONNX Runtime and converts to .ort."""
+    the int16 row table stays exact, the file runs in ONNX Runtime and converts to .ort."""
     import onnx
 
     from distill.embeddings import compact_embeddings
@@ -235,7 +235,7 @@ def test_int8_dynamic_with_a_4bit_embedding_table(compact_student, tok, tmp_path
     names = {t.name: t.data_type for t in graph.initializer}
     assert names["hf.bert.embeddings.word_embeddings.table.weight_Q4"] == onnx.TensorProto.UINT8  # 2 values a byte
     assert "hf.bert.embeddings.word_embeddings.table.weight" not in names
-    assert any(t == onnx.TensorProto.INT32 for n, t in names.items() if "row_of_id" in n)
+    assert any(t == onnx.TensorProto.INT16 for n, t in names.items() if "row_of_id" in n)
     texts = [t for t, _ in make_texts(30, seed=4)] + ["excellent wonderful fun"]
     inputs = check_inputs(tok, texts, 32)
     ref = np.concatenate([torch_runner(m.model)(x, k) for x, k in inputs.batches])
