@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from distill.embeddings import CompactEmbedding, compact_from
+
 
 @dataclass
 class RNNConfig:
@@ -25,6 +27,9 @@ class RNNConfig:
     cell: str = "lstm"
     dropout: float = 0.2
     pad_token_id: int = 0
+    # > 0: the embedding is a CompactEmbedding with this many rows (restricted vocabulary, distill/vocab.py);
+    # input ids stay the tokenizer's (vocab_size of them)
+    vocab_rows: int = 0
     model_type: str = "rnn-classifier"
 
 
@@ -42,7 +47,9 @@ class RNNClassifier(nn.Module):
         super().__init__()
         self.config = cfg
         rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[cfg.cell]
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.embed_dim, padding_idx=cfg.pad_token_id)
+        self.embed: nn.Module = nn.Embedding(cfg.vocab_size, cfg.embed_dim, padding_idx=cfg.pad_token_id)
+        if cfg.vocab_rows:
+            self.embed = CompactEmbedding(cfg.vocab_size, cfg.vocab_rows, cfg.embed_dim, cfg.embed_dim)
         dirs = 2 if cfg.bidirectional else 1
         self.fwd = nn.ModuleList()
         self.bwd = nn.ModuleList()
@@ -70,6 +77,11 @@ class RNNClassifier(nn.Module):
         # finite large negative rather than -inf: stays finite in fp16 exports
         mx = (x * mask + (mask - 1.0) * 1e4).max(1).values  # (B, D)
         return self.head(self.drop(torch.cat([mean, mx], dim=-1)))
+
+    def restrict_vocab(self, vmap) -> None:
+        """Keep only vmap's rows of the embedding (the tokenizer's ids still go in)."""
+        self.embed = compact_from(self.embed, vmap, 0, self.config.pad_token_id)
+        self.config.vocab_rows = vmap.size
 
     def save(self, folder: Path) -> None:
         from safetensors.torch import save_file

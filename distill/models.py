@@ -17,6 +17,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from distill.batching import bucketed_batches, encode, pad
+from distill.embeddings import EMBEDDING_KEY, CompactEmbedding, find_compact, load_compact_hf
 from distill.lstm import RNNClassifier
 from pipeline.errors import PipelineError
 
@@ -64,7 +65,12 @@ def save_model(folder: Path, model: nn.Module, tokenizer, labels: Sequence[str],
         model.save(folder)
     tokenizer.save_pretrained(folder)
     (folder / "labels.json").write_text(json.dumps(list(labels), indent=2))
-    (folder / "pocketformer.json").write_text(json.dumps({"kind": kind, "max_length": max_length}, indent=2))
+    meta: dict = {"kind": kind, "max_length": max_length}
+    compact = find_compact(model)
+    if compact is not None:
+        meta[EMBEDDING_KEY] = compact.spec
+        compact.vocab_map().save(folder)  # the kept ids, readable without loading the weights
+    (folder / "pocketformer.json").write_text(json.dumps(meta, indent=2))
 
 
 def load_model(folder: Path, name: str = "model") -> LoadedModel:
@@ -77,8 +83,10 @@ def load_model(folder: Path, name: str = "model") -> LoadedModel:
                             f"run the stage that trains it first")
     meta = json.loads(meta_path.read_text())
     try:
-        if meta["kind"] == "hf":
-            model: nn.Module = HFLogits(AutoModelForSequenceClassification.from_pretrained(folder))
+        if meta["kind"] == "hf" and EMBEDDING_KEY in meta:  # restricted / factorized input embedding
+            model = HFLogits(load_compact_hf(folder, meta[EMBEDDING_KEY]))
+        elif meta["kind"] == "hf":
+            model = HFLogits(AutoModelForSequenceClassification.from_pretrained(folder))
         else:
             model = RNNClassifier.load(folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -89,9 +97,11 @@ def load_model(folder: Path, name: str = "model") -> LoadedModel:
 
 
 def count_params(model: nn.Module) -> dict[str, int]:
-    """Total parameters and how many sit in embedding tables (word, position, token type)."""
+    """Total parameters and how many sit in embedding tables (word, position, token type; a factorized
+    embedding's E x H projection counts as embedding, as in ALBERT)."""
     total = sum(p.numel() for p in model.parameters())
     emb = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding))
+    emb += sum(m.proj.weight.numel() for m in model.modules() if isinstance(m, CompactEmbedding) and m.proj is not None)
     return {"params": total, "embedding_params": emb, "non_embedding_params": total - emb}
 
 

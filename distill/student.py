@@ -6,7 +6,7 @@ from typing import Callable
 import torch
 
 from distill.models import HFLogits
-from pipeline.config import StudentSection
+from pipeline.config import StudentSection, student_positions
 from pipeline.errors import PipelineError
 
 

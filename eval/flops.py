@@ -3,7 +3,8 @@
 Encoder (per token): L * (8 d^2 + 4 d d_ff + 4 n d): Q/K/V/O projections, the feed-forward pair, and
 attention scores + weighted sum, which grow with the length n - so a sequence costs n times that.
 LSTM cell (per token, per direction): 8 h (d_in + h), four gates; GRU: three gates, 6 h (d_in + h).
-Embedding lookups, layer norms, softmax and the classifier head are ignored (well under 1%).
+Embedding lookups, layer norms, softmax and the classifier head are ignored (well under 1%); a factorized
+embedding's E x H projection (distill/embeddings.py) is counted: 2 E H per token.
 """
 from __future__ import annotations
 
@@ -32,6 +33,17 @@ def folder_flops(folder: Path, n: int) -> int | None:
     if not path.is_file():
         return None
     c = json.loads(path.read_text())
+    base = _arch_flops(c, n)
+    return None if base is None else base + n * _projection_flops(Path(folder))
+
+
+def _projection_flops(folder: Path) -> int:
+    meta = folder / "pocketformer.json"
+    spec = json.loads(meta.read_text()).get("embedding") if meta.is_file() else None
+    return 2 * spec["dim"] * spec["out_dim"] if spec and spec["dim"] != spec["out_dim"] else 0
+
+
+def _arch_flops(c: dict, n: int) -> int | None:
     if c.get("model_type") == "rnn-classifier":
         return rnn_flops(c["layers"], c["embed_dim"], c["hidden"], c["bidirectional"], n, c.get("cell", "lstm"))
     if {"num_hidden_layers", "hidden_size", "intermediate_size"} <= c.keys():

@@ -174,6 +174,6 @@ def convert_fp16(src: Path, out: Path, model_name: str) -> dict[str, int]:
 
 
 def _quantized(counts: dict[str, int]) -> dict[str, int]:
-    keep = ("DynamicQuantizeLSTM", "MatMulInteger", "QAttention", "QEmbedLayerNormalization", "QuantizeLinear",
+    keep = ("GatherBlockQuantized", "DynamicQuantizeLSTM", "MatMulInteger", "QAttention", "QEmbedLayerNormalization", "QuantizeLinear",
             "DequantizeLinear", "DynamicQuantizeLinear", "LSTM", "MatMul", "Cast")
     return {op: counts[op] for op in keep if counts.get(op)}

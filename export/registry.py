@@ -6,6 +6,7 @@ tests/test_export_*.py (tests/test_export_registry.py fails otherwise).
 """
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -109,8 +110,15 @@ def _int8_dynamic(job: ExportJob) -> dict:
     # the fused graph by default (QAttention; faster, export/quantize.py); the fp32 one for an LSTM, which
     # has no optimized file, or when quantize.dynamic_source says so
     src_name, src = _source(job, *dict.fromkeys([job.quantize.dynamic_source, "fp32"]))
-    ops = quantize_int8_dynamic(src, job.out, job.model_name, job.quantize.per_channel)
-    return {"source": src_name, "quantized_ops": ops, "per_channel": job.quantize.per_channel}
+    details: dict = {"source": src_name, "per_channel": job.quantize.per_channel}
+    with tempfile.TemporaryDirectory() as tmp:
+        if job.quantize.embedding_bits == 4:  # the word table first, so quantize_dynamic leaves it alone
+            from export.embed4 import embedding_to_4bit
+
+            details["embedding_4bit"] = embedding_to_4bit(src, Path(tmp) / "embed4.onnx", job.model_name)
+            src = Path(tmp) / "embed4.onnx"
+        details["quantized_ops"] = quantize_int8_dynamic(src, job.out, job.model_name, job.quantize.per_channel)
+    return details
 
 
 @exporter("int8-static", "onnx", lossless=False)

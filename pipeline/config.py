@@ -90,7 +90,22 @@ class StudentSection:
     # random | teacher-pca (word embeddings projected from the teacher's by PCA)
     # | teacher-layers (copy embeddings and every k-th layer; needs hidden == teacher hidden)
     init: str = "teacher-pca"
-    max_length: int = 128
+    max_length: int = 128  # training texts are cut to this many tokens
+    # Position table size, i.e. the longest input the exported student serves; 0 = max(max_length, 64).
+    # Independent of max_length so a student trained on short texts can still take 256 or 512 tokens;
+    # positions past max_length are only trained if some text reaches them (raise max_length for that).
+    max_positions: int = 0
+    # Input vocabulary (distill/vocab.py): "teacher" keeps the teacher's whole table (30,522 rows for
+    # MiniLM, 3.9M of the demo student's 4.7M parameters); "training" keeps the ids the distillation texts
+    # use, at most vocab_size_max rows, and sends every other id to one "other" row. The tokenizer is
+    # unchanged either way: the id -> row table sits inside the model and its exported graphs.
+    vocab: str = "teacher"
+    # Cap for vocab = "training" (most frequent ids kept; special tokens always). 16,384 is also the
+    # largest dimension ONNX Runtime's Core ML provider accepts.
+    vocab_size_max: int = 16384
+    # ALBERT-style factorized embedding: a vocab x embedding_dim table and an embedding_dim x hidden
+    # projection. 0 = off (the table is vocab x hidden).
+    embedding_dim: int = 0
 
 
 @dataclass(frozen=True)
@@ -123,6 +138,12 @@ class BaselineSection:
     # Tang et al. 2019 distil with MSE on logits; kl uses the temperature of [distill].
     distill_loss: str = "mse"
     distill_alpha: float = 1.0
+    # Longest input the RNNs train on and serve (no position table limits them); 0 = teacher.max_length.
+    max_length: int = 0
+    # Input vocabulary, as student.vocab: "teacher" (whole table) or "training" (ids the distillation
+    # texts use, at most vocab_size_max rows, the rest -> one "other" row).
+    vocab: str = "teacher"
+    vocab_size_max: int = 16384
 
 
 @dataclass(frozen=True)
@@ -143,6 +164,10 @@ class QuantizeSection:
     # uint8 activations: ORT's CPU int8 kernels on x86 and ARM are built around u8 activations x s8
     # weights, and NPU providers accept uint8 QDQ; set "int8" to compare on your target.
     activation_type: str = "uint8"
+    # Bits of the word-embedding table in the int8-dynamic files: 8, or 4 (ONNX Runtime's contrib op
+    # GatherBlockQuantized, one scale and zero point per 32 values of a row; export/embed4.py). The rest
+    # of the graph stays int8. Rows must be a multiple of 16 wide.
+    embedding_bits: int = 8
     # Per-channel weight scales, for int8 static and dynamic alike: on the demo teacher's dynamic int8
     # they kept test accuracy at 0.7602 (fp32: 0.7600) where one scale per tensor gave 0.7547.
     per_channel: bool = True
@@ -428,6 +453,8 @@ _CHOICES = {
     ("data", "on_empty_text"): ("error", "drop"),
     ("teacher", "on_too_long"): ("truncate", "error"),
     ("student", "init"): ("random", "teacher-pca", "teacher-layers"),
+    ("student", "vocab"): ("teacher", "training"),
+    ("baseline", "vocab"): ("teacher", "training"),
     ("baseline", "cell"): ("lstm", "gru"),
     ("baseline", "distill_loss"): ("mse", "kl"),
     ("run", "task"): ("classification", "generation"),
@@ -449,8 +476,40 @@ def validate(cfg: Config) -> None:
     problem = check_all(cfg)
     if problem:
         raise PipelineError(f"{cfg.source}: {problem}")
+    _validate_sizes(cfg)
     if not cfg.run.name or "/" in cfg.run.name or cfg.run.name.startswith("."):
         raise PipelineError(f"{cfg.source}: 'run.name' must be a plain folder name, got {cfg.run.name!r}")
+
+
+def _validate_sizes(cfg: Config) -> None:
+    """Vocabulary, embedding and length settings of the student and the baselines."""
+    s, b, src = cfg.student, cfg.baseline, cfg.source
+    for where, cap in (("student.vocab_size_max", s.vocab_size_max), ("baseline.vocab_size_max", b.vocab_size_max)):
+        if cap < 16:
+            raise PipelineError(f"{src}: '{where}' = {cap} cannot hold the special tokens and a vocabulary; "
+                                f"use at least 16 (16384 keeps the demo's whole training vocabulary)")
+    if cfg.quantize.embedding_bits not in (4, 8):
+        raise PipelineError(f"{src}: 'quantize.embedding_bits' = {cfg.quantize.embedding_bits}; choose 8 or 4")
+    if not 0 <= s.embedding_dim <= s.hidden:
+        raise PipelineError(f"{src}: 'student.embedding_dim' = {s.embedding_dim} must be 0 (no factorization) or "
+                            f"between 1 and student.hidden ({s.hidden})")
+    if s.max_positions < 0 or b.max_length < 0:
+        raise PipelineError(f"{src}: 'student.max_positions' and 'baseline.max_length' must be >= 0 (0 = default)")
+    if s.max_positions and s.max_positions < s.max_length:
+        raise PipelineError(f"{src}: 'student.max_positions' = {s.max_positions} is below 'student.max_length' = "
+                            f"{s.max_length}: training texts would run past the position table; raise "
+                            f"max_positions or set it to 0")
+
+
+def student_positions(s: StudentSection) -> int:
+    """The student's position table: student.max_positions, else max(max_length, 64) as before it existed."""
+    return s.max_positions or max(s.max_length, 64)
+
+
+def student_serving_length(s: StudentSection) -> int:
+    """Longest input the saved student is used with (eval, export, bundle): its whole position table when
+    max_positions is set, else its training max_length."""
+    return s.max_positions or s.max_length
 
 
 def dumps(cfg: Config) -> str:

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import torch
 
-from pipeline.config import Config
+from pipeline.config import Config, student_positions, student_serving_length
 from pipeline.data import build_splits, read_labels, read_split, write_jsonl
 from pipeline.stage import StageContext, register
 
@@ -126,13 +126,32 @@ def stage_distill(ctx: StageContext) -> dict:
         teacher.model.hf.set_attn_implementation("eager")
     student = build_student(cfg.student, teacher.model, labels, layer_map, attn_eager=eager)
     texts, y, tl = _distill_set(ctx.input("logits"), labels)
+    embedding = _student_embedding(cfg.student, student, teacher.tokenizer, texts)
     summary = distill_student(student, teacher.model, teacher.tokenizer, texts, y, tl, cfg.distill, layer_map,
                               cfg.student.max_length, cfg.run.seed, train_options(ctx))
     student.cpu()
-    save_model(ctx.out / "student", student, teacher.tokenizer, labels, "hf", cfg.student.max_length)
+    save_model(ctx.out / "student", student, teacher.tokenizer, labels, "hf", student_serving_length(cfg.student))
+    summary["embedding"] = embedding
     summary.update(count_params(student))
     summary["teacher_params"] = count_params(teacher.model)
     return summary
+
+
+def _student_embedding(s, student, tok, texts: list[str]) -> dict:
+    """Apply student.vocab / embedding_dim to a built student of any arch (distill/embeddings.py)."""
+    from distill.embeddings import compact_embeddings
+    from distill.vocab import training_vocab
+
+    info: dict = {"vocab": s.vocab, "embedding_dim": s.embedding_dim or s.hidden,
+                  "positions": student_positions(s)}
+    if s.vocab == "teacher" and not s.embedding_dim:
+        return info
+    vmap = None
+    if s.vocab == "training":
+        vmap, kept = training_vocab(tok, texts, s.max_length, s.vocab_size_max)
+        info.update(kept)
+    compact_embeddings(student.hf, vmap, s.embedding_dim, tok.pad_token_id)
+    return info
 
 
 @register("baseline", deps=("data", "teacher", "logits"), sections=("baseline", "distill", "train"),
@@ -149,20 +168,33 @@ def stage_baseline(ctx: StageContext) -> dict:
     teacher = load_model(ctx.input("teacher") / "model", "teacher")
     tok = teacher.tokenizer
     vocab = len(tok)
-    summary = {}
-    seed_everything(cfg.run.seed)
+    max_len = b.max_length or cfg.teacher.max_length
+    summary: dict = {"max_length": max_len, "vocab": b.vocab}
     texts, y = _xy(ctx.input("data"), "train", labels)
-    plain = build_rnn(b, vocab, len(labels), tok.pad_token_id or 0)
-    summary["lstm"] = train_rnn(plain, tok, texts, y, b, cfg.teacher.max_length, cfg.run.seed, f"{b.cell}: gold labels",
-                                opts=train_options(ctx))
-    save_model(ctx.out / "lstm", plain.cpu(), tok, labels, "rnn", cfg.teacher.max_length)
-    seed_everything(cfg.run.seed)
     dtexts, dy, tl = _distill_set(ctx.input("logits"), labels)
-    distilled = build_rnn(b, vocab, len(labels), tok.pad_token_id or 0)
-    summary["lstm_distilled"] = train_rnn(distilled, tok, dtexts, dy, b, cfg.teacher.max_length, cfg.run.seed,
+    vmap = None
+    if b.vocab == "training":  # one map from the distillation texts for both RNNs (they hold the gold texts)
+        from distill.vocab import training_vocab
+
+        vmap, summary["vocab_kept"] = training_vocab(tok, dtexts, max_len, b.vocab_size_max)
+
+    def rnn():
+        m = build_rnn(b, vocab, len(labels), tok.pad_token_id or 0)
+        if vmap is not None:
+            m.restrict_vocab(vmap)
+        return m
+
+    seed_everything(cfg.run.seed)
+    plain = rnn()
+    summary["lstm"] = train_rnn(plain, tok, texts, y, b, max_len, cfg.run.seed, f"{b.cell}: gold labels",
+                                opts=train_options(ctx))
+    save_model(ctx.out / "lstm", plain.cpu(), tok, labels, "rnn", max_len)
+    seed_everything(cfg.run.seed)
+    distilled = rnn()
+    summary["lstm_distilled"] = train_rnn(distilled, tok, dtexts, dy, b, max_len, cfg.run.seed,
                                           f"{b.cell}: distilled", teacher_logits=tl, temperature=cfg.distill.temperature,
                                           opts=train_options(ctx))
-    save_model(ctx.out / "lstm_distilled", distilled.cpu(), tok, labels, "rnn", cfg.teacher.max_length)
+    save_model(ctx.out / "lstm_distilled", distilled.cpu(), tok, labels, "rnn", max_len)
     summary.update(count_params(plain))
     return summary
 

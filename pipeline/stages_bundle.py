@@ -40,6 +40,16 @@ def published_check(cfg, manifest: dict) -> str | None:
     return published_differs(cfg.run_dir / "bundle", Path(dist))
 
 
+def vocabulary(tok_dir: Path) -> dict:
+    """How the model reads token ids: always the tokenizer's own; a restricted or factorized embedding maps
+    them to its rows inside the graph (distill/embeddings.py), with the kept ids in tokenizer/vocab_map.json."""
+    spec = json.loads((tok_dir / "pocketformer.json").read_text()).get("embedding")
+    if spec is None:
+        return {"input_ids": "tokenizer ids", "rows": "the tokenizer's whole vocabulary"}
+    return {"input_ids": "tokenizer ids (the id -> row table is inside the model)", **spec,
+            "kept_ids_file": "tokenizer/vocab_map.json" if (tok_dir / "vocab_map.json").is_file() else None}
+
+
 @register("bundle", deps=("data", "teacher", "distill", "baseline", "quantize", "export", "report"),
           sections=("bundle",), check=published_check)
 def stage_bundle(ctx: StageContext) -> dict:
@@ -147,6 +157,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     meta = {"run": cfg.run.name, "dist_path": str(dist),
             "model": {"name": name, "variant": variant, "choice": row["choice"]},
             "models": models, "max_length": max_length, "labels": labels,
+            "vocabulary": vocabulary(tok_src),
             "label_map": {str(i): lab for i, lab in enumerate(labels)},
             "text_normalisation": normalisation(tokenizer, max_length),
             "accuracy": {**acc, "split": "test", "texts": len(texts), "source": "the .onnx twin of the .ort file "

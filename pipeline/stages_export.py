@@ -89,8 +89,9 @@ def stage_quantize(ctx: StageContext) -> dict:
         m = _load(ctx, name, "onnx")
         folder = ctx.out / name
         m.tokenizer.save_pretrained(folder / "tokenizer")
-        for meta in ("labels.json", "pocketformer.json"):  # label order; kind and max_length
-            shutil.copy2(m.folder / meta, folder / "tokenizer" / meta)
+        for meta in ("labels.json", "pocketformer.json", "vocab_map.json"):  # label order; kind, max_length;
+            if (m.folder / meta).is_file():  # the kept ids of a restricted vocabulary (distill/vocab.py)
+                shutil.copy2(m.folder / meta, folder / "tokenizer" / meta)
         inputs = check_inputs(m.tokenizer, check_texts, m.max_length)
         ref = torch_runner(m.model)
         params = count_params(m.model)
