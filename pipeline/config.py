@@ -75,7 +75,9 @@ class AugmentSection:
 
 @dataclass(frozen=True)
 class StudentSection:
-    arch: str = "bert"  # registry key, see distill.student.STUDENTS
+    # registry key, see distill.student.STUDENTS: "bert" (transformers' BERT) or "npu" (distill/npu_student.py:
+    # ops the NNAPI / CoreML providers take; the quantize stage adds static per-length NPU files for it)
+    arch: str = "bert"
     layers: int = 4
     hidden: int = 128
     heads: int = 4
@@ -148,6 +150,11 @@ class QuantizeSection:
     # The ONNX file int8-dynamic quantizes: "optimized" (fused attention -> QAttention; falls back to fp32
     # for models without one) or "fp32" (ORT fuses the quantized MatMuls at load). See export/quantize.py.
     dynamic_source: str = "optimized"
+    # Static-shape NPU files for a student.arch = "npu" model (export/npu.py): one file per provider variant
+    # (registry export.npu.NPU_VARIANTS) and per sequence length, since NNAPI and the CoreML provider run
+    # fixed shapes only. With student.arch = "npu", lengths must lie in 3..student.max_length.
+    npu_variants: list[str] = field(default_factory=lambda: ["nnapi-int8", "coreml-int8w"])
+    npu_lengths: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
     check_samples: int = 64
     lossless_atol: float = 1e-4
     min_argmax_agreement: float = 0.9
@@ -435,6 +442,10 @@ def validate(cfg: Config) -> None:
     if cfg.student.hidden % cfg.student.heads:
         raise PipelineError(f"{cfg.source}: 'student.hidden' ({cfg.student.hidden}) must be divisible by "
                             f"'student.heads' ({cfg.student.heads})")
+    bad = [n for n in cfg.quantize.npu_lengths if not 3 <= n <= cfg.student.max_length]
+    if bad and cfg.student.arch == "npu" and cfg.quantize.npu_variants:
+        raise PipelineError(f"{cfg.source}: 'quantize.npu_lengths' has {bad}: every length must lie in "
+                            f"3..student.max_length ({cfg.student.max_length})")
     if not 0.0 <= cfg.distill.alpha <= 1.0:
         raise PipelineError(f"{cfg.source}: 'distill.alpha' must be in [0, 1]")
     if cfg.distill.temperature <= 0:

@@ -52,7 +52,8 @@ def stage_quantize(ctx: StageContext) -> dict:
 
     Reads the model folders, data/{train,test}.jsonl and eval/accuracy.json. Writes
     quantize/<model>/<variant>.onnx, quantize/<model>/tokenizer/ (tokenizer + labels.json),
-    variants.json (one row per file with its check), accuracy.json/.md (eval's rows + the ONNX rows).
+    variants.json (one row per file with its check), accuracy.json/.md (eval's rows + the ONNX rows),
+    npu.json and quantize/<model>/npu/ (static per-length NPU files of an npu student, pipeline/stages_npu.py).
     """
     from distill.models import count_params
     from eval.metrics import scores
@@ -69,6 +70,9 @@ def stage_quantize(ctx: StageContext) -> dict:
         from export.optimize import fusion_options
 
         fusion_options("bert", q.skip_fusions)  # a misspelt fusion name, too
+    from pipeline.stages_npu import check_npu_settings, npu_rows
+
+    check_npu_settings(q)
     if "fp32" not in q.variants:
         raise PipelineError(f"quantize.variants = {q.variants} lacks 'fp32': every other ONNX variant is made from "
                             f"the fp32 export; add it")
@@ -81,7 +85,7 @@ def stage_quantize(ctx: StageContext) -> dict:
     fp32_acc = {r["model"]: r["accuracy"] for r in eval_rows}
     teacher_acc = fp32_acc.get("teacher")
     eval_keys = list(eval_rows[0]) if eval_rows else []
-    rows, acc_rows, skipped = [], [], []
+    rows, acc_rows, skipped, npu = [], [], [], []
     for name in q.models:
         m = _load(ctx, name, "onnx")
         folder = ctx.out / name
@@ -95,8 +99,10 @@ def stage_quantize(ctx: StageContext) -> dict:
         for variant in variants:
             exp = for_variant(variant)
             if exp.transformer_only and m.kind != "hf":
-                skipped.append({"model": name, "variant": variant, "reason": "transformer-only (an RNN has nothing "
-                                "for the attention / LayerNorm fusions to match)"})
+                why = ("the npu student's graph has no LayerNormalization / Gelu / BERT attention pattern to fuse "
+                       "(its layer norms are decomposed on purpose)" if m.kind == "npu" else
+                       "an RNN has nothing for the attention / LayerNorm fusions to match")
+                skipped.append({"model": name, "variant": variant, "reason": f"transformer-only ({why})"})
                 continue
             job.out, job.variant = folder / f"{variant}.onnx", variant
             details = exp.fn(job)
@@ -120,12 +126,15 @@ def stage_quantize(ctx: StageContext) -> dict:
             acc_rows.append({k: acc.get(k) for k in dict.fromkeys([*eval_keys, *acc])})  # eval's row shape
             print(f"[quantize] {name} {variant}: {size:,} bytes, accuracy {sc['accuracy']:.4f}, "
                   f"{check['kind']} {check['value']:.4g}")
+        if m.kind == "npu" and q.npu_variants:  # static per-length files for the NPU providers
+            npu += npu_rows(ctx, name, m, test_texts, y, check_texts, calibration, len(labels))
     (ctx.out / "variants.json").write_text(json.dumps(rows, indent=2))
+    (ctx.out / "npu.json").write_text(json.dumps(npu, indent=2))  # [] when no model is an npu student
     all_rows = eval_rows + acc_rows
     (ctx.out / "accuracy.json").write_text(json.dumps(all_rows, indent=2))
     cols = ["model", "variant", "format", "accuracy", "macro_f1", "accuracy_retention", "size_bytes"]
     (ctx.out / "accuracy.md").write_text(f"Test split: {len(test_texts)} texts\n\n" + markdown(all_rows, cols))
-    return {"rows": rows, "skipped": skipped, "test_texts": len(test_texts), "check_texts": len(check_texts),
+    return {"rows": rows, "npu_rows": npu, "skipped": skipped, "test_texts": len(test_texts), "check_texts": len(check_texts),
             "calibration_texts": len(calibration)}
 
 
