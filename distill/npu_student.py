@@ -6,7 +6,7 @@ What differs from the BERT student, and why (the providers' op lists are onnxrun
   NNAPI's list nor CoreML NeuralNetwork's.
 - ReLU in the feed-forward block: Erf (exact GELU) is not on NNAPI's list; ReLU is on every list and is
   the cheapest activation on a phone CPU too.
-- The additive attention mask is built once from the int mask (Cast / Sub / Mul, then Reshape to
+- The additive attention mask is built once from the int mask (Cast / Sub / Mul, then Unsqueeze to
   (B, 1, 1, T)) and broadcast by Add: no Where, no Expand, no finfo.min (a finite -1e4 stays finite in fp16
   and exp(-1e4) is exactly 0, so padding is still removed).
 - The first token is taken by Slice (a constant range), not by a Gather with a scalar index.
@@ -77,16 +77,15 @@ class Block(nn.Module):
         self.scale = self.head_dim ** -0.5
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, H, T, dh)
-        return x.reshape(x.shape[0], x.shape[1], self.heads, self.head_dim).transpose(1, 2)
+        return x.unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, add_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, T, D), add_mask (B, 1, 1, T) -> (B, T, D), attention probabilities (B, H, T, T)."""
-        B, T, D = x.shape
         q = self._split(self.q(x) * self.scale)  # scale folded into q: one Mul on (B, T, D), not on (B, H, T, T)
         k = self._split(self.k(x))
         v = self._split(self.v(x))
         probs = torch.softmax(q @ k.transpose(-1, -2) + add_mask, dim=-1)  # (B, H, T, T)
-        ctx = (self.drop(probs) @ v).transpose(1, 2).reshape(B, T, D)
+        ctx = (self.drop(probs) @ v).transpose(1, 2).flatten(2)  # (B, T, D)
         x = self.norm1(x + self.drop(self.o(ctx)))
         x = self.norm2(x + self.drop(self.ff2(torch.relu(self.ff1(x)))))
         return x, probs
@@ -132,16 +131,15 @@ class NpuStudent(nn.Module):
     def encode(self, tokens: torch.Tensor, attention_mask: torch.Tensor, keep: bool = False):
         """tokens (B, T, D) looked-up embeddings, attention_mask (B, T) of 0/1 (any int or float type) ->
         logits (B, C), and with keep=True every hidden state (embeddings first) and attention map."""
-        B, T, _ = tokens.shape
-        add_mask = ((1.0 - attention_mask.to(tokens.dtype)) * MASK_FILL).reshape(B, 1, 1, T)  # built once
-        x = self.drop(self.emb_norm(tokens + self.position_embeddings[:T]))
+        add_mask = ((1.0 - attention_mask.to(tokens.dtype)) * MASK_FILL)[:, None, None, :]  # (B, 1, 1, T), once
+        x = self.drop(self.emb_norm(tokens + self.position_embeddings[: tokens.shape[1]]))
         hidden, attn = [x], []
         for layer in self.layers:
             x, probs = layer(x, add_mask)
             if keep:
                 hidden.append(x)
                 attn.append(probs)
-        first = x[:, 0:1, :].reshape(B, -1)  # [CLS] by a constant Slice, (B, D)
+        first = x[:, 0:1, :].squeeze(1)  # [CLS] by a constant Slice, (B, D)
         logits = self.classifier(self.drop(torch.tanh(self.pooler(first))))
         return logits, tuple(hidden), tuple(attn)
 

@@ -89,15 +89,23 @@ def _export(module: nn.Module, args: tuple, out: Path, names: list[str], outputs
 
 
 def export_static(model: nn.Module, out: Path, length: int, variant: NpuVariant, opset: int) -> Path:
-    """fp32 ONNX at batch 1 x length, int32 inputs, no dynamic axis (so no Shape op survives)."""
+    """fp32 ONNX at batch 1 x length, int32 inputs, no dynamic axis. The traced graph still computes its
+    reshapes from Shape ops (the module keeps them dynamic for training and Core ML tracing); ONNX Runtime's
+    basic optimizations (what every session applies at load, and the usability checker before it counts)
+    fold them into constants here, so the file is the graph the providers see."""
+    from onnxruntime.tools.onnx_model_utils import optimize_model
+
     mask = torch.ones(1, length, dtype=torch.int32)
     mask[0, length // 2:] = 0  # a padded example keeps the mask path in the trace
     ids = torch.full((1, length), 5, dtype=torch.int32)
-    if variant.lookup_in_graph:
-        _export(_WithLookup(model), (ids, mask), out, ["input_ids", "attention_mask"], ["logits"], opset)
-    else:
-        emb = model.embed(ids).detach()
-        _export(_FromEmbeddings(model), (emb, mask), out, ["embeddings", "attention_mask"], ["logits"], opset)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "raw.onnx"
+        if variant.lookup_in_graph:
+            _export(_WithLookup(model), (ids, mask), raw, ["input_ids", "attention_mask"], ["logits"], opset)
+        else:
+            emb = model.embed(ids).detach()
+            _export(_FromEmbeddings(model), (emb, mask), raw, ["embeddings", "attention_mask"], ["logits"], opset)
+        optimize_model(raw, out)
     return out
 
 
