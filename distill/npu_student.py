@@ -45,7 +45,8 @@ class NpuStudentConfig:
 
 
 class DecomposedLayerNorm(nn.Module):
-    """LayerNorm written out so it exports as ReduceMean / Sub / Mul / Add / Sqrt / Div (see module doc)."""
+    """LayerNorm written out when traced (ONNX export, Core ML), so it exports as ReduceMean / Sub / Mul /
+    Add / Sqrt / Div (see module doc); eager calls use PyTorch's fused kernel for the same function."""
 
     def __init__(self, d: int, eps: float):
         super().__init__()
@@ -54,6 +55,8 @@ class DecomposedLayerNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (..., D)
+        if not torch.jit.is_tracing():  # training and eager inference: the fused kernel, same math, ~2x faster
+            return nn.functional.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
         mean = x.mean(-1, keepdim=True)
         d = x - mean
         var = (d * d).mean(-1, keepdim=True)
@@ -77,7 +80,7 @@ class Block(nn.Module):
         self.scale = self.head_dim ** -0.5
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, H, T, dh)
-        return x.unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
+        return x.view(x.shape[0], x.shape[1], self.heads, self.head_dim).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, add_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x (B, T, D), add_mask (B, 1, 1, T) -> (B, T, D), attention probabilities (B, H, T, T)."""
@@ -85,7 +88,7 @@ class Block(nn.Module):
         k = self._split(self.k(x))
         v = self._split(self.v(x))
         probs = torch.softmax(q @ k.transpose(-1, -2) + add_mask, dim=-1)  # (B, H, T, T)
-        ctx = (self.drop(probs) @ v).transpose(1, 2).flatten(2)  # (B, T, D)
+        ctx = (self.drop(probs) @ v).transpose(1, 2).reshape(x.shape)  # (B, T, D)
         x = self.norm1(x + self.drop(self.o(ctx)))
         x = self.norm2(x + self.drop(self.ff2(torch.relu(self.ff1(x)))))
         return x, probs

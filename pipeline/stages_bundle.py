@@ -54,6 +54,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     from export.app_samples import kotlin, readme, swift
     from export.bundle import (choose, coreml_row, io_spec, latency_for, normalisation, write_metadata)
     from export.checks import ort_runner, ort_session, predict
+    from export.npu_bundle import add_npu_files
     from export.string_model import (agreement, build_string_model, predict_strings, string_session,
                                      token_id_mismatches)
     from pipeline.manifest import library_versions
@@ -125,6 +126,9 @@ def stage_bundle(ctx: StageContext) -> dict:
                             "outputs": [{"name": n, "type": "float", "shape": [1, len(labels)]}
                                         for n in spec["outputs"]],
                             "sequence_shapes": cm.get("sequence_shapes"), "sequence_lengths": lengths}
+    npu = add_npu_files(ctx.run_dir, ctx.input("quantize"), name, out)  # an npu student's static NPU files
+    if npu:
+        models["npu"] = npu
     dist = Path(b.dist_dir) / cfg.run.name
     meta = {"run": cfg.run.name, "dist_path": str(dist),
             "model": {"name": name, "variant": variant, "choice": row["choice"]},

@@ -145,3 +145,29 @@ def test_distill_and_quantize_stages_with_the_npu_student(tiny_cfg_dict):
         mine = r["readiness"]["32"][r["provider"]]["as_is"]
         assert mine["partitions"] == 1 and mine["supported_nodes"] == mine["total_nodes"]
     assert (run_dir / npu[1]["lookup"]).is_file()
+
+
+def test_bundle_gets_the_npu_files_with_their_io(tmp_path):
+    from export.npu_bundle import add_npu_files
+
+    m = tiny_student()
+    run = tmp_path / "run"
+    qdir = run / "quantize"
+    rows = []
+    for name, v in NPU_VARIANTS.items():
+        made = write_variant(m, qdir / "student" / "npu", name, [16, 32], 17, texts(8, 16), 0, "student")
+        rows.append({"model": "student", "variant": f"npu-{name}", "provider": v.provider, "lengths": [16, 32],
+                     "files": {str(n): p.relative_to(run).as_posix() for n, p in made["files"].items()},
+                     "lookup": made["lookup"].relative_to(run).as_posix() if made["lookup"] else None,
+                     "accuracy": 0.5, "readiness": {}})
+    (qdir / "npu.json").write_text(json.dumps(rows))
+    out = tmp_path / "bundle"
+    assert add_npu_files(run, qdir, "lstm", out) is None  # another model: nothing to add
+    entry = add_npu_files(run, qdir, "student", out)
+    nnapi, coreml = entry["nnapi-int8"], entry["coreml-int8w"]
+    assert (out / nnapi["files"]["32"]["file"]).is_file() and nnapi["lookup"] is None
+    assert [i["name"] for i in nnapi["files"]["16"]["inputs"]] == ["input_ids", "attention_mask"]
+    assert nnapi["files"]["16"]["inputs"][0]["shape"] == [1, 16] and "int32" in nnapi["files"]["16"]["inputs"][0]["type"]
+    assert [i["name"] for i in coreml["files"]["32"]["inputs"]] == ["embeddings", "attention_mask"]
+    assert coreml["files"]["32"]["inputs"][0]["shape"] == [1, 32, 32]
+    assert (out / coreml["lookup"]["file"]).is_file() and coreml["lookup"]["outputs"][0]["name"] == "embeddings"
