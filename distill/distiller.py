@@ -18,20 +18,23 @@ class WithProjections(nn.Module):
     """Student plus TinyBERT's hidden-size projections W_h (one per mapped layer and the embeddings), so
     one module (and one DistributedDataParallel wrapper) holds every trained parameter."""
 
-    def __init__(self, student: HFLogits, teacher_hidden: int, n_pairs: int, attentions: bool):
+    def __init__(self, student: nn.Module, teacher_hidden: int, n_pairs: int, attentions: bool):
         super().__init__()
         self.student = student
         self.attentions = attentions
-        ds = student.hf.config.hidden_size
+        # a transformers student (HFLogits) or one with its own features() (distill/npu_student.py)
+        ds = student.hidden_size if hasattr(student, "features") else student.hf.config.hidden_size
         self.projs = nn.ModuleList(nn.Linear(ds, teacher_hidden) for _ in range(n_pairs))
 
     def forward(self, input_ids, attention_mask):
+        if hasattr(self.student, "features"):
+            return self.student.features(input_ids, attention_mask)
         out = self.student.hf(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
                               output_attentions=self.attentions)
         return out.logits, out.hidden_states, out.attentions
 
 
-def distill_student(student: HFLogits, teacher: HFLogits | None, tok, texts: list[str], labels: list[int],
+def distill_student(student: nn.Module, teacher: HFLogits | None, tok, texts: list[str], labels: list[int],
                     teacher_logits: np.ndarray, d: DistillSection, layer_map: list[int], max_length: int,
                     seed: int, opts: TrainOptions = TrainOptions()) -> dict:
     """labels[i] = -1 marks an augmented text (teacher target only)."""

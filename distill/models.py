@@ -1,7 +1,7 @@
 """A model folder and the one interface every classifier here exposes: logits = model(input_ids, attention_mask).
 
 Folder layout (teacher, student, lstm, lstm_distilled alike): config.json, model.safetensors, the
-tokenizer files, labels.json (id = position), pocketformer.json ({"kind": "hf" | "rnn", "max_length"}).
+tokenizer files, labels.json (id = position), pocketformer.json ({"kind": "hf" | "rnn" | "npu", "max_length"}).
 """
 from __future__ import annotations
 
@@ -84,9 +84,13 @@ def load_model(folder: Path, name: str = "model") -> LoadedModel:
     meta = json.loads(meta_path.read_text())
     try:
         if meta["kind"] == "hf" and EMBEDDING_KEY in meta:  # restricted / factorized input embedding
-            model = HFLogits(load_compact_hf(folder, meta[EMBEDDING_KEY]))
+            model: nn.Module = HFLogits(load_compact_hf(folder, meta[EMBEDDING_KEY]))
         elif meta["kind"] == "hf":
             model = HFLogits(AutoModelForSequenceClassification.from_pretrained(folder))
+        elif meta["kind"] == "npu":
+            from distill.npu_student import NpuStudent
+
+            model = NpuStudent.load(folder)
         else:
             model = RNNClassifier.load(folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)

@@ -62,17 +62,10 @@ def build_bert(s: StudentSection, teacher: HFLogits, labels: list[str], layer_ma
     with torch.no_grad():
         se = student.bert.embeddings
         if s.init == "teacher-pca":
-            mean, comp = _pca_projection(t_emb.float(), s.hidden)
-            proj = (t_emb - mean) @ comp  # (V, H)
-            se.word_embeddings.weight.copy_(proj * (0.02 / proj.std()))  # rescale to BERT's init std
+            se.word_embeddings.weight.copy_(_pca_embeddings(s, teacher))
         elif s.init == "teacher-layers":
             _copy_bert_layers(student, teacher, layer_map)
     return HFLogits(student)
-
-
-def student_positions(s: StudentSection) -> int:
-    """Rows of the student's position table (at least 64, so short max_length settings still export)."""
-    return max(s.max_length, 64)
 
 
 def teacher_layers_problem(s: StudentSection, tcfg) -> str | None:
@@ -86,9 +79,9 @@ def teacher_layers_problem(s: StudentSection, tcfg) -> str | None:
     for key, mine, theirs, what in same:
         if mine != theirs:
             return f"{key} = {theirs}, the teacher's {what} (it is {mine})"
-    if s.max_length > tcfg.max_position_embeddings:
-        return (f"student.max_length <= {tcfg.max_position_embeddings}, the teacher's positions "
-                f"(it is {s.max_length})")
+    if student_positions(s) > tcfg.max_position_embeddings:
+        return (f"a student position table (student.max_positions, else max(student.max_length, 64)) of at most "
+                f"{tcfg.max_position_embeddings} rows, the teacher's positions (it is {student_positions(s)})")
     return None
 
 
@@ -118,11 +111,43 @@ def _copy_bert_layers(student, teacher: HFLogits, layer_map: list[int]) -> None:
         student.bert.encoder.layer[i].load_state_dict(t.bert.encoder.layer[tl - 1].state_dict())
 
 
-STUDENTS: dict[str, Callable[..., HFLogits]] = {"bert": build_bert}
+def build_npu(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map: list[int], attn_eager: bool):
+    """The NPU-friendly student (distill/npu_student.py), initialised like the BERT student: word embeddings
+    from the teacher's by PCA ('teacher-pca') or random. Its attention maps are always available."""
+    from distill.npu_student import NpuStudent, NpuStudentConfig
+
+    if s.init == "teacher-layers":
+        raise PipelineError("student.init = 'teacher-layers' copies BERT layers, which the 'npu' student does not "
+                            "have (its layer norms are decomposed); use 'teacher-pca' or 'random'")
+    tcfg = teacher.hf.config
+    student = NpuStudent(NpuStudentConfig(
+        vocab_size=tcfg.vocab_size, num_labels=len(labels), hidden_size=s.hidden, num_hidden_layers=s.layers,
+        num_attention_heads=s.heads, intermediate_size=s.ffn, max_position_embeddings=max(s.max_length, 64),
+        pad_token_id=tcfg.pad_token_id or 0))
+    if s.init == "teacher-pca":
+        with torch.no_grad():
+            student.word_embeddings.weight.copy_(_pca_embeddings(s, teacher))
+    return student
+
+
+def _pca_embeddings(s: StudentSection, teacher: HFLogits) -> torch.Tensor:
+    """The teacher's word embeddings projected on their top student.hidden principal directions, rescaled to
+    BERT's init std (0.02): (V, student.hidden)."""
+    t_emb = teacher.hf.get_input_embeddings().weight.detach()  # (V, D_t)
+    if s.hidden > t_emb.shape[1]:
+        raise PipelineError(f"student.init = 'teacher-pca' needs student.hidden <= teacher hidden "
+                            f"({t_emb.shape[1]}); use 'random'")
+    mean, comp = _pca_projection(t_emb.float(), s.hidden)
+    proj = (t_emb - mean) @ comp  # (V, H)
+    return proj * (0.02 / proj.std())
+
+
+# arch -> builder; every student maps (input_ids, attention_mask) to logits
+STUDENTS: dict[str, Callable[..., torch.nn.Module]] = {"bert": build_bert, "npu": build_npu}
 
 
 def build_student(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map: list[int],
-                  attn_eager: bool = False) -> HFLogits:
+                  attn_eager: bool = False) -> torch.nn.Module:
     if s.arch not in STUDENTS:
         raise PipelineError(f"unknown student.arch '{s.arch}'. Known: {', '.join(STUDENTS)}")
     return STUDENTS[s.arch](s, teacher, labels, layer_map, attn_eager)

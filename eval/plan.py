@@ -55,6 +55,12 @@ def plan_point(t: Target, row: dict, lengths: list[int], headline: int, sweep_va
                max_positions: int | None, throughput_targets: tuple[str, ...] = ("host-cpu",)) -> Point | str:
     """The lengths to measure for row on target t, or the reason the whole combination is skipped."""
     fmt, variant = row["format"], row["variant"]
+    if fmt == "onnx-npu":  # static per-length NPU files: edge-npu only, at the lengths they were made for
+        if t.name != "edge-npu":
+            return (f"a static-shape NPU file (export/npu.py) for the {row.get('provider')} provider; "
+                    f"edge-npu takes it")
+        made = [n for n in lengths if n in row.get("lengths", [])]
+        return Point(lengths=made) if made else f"no NPU file at the bench lengths {lengths}"
     if fmt not in t.formats:
         return _format_skip(t, fmt) or f"{t.name} does not run {fmt} files"
     if t.name == "mobile-cpu" and fmt == "onnx" and not variant.startswith("optimum-"):

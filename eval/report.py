@@ -240,6 +240,10 @@ def _sweeps(res: dict) -> list[Block]:
     return out
 
 
+# the usability checker's provider sections (eval/npu.py), in the table's column order
+_PROVIDER_NAMES = {"nnapi": "NNAPI", "coreml_mlprogram": "CoreML MLProgram", "coreml_neuralnetwork": "CoreML NeuralNetwork"}
+
+
 def _npu(res: dict) -> list[Block]:
     L = res["plan"]["headline_length"]
     onnx_rows, cm_rows, source = [], [], None
@@ -251,29 +255,32 @@ def _npu(res: dict) -> list[Block]:
         est_cell = _cell(r, "edge-npu", L)
         if "onnx" in npu:
             c = npu["onnx"]
+            made_for = _PROVIDER_NAMES.get(r.get("provider"), "any (fixed-shape copy)")
             if "error" in c:
-                onnx_rows.append(_name(r)[:2] + ["checker failed: " + c["error"], "", "", est_cell])
+                onnx_rows.append(_name(r)[:2] + [made_for, "checker failed: " + c["error"], "", "", "", est_cell])
                 continue
 
             def cov(k):
                 a = c.get(k, {}).get("as_is", {})
                 return f"{a.get('supported_nodes', '?')}/{a.get('total_nodes', '?')} in {a.get('partitions', '?')}" \
                     + (" (recommended)" if a.get("recommended") else "")
-            ops = sorted({o for k in ("nnapi", "coreml_mlprogram") for o in c.get(k, {}).get("as_is", {})
-                          .get("unsupported_ops", [])})
-            onnx_rows.append(_name(r)[:2] + [cov("nnapi"), cov("coreml_mlprogram"), ", ".join(ops) or "none",
-                                             est_cell])
+            ops = sorted({o for k in _PROVIDER_NAMES for o in c.get(k, {}).get("as_is", {}).get("unsupported_ops", [])})
+            onnx_rows.append(_name(r)[:2] + [made_for] + [cov(k) for k in _PROVIDER_NAMES] +
+                             [", ".join(ops) or "none", est_cell])
         if "coreml" in npu:
             c = npu["coreml"]
             cm_rows.append(_name(r)[:2] + [str(c["ops"]), "yes" if c["ane_ready"] else "no",
                                            "; ".join(c["ane_blockers"]) or "none", est_cell])
     out: list[Block] = [("h2", "Edge NPU readiness")]
     if onnx_rows:
-        out += [("p", f"Static-QDQ int8 ONNX with shapes fixed to [1, {L}], checked by ONNX Runtime's mobile "
-                      f"usability checker: nodes the provider takes / all nodes, in how many partitions (each "
-                      f"partition boundary is a CPU hand-over; unsupported ops run on the CPU)."),
-                ("table", ["model", "variant", "NNAPI nodes", "CoreML MLProgram nodes", "ops NNAPI or CoreML rejects",
-                           f"latency at {L} (ms)"], onnx_rows)]
+        out += [("p", f"Every ONNX variant at [1, {L}] tokens (a fixed-shape copy; the npu-* rows are the npu "
+                      f"student's static files as written, each made for one provider), checked by ONNX Runtime's "
+                      f"mobile usability checker: nodes the provider takes / all nodes, in how many partitions "
+                      f"(each partition boundary is a CPU hand-over; unsupported ops run on the CPU). Only the "
+                      f"int8-static and npu-* rows are edge-npu's files; the others show what keeps them off."),
+                ("table", ["model", "variant", "made for", "NNAPI nodes", "CoreML MLProgram nodes",
+                           "CoreML NeuralNetwork nodes", "ops a provider rejects", f"latency at {L} (ms)"],
+                 onnx_rows)]
     if cm_rows:
         out += [("p", "Core ML packages, read from their spec: ops and input shapes that keep them off the "
                       "Neural Engine."),

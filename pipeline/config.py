@@ -82,7 +82,9 @@ class AugmentSection:
 
 @dataclass(frozen=True)
 class StudentSection:
-    arch: str = "bert"  # registry key, see distill.student.STUDENTS
+    # registry key, see distill.student.STUDENTS: "bert" (transformers' BERT) or "npu" (distill/npu_student.py:
+    # ops the NNAPI / CoreML providers take; the quantize stage adds static per-length NPU files for it)
+    arch: str = "bert"
     layers: int = 4
     hidden: int = 128
     heads: int = 4
@@ -180,6 +182,11 @@ class QuantizeSection:
     # The ONNX file int8-dynamic quantizes: "optimized" (fused attention -> QAttention; falls back to fp32
     # for models without one) or "fp32" (ORT fuses the quantized MatMuls at load). See export/quantize.py.
     dynamic_source: str = "optimized"
+    # Static-shape NPU files for a student.arch = "npu" model (export/npu.py): one file per provider variant
+    # (registry export.npu.NPU_VARIANTS) and per sequence length, since NNAPI and the CoreML provider run
+    # fixed shapes only. With student.arch = "npu", lengths must lie in 3..student.max_length.
+    npu_variants: list[str] = field(default_factory=lambda: ["nnapi-int8", "coreml-int8w"])
+    npu_lengths: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
     check_samples: int = 64
     lossless_atol: float = 1e-4
     # A lossy file (int8, fp16) whose argmax agrees with its source on fewer check texts than this is
@@ -477,6 +484,10 @@ def validate(cfg: Config) -> None:
     if problem:
         raise PipelineError(f"{cfg.source}: {problem}")
     _validate_sizes(cfg)
+    bad = [n for n in cfg.quantize.npu_lengths if not 3 <= n <= cfg.student.max_length]
+    if bad and cfg.student.arch == "npu" and cfg.quantize.npu_variants:
+        raise PipelineError(f"{cfg.source}: 'quantize.npu_lengths' has {bad}: every length must lie in "
+                            f"3..student.max_length ({cfg.student.max_length})")
     if not cfg.run.name or "/" in cfg.run.name or cfg.run.name.startswith("."):
         raise PipelineError(f"{cfg.source}: 'run.name' must be a plain folder name, got {cfg.run.name!r}")
 

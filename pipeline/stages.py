@@ -130,7 +130,8 @@ def stage_distill(ctx: StageContext) -> dict:
     summary = distill_student(student, teacher.model, teacher.tokenizer, texts, y, tl, cfg.distill, layer_map,
                               cfg.student.max_length, cfg.run.seed, train_options(ctx))
     student.cpu()
-    save_model(ctx.out / "student", student, teacher.tokenizer, labels, "hf", student_serving_length(cfg.student))
+    kind = getattr(student, "kind", "hf")  # "npu" for the NPU student, else a transformers model
+    save_model(ctx.out / "student", student, teacher.tokenizer, labels, kind, student_serving_length(cfg.student))
     summary["embedding"] = embedding
     summary.update(count_params(student))
     summary["teacher_params"] = count_params(teacher.model)

@@ -66,6 +66,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     from export.app_samples import kotlin, readme, swift
     from export.bundle import (choose, coreml_row, io_spec, latency_for, normalisation, write_metadata)
     from export.checks import ort_runner, ort_session, predict
+    from export.npu_bundle import add_npu_files
     from export.padding import allowed_lengths
     from export.string_model import (agreement, build_string_model, predict_strings, string_session,
                                      token_id_mismatches)
@@ -153,6 +154,9 @@ def stage_bundle(ctx: StageContext) -> dict:
     for i, s in enumerate(samples):
         s["reference_logits"] = {models[k]["file"]: rows[i] for k, rows in refs.items()}
     (out / "samples.json").write_text(json.dumps(samples, indent=2))
+    # an npu student's static per-length NPU files: listed apart from `models`, whose files the samples and
+    # verify-bundle run with dynamic shapes
+    npu = add_npu_files(ctx.run_dir, ctx.input("quantize"), name, out)
     dist = Path(b.dist_dir) / cfg.run.name
     meta = {"run": cfg.run.name, "dist_path": str(dist),
             "model": {"name": name, "variant": variant, "choice": row["choice"]},
@@ -166,6 +170,8 @@ def stage_bundle(ctx: StageContext) -> dict:
             "latency": latency_for(results, name, variant, "ort"),
             "string_model_check": check, "samples": samples[:1], "samples_file": "samples.json",
             "versions": library_versions()}
+    if npu:
+        meta["npu"] = npu
     # hf/ (transformers.js, Optimum) and required_operators.config (reduced ONNX Runtime build)
     from export.client_files import add_client_files
     from pipeline.stages import MODEL_FOLDERS

@@ -55,7 +55,8 @@ def stage_quantize(ctx: StageContext) -> dict:
 
     Reads the model folders, data/{train,test}.jsonl and eval/accuracy.json. Writes
     quantize/<model>/<variant>.onnx, quantize/<model>/tokenizer/ (tokenizer + labels.json),
-    variants.json (one row per file with its check), accuracy.json/.md (eval's rows + the ONNX rows).
+    variants.json (one row per file with its check), accuracy.json/.md (eval's rows + the ONNX rows),
+    npu.json and quantize/<model>/npu/ (static per-length NPU files of an npu student, pipeline/stages_npu.py).
     """
     from distill.models import count_params
     from eval.metrics import scores
@@ -72,6 +73,9 @@ def stage_quantize(ctx: StageContext) -> dict:
         from export.optimize import fusion_options
 
         fusion_options("bert", q.skip_fusions)  # a misspelt fusion name, too
+    from pipeline.stages_npu import check_npu_settings, npu_rows
+
+    check_npu_settings(q)
     if "fp32" not in q.variants:
         raise PipelineError(f"quantize.variants = {q.variants} lacks 'fp32': every other ONNX variant is made from "
                             f"the fp32 export; add it")
@@ -84,7 +88,7 @@ def stage_quantize(ctx: StageContext) -> dict:
     fp32_acc = {r["model"]: r["accuracy"] for r in eval_rows}
     teacher_acc = fp32_acc.get("teacher")
     eval_keys = list(eval_rows[0]) if eval_rows else []
-    rows, acc_rows, skipped = [], [], []
+    rows, acc_rows, skipped, npu = [], [], [], []
     for name in q.models:
         m = _load(ctx, name, "onnx")
         folder = ctx.out / name
@@ -99,8 +103,10 @@ def stage_quantize(ctx: StageContext) -> dict:
         for variant in variants:
             exp = for_variant(variant)
             if exp.transformer_only and m.kind != "hf":
-                skipped.append({"model": name, "variant": variant, "reason": "transformer-only (an RNN has nothing "
-                                "for the attention / LayerNorm fusions to match)"})
+                why = ("the npu student's graph has no LayerNormalization / Gelu / BERT attention pattern to fuse "
+                       "(its layer norms are decomposed on purpose)" if m.kind == "npu" else
+                       "an RNN has nothing for the attention / LayerNorm fusions to match")
+                skipped.append({"model": name, "variant": variant, "reason": f"transformer-only ({why})"})
                 continue
             job.out, job.variant = folder / f"{variant}.onnx", variant
             details = exp.fn(job)
@@ -128,10 +134,13 @@ def stage_quantize(ctx: StageContext) -> dict:
             print(f"[quantize] {name} {variant}: {size:,} bytes, accuracy {sc['accuracy']:.4f}, "
                   f"{check['kind']} {check['value']:.4g}" + ("" if check["passed"] else " FAILED: not exported, "
                                                              "timed or shipped"))
+        if m.kind == "npu" and q.npu_variants:  # static per-length files for the NPU providers
+            npu += npu_rows(ctx, name, m, test_texts, y, check_texts, calibration, len(labels))
     failed = [{"model": r["model"], "variant": r["variant"], "reason": r["check"]["reason"]} for r in failed_rows(rows)]
     for f in failed:
         log.warning("[quantize] %s", f["reason"])
     (ctx.out / "variants.json").write_text(json.dumps(rows, indent=2))
+    (ctx.out / "npu.json").write_text(json.dumps(npu, indent=2))  # [] when no model is an npu student
     all_rows = eval_rows + acc_rows
     (ctx.out / "accuracy.json").write_text(json.dumps(all_rows, indent=2))
     cols = ["model", "variant", "format", "accuracy", "macro_f1", "accuracy_retention", "size_bytes", "check"]
@@ -139,7 +148,7 @@ def stage_quantize(ctx: StageContext) -> dict:
     md_rows = [{**r, "check": checks.get((r["model"], r["variant"])) if r["format"] == "onnx" else ""}
                for r in all_rows]
     (ctx.out / "accuracy.md").write_text(f"Test split: {len(test_texts)} texts\n\n" + markdown(md_rows, cols))
-    return {"rows": rows, "skipped": skipped, "failed": failed, "test_texts": len(test_texts),
+    return {"rows": rows, "npu_rows": npu, "skipped": skipped, "failed": failed, "test_texts": len(test_texts),
             "check_texts": len(check_texts), "calibration_texts": len(calibration)}
 
 

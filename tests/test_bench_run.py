@@ -126,12 +126,33 @@ def tiny_run(tmp_path_factory):
     (run / "eval" / "accuracy.json").parent.mkdir(parents=True, exist_ok=True)
     (run / "eval" / "accuracy.json").write_text(json.dumps(eval_rows))
     (run / "quantize" / "variants.json").write_text(json.dumps(q_rows))
+    (run / "quantize" / "npu.json").write_text(json.dumps(_npu_rows(run, tok)))
     (edir / "variants.json").write_text(json.dumps(e_rows))
     skipped = [{"model": "lstm", "variant": "int8-static", "reason": "left out by this test"}]
     for stage in ("data", "teacher", "distill", "baseline", "eval", "quantize", "export"):
         summary = {"skipped": skipped} if stage == "quantize" else {}
         write_manifest(run / stage, stage=stage, config={}, config_hash="test", inputs={}, summary=summary, started=0)
     return root
+
+
+def _npu_rows(run: Path, tok) -> list[dict]:
+    """npu.json as the quantize stage writes it for an npu student: static files at 16 tokens, checked."""
+    from distill.batching import encode
+    from distill.npu_student import NpuStudent, NpuStudentConfig
+    from eval.npu import check_onnx
+    from export.npu import NPU_VARIANTS, write_variant
+
+    m = NpuStudent(NpuStudentConfig(len(tok), 3, 16, 1, 2, 32, 24)).eval()
+    calib, _ = encode(tok, [t for t, _ in make_texts(16, seed=2)], 16)
+    rows = []
+    for name, v in NPU_VARIANTS.items():
+        made = write_variant(m, run / "quantize" / "student" / "npu", name, [16], 17, calib, 0, "student")
+        f = made["files"][16]
+        rows.append({**_row("student", f"npu-{name}", "onnx-npu", run, f, 0.84), "provider": v.provider,
+                     "lengths": [16], "files": {"16": f.relative_to(run).as_posix()},
+                     "lookup": made["lookup"].relative_to(run).as_posix() if made["lookup"] else None,
+                     "readiness": {"16": {"fixed_shape": [1, 16], **check_onnx(f)}}})
+    return rows
 
 
 def _cfg(root: Path, **bench):
@@ -164,7 +185,8 @@ def test_every_row_has_every_target_measured_or_with_reason(benched):
     _, lat, _ = benched
     # pytorch + onnx + ort + coreml + Optimum peer + what targets expect but was not made:
     # int8-static .ort for all four models, int8-static .onnx for all but the student
-    assert len(lat["rows"]) == 4 + 10 + 8 + 1 + 4 + 4 + 3
+    # and the npu student's two static NPU files
+    assert len(lat["rows"]) == 4 + 10 + 8 + 1 + 4 + 4 + 3 + 2
     for r in lat["rows"]:
         assert set(r["latency"]) == {"host-cpu", "mobile-cpu", "edge-npu", "desktop-gpu"}
         for target, entry in r["latency"].items():
@@ -319,6 +341,22 @@ def test_report_files_are_self_contained(benched):
         assert f"]({png_name})" in md and (report / png_name).stat().st_size > 10_000
     assert "Host proxies: mobile-cpu" in md and "ESTIMATE" in md and "Edge NPU readiness" in md
     assert "| student | int8-static |" in md  # the readiness table row
+    # every provider's nodes and partitions, for the static NPU files too
+    assert "CoreML NeuralNetwork nodes" in md and "| student | npu-nnapi-int8 | NNAPI |" in md
+
+
+def test_npu_files_on_edge_npu_only_with_every_variant_checked(benched):
+    _, lat, _ = benched
+    for v, provider in (("npu-nnapi-int8", "nnapi"), ("npu-coreml-int8w", "coreml_mlprogram")):
+        r = _rows(lat, "student", v, "onnx-npu")
+        mine = r["npu"]["onnx"][provider]["as_is"]
+        assert mine["partitions"] == 1 and mine["supported_nodes"] == mine["total_nodes"]
+        assert r["latency"]["edge-npu"]["status"] == "not measured here"
+        assert "16" in r["latency"]["edge-npu"]["estimate"]["by_length"]
+        assert "static-shape NPU file" in r["latency"]["host-cpu"]["reason"]
+    # variants edge-npu does not run still get the checker's verdict (the report's table has every variant)
+    fp32 = _rows(lat, "teacher", "fp32", "onnx")
+    assert fp32["latency"]["edge-npu"]["status"] == "skipped" and fp32["npu"]["onnx"]["nnapi"]["as_is"]["total_nodes"] > 0
 
 
 def test_unknown_target_fails_before_any_work(tiny_run):

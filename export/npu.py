@@ -1,0 +1,282 @@
+"""Static-shape NPU files of the NPU student (student.arch = "npu"): one ONNX file per provider variant and
+per sequence length (quantize.npu_lengths), int32 inputs, batch 1, each checked against the PyTorch model,
+scored on the test split and run through ORT's mobile usability checker (eval/npu.py).
+
+Why two variants and not one file for both providers (the checker's op lists,
+onnxruntime/tools/mobile_helpers/*.md, are what decide):
+- NNAPI takes QuantizeLinear / DequantizeLinear and Gather with int32 indices, so `nnapi-int8` is the whole
+  model in uint8 QDQ (int8 per-channel weights, uint8 activations), token lookup included: input_ids in.
+- The CoreML EP takes neither Q/DQ nor Gather (its MLProgram list has GatherND only), and it rejects any
+  dimension above 16,384, which a 30,522-row word table has. So `coreml-int8w` starts from the looked-up
+  embeddings (the app runs the one-Gather `lookup.onnx` on the CPU first) and stores its weights as int8
+  with per-channel scales, written as Cast + Mul: ONNX Runtime folds those into float weights when it loads
+  the model, before the graph is partitioned, and Core ML computes in fp16 on the Neural Engine anyway (its
+  own int8 is weight compression too). Smaller download, float compute.
+The additive attention Add and the Softmax stay in float in the QDQ file: the -1e4 mask fill would
+stretch a uint8 range over every real score (export/quantize.py, STATIC_OPS).
+"""
+from __future__ import annotations
+
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from pipeline.errors import PipelineError
+
+
+@dataclass(frozen=True)
+class NpuVariant:
+    provider: str  # the usability checker's section this file is made for (eval/npu.py keys)
+    lookup_in_graph: bool  # True: input_ids in; False: embeddings in, lookup.onnx beside it
+    quantize: str  # "qdq" (weights and activations) | "weights" (int8 weights, float compute)
+    description: str
+
+
+NPU_VARIANTS = {
+    "nnapi-int8": NpuVariant("nnapi", True, "qdq", "uint8 QDQ (int8 per-channel weights), token lookup in the "
+                             "graph (Gather on int32 ids); for ONNX Runtime's NNAPI provider"),
+    "coreml-int8w": NpuVariant("coreml_mlprogram", False, "weights", "int8 per-channel weights folded to float "
+                               "at load, embeddings in (lookup.onnx runs on the CPU); for the CoreML provider"),
+}
+LOOKUP_FILE = "lookup.onnx"
+
+
+def get_npu_variant(name: str) -> NpuVariant:
+    if name not in NPU_VARIANTS:
+        raise PipelineError(f"unknown NPU variant '{name}' in quantize.npu_variants. Known: {', '.join(NPU_VARIANTS)}")
+    return NPU_VARIANTS[name]
+
+
+class _WithLookup(nn.Module):
+    def __init__(self, m: nn.Module):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.m.encode(self.m.embed(input_ids), attention_mask)[0]
+
+
+class _FromEmbeddings(nn.Module):
+    def __init__(self, m: nn.Module):
+        super().__init__()
+        self.m = m
+
+    def forward(self, embeddings: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.m.encode(embeddings, attention_mask)[0]
+
+
+class _Lookup(nn.Module):
+    def __init__(self, m: nn.Module):
+        super().__init__()
+        self.m = m
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.m.embed(input_ids)
+
+
+def _export(module: nn.Module, args: tuple, out: Path, names: list[str], outputs: list[str], opset: int,
+            dynamic: dict | None = None) -> None:
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # trace-time notes; every file is checked against PyTorch after
+        torch.onnx.export(module.eval(), args, str(out), dynamo=False, input_names=names, output_names=outputs,
+                          opset_version=opset, do_constant_folding=True, dynamic_axes=dynamic)
+
+
+def export_static(model: nn.Module, out: Path, length: int, variant: NpuVariant, opset: int) -> Path:
+    """fp32 ONNX at batch 1 x length, int32 inputs, no dynamic axis. The traced graph still computes its
+    reshapes from Shape ops (the module keeps them dynamic for training and Core ML tracing); ONNX Runtime's
+    basic optimizations (what every session applies at load, and the usability checker before it counts)
+    fold them into constants here, so the file is the graph the providers see."""
+    from onnxruntime.tools.onnx_model_utils import optimize_model
+
+    mask = torch.ones(1, length, dtype=torch.int32)
+    mask[0, length // 2:] = 0  # a padded example keeps the mask path in the trace
+    ids = torch.full((1, length), 5, dtype=torch.int32)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "raw.onnx"
+        if variant.lookup_in_graph:
+            _export(_WithLookup(model), (ids, mask), raw, ["input_ids", "attention_mask"], ["logits"], opset)
+        else:
+            emb = model.embed(ids).detach()
+            _export(_FromEmbeddings(model), (emb, mask), raw, ["embeddings", "attention_mask"], ["logits"], opset)
+        optimize_model(raw, out)
+    return out
+
+
+def export_lookup(model: nn.Module, out: Path, opset: int) -> Path:
+    """The token lookup alone (int32 ids (1, n) -> embeddings (1, n, D)), its table int8 (dynamic Gather
+    quantization): what the app runs on the CPU before a coreml-int8w file."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "lookup.onnx"
+        _export(_Lookup(model), (torch.full((1, 8), 5, dtype=torch.int32),), raw, ["input_ids"], ["embeddings"],
+                opset, dynamic={"input_ids": {1: "sequence"}, "embeddings": {1: "sequence"}})
+        quantize_dynamic(str(raw), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"])
+    return out
+
+
+def int8_weights(src: Path, out: Path, min_elements: int = 1024) -> int:
+    """Every MatMul / Gemm weight initializer with at least min_elements values -> int8 with one symmetric
+    scale per output channel, dequantized in the graph by Cast + Mul (ops every provider lists, folded into
+    float weights by ONNX Runtime at load). Returns how many weights were converted."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(src))
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    done: dict[str, str] = {}
+    new_nodes = []
+    for node in g.node:
+        if node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2 or node.input[1] not in inits:
+            continue
+        name = node.input[1]
+        if name not in done:
+            w = numpy_helper.to_array(inits[name])
+            if w.ndim != 2 or w.size < min_elements or w.dtype != np.float32:
+                continue
+            trans_b = node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute)
+            axis = 1 if trans_b else 0  # reduce over the input dimension: one scale per output channel
+            scale = np.maximum(np.abs(w).max(axis=axis, keepdims=True), 1e-12) / 127.0
+            q = np.clip(np.round(w / scale), -127, 127).astype(np.int8)
+            g.initializer.remove(inits[name])
+            g.initializer.extend([numpy_helper.from_array(q, f"{name}_int8"),
+                                  numpy_helper.from_array(scale.astype(np.float32), f"{name}_scale")])
+            new_nodes += [helper.make_node("Cast", [f"{name}_int8"], [f"{name}_cast"], to=onnx.TensorProto.FLOAT,
+                                           name=f"{name}_cast"),
+                          helper.make_node("Mul", [f"{name}_cast", f"{name}_scale"], [f"{name}_deq"],
+                                           name=f"{name}_deq")]
+            done[name] = f"{name}_deq"
+        node.input[1] = done[name]
+    nodes = new_nodes + list(g.node)  # dequantizers first: the graph stays topologically sorted
+    del g.node[:]
+    g.node.extend(nodes)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(out))
+    return len(done)
+
+
+class _FixedCalibration:
+    """Calibration batches at one fixed length (batch 1, int32), as the NPU file is called."""
+
+    def __init__(self, ids: list[list[int]], length: int, pad_id: int):
+        self.feeds = [{"input_ids": x, "attention_mask": m} for x, m in (pad_to(s, length, pad_id) for s in ids)]
+
+    def reader(self):
+        from onnxruntime.quantization import CalibrationDataReader
+
+        feeds = iter(self.feeds)
+
+        class _Reader(CalibrationDataReader):
+            def get_next(self):
+                return next(feeds, None)
+
+        return _Reader()
+
+
+def pad_to(ids: Sequence[int], length: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """One text's ids (at most `length`) right-padded to (1, length) int32 ids and mask."""
+    x = np.full((1, length), pad_id, dtype=np.int32)
+    m = np.zeros((1, length), dtype=np.int32)
+    x[0, : len(ids)] = ids
+    m[0, : len(ids)] = 1
+    return x, m
+
+
+def quantize_qdq(src: Path, out: Path, calib_ids: list[list[int]], length: int, pad_id: int, model_name: str) -> None:
+    """uint8-activation / int8 per-channel weight QDQ of a static file (the ops of export/quantize.py's
+    STATIC_OPS: weights and data movement; the mask Add and Softmax stay float)."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from export.quantize import STATIC_OPS
+
+    if not calib_ids:
+        raise PipelineError(f"{model_name} -> NPU int8: no calibration texts; the training split is empty")
+    with tempfile.TemporaryDirectory() as tmp:
+        pre = Path(tmp) / "pre.onnx"
+        quant_pre_process(str(src), str(pre))
+        quantize_static(str(pre), str(out), _FixedCalibration(calib_ids, length, pad_id).reader(),
+                        quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8, op_types_to_quantize=STATIC_OPS)
+
+
+class NpuRunner:
+    """Runs one variant's files the way an app would: each text alone, padded to the shortest enumerated
+    length that holds it (texts longer than the longest are cut to it, [SEP] kept by the tokenizer)."""
+
+    def __init__(self, files: dict[int, Path], variant: NpuVariant, lookup: Path | None, threads: int = 1):
+        from export.checks import ort_session
+
+        self.variant = variant
+        self.sessions = {n: ort_session(p, threads) for n, p in sorted(files.items())}
+        self.lookup = ort_session(lookup, threads) if lookup is not None else None
+
+    @property
+    def max_length(self) -> int:
+        return max(self.sessions)
+
+    def __call__(self, ids: Sequence[int], pad_id: int) -> np.ndarray:
+        n = next(k for k in self.sessions if k >= len(ids))
+        x, m = pad_to(ids, n, pad_id)
+        if self.variant.lookup_in_graph:
+            feed = {"input_ids": x, "attention_mask": m}
+        else:
+            feed = {"embeddings": self.lookup.run(["embeddings"], {"input_ids": x})[0], "attention_mask": m}
+        return self.sessions[n].run(["logits"], feed)[0][0].astype(np.float32)  # (C,)
+
+    def logits(self, all_ids: list[list[int]], pad_id: int) -> np.ndarray:
+        return np.stack([self(s, pad_id) for s in all_ids])  # (N, C)
+
+
+def torch_logits(model: nn.Module, all_ids: list[list[int]]) -> np.ndarray:
+    """The PyTorch model on each text alone, unpadded: the reference every NPU file is held to."""
+    with torch.no_grad():
+        return np.stack([model(torch.tensor([s]), torch.ones(1, len(s), dtype=torch.long))[0].float().numpy()
+                         for s in all_ids])
+
+
+def write_variant(model: nn.Module, folder: Path, name: str, lengths: list[int], opset: int,
+                  calib_ids: list[list[int]], pad_id: int, model_name: str) -> dict:
+    """Write `<folder>/<name>-<n>.onnx` for every length (and lookup.onnx when the variant needs it).
+    Returns {"files": {n: Path}, "lookup": Path | None, "details": {...}}."""
+    v = get_npu_variant(name)
+    folder.mkdir(parents=True, exist_ok=True)
+    files, details = {}, {"quantize": v.quantize, "provider": v.provider, "description": v.description}
+    lookup = None
+    if not v.lookup_in_graph:
+        lookup = folder / LOOKUP_FILE
+        if not lookup.exists():
+            export_lookup(model, lookup, opset)
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in lengths:
+            fp32 = export_static(model, Path(tmp) / f"{name}-{n}-fp32.onnx", n, v, opset)
+            out = folder / f"{name}-{n}.onnx"
+            if v.quantize == "qdq":
+                quantize_qdq(fp32, out, [s[:n] for s in calib_ids if len(s) <= n] or [s[:n] for s in calib_ids],
+                             n, pad_id, model_name)
+            else:
+                details["int8_weights"] = int8_weights(fp32, out)
+            files[n] = out
+    return {"files": files, "lookup": lookup, "details": details}
+
+
+def check_variant(runner: Callable, ref: np.ndarray, ids: list[list[int]], pad_id: int, minimum: float,
+                  what: str) -> dict:
+    """Argmax agreement with the PyTorch logits (lossy files), max abs difference recorded."""
+    got = runner.logits(ids, pad_id)
+    agree = float((got.argmax(-1) == ref.argmax(-1)).mean())
+    result = {"kind": "argmax_agreement", "value": agree, "tolerance": minimum, "passed": agree >= minimum,
+              "max_abs_diff": float(np.abs(got - ref).max()),
+              "inputs": f"{len(ids)} test texts, each alone, padded to the shortest NPU length that holds it"}
+    if not result["passed"]:
+        raise PipelineError(f"{what}: argmax agrees with the fp32 PyTorch model on only {agree:.1%} of "
+                            f"{result['inputs']}; the minimum is {minimum:.1%} (quantize.min_argmax_agreement)")
+    return result

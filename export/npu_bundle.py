@@ -1,0 +1,52 @@
+"""The bundle's npu/ folder: when the shipped model is an npu student (student.arch = "npu"), its static
+per-length NPU files (quantize/npu.json, export/npu.py) travel with the app bundle, one subfolder per
+provider variant, and metadata.json says which file is for which provider and length and what it takes:
+
+    npu/nnapi-int8/nnapi-int8-<n>.onnx        input_ids, attention_mask (int32, [1, n]) -> logits
+    npu/coreml-int8w/coreml-int8w-<n>.onnx    embeddings (float, [1, n, D]), attention_mask -> logits
+    npu/coreml-int8w/lookup.onnx              input_ids (int32, [1, n]) -> embeddings, run on the CPU first
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+
+def add_npu_files(run_dir: Path, quantize_dir: Path, model: str, out: Path) -> dict | None:
+    """Copy model's NPU files into out/npu/ and return their metadata entry (None: the model has none)."""
+    from export.bundle import io_spec
+    from export.checks import ort_session
+
+    path = quantize_dir / "npu.json"
+    rows = [r for r in json.loads(path.read_text()) if r["model"] == model] if path.is_file() else []
+    if not rows:
+        return None
+    entry: dict = {}
+    for r in rows:
+        name = r["variant"].removeprefix("npu-")
+        folder = out / "npu" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        files = {}
+        for n, rel in r["files"].items():
+            dst = folder / Path(rel).name
+            shutil.copy2(run_dir / rel, dst)
+            files[n] = {"file": dst.relative_to(out).as_posix(), **io_spec(ort_session(dst, 1))}
+        lookup = None
+        if r.get("lookup"):
+            dst = folder / Path(r["lookup"]).name
+            shutil.copy2(run_dir / r["lookup"], dst)
+            lookup = {"file": dst.relative_to(out).as_posix(), **io_spec(ort_session(dst, 1)),
+                      "runs_on": "the CPU, before the NPU file (the CoreML provider takes no Gather and no "
+                                 "dimension above 16,384)"}
+        entry[name] = {"provider": r["provider"], "lengths": r["lengths"], "files": files, "lookup": lookup,
+                       "accuracy": r.get("accuracy"), "accuracy_note": r.get("accuracy_note"),
+                       "readiness": {n: _summary(c.get(r["provider"], {}).get("as_is", {}))
+                                     for n, c in r.get("readiness", {}).items()},
+                       "how_to_call": "pad the token ids (and the 0/1 mask) to the shortest length listed that "
+                                      "holds the text; batch 1"}
+    return entry
+
+
+def _summary(a: dict) -> dict:
+    return {k: a.get(k) for k in ("supported_nodes", "total_nodes", "partitions")}

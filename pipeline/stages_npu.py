@@ -1,0 +1,65 @@
+"""The quantize stage's NPU part: for a student.arch = "npu" model, the static per-length files of every
+quantize.npu_variants entry (export/npu.py), each checked against PyTorch, scored on the test split as an
+app would call it (one text at a time, padded to the shortest length that holds it) and run through ORT's
+mobile usability checker at every length. The rows go to quantize/npu.json."""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.errors import PipelineError
+from pipeline.stage import StageContext
+
+NPU_FOLDER = "npu"  # quantize/<model>/npu/<variant>-<length>.onnx (+ lookup.onnx)
+
+
+def check_npu_settings(q) -> None:
+    from export.npu import get_npu_variant
+
+    for v in q.npu_variants:
+        get_npu_variant(v)  # a misspelt name fails before any work
+    if q.npu_variants and not q.npu_lengths:
+        raise PipelineError("quantize.npu_lengths is empty but quantize.npu_variants asks for NPU files; give the "
+                            "sequence lengths to export, e.g. [16, 32, 64, 128], or set quantize.npu_variants = []")
+
+
+def npu_rows(ctx: StageContext, name: str, loaded, test_texts: list[str], y: list[int], check_texts: list[str],
+             calibration: list[str], n_labels: int) -> list[dict]:
+    from distill.batching import encode
+    from eval.metrics import scores
+    from eval.npu import check_onnx
+    from export.npu import NpuRunner, check_variant, get_npu_variant, torch_logits, write_variant
+
+    q = ctx.cfg.quantize
+    lengths = sorted(set(q.npu_lengths))
+    top = lengths[-1]
+    pad_id = loaded.pad_id
+    tok = loaded.tokenizer
+    calib_ids, _ = encode(tok, calibration, top)
+    check_ids, _ = encode(tok, check_texts, top)
+    test_ids, _ = encode(tok, test_texts, top)
+    ref = torch_logits(loaded.model, check_ids)
+    folder = ctx.out / name / NPU_FOLDER
+    rel = lambda p: f"{ctx.name}/{p.relative_to(ctx.out).as_posix()}"  # noqa: E731
+    rows = []
+    for vname in q.npu_variants:
+        v = get_npu_variant(vname)
+        made = write_variant(loaded.model, folder, vname, lengths, q.opset, calib_ids, pad_id, name)
+        runner = NpuRunner(made["files"], v, made["lookup"], max(ctx.cfg.run.threads, 1))
+        what = f"{name} NPU {vname} ({rel(folder)})"
+        check = check_variant(runner, ref, check_ids, pad_id, q.min_argmax_agreement, what)
+        sc = scores(runner.logits(test_ids, pad_id), np.array(y), n_labels)
+        readiness = {str(n): {"fixed_shape": [1, n], **check_onnx(p)} for n, p in made["files"].items()}
+        sizes = {str(n): p.stat().st_size for n, p in made["files"].items()}
+        rows.append({"model": name, "variant": f"npu-{vname}", "format": "onnx-npu", "provider": v.provider,
+                     "lengths": lengths, "files": {str(n): rel(p) for n, p in made["files"].items()},
+                     "file": rel(made["files"][top]), "lookup": rel(made["lookup"]) if made["lookup"] else None,
+                     "size_bytes": sizes[str(top)], "sizes": sizes,
+                     "lookup_size_bytes": made["lookup"].stat().st_size if made["lookup"] else None,
+                     "opset": q.opset, "check": check, **sc, "readiness": readiness, "details": made["details"],
+                     "accuracy_note": f"each test text alone, padded to the shortest of {lengths} that holds it "
+                                      f"(longer ones cut to {top} tokens)"})
+        mine = readiness.get(str(top), {}).get(v.provider, {}).get("as_is", {})
+        print(f"[quantize] {name} npu {vname}: accuracy {sc['accuracy']:.4f}, argmax agreement {check['value']:.3f}, "
+              f"{v.provider} at {top}: {mine.get('supported_nodes')}/{mine.get('total_nodes')} nodes in "
+              f"{mine.get('partitions')} partition(s)")
+    return rows
