@@ -16,7 +16,7 @@ RUN     = HF_HUB_OFFLINE=$(OFFLINE) HF_DATASETS_OFFLINE=$(OFFLINE) TRANSFORMERS_
           $(LAUNCH) -m pipeline
 SETS    = $(foreach s,$(SET),--set $(s))
 
-STAGES := data teacher logits distill baseline eval quantize export bench report bundle
+STAGES := data teacher logits distill baseline eval quantize export bench report bundle web-bundle
 RUN_NAME ?= demo
 
 .PHONY: all install web-deps test test-fast $(STAGES) gpt status bench-ddp verify-bundle phone-bench clean clean-runs help

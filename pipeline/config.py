@@ -262,6 +262,11 @@ class BundleSection:
     min_agreement: float = 0.99
     sample_texts: int = 8  # test texts stored with their expected labels for verify-bundle
     dist_dir: str = "dist"  # the published copy: <dist_dir>/<run name>/
+    # The web bundle (stage web-bundle, export/web_bundle.py): <dist_dir>/<run name>-web/, the student file
+    # (.onnx or .ort) fastest on web_target within accuracy_window, with a client-side demo page. Phones
+    # and browsers run different runtimes, so each bundle is chosen on its own target's rows.
+    web: bool = True
+    web_target: str = "browser-wasm"  # a browser target of eval/targets.py (checked when the stage starts)
 
 
 @dataclass(frozen=True)
