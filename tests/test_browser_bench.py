@@ -126,3 +126,32 @@ def test_browser_settings_are_checked():
 
     with pytest.raises(PipelineError, match="bench.browser_iterations"):
         check_settings(config_from_dict({"bench": {"browser_iterations": 0}}, "t"))
+
+
+def _lat(p50: float | None) -> dict:
+    if p50 is None:
+        return {"browser-wasm": {"status": "failed", "reason": "onnxruntime-web: unsupported op"}}
+    return {"browser-wasm": {"64": {"p50_ms": p50, "p90_ms": p50, "p99_ms": p50, "mean_ms": p50}}}
+
+
+def test_browser_goals_read_the_bundle_rule_on_browser_rows():
+    from eval.browser_goals import browser_goals
+
+    def row(model, variant, fmt, acc, p50):
+        return {"model": model, "variant": variant, "format": fmt, "accuracy": acc, "latency": _lat(p50)}
+
+    rows = [row("teacher", "fp32", "onnx", 0.80, 40.0),
+            row("student", "fp32", "onnx", 0.790, 5.0),
+            row("student", "int8-static", "onnx", 0.786, 3.0),  # fastest within 1 point: the web pick
+            row("student", "int8-dynamic", "ort", 0.770, 1.0),  # faster, but 2 points down: not eligible
+            row("student", "int8-dynamic", "onnx", 0.789, None),  # failed in the browser
+            row("student", "optimum-fp32", "onnx", 0.790, 6.0),
+            row("student", "optimum-int8-dynamic", "onnx", 0.789, 4.0)]
+    teacher_goal, peer_goal = browser_goals(rows, 64, ["mobile-cpu", "browser-wasm"])
+    assert teacher_goal["value"] == pytest.approx(3.0 / 40.0) and teacher_goal["met"] is True
+    assert "int8-static .onnx" in teacher_goal["detail"]
+    assert peer_goal["value"] == pytest.approx(3.0 / 4.0) and peer_goal["met"] is True
+    assert "optimum-int8-dynamic" in peer_goal["detail"]
+    assert browser_goals(rows, 64, ["mobile-cpu"]) == []  # not configured: no goal rows
+    unmeasured = browser_goals([row("student", "fp32", "onnx", 0.79, None)], 64, ["browser-wasm"])
+    assert [g["met"] for g in unmeasured] == [None, None]
