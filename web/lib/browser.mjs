@@ -3,8 +3,8 @@ import { chromium } from "playwright-core";
 
 export async function launch(executablePath) {
   // --no-sandbox: Chromium refuses to start its sandbox as root (CI containers); the pages loaded
-  // are only our own files from 127.0.0.1.
-  return chromium.launch({ executablePath, headless: true, args: ["--no-sandbox", "--disable-gpu"] });
+  // are only our own files from 127.0.0.1. --disable-dev-shm-usage: containers often give /dev/shm 64 MB.
+  return chromium.launch({ executablePath, headless: true, args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] });
 }
 
 // A page on the isolated origin, with page errors surfaced instead of silently hanging.
