@@ -11,6 +11,7 @@ import pytest
 
 from test_bundle_stage import tiny_run_dict
 
+pytestmark = pytest.mark.e2e
 _RUN: dict = {}
 
 
