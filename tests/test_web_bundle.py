@@ -105,15 +105,3 @@ def test_demo_page_labels_every_sample_as_stored(web_run):
         assert got["latency_ms"] > 0
     print("\npage latency per text (ms, noisy on a shared machine):",
           [round(r["latency_ms"], 2) for r in doc["results"]])
-
-
-def test_web_target_must_be_a_browser_target(tmp_path):
-    from pipeline import stages_web  # noqa: F401
-    from pipeline.config import config_from_dict
-    from pipeline.errors import PipelineError
-    from pipeline.stage import StageContext
-
-    cfg = config_from_dict({"bundle": {"web_target": "mobile-cpu"}}, "t")
-    ctx = StageContext(cfg, "web-bundle", tmp_path, tmp_path, stages_web.DEPS)
-    with pytest.raises(PipelineError, match="bundle.web_target"):
-        stages_web.stage_web_bundle(ctx)
