@@ -55,10 +55,17 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     row = choose(rows, results, b.model, b.variant, b.accuracy_window, cfg.source, target=b.web_target,
                  formats=W.FORMATS)
     name, variant, fmt = row["model"], row["variant"], row["format"]
+    tok_src = ctx.input("quantize") / name / "tokenizer"
+    tok_class = json.loads((tok_src / "tokenizer_config.json").read_text()).get("tokenizer_class", "") \
+        if (tok_src / "tokenizer_config.json").is_file() else ""
+    if not (tok_src / "vocab.txt").is_file() or not tok_class.startswith("Bert"):
+        # the page's tokenizer (web/demo/wordpiece.mjs) is BERT's WordPiece; other families would mislabel
+        return _skip(ctx, f"the page's JavaScript tokenizer is BERT WordPiece and {name}'s tokenizer is "
+                          f"{tok_class or 'not one (no vocab.txt)'}; set bundle.web = false to silence this")
     out, rel = ctx.out, f"model/{row['model']}-{row['variant']}.{row['format']}"
     (out / "model").mkdir()
     shutil.copy2(ctx.run_dir / row["file"], out / rel)
-    shutil.copytree(ctx.input("quantize") / name / "tokenizer", out / "tokenizer")
+    shutil.copytree(tok_src, out / "tokenizer")
     W.copy_page(out)
     labels = read_labels(ctx.input("data"))
     (out / "labels.json").write_text(json.dumps(labels, indent=2))
