@@ -83,7 +83,8 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
     for k, (t, row, p) in points.items():
         n_threads = resolved_threads(t)
         run = doc["runs"][str(n_threads)]
-        timed = run["files"].get("/".join(row_key(row)), {"error": "no result came back for this file"})
+        key = files[str(row["_path"])]["key"]  # rows sharing one file share its timings
+        timed = run["files"].get(key, {"error": "no result came back for this file"})
         if "error" in timed:
             out[k] = {"status": "failed", "reason": f"onnxruntime-web: {timed['error']}"}
             continue
