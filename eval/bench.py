@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from eval import latency as L
+from eval.browser import is_browser
+from eval.browser_bench import measure_browser
 from eval.flops import folder_flops
 from eval.npu import check_onnx, coreml_readiness, fix_shapes, get_device, load_devices, roofline_ms
 from eval.plan import Point, plan_point
@@ -123,6 +125,7 @@ class Bench:
         self.tplan = L.Plan(1, max(3, self.b.iterations // 5), self.b.max_seconds_per_point, 3)
         self.device = get_device(load_devices(self.b.devices_file), self.b.npu_device)
         self._streams: dict[str, np.ndarray] = {}
+        self.browser: dict = {}  # browser targets' entries, all measured in one Chromium run (eval/browser_bench.py)
 
     def _stream(self, model: str) -> np.ndarray:
         if model not in self._streams:
@@ -271,6 +274,8 @@ class Bench:
 
     def row_target(self, t: Target, row: dict) -> tuple[dict, dict | None]:
         """(latency[target] for row, npu readiness or None)."""
+        if is_browser(t):
+            return self.browser[(t.name, (row["model"], row["variant"], row["format"]))], None
         if row.get("missing"):
             return {"status": "skipped", "reason": row["_reason"] if t.name in row["_targets"] else
                     f"{t.name} does not take this file (and it was not made)"}, None
@@ -324,6 +329,9 @@ def check_settings(cfg) -> None:
     if b.iterations < 1 or b.min_iterations < 1 or b.warmup < 0 or b.throughput_batch < 1:
         raise PipelineError("bench.iterations, bench.min_iterations and bench.throughput_batch must be >= 1 and "
                             "bench.warmup >= 0")
+    if b.browser_iterations < 1 or b.browser_warmup < 0:
+        raise PipelineError(f"bench.browser_iterations ({b.browser_iterations}) must be >= 1 and "
+                            f"bench.browser_warmup ({b.browser_warmup}) >= 0")
     if b.head_to_head_rounds < 0:
         raise PipelineError(f"bench.head_to_head_rounds = {b.head_to_head_rounds}: give 0 (no head-to-head "
                             f"timing) or a number of rounds, e.g. 9")
@@ -341,6 +349,7 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
     targets = [get_target(name) for name in b.targets]
     bench = Bench(cfg, models, texts, machine, work)
     rows = rows + missing_rows(rows, list(models.folders), targets, known_skips or {})
+    bench.browser = measure_browser(bench, targets, rows)
     out = []
     for row in rows:
         t0 = time.perf_counter()

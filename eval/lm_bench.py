@@ -35,6 +35,8 @@ GEN_TARGETS = {
 SKIPPED_TARGETS = {
     "edge-npu": "generation with a growing KV cache has dynamic shapes that NPU providers reject; not measured",
     "desktop-gpu": "no CUDA device or onnxruntime-gpu here; not measured",
+    "browser-wasm": "the browser targets time the classifier files; decoding in the browser is not benchmarked",
+    "browser-wasm-mt": "the browser targets time the classifier files; decoding in the browser is not benchmarked",
 }
 
 

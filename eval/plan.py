@@ -41,6 +41,8 @@ def _format_skip(t: Target, fmt: str) -> str:
 
 
 def _variant_skip(t: Target, variant: str) -> str:
+    if variant == "fp16" and t.name.startswith("browser-"):
+        return "fp16 ONNX has no WASM kernels in onnxruntime-web (it is the GPU/NPU variant)"
     if variant == "fp16" and t.name in ("host-cpu", "mobile-cpu"):
         return "fp16 ONNX has no fast CPU kernels in ONNX Runtime (it runs through casts); it is the GPU/NPU variant"
     if t.name == "edge-npu":

@@ -137,6 +137,8 @@ def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int) -> list
 
 def build_results(doc: dict) -> dict:
     """bench/latency.json -> results.json (adds vs_teacher ratios, the goals and the quality metric)."""
+    from eval.browser_goals import browser_goals
+
     rows = [dict(r) for r in doc["rows"]]
     length = doc["plan"]["headline_length"]
     metric = quality_key(rows)
@@ -151,7 +153,8 @@ def build_results(doc: dict) -> dict:
         "plan": doc["plan"],
         "bench_seconds": doc.get("seconds", {}),
         "quality_metric": metric,
-        "goals": _goals(rows, length, doc.get("seconds", {}).get("total"), metric, doc.get("head_to_head", [])),
+        "goals": _goals(rows, length, doc.get("seconds", {}).get("total"), metric, doc.get("head_to_head", []))
+        + (browser_goals(rows, length, targets) if metric == "accuracy" else []),
         "head_to_head": doc.get("head_to_head", []),
         "rows": rows,
     }

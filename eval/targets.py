@@ -28,6 +28,9 @@ class Target:
     expects: tuple[tuple[str, str], ...] = ()
 
 
+# every file the browser can load: our ONNX and .ort variants and Optimum's peer files (fp16 has no WASM kernels)
+BROWSER_VARIANTS = ("fp32", "optimized", "int8-dynamic", "int8-static", "optimum-fp32", "optimum-int8-dynamic")
+
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("host-cpu", "onnxruntime + pytorch", "CPUExecutionProvider", 0, "fp32 / int8",
            ("onnx", "pytorch"), ("*",),
@@ -47,6 +50,15 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("desktop-gpu", "onnxruntime CUDA EP, else pytorch", "CUDAExecutionProvider / cuda", 0, "fp16",
            ("onnx", "pytorch"), ("fp32", "fp16"),
            "ONNX Runtime's CUDA provider when onnxruntime-gpu is installed, else PyTorch CUDA in fp16"),
+    # The browser: onnxruntime-web's WASM backend in headless Chromium (eval/browser.py), every file in one
+    # browser session. One thread is what a page gets without cross-origin isolation; -mt uses every core.
+    Target("browser-wasm", "onnxruntime-web (WASM) in headless Chromium", "wasm", 1, "fp32 / int8",
+           ("onnx", "ort"), BROWSER_VARIANTS,
+           "onnxruntime-web's WASM backend in Chromium on this host's CPU, 1 thread (a web page as shipped)"),
+    Target("browser-wasm-mt", "onnxruntime-web (WASM) in headless Chromium", "wasm", 0, "fp32 / int8",
+           ("onnx", "ort"), BROWSER_VARIANTS,
+           "onnxruntime-web's WASM backend in Chromium on every host core (WASM threads; the page is served "
+           "with COOP/COEP headers)"),
 )}
 
 
@@ -93,6 +105,10 @@ def coreml_runtime() -> bool:
 
 def unavailable(t: Target) -> str | None:
     """Why the target cannot run on this machine at all, in one line; None when it can."""
+    from eval.browser import is_browser, unavailable_reason
+
+    if is_browser(t):
+        return unavailable_reason()
     if t.name == "desktop-gpu" and cuda_backend() is None:
         return ("no CUDA device on this machine (ONNX Runtime providers: " + ", ".join(ort_providers())
                 + "; torch.cuda.is_available() is False)")

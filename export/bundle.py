@@ -31,23 +31,27 @@ def _p50(row: dict, target: str, length: int) -> float | None:
 
 
 def choose(export_rows: list[dict], results: dict, model: str, variant: str, window: float, cfg_source: str,
-           failed: dict[tuple[str, str], str] | None = None) -> dict:
-    """The .ort row to ship and why.
+           failed: dict[tuple[str, str], str] | None = None, target: str = CHOICE_TARGET,
+           formats: tuple[str, ...] = ("ort",)) -> dict:
+    """The file to ship and why, chosen on `target`'s rows (the phone bundle: mobile-cpu and .ort files; the
+    web bundle: browser-wasm and .onnx or .ort files, export/web_bundle.py).
 
-    auto: among the student's .ort variants with an accuracy, keep those within `window` (a fraction, 0.01 =
-    1 point) of the best one, and take the fastest p50 on mobile-cpu at the report's headline length; ties and
-    rows without a mobile-cpu time fall back to the smallest file. An explicit model / variant must exist.
+    auto: among the student's files in `formats` with an accuracy, keep those within `window` (a fraction,
+    0.01 = 1 point) of the best one, and take the fastest p50 on `target` at the report's headline length;
+    ties and rows without a time there fall back to the smallest file. An explicit model / variant must exist.
     A variant that failed its check (here or in `failed`: (model, variant) -> why) is never a candidate."""
     length = results.get("plan", {}).get("headline_length", 64)
+    kinds = " / ".join(f".{f}" for f in formats)
     failed = {**(failed or {}), **{(r["model"], r["variant"]): r.get("check", {}).get("reason", "its check failed")
-                                   for r in export_rows if r["format"] == "ort" and r.get("status") == "failed"}}
-    ort = [r for r in export_rows if r["format"] == "ort" and (r["model"], r["variant"]) not in failed]
-    latency = {(r["model"], r["variant"]): r for r in results.get("rows", []) if r.get("format") == "ort"}
+                                   for r in export_rows if r["format"] in formats and r.get("status") == "failed"}}
+    ort = [r for r in export_rows if r["format"] in formats and (r["model"], r["variant"]) not in failed]
+    latency = {(r["model"], r["variant"], r["format"]): r for r in results.get("rows", [])}
+    proxy = results.get("targets", {}).get(target, {}).get("proxy", "")
     want_model = "student" if model == "auto" else model
     mine = [r for r in ort if r["model"] == want_model]
     if not mine and (want_model, variant) not in failed:
         made = sorted({r["model"] for r in ort}) or ["none"]
-        raise PipelineError(f"no .ort file for model '{want_model}' in export/variants.json (it has: "
+        raise PipelineError(f"no {kinds} file for model '{want_model}' in the quantize/export variants (they have: "
                             f"{', '.join(made)}); add it to quantize.models and run `python -m pipeline export "
                             f"--config {cfg_source}`")
     if variant != "auto":
@@ -56,30 +60,35 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
             raise PipelineError(f"bundle.variant = '{variant}': {want_model} {variant} failed its check and is never "
                                 f"shipped ({failed[(want_model, variant)]}); choose another variant or 'auto'")
         if not pick:
-            raise PipelineError(f"bundle.variant = '{variant}' has no .ort file for {want_model} (made: "
+            raise PipelineError(f"bundle.variant = '{variant}' has no {kinds} file for {want_model} (made: "
                                 f"{', '.join(r['variant'] for r in mine)}); add it to export.ort_variants (and "
                                 f"quantize.variants) and run `python -m pipeline export --config {cfg_source}`")
         return {**pick[0], "choice": {"rule": f"set in the config: bundle.model = {model}, bundle.variant = "
-                                               f"{variant}", "candidates": []}}
+                                               f"{variant}", "target": target, "proxy": proxy, "candidates": []}}
     scored = [r for r in mine if r.get("accuracy") is not None]
     if not scored:
-        raise PipelineError(f"the {want_model} .ort rows carry no accuracy; run `python -m pipeline quantize "
+        raise PipelineError(f"the {want_model} {kinds} rows carry no accuracy; run `python -m pipeline quantize "
                             f"--config {cfg_source}` (it scores every variant) and then export")
     best = max(r["accuracy"] for r in scored)
     within = [r for r in scored if r["accuracy"] >= best - window - 1e-12]
-    timed = [(p, r) for r in within if (p := _p50(latency.get((r["model"], r["variant"]), {}), CHOICE_TARGET, length))]
+
+    def p50(r):
+        return _p50(latency.get((r["model"], r["variant"], r["format"]), {}), target, length)
+
+    timed = [(p, r) for r in within if (p := p50(r))]
     if timed:
         pick = min(timed, key=lambda t: (t[0], -t[1]["accuracy"], t[1]["size_bytes"]))[1]
-        rule = (f"fastest {CHOICE_TARGET} p50 at {length} tokens among {want_model} .ort variants whose test "
+        rule = (f"fastest {target} p50 at {length} tokens among {want_model} {kinds} files whose test "
                 f"accuracy is within {window:.3f} of the best ({best:.4f})")
     else:
         pick = min(within, key=lambda r: (r["size_bytes"], -r["accuracy"]))
-        rule = (f"no {CHOICE_TARGET} latency in the report: smallest {want_model} .ort file whose test accuracy "
+        rule = (f"no {target} latency in the report: smallest {want_model} {kinds} file whose test accuracy "
                 f"is within {window:.3f} of the best ({best:.4f})")
-    candidates = [{"variant": r["variant"], "accuracy": r["accuracy"], "size_bytes": r["size_bytes"],
-                   f"{CHOICE_TARGET}_p50_ms": _p50(latency.get((r["model"], r["variant"]), {}), CHOICE_TARGET, length),
+    candidates = [{"variant": r["variant"], **({"format": r["format"]} if len(formats) > 1 else {}),
+                   "accuracy": r["accuracy"], "size_bytes": r["size_bytes"], f"{target}_p50_ms": p50(r),
                    "within_window": r in within} for r in scored]
-    return {**pick, "choice": {"rule": rule, "candidates": candidates}}
+    # target: whose rows chose the file; proxy: non-empty when that target is a stand-in (mobile-cpu on the host)
+    return {**pick, "choice": {"rule": rule, "target": target, "proxy": proxy, "candidates": candidates}}
 
 
 def coreml_row(export_rows: list[dict], model: str, variant: str) -> dict | None:

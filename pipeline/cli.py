@@ -20,6 +20,7 @@ def _stages():
     from pipeline import stages_export  # noqa: F401
     from pipeline import stages_bench  # noqa: F401
     from pipeline import stages_bundle  # noqa: F401
+    from pipeline import stages_web  # noqa: F401
     from pipeline import stages_gpt  # noqa: F401
     from pipeline.stage import STAGES
 

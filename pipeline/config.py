@@ -222,7 +222,8 @@ class ExportSection:
 
 @dataclass(frozen=True)
 class BenchSection:
-    targets: list[str] = field(default_factory=lambda: ["host-cpu", "mobile-cpu", "edge-npu", "desktop-gpu"])
+    targets: list[str] = field(default_factory=lambda: ["host-cpu", "mobile-cpu", "edge-npu", "desktop-gpu",
+                                                        "browser-wasm", "browser-wasm-mt"])
     seq_lengths: list[int] = field(default_factory=lambda: [16, 32, 64, 128, 256])
     warmup: int = 5
     iterations: int = 30
@@ -244,6 +245,14 @@ class BenchSection:
     # Our student against Optimum's file, timed in this many alternating rounds (eval/paired.py); the
     # "no slower than Optimum" goals read these ratios. 0 = compare the sweep's p50s instead.
     head_to_head_rounds: int = 9
+    # Browser targets (browser-wasm, browser-wasm-mt; eval/browser.py): timed calls per point and untimed
+    # warm-up calls. Fewer than the native targets: every file loads in a page and a WASM call costs more,
+    # and all of it runs inside `make all`; max_seconds_per_point caps each point as elsewhere.
+    browser_iterations: int = 10
+    browser_warmup: int = 2
+    # The Chromium executable; "" = chromium / chromium-browser / google-chrome on PATH. Checked when the
+    # bench starts: a path that is not a file makes the browser rows skips naming this key.
+    browser_executable: str = ""
 
 
 @dataclass(frozen=True)
@@ -300,6 +309,11 @@ class BundleSection:
     min_agreement: float = 0.99
     sample_texts: int = 8  # test texts stored with their expected labels for verify-bundle
     dist_dir: str = "dist"  # the published copy: <dist_dir>/<run name>/
+    # The web bundle (stage web-bundle, export/web_bundle.py): <dist_dir>/<run name>-web/, the student file
+    # (.onnx or .ort) fastest on web_target within accuracy_window, with a client-side demo page. Phones
+    # and browsers run different runtimes, so each bundle is chosen on its own target's rows.
+    web: bool = True
+    web_target: str = "browser-wasm"  # a browser target of eval/targets.py (checked when the stage starts)
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,9 @@ def stage_bench(ctx: StageContext) -> dict:
                  "iterations": b.iterations, "min_iterations": b.min_iterations,
                  "max_seconds_per_point": b.max_seconds_per_point, "throughput_batch": b.throughput_batch,
                  "sweep_variants": b.sweep_variants, "inputs": INPUTS_NOTE, "npu_device": b.npu_device,
-                 "head_to_head_rounds": b.head_to_head_rounds},
+                 "head_to_head_rounds": b.head_to_head_rounds,
+                 # the browser targets' own counts (timed in the page with performance.now(), eval/browser.py)
+                 "browser_warmup": b.browser_warmup, "browser_iterations": b.browser_iterations},
         "targets": {t.name: {"runtime": t.runtime, "provider": t.provider, "threads": threads[t.name],
                              "precision": t.precision, "formats": list(t.formats), "proxy": t.proxy,
                              "description": t.description} for t in targets},

@@ -1,0 +1,72 @@
+"""The browser targets: onnxruntime-web (WASM) inside headless Chromium, driven by web/bench.mjs.
+
+Starting Chromium costs seconds, so the files are not timed one Python call at a time: every
+(row, length) the browser targets measure goes into one job, web/bench.mjs loads each file in a page
+per thread count and times it, and the entries come back keyed by row. The pages are served from
+127.0.0.1 with the COOP/COEP headers that SharedArrayBuffer (and so WASM threads) needs.
+
+What must exist: node, web/node_modules (`make web-deps`: npm ci of web/package-lock.json) and a
+Chromium executable (`bench.browser_executable`, else chromium / chromium-browser / google-chrome on
+PATH; `make web-deps` apt-installs Debian's chromium when it runs as root). Without them the target is
+a skip whose reason names what is missing and the command that installs it.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+BROWSER_RUNTIME = "onnxruntime-web"
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+INSTALL_HINT = "run `make web-deps` (npm ci in web/, and apt-get install chromium as root)"
+
+
+def is_browser(target) -> bool:
+    return target.runtime.startswith(BROWSER_RUNTIME)
+
+
+def chromium_path(configured: str = "") -> str | None:
+    """The Chromium to drive: the configured path, else the first known name on PATH."""
+    if configured:
+        return configured if Path(configured).is_file() else None
+    return next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
+
+
+def unavailable_reason(configured: str = "") -> str | None:
+    """Why no browser target can run here (one line naming the fix), or None."""
+    if shutil.which("node") is None:
+        return f"node is not installed (Node.js 18+ drives Chromium); install it, then {INSTALL_HINT}"
+    if not (WEB_DIR / "node_modules" / "onnxruntime-web" / "package.json").is_file():
+        return f"web/node_modules has no onnxruntime-web: {INSTALL_HINT}"
+    if not (WEB_DIR / "node_modules" / "playwright-core" / "package.json").is_file():
+        return f"web/node_modules has no playwright-core: {INSTALL_HINT}"
+    if chromium_path(configured) is None:
+        where = f"bench.browser_executable = {configured!r} is not a file" if configured else \
+            f"no Chromium on PATH ({', '.join(CHROMIUM_NAMES)})"
+        return f"{where}: {INSTALL_HINT}, or set bench.browser_executable"
+    return None
+
+
+def run_job(files: list[dict], threads: list[int], warmup: int, iterations: int, max_seconds: float,
+            executable: str = "", timeout_s: float = 1800) -> dict:
+    """Time files ({key, path, inputs: {n: {input_ids, attention_mask}}}) in Chromium at each thread count.
+    Returns web/bench.mjs's document: {versions, runs: {threads: {isolated, files: {key: {n: [ms]} | {error}}}}}.
+    Raises RuntimeError with the tail of node's output when the browser itself fails."""
+    exe = chromium_path(executable)
+    if exe is None:
+        raise RuntimeError(unavailable_reason(executable) or "no Chromium")
+    job = {"chromium": exe, "threads": threads, "warmup": warmup, "iterations": iterations,
+           "max_seconds": max_seconds, "files": [dict(f, path=str(Path(f["path"]).resolve())) for f in files]}
+    with tempfile.TemporaryDirectory(prefix="pocketformer-web-") as tmp:
+        job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
+        job_path.write_text(json.dumps(job))
+        # argument list, never a shell string: paths come from the run folder and the config
+        proc = subprocess.run(["node", str(WEB_DIR / "bench.mjs"), str(job_path), str(out_path)],
+                              capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode != 0 or not out_path.is_file():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            raise RuntimeError(f"web/bench.mjs exited with {proc.returncode}: {' | '.join(tail)[:400]}")
+        return json.loads(out_path.read_text())

@@ -1,0 +1,111 @@
+"""Latency entries for the browser targets, all measured in one Chromium run (eval/browser.py).
+
+Each row gets, per browser target, the same kind of entry the other targets write: p50/p90/p99 per
+measured length (plus FLOPs rates against the host's matmul peak: the browser runs on the host CPU), a
+skip with its reason per length or for the whole row, or a failure carrying onnxruntime-web's own error
+(an op or opset its WASM build lacks, an .ort format version it cannot read) - never a silent gap.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from eval import latency as L
+from eval.browser import chromium_path, is_browser, run_job, unavailable_reason
+from eval.flops import folder_flops
+from eval.plan import plan_point
+from eval.targets import Target, resolved_threads
+
+log = logging.getLogger("pocketformer")
+
+
+def row_key(row: dict) -> tuple[str, str, str]:
+    return row["model"], row["variant"], row["format"]
+
+
+def _skip(reason: str) -> dict:
+    return {"status": "skipped", "reason": reason}
+
+
+def _plan(bench, t: Target, row: dict):
+    """The Point to measure, or the skip entry (same rules and wording as the other targets)."""
+    if row.get("missing"):
+        return _skip(row["_reason"] if t.name in row.get("_targets", []) else
+                     f"{t.name} does not take this file (and it was not made)")
+    point = plan_point(t, row, bench.b.seq_lengths, bench.b.headline_length, bench.b.sweep_variants,
+                       bench.models.max_positions(row["model"]), throughput_targets=())
+    if isinstance(point, str):
+        return _skip(point)
+    if row["_path"] is None or not Path(row["_path"]).exists():
+        return _skip(f"file {row.get('file')} is missing")
+    return point
+
+
+def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tuple[str, tuple], dict]:
+    """{(target name, row key): latency entry} for every browser target in targets and every row."""
+    targets = [t for t in targets if is_browser(t)]
+    out: dict[tuple[str, tuple], dict] = {}
+    if not targets:
+        return out
+    b = bench.b
+    why = unavailable_reason(b.browser_executable)
+    points: dict[tuple[str, tuple], object] = {}
+    files: dict[str, dict] = {}  # one job entry per file, with every length any browser target wants
+    for t in targets:
+        for row in rows:
+            p = _skip(why) if why else _plan(bench, t, row)
+            if isinstance(p, dict):
+                out[(t.name, row_key(row))] = p
+                continue
+            points[(t.name, row_key(row))] = (t, row, p)
+            f = files.setdefault(str(row["_path"]), {"key": "/".join(row_key(row)), "path": str(row["_path"]),
+                                                      "inputs": {}})
+            for n in p.lengths:
+                ids, mask = bench.inputs(row["model"], n, 1)
+                f["inputs"][str(n)] = {"input_ids": ids[0].tolist(), "attention_mask": mask[0].tolist()}
+    if not points:
+        return out
+    threads = sorted({resolved_threads(t) for t in targets})
+    t0 = time.perf_counter()
+    try:
+        doc = run_job(list(files.values()), threads, b.browser_warmup, b.browser_iterations,
+                      b.max_seconds_per_point, b.browser_executable)
+    except Exception as e:  # the browser itself failed: every row says so, the other targets still stand
+        log.warning("[bench] browser run failed: %s", e)
+        for k in points:
+            out[k] = {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
+        return out
+    log.info("[bench] browser targets: %d files x %s threads in %.1f s (onnxruntime-web %s, Chromium %s)",
+             len(files), threads, time.perf_counter() - t0, doc["versions"].get("onnxruntime-web"),
+             doc["versions"].get("chromium"))
+    runtime = f"onnxruntime-web {doc['versions'].get('onnxruntime-web')} (WASM), Chromium {doc['versions'].get('chromium')}"
+    for k, (t, row, p) in points.items():
+        n_threads = resolved_threads(t)
+        run = doc["runs"][str(n_threads)]
+        key = files[str(row["_path"])]["key"]  # rows sharing one file share its timings
+        timed = run["files"].get(key, {"error": "no result came back for this file"})
+        if "error" in timed:
+            out[k] = {"status": "failed", "reason": f"onnxruntime-web: {timed['error']}"}
+            continue
+        peak = bench_peak(bench, n_threads)
+        entry: dict = {}
+        for n in p.lengths:
+            entry[str(n)] = L.summarize(timed[str(n)])
+            flops = folder_flops(bench.models.folders[row["model"]], n)
+            if flops:
+                entry[str(n)]["gflops"] = flops / (entry[str(n)]["p50_ms"] / 1e3) / 1e9
+                if peak:
+                    entry[str(n)]["peak_fraction"] = entry[str(n)]["gflops"] / peak
+        for n, reason in p.skipped_lengths.items():
+            entry[n] = _skip(reason)
+        entry["session"] = {"provider": "onnxruntime-web wasm", "threads": n_threads, "runtime": runtime,
+                            "cross_origin_isolated": run.get("isolated"), "chromium": chromium_path(b.browser_executable)}
+        out[k] = entry
+    return out
+
+
+def bench_peak(bench, threads: int) -> float | None:
+    from eval.bench import peak_for
+
+    return peak_for(bench.machine["peak_gflops_fp32"], threads)

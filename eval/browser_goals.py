@@ -1,0 +1,43 @@
+"""The browser goals, checked on the run's browser-wasm rows (1 thread, as a page runs by default):
+the student the web bundle would ship (the fastest student .onnx / .ort within 1 accuracy point of the
+best student file, export/bundle.py's rule) at the headline length, against the fp32 teacher and against
+the faster of Optimum's two files, all timed in the same Chromium run."""
+from __future__ import annotations
+
+from eval.results import find, p50
+
+TARGET = "browser-wasm"
+WINDOW = 0.01  # bundle.accuracy_window's default: the report has no bundle settings
+
+
+def _ours(rows: list[dict], length: int) -> tuple[dict, float] | None:
+    mine = [r for r in rows if r["model"] == "student" and r["format"] in ("onnx", "ort")
+            and not r["variant"].startswith("optimum-") and r.get("accuracy") is not None]
+    if not mine:
+        return None
+    best = max(r["accuracy"] for r in mine)
+    timed = [(r, t) for r in mine if r["accuracy"] >= best - WINDOW - 1e-12 and (t := p50(r, TARGET, length))]
+    return min(timed, key=lambda x: x[1]) if timed else None
+
+
+def browser_goals(rows: list[dict], length: int, targets: list[str]) -> list[dict]:
+    """[] when the run did not configure the browser target; goals with value None when it could not run."""
+    if TARGET not in targets:
+        return []
+    ours = _ours(rows, length)
+    teacher = find(rows, "teacher", "fp32", "onnx")
+    t = p50(teacher, TARGET, length) if teacher else None
+    peers = [(r["variant"], v) for r in rows if r["model"] == "student" and r["variant"].startswith("optimum-")
+             and (v := p50(r, TARGET, length))]
+    peer = min(peers, key=lambda x: x[1]) if peers else None
+    name = f"student {ours[0]['variant']} .{ours[0]['format']}" if ours else "student"
+    vs_teacher = ours[1] / t if ours and t else None
+    vs_peer = ours[1] / peer[1] if ours and peer else None
+    return [{"goal": f"web bundle's student p50 <= 1/10 of the fp32 teacher on {TARGET} at {length} tokens",
+             "value": vs_teacher, "limit": 0.1, "met": None if vs_teacher is None else vs_teacher <= 0.1,
+             "detail": f"{name} vs teacher fp32 .onnx, onnxruntime-web in Chromium, 1 thread" if ours and t
+             else "not measured"},
+            {"goal": f"web bundle's student p50 <= 0.8x Optimum's export on {TARGET} at {length} tokens",
+             "value": vs_peer, "limit": 0.8, "met": None if vs_peer is None else vs_peer <= 0.8,
+             "detail": f"{name} vs Optimum's faster file ({peer[0]} .onnx), same Chromium run (sweep p50s, "
+                       f"not alternating rounds)" if ours and peer else "not measured"}]

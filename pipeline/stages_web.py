@@ -1,0 +1,138 @@
+"""Stage wiring for web-bundle: the browser bundle (export/web_bundle.py), written to runs/<run>/web-bundle/
+and published to <bundle.dist_dir>/<run>-web/ beside the phone bundle."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipeline.data import read_labels, read_split
+from pipeline.errors import PipelineError
+from pipeline.stage import StageContext, register
+
+DEPS = ("data", "quantize", "export", "report")
+
+
+def _skip(ctx: StageContext, reason: str) -> dict:
+    (ctx.out / "README.md").write_text(f"# No web bundle for run {ctx.cfg.run.name}\n\n{reason}.\n")
+    print(f"[web-bundle] skipped: {reason}")
+    return {"skipped": reason}
+
+
+@register("web-bundle", deps=DEPS, sections=("bundle",))
+def stage_web_bundle(ctx: StageContext) -> dict:
+    """The web bundle: the student file fastest on bundle.web_target, the client-side demo page, checked.
+
+    Reads quantize/ and export/variants.json, quantize/<model>/tokenizer/, report/results.json and
+    data/test.jsonl. Writes web-bundle/ (see export/web_bundle.py) and publishes it to
+    <bundle.dist_dir>/<run name>-web/. The page's tokenizer must give the Python tokenizer's ids on at least
+    bundle.min_agreement of the test split, and the page, driven in headless Chromium, must give every
+    stored sample its expected label (skipped, with the reason, where Chromium is missing).
+    """
+    import shutil
+
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from eval.browser import is_browser, unavailable_reason
+    from eval.targets import get_target
+    from export import web_bundle as W
+    from export.bundle import choose, io_spec, latency_for, normalisation, write_metadata
+    from export.checks import ort_runner, ort_session, predict
+    from pipeline.stages_bundle import publish
+
+    cfg, b = ctx.cfg, ctx.cfg.bundle
+    if not is_browser(get_target(b.web_target)):
+        raise PipelineError(f"{cfg.source}: bundle.web_target = {b.web_target!r} is not a browser target; use "
+                            f"browser-wasm or browser-wasm-mt")
+    if not b.web:
+        return _skip(ctx, "bundle.web = false")
+    why = W.runtime_missing()
+    if why:
+        return _skip(ctx, why)
+    rows = json.loads((ctx.input("quantize") / "variants.json").read_text()) + \
+        json.loads((ctx.input("export") / "variants.json").read_text())
+    results = json.loads((ctx.input("report") / "results.json").read_text())
+    row = choose(rows, results, b.model, b.variant, b.accuracy_window, cfg.source, target=b.web_target,
+                 formats=W.FORMATS)
+    name, variant, fmt = row["model"], row["variant"], row["format"]
+    tok_src = ctx.input("quantize") / name / "tokenizer"
+    tok_class = json.loads((tok_src / "tokenizer_config.json").read_text()).get("tokenizer_class", "") \
+        if (tok_src / "tokenizer_config.json").is_file() else ""
+    if not (tok_src / "vocab.txt").is_file() or not tok_class.startswith("Bert"):
+        # the page's tokenizer (web/demo/wordpiece.mjs) is BERT's WordPiece; other families would mislabel
+        return _skip(ctx, f"the page's JavaScript tokenizer is BERT WordPiece and {name}'s tokenizer is "
+                          f"{tok_class or 'not one (no vocab.txt)'}; set bundle.web = false to silence this")
+    out, rel = ctx.out, f"model/{row['model']}-{row['variant']}.{row['format']}"
+    (out / "model").mkdir()
+    shutil.copy2(ctx.run_dir / row["file"], out / rel)
+    shutil.copytree(tok_src, out / "tokenizer")
+    W.copy_page(out)
+    labels = read_labels(ctx.input("data"))
+    (out / "labels.json").write_text(json.dumps(labels, indent=2))
+    tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
+    max_length = json.loads((out / "tokenizer" / "pocketformer.json").read_text())["max_length"]
+    norm = normalisation(tokenizer, max_length)
+
+    # the page's tokenizer against the Python one, on the whole test split
+    texts = [r["text"] for r in read_split(ctx.input("data"), "test")]
+    py_ids = [tokenizer(t, truncation=True, max_length=max_length)["input_ids"] for t in texts]
+    tok_check = W.tokenizer_check(W.js_token_ids(out / "tokenizer" / "vocab.txt", norm, texts), py_ids, texts,
+                                  b.min_agreement)
+    if tok_check["agreement"] < b.min_agreement:
+        raise PipelineError(f"the web bundle's JavaScript tokenizer (web/demo/wordpiece.mjs) gives the Python "
+                            f"tokenizer's ids on only {tok_check['agreement']:.2%} of {len(texts)} test texts "
+                            f"(bundle.min_agreement = {b.min_agreement:.2%}); first: {tok_check['examples'][:1]}")
+
+    # samples: what the shipped file gives (ONNX Runtime in Python), for the page to reproduce
+    session = ort_session(out / rel, 1)
+    sample_texts = texts[: b.sample_texts]
+    logits = predict(ort_runner(session), tokenizer, sample_texts, max_length, 1)  # (N, C), batch 1 as the page
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    samples = [{"text": t, "expected_label": labels[int(logits[i].argmax())],
+                "probabilities": [round(float(v), 6) for v in probs[i]],
+                "logits": [round(float(v), 6) for v in logits[i]], "input_ids": py_ids[i]}
+               for i, t in enumerate(sample_texts)]
+    (out / "samples.json").write_text(json.dumps(samples, indent=2))
+
+    spec = io_spec(session)
+    dist = Path(b.dist_dir) / f"{cfg.run.name}-web"
+    meta = {"run": cfg.run.name, "dist_path": str(dist),
+            "model": {"name": name, "variant": variant, "format": fmt, "file": rel, "output": "logits",
+                      "choice": row["choice"], **spec},
+            "labels": labels, "label_map": {str(i): lab for i, lab in enumerate(labels)}, "max_length": max_length,
+            "text_normalisation": norm,
+            "accuracy": {"accuracy": row["accuracy"], "macro_f1": row.get("macro_f1"), "split": "test",
+                         "source": f"the {fmt} file, scored by the quantize/export stage"},
+            "headline_length": results.get("plan", {}).get("headline_length"),
+            "latency": latency_for(results, name, variant, fmt),
+            "runtime": {"onnxruntime-web": W.ort_web_version(), "backend": "wasm", "threads": 1},
+            "tokenizer_check": tok_check, "samples_file": "samples.json"}
+    meta = write_metadata(out, meta)  # the page reads metadata.json, so it exists before the page check
+    browser_why = unavailable_reason(cfg.bench.browser_executable)
+    if browser_why:
+        meta["page_check"] = {"status": "skipped", "reason": browser_why}
+    else:
+        page = W.page_summary(W.drive_page(out, sample_texts, cfg.bench.browser_executable), samples, labels)
+        if page["agreement"] < 1.0 or page["page_errors"]:
+            raise PipelineError(f"the web bundle's demo page labelled {page['labels_agree']} of {page['texts']} "
+                                f"samples as ONNX Runtime does (page errors: {page['page_errors'][:2]}); the page "
+                                f"or onnxruntime-web {W.ort_web_version()} disagrees with the {fmt} file")
+        meta["page_check"] = page
+    (out / "README.md").write_text(W.readme(meta))
+    meta = write_metadata(out, meta)
+    publish(out, dist)
+    page = meta["page_check"]
+    print(f"[web-bundle] {name} {variant} .{fmt} (chosen on {b.web_target}): {len(meta['files'])} files -> {dist}; "
+          f"tokenizer ids agree on {tok_check['agreement']:.2%} of {len(texts)} test texts; page check: "
+          + (f"{page['labels_agree']}/{page['texts']} labels, p50 {page['latency_ms']['p50']:.1f} ms per text"
+             if "labels_agree" in page else page["reason"]))
+    return {"model": name, "variant": variant, "format": fmt, "target": b.web_target, "rule": row["choice"]["rule"],
+            "dist": str(dist), "tokenizer_check": {k: tok_check[k] for k in ("texts", "differ", "agreement")},
+            "page_check": {k: v for k, v in page.items() if k != "page_errors"}, "files": len(meta["files"])}
+
+
+@register("web-bundle", deps=DEPS, sections=("bundle",), task="generation")
+def stage_web_bundle_generation(ctx: StageContext) -> dict:
+    """Generation runs have no web bundle (the page is a classifier); writes web-bundle/README.md saying so."""
+    return _skip(ctx, "the web bundle and its demo page are built for the classification task")

@@ -1,0 +1,185 @@
+"""The browser targets (browser-wasm, browser-wasm-mt): a tiny random-weight student's ONNX and .ort files
+timed in onnxruntime-web inside headless Chromium, in one browser run. Needs node, web/node_modules and
+Chromium (`make web-deps`); without them the test is skipped with the reason the target itself reports."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import make_texts, tiny_bert_config, write_tokenizer
+
+LABELS = ["negative", "neutral", "positive"]
+
+
+def _browser_or_skip():
+    from eval.browser import unavailable_reason
+
+    why = unavailable_reason()
+    if why:
+        print(f"\nbrowser tests skipped: {why}")
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def student_files(tmp_path_factory):
+    """(models, rows): a 1-layer student folder, its fp32 / int8-dynamic .onnx and .ort files, a file that
+    is not a model, and an fp16 row (which the browser does not take)."""
+    from distill.models import HFLogits, save_model
+    from onnxruntime.quantization import quantize_dynamic
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from eval.bench import Models
+
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("browser_bench")
+    tok = write_tokenizer(root / "tok")
+    folder = root / "student"
+    m = HFLogits(BertForSequenceClassification(tiny_bert_config(num_labels=3, hidden_size=16, num_hidden_layers=1,
+                                                                intermediate_size=32, max_position_embeddings=24)))
+    save_model(folder, m, tok, LABELS, "hf", 24)
+    x = torch.ones(1, 8, dtype=torch.long)
+    fp32 = root / "q" / "fp32.onnx"
+    fp32.parent.mkdir()
+    torch.onnx.export(m.eval(), (x, x), str(fp32), input_names=["input_ids", "attention_mask"], output_names=["logits"],
+                      opset_version=17, dynamo=False, dynamic_axes={"input_ids": {0: "b", 1: "s"},
+                                                                   "attention_mask": {0: "b", 1: "s"}})
+    quantize_dynamic(str(fp32), str(root / "q" / "int8-dynamic.onnx"))
+    subprocess.run([sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(root / "q"),
+                    "--output_dir", str(root / "ort")], check=True, capture_output=True)
+    broken = root / "q" / "broken.onnx"
+    broken.write_bytes(b"this is not an ONNX model")
+
+    def row(variant, fmt, path):
+        return {"model": "student", "variant": variant, "format": fmt, "file": path.name, "_path": path}
+
+    rows = [row("fp32", "onnx", fp32), row("int8-dynamic", "onnx", root / "q" / "int8-dynamic.onnx"),
+            row("fp32", "ort", root / "ort" / "fp32.ort"), row("int8-dynamic", "ort", root / "ort" / "int8-dynamic.ort"),
+            row("int8-static", "onnx", broken), row("fp16", "onnx", root / "q" / "fp16.onnx"),
+            {"model": "student", "variant": "fp32", "format": "pytorch", "file": None, "_path": None}]
+    models = Models({"student": folder}, {"student": AutoTokenizer.from_pretrained(folder)})
+    return models, rows
+
+
+def _bench(models, tmp_path, **bench):
+    from eval.bench import Bench
+    from pipeline.config import config_from_dict
+
+    b = {"seq_lengths": [8, 16, 32], "headline_length": 16, "sweep_variants": ["fp32"], "browser_iterations": 3,
+         "browser_warmup": 1, "max_seconds_per_point": 0.5, **bench}
+    cfg = config_from_dict({"bench": b}, "browser-test")
+    texts = [t for t, _ in make_texts(20, seed=2)]
+    return Bench(cfg, models, texts, {"peak_gflops_fp32": {"1": 10.0}}, tmp_path)
+
+
+def test_every_file_timed_failed_or_skipped_with_reason(student_files, tmp_path):
+    from eval.browser_bench import measure_browser
+    from eval.targets import get_target, host_threads
+
+    _browser_or_skip()
+    models, rows = student_files
+    targets = [get_target("browser-wasm"), get_target("browser-wasm-mt"), get_target("host-cpu")]
+    out = measure_browser(_bench(models, tmp_path), targets, rows)
+    assert {t for t, _ in out} == {"browser-wasm", "browser-wasm-mt"}  # host-cpu is not a browser target
+    for target, threads in (("browser-wasm", 1), ("browser-wasm-mt", host_threads())):
+        fp32 = out[(target, ("student", "fp32", "onnx"))]
+        # sweep variant: every length the position table (24) holds, then a skip with the reason
+        for n in ("8", "16"):
+            assert 0 < fp32[n]["min_ms"] <= fp32[n]["p50_ms"] <= fp32[n]["p99_ms"]
+            assert 1 <= fp32[n]["iterations"] <= 3 and fp32[n]["gflops"] > 0
+        assert fp32["32"]["status"] == "skipped" and "position table" in fp32["32"]["reason"]
+        s = fp32["session"]
+        assert s["threads"] == threads and s["provider"] == "onnxruntime-web wasm"
+        assert s["cross_origin_isolated"] is True and "onnxruntime-web 1.30.0" in s["runtime"]
+        # other variants: the headline length only
+        dyn = out[(target, ("student", "int8-dynamic", "ort"))]
+        assert "p50_ms" in dyn["16"] and "sweep" in dyn["8"]["reason"]
+        assert "p50_ms" in out[(target, ("student", "fp32", "ort"))]["16"]
+        # a file onnxruntime-web cannot load is a failure carrying its error, not a gap
+        bad = out[(target, ("student", "int8-static", "onnx"))]
+        assert bad["status"] == "failed" and bad["reason"].startswith("onnxruntime-web: ")
+        assert "WASM" in out[(target, ("student", "fp16", "onnx"))]["reason"]
+        assert out[(target, ("student", "fp32", "pytorch"))]["status"] == "skipped"
+
+
+def test_missing_chromium_is_a_skip_naming_the_setting(student_files, tmp_path):
+    from eval.browser_bench import measure_browser
+    from eval.targets import get_target
+
+    models, rows = student_files
+    out = measure_browser(_bench(models, tmp_path, browser_executable=str(tmp_path / "no-chromium")),
+                          [get_target("browser-wasm")], rows)
+    assert len(out) == len(rows)
+    for entry in out.values():
+        assert entry["status"] == "skipped"
+    assert any("bench.browser_executable" in e["reason"] or "node" in e["reason"] for e in out.values())
+
+
+def test_browser_settings_are_checked():
+    from eval.bench import check_settings
+    from pipeline.config import config_from_dict
+    from pipeline.errors import PipelineError
+
+    with pytest.raises(PipelineError, match="bench.browser_iterations"):
+        check_settings(config_from_dict({"bench": {"browser_iterations": 0}}, "t"))
+
+
+def _lat(p50: float | None) -> dict:
+    if p50 is None:
+        return {"browser-wasm": {"status": "failed", "reason": "onnxruntime-web: unsupported op"}}
+    return {"browser-wasm": {"64": {"p50_ms": p50, "p90_ms": p50, "p99_ms": p50, "mean_ms": p50}}}
+
+
+def test_browser_goals_read_the_bundle_rule_on_browser_rows():
+    from eval.browser_goals import browser_goals
+
+    def row(model, variant, fmt, acc, p50):
+        return {"model": model, "variant": variant, "format": fmt, "accuracy": acc, "latency": _lat(p50)}
+
+    rows = [row("teacher", "fp32", "onnx", 0.80, 40.0),
+            row("student", "fp32", "onnx", 0.790, 5.0),
+            row("student", "int8-static", "onnx", 0.786, 3.0),  # fastest within 1 point: the web pick
+            row("student", "int8-dynamic", "ort", 0.770, 1.0),  # faster, but 2 points down: not eligible
+            row("student", "int8-dynamic", "onnx", 0.789, None),  # failed in the browser
+            row("student", "optimum-fp32", "onnx", 0.790, 6.0),
+            row("student", "optimum-int8-dynamic", "onnx", 0.789, 4.0)]
+    teacher_goal, peer_goal = browser_goals(rows, 64, ["mobile-cpu", "browser-wasm"])
+    assert teacher_goal["value"] == pytest.approx(3.0 / 40.0) and teacher_goal["met"] is True
+    assert "int8-static .onnx" in teacher_goal["detail"]
+    assert peer_goal["value"] == pytest.approx(3.0 / 4.0) and peer_goal["met"] is True
+    assert "optimum-int8-dynamic" in peer_goal["detail"]
+    assert browser_goals(rows, 64, ["mobile-cpu"]) == []  # not configured: no goal rows
+    unmeasured = browser_goals([row("student", "fp32", "onnx", 0.79, None)], 64, ["browser-wasm"])
+    assert [g["met"] for g in unmeasured] == [None, None]
+
+
+def _web_ctx(tmp_path, **bundle):
+    from pipeline import stages_web
+    from pipeline.config import config_from_dict
+    from pipeline.stage import StageContext
+
+    cfg = config_from_dict({"bundle": bundle}, "t")
+    return StageContext(cfg, "web-bundle", tmp_path, tmp_path, stages_web.DEPS)
+
+
+def test_web_target_must_be_a_browser_target(tmp_path):
+    from pipeline import stages_web
+    from pipeline.errors import PipelineError
+
+    with pytest.raises(PipelineError, match="bundle.web_target"):
+        stages_web.stage_web_bundle(_web_ctx(tmp_path, web_target="mobile-cpu"))
+
+
+def test_web_bundle_without_onnxruntime_web_is_a_skip_with_the_fix(tmp_path, monkeypatch):
+    from export import web_bundle
+    from pipeline import stages_web
+
+    monkeypatch.setattr(web_bundle, "ORT_DIST", tmp_path / "nowhere")
+    out = stages_web.stage_web_bundle(_web_ctx(tmp_path))
+    assert "make web-deps" in out["skipped"]
+    assert "make web-deps" in (tmp_path / "README.md").read_text()
+    assert "bundle.web = false" in stages_web.stage_web_bundle(_web_ctx(tmp_path, web=False))["skipped"]

@@ -1,0 +1,35 @@
+// The demo page: type a text, see the label, every probability and the time it took (tokenizer + model),
+// all in this browser. The result element carries data-* attributes so a test can read it back.
+import { loadClassifier } from "./classifier.mjs";
+
+const $ = (id) => document.getElementById(id);
+const threads = Number(new URLSearchParams(location.search).get("threads") || 1);
+
+try {
+  const clf = await loadClassifier({ threads });
+  const m = clf.meta.model;
+  $("about").textContent = `${m.name} ${m.variant} (${m.file}), chosen on ${m.choice.target}: ${m.choice.rule}. ` +
+    `onnxruntime-web WASM, ${clf.threads} thread(s).`;
+  $("status").textContent = "ready";
+  $("status").dataset.ready = "1";
+  $("classify").disabled = false;
+  $("form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const r = await clf.classify($("text").value);
+    $("label").textContent = r.label;
+    $("latency").textContent = `${r.latency_ms.toFixed(2)} ms`;
+    $("probs").replaceChildren(...clf.meta.labels.map((name, i) => {
+      const tr = document.createElement("tr");
+      const pct = (100 * r.probabilities[i]).toFixed(1);
+      tr.innerHTML = `<td>${name}</td><td>${pct}%</td><td><div class="bar" style="width:${pct * 2}px"></div></td>`;
+      return tr;
+    }));
+    const box = $("result");
+    Object.assign(box.dataset, { label: r.label, probabilities: JSON.stringify(r.probabilities),
+      ids: JSON.stringify(r.ids), latencyMs: String(r.latency_ms) });
+    box.dataset.count = String(Number(box.dataset.count) + 1);
+  });
+} catch (e) {
+  $("status").textContent = `failed: ${e.message || e}`;
+  $("status").dataset.ready = "error";
+}
