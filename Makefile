@@ -41,7 +41,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+# transformers.js for the generation-bundle test (clients/js-gen); without npm that one test skips, saying why
+JS_GEN := clients/js-gen/node_modules/.package-lock.json
+$(JS_GEN): clients/js-gen/package-lock.json
+	@if command -v npm >/dev/null; then cd clients/js-gen && npm ci --ignore-scripts --no-audit --no-fund \
+	  || echo "npm ci failed in clients/js-gen: the transformers.js bundle test will skip"; \
+	else echo "npm not found: the transformers.js bundle test will skip"; fi
+
+test: $(STAMP) $(JS_GEN)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)
@@ -77,4 +84,4 @@ clean-runs:
 	rm -rf runs dist
 
 clean: clean-runs
-	rm -rf $(VENV) .pytest_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache *.egg-info clients/js-gen/node_modules

@@ -167,3 +167,27 @@ def test_bundle_of_the_lstm_is_refused_and_leaves_nothing(built):
     assert not list(cfg.run_dir.glob(".bundle*")) and sorted(p.name for p in dist.iterdir()) == before
     assert run(cfg, ["bundle"]) == []  # the good bundle is untouched and still up to date
 
+
+
+def test_transformers_js_text_generation_loads_the_bundle(built):
+    """clients/js-gen (transformers.js, installed by `make test` with npm ci) loads the bundle folder and its
+    greedy tokens are the pipeline's."""
+    import shutil as sh
+    import subprocess
+
+    js = Path(__file__).resolve().parents[1] / "clients" / "js-gen"
+    if sh.which("node") is None:
+        pytest.skip("node is not installed: the transformers.js check needs Node.js 18+ and npm")
+    if not (js / "node_modules" / "@huggingface" / "transformers").is_dir():
+        pytest.skip(f"transformers.js is not installed: run `npm ci --ignore-scripts` in {js} (make test does)")
+    cfg, dist, _ = built
+    proc = subprocess.run(["node", str(js / "check_bundle.mjs"), str(dist)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    samples = json.loads((dist / "samples.json").read_text())
+    assert out["match"] and out["dtype"] == "q8"
+    for s, r in zip(samples, out["samples"]):
+        assert r["prompt_ids"] == s["prompt_ids"]
+        assert r["tokens"] == _reference(cfg, s["prompt_ids"], s["max_new_tokens"])
+    assert out["pipeline_text"] == samples[0]["continuation"]
