@@ -72,10 +72,11 @@ def map_vocab(src: Path, dst: Path, vmap) -> Path:
         helper.make_node("Where", ["pocketformer/kept", "pocketformer/spread", "pocketformer/dropped_logit"],
                          [_LOGITS], name="pocketformer/mask_unseen")])
     out = next(o for o in g.output if o.name == _LOGITS)
+    if out.type.tensor_type.elem_type != TensorProto.FLOAT:  # the masking constant is float32
+        raise PipelineError(f"{src}: logits are not float32; ship the fp32 or int8-dynamic graph (bundle.variant)")
     dim = out.type.tensor_type.shape.dim[2]
     dim.Clear()
     dim.dim_value = vmap.teacher_vocab
-    assert out.type.tensor_type.elem_type == TensorProto.FLOAT
     onnx.checker.check_model(model)
     onnx.save(model, str(dst))
     return dst

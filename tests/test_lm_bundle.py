@@ -191,3 +191,18 @@ def test_transformers_js_text_generation_loads_the_bundle(built):
         assert r["prompt_ids"] == s["prompt_ids"]
         assert r["tokens"] == _reference(cfg, s["prompt_ids"], s["max_new_tokens"])
     assert out["pipeline_text"] == samples[0]["continuation"]
+
+
+def test_fp32_variant_ships_model_onnx_and_verifies(built, tmp_path):
+    from pipeline.verify import verify_bundle
+
+    _, _, d = built
+    cfg = config_from_dict({**d, "bundle": {**d["bundle"], "variant": "fp32", "dist_dir": str(tmp_path / "dist")}},
+                           "tiny-gen-bundle")
+    assert run(cfg, ["bundle"]) == ["bundle"]  # a bundle setting changed: only the bundle re-runs
+    dist = tmp_path / "dist" / "tinygen"
+    meta = json.loads((dist / "metadata.json").read_text())
+    assert meta["graph"]["file"] == "onnx/model.onnx" and meta["graph"]["transformers_js_dtype"] == "fp32"
+    assert not (dist / "onnx" / "model_quantized.onnx").exists()
+    assert verify_bundle(dist)["runtimes"]["onnxruntime"]["samples_match"] == len(PROMPTS)
+    assert run(config_from_dict(d, "tiny-gen-bundle"), ["bundle"]) == ["bundle"]  # back to the int8 bundle
