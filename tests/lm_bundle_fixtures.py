@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from tests.test_gpt_pipeline import _play, gen_cfg  # noqa: F401  (the same synthetic plays and tiny run)
+from test_gpt_pipeline import _play, gen_cfg  # noqa: F401  (the same synthetic plays and tiny run)
 
 
 def write_plays(folder: Path) -> Path:

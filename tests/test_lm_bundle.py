@@ -15,7 +15,7 @@ from pipeline import stages, stages_bench, stages_bundle, stages_export, stages_
 from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError
 from pipeline.stage import run
-from tests.lm_bundle_fixtures import bpe_llama, bundle_cfg, write_plays
+from lm_bundle_fixtures import bpe_llama, bundle_cfg, write_plays
 
 pytestmark = pytest.mark.e2e
 # "é" never occurs in the training plays: its byte tokens are outside the student's vocabulary ("other")
