@@ -41,7 +41,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) web-deps
 
-# transformers.js and onnxruntime-web in Node, for tests/test_hf_layout.py (pinned in
+# transformers.js and onnxruntime-web in Node, for tests/test_hf_layout.py and
+# tests/test_lm_bundle.py (pinned in
 # clients/js/package-lock.json). Install scripts are skipped: onnxruntime-node's npm tarball already holds
 # its native binary. Without npm (or the registry) the tests that need it skip, saying why.
 JS_STAMP := clients/js/node_modules/.installed-stamp

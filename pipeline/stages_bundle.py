@@ -196,14 +196,3 @@ def stage_bundle(ctx: StageContext) -> dict:
           f"(string-in agreement {check['agreement']:.2%} on {len(texts)} test texts)")
     return {"model": name, "variant": variant, "rule": row["choice"]["rule"], "dist": str(dist),
             "string_model_check": check, "files": len(meta["files"])}
-
-
-@register("bundle", deps=("data", "quantize", "export", "report"), sections=("bundle",), task="generation")
-def stage_bundle_generation(ctx: StageContext) -> dict:
-    """Generation runs have no app bundle (the string-in model, samples and verify-bundle are for classifiers);
-    writes bundle/README.md saying so and where the exported decoder files are, and publishes nothing."""
-    reason = ("app bundles (string-in model, Kotlin / Swift samples, verify-bundle) are built for the "
-              "classification task; the generation models' exported files are in export/")
-    (ctx.out / "README.md").write_text(f"# No app bundle for run {ctx.cfg.run.name}\n\n{reason}.\n")
-    print(f"[bundle] skipped: {reason}")
-    return {"skipped": reason}

@@ -196,3 +196,4 @@ def stage_lm_eval(ctx: StageContext) -> dict:
 
 
 from pipeline import lm_stages_ship  # noqa: E402,F401  (registers quantize, export, bench for generation)
+from pipeline import lm_stages_bundle  # noqa: E402,F401  (registers bundle for generation)

@@ -147,6 +147,10 @@ def _coreml(bundle: Path, meta: dict, samples: list[dict]) -> dict:
 def verify_bundle(bundle: Path) -> dict:
     """Every check above; raises PipelineError on the first failure, returns a summary otherwise."""
     bundle = Path(bundle)
+    from pipeline.verify_lm import is_generation, verify_lm_bundle
+
+    if is_generation(bundle):  # a generation bundle: decoder, tokenizer, greedy samples (pipeline/verify_lm.py)
+        return verify_lm_bundle(bundle)
     files = check_files(bundle)
     meta = files["meta"]
     samples = load_samples(bundle, meta)
@@ -171,6 +175,10 @@ def add_cli(subparsers) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    from pipeline import verify_lm
+
+    if verify_lm.is_generation(Path(args.bundle)):
+        return verify_lm.run_cli(args)
     try:
         s = verify_bundle(Path(args.bundle))
     except PipelineError as e:

@@ -1,0 +1,126 @@
+"""Stage wiring for bundle when run.task = "generation": the student decoder (KV cache, int8 by default)
+over the teacher tokenizer's ids, the tokenizer, genai_config.json / config.json / generation_config.json,
+greedy samples, Kotlin / Swift samples and a README, in the layout onnxruntime-genai and transformers.js
+load (export/lm_bundle.py); written to runs/<run>/bundle/ and published to <bundle.dist_dir>/<run>/."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from pipeline.errors import PipelineError
+from pipeline.lm_common import GEN, LM_FOLDERS, check_prompt, load_lm, ort_lm, threads, upstream
+from pipeline.stage import StageContext, register
+
+# the shipped variant when bundle.variant = "auto": int8 first (a quarter of the size, faster on phones)
+AUTO_ORDER = ("int8-dynamic", "fp32")
+
+
+def choose_variant(onnx_rows: list[dict], model: str, variant: str, source: str) -> dict:
+    """The quantize-stage row of the student graph to ship. Only the Llama student ships: the LSTM has no
+    runtime that generates from a folder, and the teacher is the reference, not a phone model."""
+    if model not in ("auto", "student"):
+        raise PipelineError(f"bundle.model = '{model}': a generation bundle ships the student decoder (set "
+                            f"bundle.model = \"auto\" or \"student\" in {source})")
+    mine = {r["variant"]: r for r in onnx_rows if r["model"] == "student"}
+    if not mine:
+        raise PipelineError(f"quantize/onnx_rows.json has no student graph; add \"student\" to quantize.models "
+                            f"in {source} and run `python -m pipeline quantize --config {source}`")
+    if variant == "auto":
+        return next(mine[v] for v in (*AUTO_ORDER, *mine) if v in mine)
+    if variant not in mine:
+        raise PipelineError(f"bundle.variant = '{variant}' has no student graph (made: {', '.join(mine)}); add it "
+                            f"to quantize.variants in {source} and run the quantize stage")
+    return mine[variant]
+
+
+def reference_continuations(runner, lm, prompts: list[list[int]], n: int) -> list[list[int]]:
+    """The pipeline's greedy continuations (teacher ids): its own ONNX Runtime loop over the quantize-stage
+    graph, in student ids, exactly as the quantize stage checked it against PyTorch."""
+    out = []
+    for p in prompts:
+        got = runner.generate(lm.to_model_ids(torch.tensor(p)).tolist(), n)
+        out.append(got if lm.vmap is None else lm.vmap.to_teacher(got).tolist())
+    return out
+
+
+@register("bundle", deps=("data", "quantize", "export", "report"), sections=("bundle",), task=GEN)
+def stage_lm_bundle(ctx: StageContext) -> dict:
+    """The generation app bundle: the student decoder over teacher ids, tokenizer, runtime configs, greedy
+    samples that verify-bundle replays, Kotlin / Swift samples; published to <bundle.dist_dir>/<run>/."""
+    from export import lm_app_samples, lm_bundle
+    from export.bundle import io_spec, write_metadata
+    from export.lm_onnx import OrtLM, check_greedy
+    from pipeline.manifest import library_versions
+    from pipeline.stages_bundle import publish
+
+    cfg, b, lmc = ctx.cfg, ctx.cfg.bundle, ctx.cfg.lm
+    threads(cfg)
+    if not lmc.prompts:
+        raise PipelineError(f"{cfg.source}: lm.prompts is empty; the generation bundle stores greedy samples of "
+                            f"those prompts for verify-bundle (give at least one)")
+    qdir = upstream(ctx, "quantize")
+    row = choose_variant(json.loads((qdir / "onnx_rows.json").read_text()), b.model, b.variant, cfg.source)
+    variant = row["variant"]
+    if variant not in lm_bundle.GRAPH_FILES:
+        raise PipelineError(f"the student's {variant} graph has no place in the bundle layout (shipped: "
+                            f"{', '.join(lm_bundle.GRAPH_FILES)})")
+    folder = upstream(ctx, LM_FOLDERS["student"][0]) / LM_FOLDERS["student"][1]
+    lm, tok = load_lm(folder, "student")
+    context = lm.max_positions or lm.model.config.max_position_embeddings
+    out = ctx.out
+    tok.save_pretrained(out)  # tokenizer.json + tokenizer_config.json (+ special tokens): the teacher's
+    if not (out / "tokenizer.json").is_file():
+        raise PipelineError(f"the teacher's tokenizer ({type(tok).__name__}) has no tokenizer.json (not a fast "
+                            f"tokenizer); onnxruntime-genai and transformers.js need one")
+    for extra in ("vocab_map.json", "pocketformer.json"):  # save_pretrained never writes these; stale copies
+        (out / extra).unlink(missing_ok=True)
+    graph_rel = lm_bundle.GRAPH_FILES[variant]
+    graph = lm_bundle.map_vocab(qdir / row["path"], out / graph_rel, lm.vmap)
+
+    ids = lm_bundle.special_ids(tok, lm.model.config)
+    vocab = lm.vmap.teacher_vocab if lm.vmap is not None else lm.model.config.vocab_size
+    shape = lm_bundle.decoder_shape(lm.model.config)
+    lm_bundle.write_json(out / "genai_config.json", lm_bundle.genai_config(graph_rel, shape, ids, vocab, context))
+    lm_bundle.write_json(out / "config.json", lm_bundle.hf_config(lm.model.config, vocab, ids, context))
+    lm_bundle.write_json(out / "generation_config.json", lm_bundle.generation_config(ids, context))
+
+    # the shipped graph must decode like the pipeline's graph, token for token, before anything is published
+    source_runner = ort_lm(qdir / row["path"], lm)
+    shipped = OrtLM(graph, max_positions=context)
+    prompt = check_prompt(ctx, tok)
+    want = reference_continuations(source_runner, lm, [prompt], lmc.check_tokens)[0]
+    check = check_greedy(want, shipped.generate(prompt, lmc.check_tokens), f"bundle {graph_rel}", must_match=True)
+    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in lmc.prompts]
+    conts = reference_continuations(source_runner, lm, prompts, lmc.sample_tokens)
+    samples = []
+    for text, p, c in zip(lmc.prompts, prompts, conts):
+        c = lm_bundle.cut_at_eos(c, ids["eos_token_id"])
+        samples.append({"prompt": text, "prompt_ids": p, "max_new_tokens": lmc.sample_tokens,
+                        "continuation_ids": c, "continuation": tok.decode(c, skip_special_tokens=True)})
+    (out / "samples.json").write_text(json.dumps(samples, indent=2))
+
+    dist = Path(b.dist_dir) / cfg.run.name
+    meta = {"run": cfg.run.name, "task": GEN, "dist_path": str(dist),
+            "model": {"name": "student", "variant": variant, "params": row.get("params"),
+                      "perplexity": row.get("perplexity"), "choice": f"bundle.variant = {b.variant}"},
+            "graph": {"file": graph_rel, "transformers_js_dtype": lm_bundle.JS_DTYPE[variant], **shape,
+                      "vocab_size": vocab, "context_length": context,
+                      "vocabulary": "teacher ids in and out; ids the student never saw in training get the "
+                                    "lowest float logit (never picked)",
+                      **io_spec(shipped.session)},
+            "tokenizer": "tokenizer.json", "special_ids": ids, "samples_file": "samples.json",
+            "samples": samples[:1], "greedy_check": check, "versions": library_versions()}
+    (out / "android").mkdir()
+    (out / "android" / "PocketformerGenerator.kt").write_text(lm_app_samples.kotlin(meta))
+    (out / "ios").mkdir()
+    (out / "ios" / "PocketformerGenerator.swift").write_text(lm_app_samples.swift(meta))
+    meta = write_metadata(out, meta)  # hashes every file written so far
+    (out / "README.md").write_text(lm_app_samples.readme(meta))
+    meta = write_metadata(out, meta)  # and the README
+    publish(out, dist)
+    print(f"[bundle] student {variant} decoder: {len(meta['files'])} files -> {dist} "
+          f"({len(samples)} greedy samples, check {check['matching_prefix']}/{check['tokens']} tokens)")
+    return {"model": "student", "variant": variant, "dist": str(dist), "greedy_check": check,
+            "files": len(meta["files"])}

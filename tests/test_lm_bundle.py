@@ -1,0 +1,208 @@
+"""The generation app bundle on a tiny run (byte-level BPE teacher, restricted-vocabulary student): its
+layout, the vocabulary-mapped decoder, onnxruntime-genai generating the pipeline's greedy tokens,
+verify-bundle passing and catching tampering, and the Kotlin / Swift samples naming the shipped graph."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline import stages, stages_bench, stages_bundle, stages_export, stages_gpt  # noqa: F401  (registers stages)
+from pipeline.config import config_from_dict
+from pipeline.errors import PipelineError
+from pipeline.stage import run
+from lm_bundle_fixtures import bpe_llama, bundle_cfg, write_plays
+
+pytestmark = pytest.mark.e2e
+# "é" never occurs in the training plays: its byte tokens are outside the student's vocabulary ("other")
+PROMPTS = ["ROMEO : my love", "KING : é the crown is"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lmbundle")
+    (root / "plays").mkdir()
+    corpus = write_plays(root / "plays")
+    teacher = root / "teacher"
+    teacher.mkdir()
+    bpe_llama(teacher, corpus)
+    d = bundle_cfg(root, corpus, teacher)
+    d["lm"]["prompts"] = PROMPTS
+    cfg = config_from_dict(d, "tiny-gen-bundle")
+    ran = run(cfg, ["bundle"])
+    assert ran[-1] == "bundle"
+    return cfg, root / "dist" / "tinygen", d
+
+
+def _reference(cfg, prompt_ids: list[int], n: int) -> list[int]:
+    """The pipeline's greedy tokens, recomputed here: its ONNX Runtime loop over the quantize-stage graph."""
+    from export.lm_bundle import cut_at_eos
+    from pipeline.lm_common import load_lm, ort_lm
+
+    lm, tok = load_lm(cfg.run_dir / "distill" / "student", "student")
+    got = ort_lm(cfg.run_dir / "quantize" / "student" / "int8-dynamic" / "model.onnx", lm).generate(
+        lm.to_model_ids(torch.tensor(prompt_ids)).tolist(), n)
+    return cut_at_eos(lm.vmap.to_teacher(got).tolist(), tok.eos_token_id)
+
+
+def test_bundle_layout_and_samples(built):
+    cfg, dist, _ = built
+    for rel in ("onnx/model_quantized.onnx", "genai_config.json", "config.json", "generation_config.json",
+                "tokenizer.json", "tokenizer_config.json", "samples.json", "metadata.json", "README.md",
+                "android/PocketformerGenerator.kt", "ios/PocketformerGenerator.swift"):
+        assert (dist / rel).is_file(), rel
+    meta = json.loads((dist / "metadata.json").read_text())
+    assert meta["task"] == "generation" and meta["model"]["variant"] == "int8-dynamic"
+    assert set(meta["files"]) >= {"onnx/model_quantized.onnx", "samples.json", "README.md"}
+    vmap = json.loads((cfg.run_dir / "distill" / "student" / "vocab_map.json").read_text())
+    assert meta["graph"]["vocab_size"] == vmap["teacher_vocab"] > len(vmap["teacher_ids"])
+    samples = json.loads((dist / "samples.json").read_text())
+    assert [s["prompt"] for s in samples] == PROMPTS
+    unseen = set(samples[1]["prompt_ids"]) - set(vmap["teacher_ids"])
+    assert unseen, "the second prompt must hold ids the student maps to 'other'"
+    for s in samples:
+        assert s["continuation_ids"] == _reference(cfg, s["prompt_ids"], s["max_new_tokens"])
+        assert len(s["continuation_ids"]) >= 1
+
+
+def test_mapped_graph_keeps_student_logits_and_masks_unseen_ids(built):
+    import onnxruntime as ort
+
+    from export.lm_bundle import DROPPED_LOGIT
+
+    cfg, dist, _ = built
+    vmap = json.loads((cfg.run_dir / "distill" / "student" / "vocab_map.json").read_text())
+    kept, other = np.array(vmap["teacher_ids"]), len(vmap["teacher_ids"])
+    prompt = json.loads((dist / "samples.json").read_text())[1]["prompt_ids"]  # holds unseen ids
+    lookup = np.full(vmap["teacher_vocab"], other)
+    lookup[kept] = np.arange(len(kept))
+
+    def logits(path: Path, ids: list[int]) -> np.ndarray:
+        s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feed = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64),
+                "position_ids": np.arange(len(ids), dtype=np.int64)[None]}
+        for i in s.get_inputs():
+            if i.name.startswith("past_key_values."):
+                feed[i.name] = np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32)
+        return s.run(["logits"], feed)[0][0]  # (T, V)
+
+    shipped = logits(dist / "onnx" / "model_quantized.onnx", prompt)
+    source = logits(cfg.run_dir / "quantize" / "student" / "int8-dynamic" / "model.onnx", lookup[prompt].tolist())
+    assert shipped.shape == (len(prompt), vmap["teacher_vocab"]) and source.shape[1] == other + 1
+    np.testing.assert_array_equal(shipped[:, kept], source[:, :other])
+    unseen = np.setdiff1d(np.arange(vmap["teacher_vocab"]), kept)
+    assert (shipped[:, unseen] == DROPPED_LOGIT).all()
+
+
+def test_onnxruntime_genai_generates_the_pipeline_tokens(built):
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed (pip install "
+                                                    "onnxruntime-genai==0.18.0)")
+    import onnxruntime_genai as og
+
+    from pipeline.verify_lm import genai_greedy
+
+    cfg, dist, _ = built
+    samples = json.loads((dist / "samples.json").read_text())
+    tok = og.Tokenizer(og.Model(str(dist)))
+    assert [list(tok.encode(s["prompt"])) for s in samples] == [s["prompt_ids"] for s in samples]
+    got = genai_greedy(dist, [s["prompt_ids"] for s in samples], [s["max_new_tokens"] for s in samples])
+    assert got == [_reference(cfg, s["prompt_ids"], s["max_new_tokens"]) for s in samples]
+
+
+def test_verify_bundle_passes_then_catches_changes(built, tmp_path):
+    from export.bundle import write_metadata
+    from pipeline.verify import verify_bundle
+
+    _, dist, _ = built
+    s = verify_bundle(dist)
+    assert s["task"] == "generation" and s["runtimes"]["onnxruntime"]["samples_match"] == len(PROMPTS)
+    assert s["runtimes"]["onnxruntime-genai"].get("samples_match") == len(PROMPTS), s["runtimes"]
+
+    wrong = shutil.copytree(dist, tmp_path / "wrong")
+    samples = json.loads((wrong / "samples.json").read_text())
+    samples[0]["continuation_ids"][0] = (samples[0]["continuation_ids"][0] + 1) % 300
+    (wrong / "samples.json").write_text(json.dumps(samples))
+    meta = json.loads((wrong / "metadata.json").read_text())
+    write_metadata(wrong, {k: v for k, v in meta.items() if k != "files"})  # hashes pass: the tokens must not
+    with pytest.raises(PipelineError, match="continues 'ROMEO : my love' differently from samples.json at token 1"):
+        verify_bundle(wrong)
+
+    changed = shutil.copytree(dist, tmp_path / "changed")
+    graph = changed / "onnx" / "model_quantized.onnx"
+    graph.write_bytes(graph.read_bytes()[:-1] + b"\0")
+    with pytest.raises(PipelineError, match="onnx/model_quantized.onnx was changed"):
+        verify_bundle(changed)
+
+
+def test_app_samples_name_the_shipped_graph(built):
+    _, dist, _ = built
+    meta = json.loads((dist / "metadata.json").read_text())
+    g, first = meta["graph"], meta["samples"][0]
+    kt = (dist / "android" / "PocketformerGenerator.kt").read_text()
+    sw = (dist / "ios" / "PocketformerGenerator.swift").read_text()
+    inputs = {i["name"].split(".")[0] for i in g["inputs"]}
+    outputs = {o["name"].split(".")[0] for o in g["outputs"]}
+    assert inputs == {"input_ids", "attention_mask", "position_ids", "past_key_values"}
+    assert outputs == {"logits", "present"}
+    for src in (kt, sw):
+        for name in (*inputs, *outputs):
+            assert f'"{name}' in src, name
+        assert str(g["vocab_size"]) in src and str(meta["special_ids"]["eos_token_id"]) in src
+        assert g["file"].split("/")[-1].split(".")[0] in src
+    assert f"const val LAYERS = {g['num_hidden_layers']}" in kt and f"layers = {g['num_hidden_layers']}" in sw
+    assert "longArrayOf(" + ", ".join(f"{i}L" for i in first["prompt_ids"]) + ")" in kt
+    assert "[" + ", ".join(str(i) for i in first["continuation_ids"]) + "]" in sw
+
+
+def test_bundle_of_the_lstm_is_refused_and_leaves_nothing(built):
+    cfg, dist, d = built
+    bad = config_from_dict({**d, "bundle": {**d["bundle"], "model": "lstm"}}, "tiny-gen-bundle")
+    before = sorted(p.name for p in dist.iterdir())
+    with pytest.raises(PipelineError, match="ships the student decoder"):
+        run(bad, ["bundle"], force=("bundle",))
+    assert not list(cfg.run_dir.glob(".bundle*")) and sorted(p.name for p in dist.iterdir()) == before
+    assert run(cfg, ["bundle"]) == []  # the good bundle is untouched and still up to date
+
+
+
+def test_transformers_js_text_generation_loads_the_bundle(built):
+    """clients/js (transformers.js, installed by `make test` with npm ci) loads the bundle folder and its
+    greedy tokens are the pipeline's."""
+    import shutil as sh
+    import subprocess
+
+    js = Path(__file__).resolve().parents[1] / "clients" / "js"
+    if sh.which("node") is None:
+        pytest.skip("node is not installed: the transformers.js check needs Node.js 18+ and npm")
+    if not (js / "node_modules" / "@huggingface" / "transformers").is_dir():
+        pytest.skip(f"transformers.js is not installed: run `npm ci --ignore-scripts` in {js} (make test does)")
+    cfg, dist, _ = built
+    proc = subprocess.run(["node", str(js / "check_lm_bundle.mjs"), str(dist)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    samples = json.loads((dist / "samples.json").read_text())
+    assert out["match"] and out["dtype"] == "q8"
+    for s, r in zip(samples, out["samples"]):
+        assert r["prompt_ids"] == s["prompt_ids"]
+        assert r["tokens"] == _reference(cfg, s["prompt_ids"], s["max_new_tokens"])
+    assert out["pipeline_text"] == samples[0]["continuation"]
+
+
+def test_fp32_variant_ships_model_onnx_and_verifies(built, tmp_path):
+    from pipeline.verify import verify_bundle
+
+    _, _, d = built
+    cfg = config_from_dict({**d, "bundle": {**d["bundle"], "variant": "fp32", "dist_dir": str(tmp_path / "dist")}},
+                           "tiny-gen-bundle")
+    assert run(cfg, ["bundle"]) == ["bundle"]  # a bundle setting changed: only the bundle re-runs
+    dist = tmp_path / "dist" / "tinygen"
+    meta = json.loads((dist / "metadata.json").read_text())
+    assert meta["graph"]["file"] == "onnx/model.onnx" and meta["graph"]["transformers_js_dtype"] == "fp32"
+    assert not (dist / "onnx" / "model_quantized.onnx").exists()
+    assert verify_bundle(dist)["runtimes"]["onnxruntime"]["samples_match"] == len(PROMPTS)
+    assert run(config_from_dict(d, "tiny-gen-bundle"), ["bundle"]) == ["bundle"]  # back to the int8 bundle
