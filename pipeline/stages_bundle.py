@@ -30,7 +30,9 @@ def published_check(cfg, manifest: dict) -> str | None:
 
     dist = manifest.get("summary", {}).get("dist")
     if not dist:
-        return None  # generation runs publish nothing
+        return None  # nothing was published
+    if cfg.run.task != "classification":  # the generation bundle has its own format (export/lm_bundle.py)
+        return published_differs(cfg.run_dir / "bundle", Path(dist))
     try:
         schema = json.loads((cfg.run_dir / "bundle" / "metadata.json").read_text()).get("schema_version")
     except (OSError, ValueError):
