@@ -41,7 +41,7 @@ def test_teacher_layers_copies_embeddings_positions_and_layers(teacher):
     ({"hidden": 16, "heads": 2}, r"needs student.hidden = 32, the teacher's hidden size \(it is 16\)"),
     ({"heads": 4}, r"needs student.heads = 2"),
     ({"ffn": 128}, r"needs student.ffn = 64"),
-    ({"max_length": 256}, r"needs student.max_length <= 128"),
+    ({"max_length": 256}, r"of at most 128 rows, the teacher.s positions \(it is 256\)"),
 ])
 def test_teacher_layers_that_cannot_fit_is_one_error(teacher, change, msg):
     s = dataclasses.replace(MATCHING, **change)
