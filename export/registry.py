@@ -112,7 +112,14 @@ def _int8_dynamic(job: ExportJob) -> dict:
     src_name, src = _source(job, *dict.fromkeys([job.quantize.dynamic_source, "fp32"]))
     details: dict = {"source": src_name, "per_channel": job.quantize.per_channel}
     with tempfile.TemporaryDirectory() as tmp:
-        if job.quantize.embedding_bits == 4:  # the word table first, so quantize_dynamic leaves it alone
+        from export.quantize import op_counts
+
+        recurrent = {"LSTM", "GRU"} & set(op_counts(src))
+        if job.quantize.embedding_bits == 4 and recurrent:
+            # the rewritten graph no longer lets quantize_dynamic take the LSTM (DynamicQuantizeLSTM), which
+            # costs more than the table saves: RNNs keep the int8 word table
+            details["embedding_4bit"] = f"not applied: {', '.join(sorted(recurrent))} model keeps an int8 table"
+        elif job.quantize.embedding_bits == 4:  # the word table first, so quantize_dynamic leaves it alone
             from export.embed4 import embedding_to_4bit
 
             details["embedding_4bit"] = embedding_to_4bit(src, Path(tmp) / "embed4.onnx", job.model_name)

@@ -228,3 +228,12 @@ def test_corrupt_checkpoint_is_one_clear_error(models, tmp_path):
             load_source(folder, name, "onnx")
     with pytest.raises(PipelineError, match=r"lstm -> coreml: .* not a trained model folder"):
         load_source(tmp_path / "nothing", "lstm", "coreml")
+
+
+def test_lstm_int8_dynamic_keeps_its_int8_lstm_under_4bit_embeddings(models, onnx_files, tmp_path):
+    """quantize.embedding_bits = 4 applies to transformer tables; an RNN keeps DynamicQuantizeLSTM (the 4-bit
+    rewrite would leave its LSTM in fp32) and says why in its details."""
+    out = tmp_path / "lstm-int8.onnx"
+    details = run_exporter("int8-dynamic", models["lstm"], out, onnx_files["lstm"], embedding_bits=4)
+    assert details["embedding_4bit"].startswith("not applied: LSTM")
+    assert details["quantized_ops"].get("DynamicQuantizeLSTM") == 2 and "LSTM" not in details["quantized_ops"]
