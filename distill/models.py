@@ -90,7 +90,7 @@ def load_model(folder: Path, name: str = "model") -> LoadedModel:
         elif meta["kind"] == "npu":
             from distill.npu_student import NpuStudent
 
-            model = NpuStudent.load(folder)
+            model = NpuStudent.load(folder, meta.get(EMBEDDING_KEY))
         else:
             model = RNNClassifier.load(folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)

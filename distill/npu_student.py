@@ -131,6 +131,14 @@ class NpuStudent(nn.Module):
         """The token lookup alone: (B, T) ids -> (B, T, D)."""
         return self.word_embeddings(input_ids)
 
+    # Hugging Face's names, so distill/embeddings.py can swap in a restricted / factorized embedding
+    # (student.vocab, student.embedding_dim) exactly as it does for the BERT student
+    def get_input_embeddings(self) -> nn.Module:
+        return self.word_embeddings
+
+    def set_input_embeddings(self, emb: nn.Module) -> None:
+        self.word_embeddings = emb
+
     def encode(self, tokens: torch.Tensor, attention_mask: torch.Tensor, keep: bool = False):
         """tokens (B, T, D) looked-up embeddings, attention_mask (B, T) of 0/1 (any int or float type) ->
         logits (B, C), and with keep=True every hidden state (embeddings first) and attention map."""
@@ -161,9 +169,14 @@ class NpuStudent(nn.Module):
         save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors"))
 
     @classmethod
-    def load(cls, folder: Path) -> "NpuStudent":
+    def load(cls, folder: Path, embedding: dict | None = None) -> "NpuStudent":
+        """`embedding`: the CompactEmbedding spec from pocketformer.json when the folder was saved with one."""
         from safetensors.torch import load_file
 
         model = cls(NpuStudentConfig(**json.loads((folder / "config.json").read_text())))
+        if embedding is not None:
+            from distill.embeddings import CompactEmbedding
+
+            model.set_input_embeddings(CompactEmbedding.from_spec(embedding))
         model.load_state_dict(load_file(str(folder / "model.safetensors")))
         return model.eval()

@@ -17,7 +17,7 @@ import numpy as np
 from eval import latency as L
 from eval.browser import is_browser
 from eval.browser_bench import measure_browser
-from eval.flops import folder_flops
+from eval.flops import folder_flops, row_flops
 from eval.npu import check_onnx, coreml_readiness, fix_shapes, get_device, load_devices, roofline_ms
 from eval.plan import Point, plan_point
 from eval.targets import Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
@@ -61,7 +61,10 @@ def collect_rows(run_dir: Path) -> list[dict]:
     if npu.is_file():
         rows += [dict(r, _path=run_dir / r["file"], _run_dir=run_dir) for r in json.loads(npu.read_text())]
     onnx = {(r["model"], r["variant"]): r for r in rows if r["format"] == "onnx"}
+    # every ONNX / .ort variant of a model derives from its fp32 export: [CLS]-only last layer or not
+    cls_only = {m for (m, v), r in onnx.items() if v == "fp32" and (r.get("details") or {}).get("cls_only_last_layer")}
     for r in rows:
+        r["_cls_only"] = r["format"] in ("onnx", "ort") and r["model"] in cls_only
         src = onnx.get((r["model"], r["variant"]))
         if r["format"] == "ort" and r.get("accuracy") is None and src and src.get("accuracy") is not None:
             r.update(accuracy=src["accuracy"], macro_f1=src.get("macro_f1"), accuracy_from="onnx")
@@ -163,7 +166,7 @@ class Bench:
 
     def measure(self, t: Target, row: dict, point: Point) -> dict:
         threads = resolved_threads(t)
-        flops = {n: folder_flops(self.models.folders[row["model"]], n) for n in point.lengths}
+        flops = {n: row_flops(self.models.folders, row, n) for n in point.lengths}
         peak = peak_for(self.machine["peak_gflops_fp32"], threads)
         out: dict = {}
         with L.PeakRSS() as rss:
@@ -176,7 +179,7 @@ class Bench:
                 B, n = self.b.throughput_batch, self.b.headline_length
                 entry = L.summarize(L.time_calls(bind(*self.inputs(row["model"], n, B)), self.tplan))
                 entry.update(batch=B, seq_len=n, sequences_per_s=B / (entry["p50_ms"] / 1e3))
-                _gflops(entry, folder_flops(self.models.folders[row["model"]], n), B, peak)
+                _gflops(entry, row_flops(self.models.folders, row, n), B, peak)
                 out[f"throughput_b{B}"] = entry
         for n, why in point.skipped_lengths.items():
             out[n] = {"status": "skipped", "reason": why}
@@ -198,7 +201,6 @@ class Bench:
 
     def npu_entry(self, row: dict, point: Point) -> tuple[dict, dict]:
         """(latency entry, readiness) for a row on edge-npu."""
-        folder = self.models.folders[row["model"]]
         if row["format"] == "coreml":
             readiness = {"coreml": coreml_readiness(row["_path"])}
             precision = "fp16"  # int8 / 4-bit Core ML variants compress weights; compute stays fp16
@@ -215,7 +217,7 @@ class Bench:
         # an estimate costs nothing: every length the model takes, not only the measured ones
         limit = self.models.max_positions(row["model"])
         lengths = [n for n in self.b.seq_lengths if limit is None or n <= limit]
-        est = {str(n): roofline_ms(folder_flops(folder, n) or 0, row.get("size_bytes") or 0, d, precision)
+        est = {str(n): roofline_ms(row_flops(self.models.folders, row, n) or 0, row.get("size_bytes") or 0, d, precision)
                for n in lengths}
         entry = {"status": "not measured here", "reason": NPU_RUNTIME_MISSING,
                  "estimate": {"kind": "roofline lower bound (ESTIMATE, not a measurement)", "device": d["id"],
@@ -355,7 +357,7 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
         t0 = time.perf_counter()
         r = {k: v for k, v in row.items() if not k.startswith("_")}
         folder = models.folders.get(row["model"])
-        r["flops_by_length"] = {str(n): folder_flops(folder, n) for n in b.seq_lengths} if folder else {}
+        r["flops_by_length"] = {str(n): row_flops(models.folders, row, n) for n in b.seq_lengths} if folder else {}
         r["flops_per_seq"] = r["flops_by_length"].get(str(b.headline_length))
         if row["format"] == "onnx" and row["variant"] == "fp32" and row["_path"] and r["flops_per_seq"]:
             r["flops_graph_check"] = _graph_check(row["_path"], b.headline_length, r["flops_per_seq"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from eval import latency as L
 from eval.browser import chromium_path, is_browser, run_job, unavailable_reason
-from eval.flops import folder_flops
+from eval.flops import row_flops
 from eval.plan import plan_point
 from eval.targets import Target, resolved_threads
 
@@ -92,7 +92,7 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
         entry: dict = {}
         for n in p.lengths:
             entry[str(n)] = L.summarize(timed[str(n)])
-            flops = folder_flops(bench.models.folders[row["model"]], n)
+            flops = row_flops(bench.models.folders, row, n)
             if flops:
                 entry[str(n)]["gflops"] = flops / (entry[str(n)]["p50_ms"] / 1e3) / 1e9
                 if peak:

@@ -5,6 +5,8 @@ attention scores + weighted sum, which grow with the length n - so a sequence co
 LSTM cell (per token, per direction): 8 h (d_in + h), four gates; GRU: three gates, 6 h (d_in + h).
 Embedding lookups, layer norms, softmax and the classifier head are ignored (well under 1%); a factorized
 embedding's E x H projection (distill/embeddings.py) is counted: 2 E H per token.
+cls_only: exported BERT-family files whose last layer computes the [CLS] position only (export/cls_only.py):
+that layer costs 4 d^2 n (K, V) + 4 d^2 (Q, O) + 2 m d d_ff (one token's feed-forward) + 4 n d.
 """
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ import json
 from pathlib import Path
 
 
-def encoder_flops(layers: int, d: int, d_ff: int, n: int, ffn_mats: int = 2) -> int:
-    per_token = layers * (8 * d * d + 2 * ffn_mats * d * d_ff + 4 * n * d)
-    return n * per_token
+def encoder_flops(layers: int, d: int, d_ff: int, n: int, ffn_mats: int = 2, cls_only: bool = False) -> int:
+    full = layers - 1 if cls_only else layers
+    total = n * full * (8 * d * d + 2 * ffn_mats * d * d_ff + 4 * n * d)
+    if cls_only:
+        total += 4 * d * d * n + 4 * d * d + 2 * ffn_mats * d * d_ff + 4 * n * d
+    return total
 
 
 def rnn_flops(layers: int, d_embed: int, h: int, bidirectional: bool, n: int, cell: str = "lstm") -> int:
@@ -27,14 +32,20 @@ def rnn_flops(layers: int, d_embed: int, h: int, bidirectional: bool, n: int, ce
     return total
 
 
-def folder_flops(folder: Path, n: int) -> int | None:
+def folder_flops(folder: Path, n: int, cls_only: bool = False) -> int | None:
     """FLOPs of one forward pass over a sequence of n tokens, or None for an architecture not covered."""
     path = Path(folder) / "config.json"
     if not path.is_file():
         return None
     c = json.loads(path.read_text())
-    base = _arch_flops(c, n)
+    base = _arch_flops(c, n, cls_only)
     return None if base is None else base + n * _projection_flops(Path(folder))
+
+
+def row_flops(folders: dict, row: dict, n: int) -> int | None:
+    """Formula FLOPs of the work one bench row's file does at n tokens (`_cls_only` set by eval/bench.py)."""
+    folder = folders.get(row["model"])
+    return folder_flops(folder, n, row.get("_cls_only", False)) if folder else None
 
 
 def _projection_flops(folder: Path) -> int:
@@ -43,13 +54,14 @@ def _projection_flops(folder: Path) -> int:
     return 2 * spec["dim"] * spec["out_dim"] if spec and spec["dim"] != spec["out_dim"] else 0
 
 
-def _arch_flops(c: dict, n: int) -> int | None:
+def _arch_flops(c: dict, n: int, cls_only: bool = False) -> int | None:
     if c.get("model_type") == "rnn-classifier":
         return rnn_flops(c["layers"], c["embed_dim"], c["hidden"], c["bidirectional"], n, c.get("cell", "lstm"))
     if {"num_hidden_layers", "hidden_size", "intermediate_size"} <= c.keys():
         # gated feed-forward (Llama family) has three d x d_ff matrices, BERT's has two
         mats = 3 if c.get("model_type") in ("llama", "mistral", "qwen2") else 2
-        return encoder_flops(c["num_hidden_layers"], c["hidden_size"], c["intermediate_size"], n, mats)
+        return encoder_flops(c["num_hidden_layers"], c["hidden_size"], c["intermediate_size"], n, mats,
+                             cls_only and mats == 2)
     return None
 
 

@@ -40,7 +40,7 @@ def probe(cfg, model: str, n_texts: int, settings: list[dict], work: Path, log=p
             raise PipelineError(f"{need} is missing: run `python -m pipeline {stage} --config {cfg.source}` first")
     m = load_source(run_dir / stage / sub, model, "onnx")
     fp32 = work / "fp32.onnx"
-    export_onnx(m.model, fp32, cfg.quantize.opset, model, m.pad_id)
+    export_onnx(m.model, fp32, cfg.quantize.opset, model, m.pad_id, cfg.quantize.cls_only_last_layer)
     labels = read_labels(run_dir / "data")
     test = read_split(run_dir / "data", "test")[: n_texts or None]
     texts, gold = [r["text"] for r in test], np.array([labels.index(r["label"]) for r in test])

@@ -47,15 +47,20 @@ def example_inputs(batch: int = 2, seq: int = 8, pad_id: int = 0) -> tuple[torch
     return ids, mask
 
 
-def export_onnx(model: nn.Module, out: Path, opset: int, model_name: str, pad_id: int = 0) -> Path:
-    """Write model as ONNX to out; raises PipelineError naming the op when the opset cannot express it."""
+def export_onnx(model: nn.Module, out: Path, opset: int, model_name: str, pad_id: int = 0,
+                cls_only: bool = False) -> Path:
+    """Write model as ONNX to out; raises PipelineError naming the op when the opset cannot express it.
+    cls_only: a BERT-family classifier's last layer computes the [CLS] position only (export/cls_only.py);
+    other models are exported as they are."""
+    from export.cls_only import cls_only_last_layer
+
     check_opset(opset, model_name)
     model = model.eval()  # the legacy exporter restores the module's mode: a train-mode wrapper adds dropout
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         # Trace-time warnings (constants captured, the LSTM batch-size caution) are noise here: every
         # exported file is compared with the PyTorch model on real padded batches right after.
-        with torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings(), cls_only_last_layer(model, cls_only):
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             warnings.filterwarnings("ignore", message=".*batch_size other than 1.*")
             warnings.filterwarnings("ignore", category=DeprecationWarning)

@@ -82,8 +82,11 @@ def _source(job: ExportJob, *prefer: str) -> tuple[str, Path]:
 def _onnx(job: ExportJob) -> dict:
     from export.onnx_export import export_onnx
 
-    export_onnx(job.loaded.model, job.out, job.quantize.opset, job.model_name, job.loaded.pad_id)
-    return {"source": "pytorch"}
+    from export.cls_only import supports_cls_only
+
+    cls_only = job.quantize.cls_only_last_layer and supports_cls_only(job.loaded.model)
+    export_onnx(job.loaded.model, job.out, job.quantize.opset, job.model_name, job.loaded.pad_id, cls_only)
+    return {"source": "pytorch", "cls_only_last_layer": cls_only}
 
 
 @exporter("onnx-optimized", "onnx", lossless=True, transformer_only=True)

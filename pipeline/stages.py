@@ -151,7 +151,7 @@ def _student_embedding(s, student, tok, texts: list[str]) -> dict:
     if s.vocab == "training":
         vmap, kept = training_vocab(tok, texts, s.max_length, s.vocab_size_max)
         info.update(kept)
-    compact_embeddings(student.hf, vmap, s.embedding_dim, tok.pad_token_id)
+    compact_embeddings(getattr(student, "hf", student), vmap, s.embedding_dim, tok.pad_token_id)
     return info
 
 

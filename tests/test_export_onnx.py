@@ -97,8 +97,9 @@ def test_exporter_onnx_optimized(models, inputs, onnx_files):
     from export.optimize import op_counts
 
     counts = op_counts(onnx_files["bert"]["optimized"])
-    assert counts.get("Attention") == 2  # 2 layers
-    assert "Softmax" not in counts  # attention really fused, not left beside the fused op
+    # 2 layers: the first fused; the last computes [CLS] only (quantize.cls_only_last_layer) in plain ops
+    assert counts.get("Attention") == 1
+    assert counts.get("Softmax") == 1  # attention really fused, only the [CLS] layer's softmax left
     # the default quantize.skip_fusions: layer norms stay LayerNormalization (faster on ORT's CPU kernels)
     assert "SkipLayerNormalization" not in counts and "EmbedLayerNormalization" not in counts
     assert counts.get("LayerNormalization") == 5  # embeddings + 2 per layer
@@ -127,11 +128,12 @@ def test_exporter_int8_dynamic(models, inputs, onnx_files, kind, tmp_path):
     else:
         assert details["source"] == "optimized"  # quantize.dynamic_source: the fused graph
         counts = op_counts(out)
-        # every fused attention became QAttention (int8 Q/K/V weights), every weight MatMul MatMulInteger
-        assert ops.get("QAttention") == 2 and "Attention" not in counts
+        # every fused attention became QAttention (int8 Q/K/V weights), every weight MatMul MatMulInteger;
+        # the [CLS]-only last layer keeps its 2 activation x activation products (scores, context) float
+        assert ops.get("QAttention") == 1 and "Attention" not in counts
         fused = op_counts(onnx_files[kind]["optimized"])
-        assert ops.get("MatMulInteger") == fused["MatMul"] + fused.get("Gemm", 0) >= 4  # + pooler, classifier
-        assert "Gemm" not in counts and "MatMul" not in counts
+        assert ops.get("MatMulInteger") == fused["MatMul"] - 2 + fused.get("Gemm", 0) >= 4  # + pooler, classifier
+        assert "Gemm" not in counts and counts.get("MatMul") == 2
         plain = tmp_path / "int8-from-fp32.onnx"
         details = run_exporter("int8-dynamic", models[kind], plain, onnx_files[kind], dynamic_source="fp32")
         ops = details["quantized_ops"]
@@ -237,3 +239,30 @@ def test_lstm_int8_dynamic_keeps_its_int8_lstm_under_4bit_embeddings(models, onn
     details = run_exporter("int8-dynamic", models["lstm"], out, onnx_files["lstm"], embedding_bits=4)
     assert details["embedding_4bit"].startswith("not applied: LSTM")
     assert details["quantized_ops"].get("DynamicQuantizeLSTM") == 2 and "LSTM" not in details["quantized_ops"]
+
+
+def test_cls_only_last_layer_keeps_the_logits_and_drops_the_work(models, inputs, tmp_path):
+    """quantize.cls_only_last_layer: the exported graph gives the full model's logits on padded batches,
+    the model itself is left untouched, and the last layer's feed-forward runs on one position, not T."""
+    import onnx
+    import onnxruntime as ort
+
+    from export.cls_only import ClsOnlyLayer, supports_cls_only
+
+    m = models["bert"]
+    assert supports_cls_only(m.model) and not supports_cls_only(models["lstm"].model)
+    on, off = tmp_path / "cls.onnx", tmp_path / "full.onnx"
+    assert run_exporter("onnx", m, on)["cls_only_last_layer"] is True
+    assert run_exporter("onnx", m, off, cls_only_last_layer=False)["cls_only_last_layer"] is False
+    assert not any(isinstance(x, ClsOnlyLayer) for x in m.model.modules())  # the swap was undone
+    a, ref = compare(on, m, inputs)
+    b, _ = compare(off, m, inputs)
+    assert np.abs(a - ref).max() < 1e-4 and np.abs(b - ref).max() < 1e-4
+    # the saving is real and the FLOP formula knows it: MatMul / Gemm FLOPs counted in each graph at 64
+    # tokens (shape inference on the file) against eval/flops.py with and without cls_only
+    from eval.flops import folder_flops, graph_flops
+
+    g_on, g_off = graph_flops(on, 64), graph_flops(off, 64)
+    assert g_on < 0.8 * g_off  # 2 layers: the second does ~1/5 of its work
+    f_on, f_off = folder_flops(m.folder, 64, cls_only=True), folder_flops(m.folder, 64)
+    assert abs((g_off - g_on) - (f_off - f_on)) < 0.02 * f_off  # the formula drops what the graph drops

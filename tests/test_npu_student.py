@@ -171,3 +171,75 @@ def test_bundle_gets_the_npu_files_with_their_io(tmp_path):
     assert [i["name"] for i in coreml["files"]["32"]["inputs"]] == ["embeddings", "attention_mask"]
     assert coreml["files"]["32"]["inputs"][0]["shape"] == [1, 32, 32]
     assert (out / coreml["lookup"]["file"]).is_file() and coreml["lookup"]["outputs"][0]["name"] == "embeddings"
+
+
+def compact_student(seed: int = 0) -> NpuStudent:
+    """tiny_student with a restricted (120 of 300 ids + "other") and factorized (E = 16) embedding, as
+    student.vocab = "training" and student.embedding_dim = 16 make it in the distill stage."""
+    from distill.embeddings import compact_embeddings
+    from distill.lm_student import VocabMap
+
+    m = tiny_student(seed)
+    kept = np.array([0, 1, 2, 3] + list(range(5, 121)), dtype=np.int64)
+    compact_embeddings(m, VocabMap(kept, 300, has_other=True), 16, 0)
+    return m.eval()
+
+
+def test_compact_embedding_npu_files_stay_one_partition(tmp_path):
+    """student.arch = "npu" with the vocabulary options: the id -> row table and the E x H projection go
+    into the NNAPI file (still one partition) and into lookup.onnx for the CoreML file; both files keep
+    computing the PyTorch model, and an id outside the kept set reads the "other" row in every file."""
+    from distill.embeddings import find_compact
+
+    m = compact_student()
+    assert find_compact(m).spec == {"rows": 121, "dim": 16, "out_dim": 32, "teacher_vocab": 300}
+    calib = texts(16, 64)
+    ids = texts(20, 64, seed=5)
+    for name, v in NPU_VARIANTS.items():
+        made = write_variant(m, tmp_path / "npu", name, [64], 17, calib, 0, "student")
+        mine = check_onnx(made["files"][64])[v.provider]["as_is"]
+        assert mine["partitions"] == 1 and mine["supported_nodes"] == mine["total_nodes"], (name, mine)
+        runner = NpuRunner(made["files"], v, made["lookup"])
+        got, want = runner.logits(ids, 0), torch_logits(m, ids)
+        assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.9
+        # 250 and 299 are not kept: both read the "other" row, so the two texts give the same logits
+        a, b = runner.logits([[2, 7, 250, 3], [2, 7, 299, 3]], 0)
+        assert np.allclose(a, b)
+
+
+def test_compact_npu_student_save_load_round_trip(tmp_path):
+    from distill.embeddings import CompactEmbedding
+    from distill.models import count_params, load_model, save_model
+    from tests.conftest import write_tokenizer
+
+    m = compact_student()
+    tok = write_tokenizer(tmp_path / "tok")
+    save_model(tmp_path / "s", m, tok, ["a", "b", "c"], "npu", 64)
+    back = load_model(tmp_path / "s", "student")
+    assert isinstance(back.model.get_input_embeddings(), CompactEmbedding)
+    ids = torch.tensor([[2, 5, 9, 250, 3]])
+    assert torch.equal(back.model(ids, torch.ones_like(ids)), m(ids, torch.ones_like(ids)))
+    # 121 x 16 rows + the 16 x 32 projection replace the 300 x 32 table
+    assert count_params(back.model)["embedding_params"] == 121 * 16 + 16 * 32
+
+
+def test_compare_files_feeds_static_and_dynamic_files(tmp_path):
+    """eval.compare_files times a dynamic-shape file against a static int32 NPU file on the same ids (the
+    static one padded to its length) and reports both p50s and the round ratios."""
+    from eval.compare_files import compare
+
+    m = tiny_student()
+    dyn = tmp_path / "dyn.onnx"
+    with torch.no_grad():
+        torch.onnx.export(m, (torch.tensor([[2, 5, 3]]), torch.ones(1, 3, dtype=torch.long)), str(dyn),
+                          dynamo=False, input_names=["input_ids", "attention_mask"], output_names=["logits"],
+                          dynamic_axes={"input_ids": {1: "t"}, "attention_mask": {1: "t"}}, opset_version=17)
+    static = export_static(m, tmp_path / "static.onnx", 32, NPU_VARIANTS["nnapi-int8"], 17)
+    res = compare([dyn, static], np.array([[2, 9, 14, 77, 3]]), 0, threads=1, rounds=2, calls=3)
+    assert len(res["p50_ms"]) == 2 and all(p > 0 for p in res["p50_ms"])
+    lo, hi = res["ratio_range"]
+    assert lo <= res["ratio_second_to_first"] <= hi and res["length"] == 5
+    from pipeline.errors import PipelineError
+
+    with pytest.raises(PipelineError, match="fixed at 32 tokens"):
+        compare([dyn, static], np.full((1, 40), 7), 0, threads=1, rounds=1, calls=1)

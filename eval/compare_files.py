@@ -1,0 +1,93 @@
+"""Two model files timed side by side on this machine, in alternating rounds (eval/paired.py says why).
+
+    python -m eval.compare_files OLD.ort NEW.ort --tokenizer runs/demo/distill/student \
+        --texts runs/demo/data/test.jsonl --length 64 --threads 1
+
+For "is the new model slower than the old one": two runs' students, an NPU student's static file against
+the student it replaces, a config change. Each file gets the same real test texts at exactly --length
+tokens (eval/latency.py); a file with fixed input shapes (an NPU file) is fed its own length, padded,
+and int32 inputs where it declares them. Prints each file's p50 and the median of the per-round ratios
+(second / first) with its range; --json writes them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from eval import latency as L
+from pipeline.errors import PipelineError
+
+
+def _feeds(session, ids: np.ndarray, pad_id: int) -> dict[str, np.ndarray]:
+    """input_ids / attention_mask (/ token_type_ids) in the file's own dtype, padded to its fixed length."""
+    out = {}
+    n = ids.shape[1]
+    for i in session.get_inputs():
+        fixed = i.shape[1] if len(i.shape) > 1 and isinstance(i.shape[1], int) else n
+        if fixed < n:
+            raise PipelineError(f"{i.name} of this file is fixed at {fixed} tokens, shorter than --length {n}")
+        x = np.full((1, fixed), pad_id, np.int64)
+        m = np.zeros((1, fixed), np.int64)
+        x[:, :n], m[:, :n] = ids, 1
+        value = {"input_ids": x, "attention_mask": m, "token_type_ids": np.zeros_like(x)}.get(i.name)
+        if value is None:
+            raise PipelineError(f"model input {i.name!r} is not input_ids / attention_mask / token_type_ids")
+        out[i.name] = value.astype(np.int32) if i.type == "tensor(int32)" else value
+    return out
+
+
+def compare(files: list[Path], ids: np.ndarray, pad_id: int, threads: int, rounds: int, calls: int) -> dict:
+    sessions = [L.ort_session(f, threads, ["CPUExecutionProvider"]) for f in files]
+    runs = [(lambda s=s, f=_feeds(s, ids, pad_id): s.run(None, f)) for s in sessions]
+    plan = L.Plan(warmup=10, iterations=calls, max_seconds=1e9, min_iterations=calls)
+    p50s: list[list[float]] = [[] for _ in files]
+    for r in range(rounds):
+        order = range(len(files)) if r % 2 == 0 else reversed(range(len(files)))
+        for i in order:
+            p50s[i].append(L.summarize(L.time_calls(runs[i], plan))["p50_ms"])
+    ratios = [b / a for a, b in zip(p50s[0], p50s[1])]
+    return {"files": [str(f) for f in files], "length": int(ids.shape[1]), "threads": threads, "rounds": rounds,
+            "calls_per_round": calls, "p50_ms": [statistics.median(p) for p in p50s],
+            "ratio_second_to_first": statistics.median(ratios), "ratio_range": [min(ratios), max(ratios)]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    from transformers import AutoTokenizer
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("first", type=Path)
+    ap.add_argument("second", type=Path)
+    ap.add_argument("--tokenizer", type=Path, required=True, help="a model folder with tokenizer files")
+    ap.add_argument("--texts", type=Path, required=True, help="JSONL with a 'text' field (a run's data/test.jsonl)")
+    ap.add_argument("--length", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--calls", type=int, default=100, help="timed calls per file per round")
+    ap.add_argument("--json", type=Path, help="also write the result here")
+    a = ap.parse_args(argv)
+    for p in (a.first, a.second, a.texts, a.tokenizer):
+        if not p.exists():
+            raise SystemExit(f"{p} does not exist")
+    tok = AutoTokenizer.from_pretrained(a.tokenizer)
+    texts = [json.loads(line)["text"] for line in a.texts.read_text().splitlines() if line.strip()]
+    stream = L.token_stream(tok, texts, a.length * 4)
+    ids, _ = L.make_batch(stream, a.length, 1, tok.cls_token_id, tok.sep_token_id)
+    try:
+        res = compare([a.first, a.second], ids, tok.pad_token_id or 0, a.threads, a.rounds, a.calls)
+    except PipelineError as e:
+        raise SystemExit(str(e)) from None
+    for f, p in zip(res["files"], res["p50_ms"]):
+        print(f"{p:8.3f} ms  {f}")
+    lo, hi = res["ratio_range"]
+    print(f"second / first: {res['ratio_second_to_first']:.3f} (rounds {lo:.3f}-{hi:.3f}), {a.length} tokens, "
+          f"{a.threads} thread(s), {a.rounds} alternating rounds of {a.calls} calls")
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
