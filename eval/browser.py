@@ -60,13 +60,19 @@ def run_job(files: list[dict], threads: list[int], warmup: int, iterations: int,
         raise RuntimeError(unavailable_reason(executable) or "no Chromium")
     job = {"chromium": exe, "threads": threads, "warmup": warmup, "iterations": iterations,
            "max_seconds": max_seconds, "files": [dict(f, path=str(Path(f["path"]).resolve())) for f in files]}
+    return run_node_script("bench.mjs", job, timeout_s)
+
+
+def run_node_script(script: str, job: dict, timeout_s: float) -> dict:
+    """Run web/<script> JOB.json OUT.json with node and return OUT's document. Raises RuntimeError with the
+    tail of node's output when the script fails."""
     with tempfile.TemporaryDirectory(prefix="pocketformer-web-") as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
         job_path.write_text(json.dumps(job))
         # argument list, never a shell string: paths come from the run folder and the config
-        proc = subprocess.run(["node", str(WEB_DIR / "bench.mjs"), str(job_path), str(out_path)],
+        proc = subprocess.run(["node", str(WEB_DIR / script), str(job_path), str(out_path)],
                               capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0 or not out_path.is_file():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            raise RuntimeError(f"web/bench.mjs exited with {proc.returncode}: {' | '.join(tail)[:400]}")
+            raise RuntimeError(f"web/{script} exited with {proc.returncode}: {' | '.join(tail)[:400]}")
         return json.loads(out_path.read_text())

@@ -102,6 +102,10 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
         entry["session"] = {"provider": "onnxruntime-web wasm", "threads": n_threads, "runtime": runtime,
                             "cross_origin_isolated": run.get("isolated"), "chromium": chromium_path(b.browser_executable)}
         out[k] = entry
+    if b.browser_cross_check:
+        from eval.browser_cross import cross_check
+
+        cross_check(bench, out, files, [row for (_, row, _) in points.values()])
     return out
 
 

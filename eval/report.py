@@ -154,6 +154,34 @@ def _head_to_head(res: dict) -> list[Block]:
             ("table", ["target", "ours", "Optimum", "ours p50 ms", "Optimum p50 ms", "ratio", "rounds range"], rows)]
 
 
+def _browser_cross(res: dict) -> list[Block]:
+    """The browser-wasm rows timed again in Node (eval/browser_cross.py)."""
+    from eval.browser_goals import TARGET, node_p50
+
+    L = res["plan"]["headline_length"]
+    rows, versions = [], {}
+    for r in res["rows"]:
+        entry = r.get("latency", {}).get(TARGET, {})
+        check = entry.get("cross_check") if isinstance(entry, dict) else None
+        if not check:
+            continue
+        versions = check.get("versions", versions)
+        chrome, wasm, native = p50(r, TARGET, L), node_p50(r), node_p50(r, "node-native")
+        err = next((check[k]["error"] for k in ("node-wasm", "node-native") if "error" in check.get(k, {})), "")
+        rows.append(_name(r)[:1] + [r["variant"], r["format"], _ms(chrome), _ms(wasm),
+                                    f"{wasm / chrome:.2f}" if wasm and chrome else "-", _ms(native), err[:120]])
+    if not rows:
+        return []
+    used = ", ".join(f"{k} {v}" for k, v in versions.items())
+    return [("h2", f"Browser rows cross-checked outside the browser ({L} tokens, 1 thread)"),
+            ("p", "The files the browser goals compare, timed again in Node: the same onnxruntime-web WASM build "
+                  "without Chromium, and onnxruntime-node (ONNX Runtime's native CPU build, what a desktop or "
+                  "Electron app runs). Chromium and Node-WASM should agree to within the machine's noise; the goals "
+                  f"above also give their ratio on the Node-WASM p50s. Versions: {used or 'n/a'}."),
+            ("table", ["model", "variant", "format", "Chromium WASM p50 ms", "Node WASM p50 ms", "Node / Chromium",
+                       "onnxruntime-node p50 ms", "error"], rows)]
+
+
 def _shown_targets(res: dict, length: int) -> list[tuple[str, bool]]:
     """(target, measured?) for targets with a measurement or an estimate at length; the rest are only
     in the Targets and Skipped tables."""
@@ -328,7 +356,7 @@ def blocks(res: dict, plots: dict[str, Path]) -> list[Block]:
                 "latency_vs_length": "Latency vs sequence length: transformers vs LSTMs.",
                 "size_vs_quality": "File size vs quality, every model and variant."}
     imgs: list[Block] = [("h2", "Plots")] + [("img", p, captions[k]) for k, p in plots.items()]
-    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _head_to_head(res) + _summary(res)
+    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _head_to_head(res) + _browser_cross(res) + _summary(res)
             + _sweeps(res) + _npu(res)
             + _generation(res) + (imgs if plots else []) + _skipped(res))
 

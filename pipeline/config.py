@@ -258,6 +258,10 @@ class BenchSection:
     # The Chromium executable; "" = chromium / chromium-browser / google-chrome on PATH. Checked when the
     # bench starts: a path that is not a file makes the browser rows skips naming this key.
     browser_executable: str = ""
+    # Time the files the browser goals compare again in Node (onnxruntime-web's WASM, and onnxruntime-node's
+    # native CPU build), 1 thread, at the headline length: a second opinion on the Chromium numbers
+    # (eval/browser_cross.py). About 10 s on the demo.
+    browser_cross_check: bool = True
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import torch
-
-from test_gpt_pipeline import _play, gen_cfg  # noqa: F401  (the same synthetic plays and tiny run)
+from test_gpt_pipeline import _play, gen_cfg, train_tiny_llama  # noqa: F401  (the same plays, model and run)
 
 
 def write_plays(folder: Path) -> Path:
@@ -22,7 +20,7 @@ def bpe_llama(folder: Path, corpus: Path) -> Path:
     word is split into pieces the student may not keep: exercises the "other" id) and a tiny Llama (GQA)
     trained for a few steps so its greedy output is not constant."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     from pipeline.lm_data import strip_markdown
 
@@ -34,24 +32,11 @@ def bpe_llama(folder: Path, corpus: Path) -> Path:
                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
     fast.save_pretrained(folder)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                      tie_word_embeddings=True, eos_token_id=fast.eos_token_id, bos_token_id=fast.bos_token_id)
-    model = LlamaForCausalLM(cfg)
     ids = []
     for t in texts:
         ids += fast(t, add_special_tokens=False)["input_ids"] + [fast.eos_token_id]
-    x = torch.tensor(ids[: (len(ids) // 33) * 33]).view(-1, 33)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for _ in range(40):
-        b = x[torch.randint(0, len(x), (16,))]
-        loss = model(input_ids=b, labels=b).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval().save_pretrained(folder, safe_serialization=True)
-    return folder
+    return train_tiny_llama(folder, ids, 40, vocab_size=len(fast), eos_token_id=fast.eos_token_id,
+                            bos_token_id=fast.bos_token_id)
 
 
 def bundle_cfg(tmp_path: Path, corpus: Path, teacher: Path, **over) -> dict:

@@ -104,6 +104,17 @@ def test_every_file_timed_failed_or_skipped_with_reason(student_files, tmp_path)
         assert bad["status"] == "failed" and bad["reason"].startswith("onnxruntime-web: ")
         assert "WASM" in out[(target, ("student", "fp16", "onnx"))]["reason"]
         assert out[(target, ("student", "fp32", "pytorch"))]["status"] == "skipped"
+    # the browser-wasm rows at the headline length, timed again in Node (eval/browser_cross.py): the same
+    # WASM build and onnxruntime-node's native one; a file that failed in Chromium has nothing to cross-check
+    check = out[("browser-wasm", ("student", "int8-dynamic", "ort"))]["cross_check"]
+    assert check["length"] == 16 and set(check["versions"]) >= {"node", "onnxruntime-web"}
+    assert check["node-wasm"]["p50_ms"] > 0 and check["node-wasm"]["iterations"] >= 1
+    if "onnxruntime-node" in check["versions"]:
+        assert check["node-native"]["p50_ms"] > 0
+    else:
+        assert "onnxruntime-node" in check["node-native"]["error"]
+    assert "cross_check" not in out[("browser-wasm", ("student", "int8-static", "onnx"))]
+    assert "cross_check" not in out[("browser-wasm-mt", ("student", "fp32", "onnx"))]  # 1 thread only
 
 
 def test_missing_chromium_is_a_skip_naming_the_setting(student_files, tmp_path):
@@ -151,7 +162,11 @@ def test_browser_goals_read_the_bundle_rule_on_browser_rows():
     assert teacher_goal["value"] == pytest.approx(3.0 / 40.0) and teacher_goal["met"] is True
     assert "int8-static .onnx" in teacher_goal["detail"]
     assert peer_goal["value"] == pytest.approx(3.0 / 4.0) and peer_goal["met"] is True
-    assert "optimum-int8-dynamic" in peer_goal["detail"]
+    assert "optimum-int8-dynamic" in peer_goal["detail"] and "cross-check" not in peer_goal["detail"]
+    # with the Node cross-check on both files, the goal's detail gives the ratio there too
+    for r, ms in ((rows[2], 2.0), (rows[6], 4.0)):
+        r["latency"]["browser-wasm"]["cross_check"] = {"node-wasm": {"p50_ms": ms}}
+    assert "cross-check in Node (same WASM build): 0.5" in browser_goals(rows, 64, ["browser-wasm"])[1]["detail"]
     assert browser_goals(rows, 64, ["mobile-cpu"]) == []  # not configured: no goal rows
     unmeasured = browser_goals([row("student", "fp32", "onnx", 0.79, None)], 64, ["browser-wasm"])
     assert [g["met"] for g in unmeasured] == [None, None]

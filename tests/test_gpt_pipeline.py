@@ -78,23 +78,28 @@ def corpus(tmp_path_factory) -> Path:
 def tiny_llama_dir(tmp_path_factory, corpus) -> Path:
     """A 'pretrained' causal LM folder: tiny Llama (GQA: 2 heads, 1 KV head), trained briefly on the
     corpus so it is clearly better than uniform."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from pipeline.lm_data import strip_markdown
 
     folder = tmp_path_factory.mktemp("tiny_llama")
     tok = _tokenizer(folder)
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id, bos_token_id=None, pad_token_id=None)
-    model = LlamaForCausalLM(cfg)
     ids = []
     for p in sorted(corpus.glob("play0[0-7].md")):
         ids += tok(strip_markdown(p.read_text()), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    return train_tiny_llama(folder, ids, 60, vocab_size=len(tok), eos_token_id=tok.eos_token_id, bos_token_id=None,
+                            pad_token_id=None)
+
+
+def train_tiny_llama(folder: Path, ids: list[int], steps: int, **config) -> Path:
+    """A tiny Llama (GQA: 2 heads, 1 KV head) trained for `steps` on windows of `ids`, saved to folder."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                                         tie_word_embeddings=True, **config))
     x = torch.tensor(ids[: (len(ids) // 33) * 33]).view(-1, 33)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for step in range(60):
+    for _ in range(steps):
         b = x[torch.randint(0, len(x), (16,))]
         loss = model(input_ids=b, labels=b).loss
         opt.zero_grad()

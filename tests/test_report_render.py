@@ -128,3 +128,18 @@ def test_generation_goals_read_decode_speed_on_mobile_cpu():
     assert goals["student int8 decode >= 5x the teacher's tokens/s on mobile-cpu"]["met"] is False
     assert goals["student perplexity within 2x of the teacher's"]["met"] is False  # 2.5x
     assert goals["student perplexity below the LSTM's"]["met"] is False  # 50 > 45
+
+
+def test_browser_cross_check_section():
+    """Rows whose browser-wasm entry carries a Node cross-check get a table with both runtimes and their ratio."""
+    rows = [_row("student", "int8-dynamic", "ort", "accuracy", 0.8, 1000, None, {64: 2.0})]
+    rows[0]["latency"]["browser-wasm"] = {
+        "64": {"p50_ms": 6.0, "p90_ms": 6.5, "p99_ms": 7.0, "mean_ms": 6.1, "min_ms": 5.9, "iterations": 10},
+        "cross_check": {"length": 64, "node-wasm": {"p50_ms": 4.5}, "node-native": {"error": "no binary"},
+                        "versions": {"node": "20.20.2", "onnxruntime-web": "1.30.0"}}}
+    md = to_markdown(blocks(build_results(_doc(rows)), {}))
+    section = md.split("## Browser rows cross-checked outside the browser (64 tokens, 1 thread)")[1].split("##")[0]
+    assert "| student | int8-dynamic | ort | 6.00 | 4.50 | 0.75 | - | no binary |" in section
+    assert "onnxruntime-web 1.30.0" in section
+    plain = [_row("student", "int8-dynamic", "ort", "accuracy", 0.8, 1000, None, {64: 2.0})]
+    assert "cross-checked" not in to_markdown(blocks(build_results(_doc(plain)), {}))

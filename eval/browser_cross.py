@@ -1,0 +1,91 @@
+"""Cross-check of the browser-wasm rows outside the browser (web/cross_check.mjs): the files the browser
+goals compare (the fp32 teacher and every student file, ours and Optimum's), at the headline length,
+timed again in Node with the same onnxruntime-web WASM build and with onnxruntime-node (ONNX Runtime's
+native CPU build), 1 thread each.
+
+What it tells: Chromium and Node run the same .wasm, so their p50s should agree to within the machine's
+noise; a large gap points at the page (isolation, throttling, a slow tier-up), not at the model. The
+native column shows what the same file costs without WASM, which is what a desktop or Electron app gets.
+Each browser-wasm entry that was cross-checked gets `cross_check` ({runtime: p50_ms | error}); the goals
+are recomputed on the node-wasm p50s in eval/browser_goals.py.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from eval import latency as L
+from eval.browser import WEB_DIR, run_node_script
+
+log = logging.getLogger("pocketformer")
+TARGET = "browser-wasm"
+RUNTIMES = ("node-wasm", "node-native")
+
+
+def wanted(row: dict) -> bool:
+    """The rows the browser goals read: the fp32 teacher .onnx and every student .onnx / .ort."""
+    return row["format"] in ("onnx", "ort") and (
+        (row["model"], row["variant"], row["format"]) == ("teacher", "fp32", "onnx") or row["model"] == "student")
+
+
+def unavailable() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not installed"
+    if not (WEB_DIR / "node_modules" / "onnxruntime-web" / "package.json").is_file():
+        return "web/node_modules has no onnxruntime-web: run `make web-deps`"
+    return None
+
+
+def run_cross_check(files: list[dict], warmup: int, iterations: int, max_seconds: float,
+                    timeout_s: float = 900) -> dict:
+    """web/cross_check.mjs's document for files ({key, path, inputs: {n: {input_ids, attention_mask}}})."""
+    job = {"warmup": warmup, "iterations": iterations, "max_seconds": max_seconds,
+           "files": [dict(f, path=str(Path(f["path"]).resolve())) for f in files]}
+    return run_node_script("cross_check.mjs", job, timeout_s)
+
+
+def cross_check(bench, out: dict, files: dict[str, dict], rows: list[dict]) -> None:
+    """Add `cross_check` to the browser-wasm entries in out ({(target, row key): entry}) of the wanted
+    rows, at the headline length. Failures are recorded in the entries, never raised."""
+    from eval.browser_bench import row_key
+
+    n = str(bench.b.headline_length)
+    picked = {}
+    for row in rows:
+        entry = out.get((TARGET, row_key(row)))
+        if not wanted(row) or not isinstance(entry, dict) or "p50_ms" not in entry.get(n, {}):
+            continue
+        f = files[str(row["_path"])]
+        picked[f["key"]] = dict(f, inputs={n: f["inputs"][n]})
+    if not picked:
+        return
+    why = unavailable()
+    t0 = time.perf_counter()
+    try:
+        doc = None if why else run_cross_check(list(picked.values()), max(bench.b.browser_warmup, 10),
+                                               bench.b.browser_iterations, bench.b.max_seconds_per_point)
+    except Exception as e:  # the cross-check is a second opinion: its failure is recorded, the rows stand
+        why = f"{type(e).__name__}: {str(e)[:300]}"
+        doc = None
+    if doc is not None:
+        log.info("[bench] browser cross-check in Node: %d files in %.1f s (%s)", len(picked),
+                 time.perf_counter() - t0, ", ".join(f"{k} {v}" for k, v in doc["versions"].items()))
+    for row in rows:
+        entry = out.get((TARGET, row_key(row)))
+        key = files.get(str(row["_path"]), {}).get("key")
+        if key not in picked:
+            continue
+        check: dict = {"length": int(n)}
+        for rt in RUNTIMES:
+            if doc is None:
+                check[rt] = {"error": why}
+                continue
+            run = doc["runs"].get(rt, {})
+            timed = run.get("files", {}).get(key) if "files" in run else {"error": run.get("error", "not run")}
+            timed = timed or {"error": "no result came back for this file"}
+            check[rt] = {"error": timed["error"]} if "error" in timed else L.summarize(timed[n])
+        if doc is not None:
+            check["versions"] = doc["versions"]
+        entry["cross_check"] = check
