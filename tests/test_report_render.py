@@ -137,7 +137,9 @@ def test_browser_cross_check_section():
         "64": {"p50_ms": 6.0, "p90_ms": 6.5, "p99_ms": 7.0, "mean_ms": 6.1, "min_ms": 5.9, "iterations": 10},
         "cross_check": {"length": 64, "node-wasm": {"p50_ms": 4.5}, "node-native": {"error": "no binary"},
                         "versions": {"node": "20.20.2", "onnxruntime-web": "1.30.0"}}}
-    md = to_markdown(blocks(build_results(_doc(rows)), {}))
+    res = build_results(_doc(rows))
+    assert validate_results(res) == []  # eval/SCHEMA.md knows the key
+    md = to_markdown(blocks(res, {}))
     section = md.split("## Browser rows cross-checked outside the browser (64 tokens, 1 thread)")[1].split("##")[0]
     assert "| student | int8-dynamic | ort | 6.00 | 4.50 | 0.75 | - | no binary |" in section
     assert "onnxruntime-web 1.30.0" in section

@@ -285,3 +285,24 @@ def test_4bit_rows_match_onnxruntimes_kernel(dim, block):
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rows = np.array([0, 3, 9])
     np.testing.assert_array_equal(sess.run(None, {"i": rows})[0], deq[rows])
+
+
+def test_shape_files_builds_a_students_files_from_its_config(tmp_path):
+    """eval.shape_files: the files of a student shape with random weights, with the config's vocabulary
+    and [CLS] settings applied, so the old full-vocabulary student can be timed against a new one."""
+    import onnx
+
+    from eval.shape_files import build
+
+    tok = tmp_path / "tok"
+    vocab = len(write_tokenizer(tok))
+    base = {"student": {"layers": 2, "hidden": 32, "heads": 2, "ffn": 64, "max_length": 32}}
+    full = build(config_from_dict(dict(base, quantize={"cls_only_last_layer": False}), "t"), tok, tmp_path / "full")
+    small = build(config_from_dict({"student": dict(base["student"], embedding_dim=16)}, "t"), tok, tmp_path / "small")
+    assert all(p.is_file() for p in [*full.values(), *small.values()])
+    ops = lambda p: [n.op_type for n in onnx.load(str(p)).graph.node]  # noqa: E731
+    assert ops(full["optimized"]).count("Attention") == 2 and ops(small["optimized"]).count("Attention") == 1
+    # the factorized table: vocab x 16 rows and a 16 x 32 projection instead of the vocab x 32 table
+    dims = {tuple(t.dims) for t in onnx.load(str(small["fp32"])).graph.initializer}
+    assert (vocab, 16) in dims and (16, 32) in dims and (vocab, 32) not in dims
+    assert (vocab, 32) in {tuple(t.dims) for t in onnx.load(str(full["fp32"])).graph.initializer}
