@@ -153,7 +153,9 @@ class TrainSection:
     """How the training loops run (teacher fine-tune, distillation, baselines); see README "Distributed"."""
 
     grad_accum: int = 1  # batches per optimizer step: effective batch = batch_size * grad_accum
-    precision: str = "fp32"  # fp32 | bf16 (autocast, CPU or GPU) | fp16 (autocast + loss scaling, CUDA only)
+    # fp32 | bf16 (autocast, CPU or GPU) | fp16 (autocast + loss scaling, CUDA only) | auto (bf16 where the
+    # hardware has bf16 units: AMX / AVX512-BF16 CPUs, bf16 GPUs; else fp32; distill/precision.py says why)
+    precision: str = "fp32"
     checkpoint_every: int = 100  # optimizer steps between resumable checkpoints; 0 turns resuming off
 
 
@@ -280,7 +282,7 @@ class LMSection:
     # Precision of the teacher's top-k scoring pass: "bf16" autocast runs ~1.75x faster on CPUs with
     # bf16 matrix units (AMX, measured on the dev machine) and buys more teacher-scored windows in the
     # same time; the teacher's reported perplexity is always measured in fp32 by the eval stage.
-    teacher_precision: str = "fp32"
+    teacher_precision: str = "fp32"  # fp32 | bf16 | auto, as train.precision
     top_k: int = 32  # teacher logits kept per position (ids + values); the rest of the vocabulary is dropped
     # Student and LSTM see only the token ids that occur in the training split (plus one "other" id that
     # stands for the rest): a 49k-row embedding would otherwise be most of a small model.
@@ -492,8 +494,8 @@ _CHOICES = {
     ("run", "task"): ("classification", "generation"),
     ("quantize", "activation_type"): ("uint8", "int8"),
     ("quantize", "dynamic_source"): ("optimized", "fp32"),
-    ("train", "precision"): ("fp32", "bf16", "fp16"),
-    ("lm", "teacher_precision"): ("fp32", "bf16"),
+    ("train", "precision"): ("fp32", "bf16", "fp16", "auto"),
+    ("lm", "teacher_precision"): ("fp32", "bf16", "auto"),
 }
 
 

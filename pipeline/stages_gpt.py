@@ -57,6 +57,7 @@ def stage_lm_logits(ctx: StageContext) -> dict:
     on them; writes windows.npy (N, T+1), topk_ids.npy / topk_logits.npy (N, T, k), vocab_map.json."""
     from distill.lm_student import VocabMap
     from distill.lm_teacher import eos_id, load_causal_folder
+    from distill.precision import resolve_precision
     from pipeline.lm_data import split_windows, windows
     from tqdm.auto import tqdm
 
@@ -73,7 +74,8 @@ def stage_lm_logits(ctx: StageContext) -> dict:
     vals = np.zeros((len(win), lm.context_length, k), dtype=np.float16)
     nll, bs = 0.0, lm.eval_batch_size
     on = next(teacher.parameters()).device.type
-    with torch.no_grad(), torch.autocast(on, dtype=torch.bfloat16, enabled=lm.teacher_precision == "bf16"):
+    precision = resolve_precision(lm.teacher_precision)
+    with torch.no_grad(), torch.autocast(on, dtype=torch.bfloat16, enabled=precision == "bf16"):
         for i in tqdm(range(0, len(win), bs), desc="teacher top-k logits", unit="batch", mininterval=2.0):
             x = torch.from_numpy(win[i: i + bs])  # (B, T + 1)
             logits = teacher(input_ids=x[:, :-1]).logits.float()  # (B, T, V)
@@ -88,7 +90,7 @@ def stage_lm_logits(ctx: StageContext) -> dict:
     vmap.save(ctx.out)
     n_tok = win.shape[0] * lm.context_length
     return {"train_tokens": int(len(tokens)), "windows": int(len(win)), "extra_windows": int(len(extra)),
-            "scored_tokens": int(n_tok), "top_k": k, "teacher_precision": lm.teacher_precision,
+            "scored_tokens": int(n_tok), "top_k": k, "teacher_precision": precision,
             "student_vocab": vmap.size, "teacher_vocab": vmap.teacher_vocab,
             "teacher_train_perplexity": float(np.exp(nll / n_tok))}
 

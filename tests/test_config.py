@@ -168,3 +168,20 @@ def test_show_config_rejects_what_a_run_rejects(tmp_path, capsys):
         assert main(["show-config", "--config", str(p), "--set", override]) == 2
         err = capsys.readouterr().err
         assert msg in err and "Traceback" not in err
+
+
+def test_auto_precision_follows_the_hardware(monkeypatch):
+    """'auto' is bf16 only where the CPU computes bf16 natively (AMX / AVX512-BF16), else fp32; explicit
+    values pass through, and the config takes 'auto' for both keys."""
+    import eval.machine
+    from distill.precision import resolve_precision
+    from pipeline.config import config_from_dict
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr(eval.machine, "cpu_flags", lambda: ["avx2", "fma"])
+    assert resolve_precision("auto") == "fp32"
+    monkeypatch.setattr(eval.machine, "cpu_flags", lambda: ["avx2", "avx512_bf16", "amx_bf16"])
+    assert resolve_precision("auto") == "bf16"
+    assert resolve_precision("fp32") == "fp32" and resolve_precision("bf16") == "bf16"
+    cfg = config_from_dict({"train": {"precision": "auto"}, "lm": {"teacher_precision": "auto"}}, "t")
+    assert cfg.train.precision == cfg.lm.teacher_precision == "auto"
