@@ -24,8 +24,7 @@ def build(cfg, tokenizer_dir: Path, out: Path) -> dict[str, Path]:
     from distill.embeddings import compact_embeddings
     from distill.lm_student import VocabMap
     from distill.models import HFLogits, LoadedModel
-    from export.ort_format import convert_to_ort
-    from export.registry import ExportJob, for_variant
+    from eval.compact_probe import build as export_files
     from pipeline.config import student_positions
 
     s = cfg.student
@@ -41,16 +40,7 @@ def build(cfg, tokenizer_dir: Path, out: Path) -> dict[str, Path]:
         compact_embeddings(hf, vmap, s.embedding_dim, tok.pad_token_id)
     loaded = LoadedModel(HFLogits(hf).eval(), tok, ["0", "1", "2"], "hf", s.max_length, tokenizer_dir)
     out.mkdir(parents=True, exist_ok=True)
-    job = ExportJob("student", loaded, out, cfg.quantize, cfg.export)
-    for variant in ("fp32", "optimized", "int8-dynamic"):
-        job.out, job.variant = out / f"{variant}.onnx", variant
-        for_variant(variant).fn(job)
-        job.sources[variant] = job.out
-    files = dict(job.sources)
-    files["int8-dynamic.ort"] = out / "int8-dynamic.ort"
-    convert_to_ort([("student", files["int8-dynamic"], files["int8-dynamic.ort"])], cfg.export.ort_target_platform,
-                   cfg.export.ort_disabled_optimizers)
-    return files
+    return export_files(loaded, cfg, out)  # the same files eval.compact_probe builds, with the same exporters
 
 
 def main(argv: list[str] | None = None) -> None:
