@@ -80,9 +80,8 @@ def _source(job: ExportJob, *prefer: str) -> tuple[str, Path]:
 
 @exporter("onnx", "onnx", lossless=True)
 def _onnx(job: ExportJob) -> dict:
-    from export.onnx_export import export_onnx
-
     from export.cls_only import supports_cls_only
+    from export.onnx_export import export_onnx
 
     cls_only = job.quantize.cls_only_last_layer and supports_cls_only(job.loaded.model)
     export_onnx(job.loaded.model, job.out, job.quantize.opset, job.model_name, job.loaded.pad_id, cls_only)
