@@ -82,14 +82,18 @@ class Block(nn.Module):
     def _split(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, D) -> (B, H, T, dh)
         return x.view(x.shape[0], x.shape[1], self.heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, add_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, T, D), add_mask (B, 1, 1, T) -> (B, T, D), attention probabilities (B, H, T, T)."""
-        q = self._split(self.q(x) * self.scale)  # scale folded into q: one Mul on (B, T, D), not on (B, H, T, T)
+    def forward(self, x: torch.Tensor, add_mask: torch.Tensor, cls_only: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (B, T, D), add_mask (B, 1, 1, T) -> (B, T, D), attention probabilities (B, H, T, T).
+        cls_only: queries, attention output and feed-forward for position 0 only -> (B, 1, D), (B, H, 1, T)
+        (export/cls_only.py: the classifier reads nothing else from the last layer)."""
+        q_in = x[:, 0:1] if cls_only else x  # a constant Slice, like the [CLS] pick below
+        q = self._split(self.q(q_in) * self.scale)  # scale folded into q: one Mul on (B, T, D), not on (B, H, T, T)
         k = self._split(self.k(x))
         v = self._split(self.v(x))
-        probs = torch.softmax(q @ k.transpose(-1, -2) + add_mask, dim=-1)  # (B, H, T, T)
-        ctx = (self.drop(probs) @ v).transpose(1, 2).reshape(x.shape)  # (B, T, D)
-        x = self.norm1(x + self.drop(self.o(ctx)))
+        probs = torch.softmax(q @ k.transpose(-1, -2) + add_mask, dim=-1)  # (B, H, Tq, T)
+        ctx = (self.drop(probs) @ v).transpose(1, 2).reshape(q_in.shape)  # (B, Tq, D)
+        x = self.norm1(q_in + self.drop(self.o(ctx)))
         x = self.norm2(x + self.drop(self.ff2(torch.relu(self.ff1(x)))))
         return x, probs
 
@@ -99,6 +103,9 @@ class NpuStudent(nn.Module):
     and attention maps the layer-transfer losses need (distill/distiller.py)."""
 
     kind = "npu"  # distill/models.py: how the folder is saved and loaded
+    # Set only while exporting (export/cls_only.py): the last layer computes position 0 alone. Training and
+    # the layer-transfer losses need every position, so it is never on in a saved model.
+    cls_only = False
 
     def __init__(self, c: NpuStudentConfig):
         super().__init__()
@@ -145,8 +152,9 @@ class NpuStudent(nn.Module):
         add_mask = ((1.0 - attention_mask.to(tokens.dtype)) * MASK_FILL)[:, None, None, :]  # (B, 1, 1, T), once
         x = self.drop(self.emb_norm(tokens + self.position_embeddings[: tokens.shape[1]]))
         hidden, attn = [x], []
-        for layer in self.layers:
-            x, probs = layer(x, add_mask)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x, probs = layer(x, add_mask, cls_only=self.cls_only and not keep and i == last)
             if keep:
                 hidden.append(x)
                 attn.append(probs)

@@ -13,7 +13,9 @@ Exported files are a serving graph; their input/output names and shapes do not c
 (ONNX Runtime, onnxruntime-web, transformers.js, Optimum) loads them the same way.
 
 Applies to models whose encoder layers have BERT's submodules (BERT, RoBERTa, MiniLM, ELECTRA-style): the
-first layers keep their usual graph, so ORT's transformer optimizer still fuses their attention.
+first layers keep their usual graph, so ORT's transformer optimizer still fuses their attention. The npu
+student (distill/npu_student.py) has its own switch, `cls_only`, which this turns on the same way; its
+static NPU files (export/npu.py) get it too.
 """
 from __future__ import annotations
 
@@ -49,7 +51,8 @@ def _has(m: nn.Module, path: str) -> bool:
 
 
 def supports_cls_only(model: nn.Module) -> bool:
-    return _bert_layers(model) is not None
+    """A BERT-family transformers classifier, or a model with its own `cls_only` switch (the npu student)."""
+    return _bert_layers(model) is not None or isinstance(getattr(model, "cls_only", None), bool)
 
 
 class ClsOnlyLayer(nn.Module):
@@ -81,6 +84,13 @@ class ClsOnlyLayer(nn.Module):
 def cls_only_last_layer(model: nn.Module, enabled: bool = True) -> Iterator[bool]:
     """Swap the last encoder layer for its ClsOnlyLayer while the block runs (an export); yields whether
     it did (enabled and the model has BERT's layers). The model is left as it was, also when the block raises."""
+    if enabled and isinstance(getattr(model, "cls_only", None), bool):  # its own switch (distill/npu_student.py)
+        model.cls_only = True
+        try:
+            yield True
+        finally:
+            model.cls_only = False
+        return
     layers = _bert_layers(model) if enabled else None
     if layers is None:
         yield False

@@ -244,7 +244,7 @@ def torch_logits(model: nn.Module, all_ids: list[list[int]]) -> np.ndarray:
 
 
 def write_variant(model: nn.Module, folder: Path, name: str, lengths: list[int], opset: int,
-                  calib_ids: list[list[int]], pad_id: int, model_name: str) -> dict:
+                  calib_ids: list[list[int]], pad_id: int, model_name: str, cls_only: bool = False) -> dict:
     """Write `<folder>/<name>-<n>.onnx` for every length (and lookup.onnx when the variant needs it).
     Returns {"files": {n: Path}, "lookup": Path | None, "details": {...}}."""
     v = get_npu_variant(name)
@@ -255,9 +255,13 @@ def write_variant(model: nn.Module, folder: Path, name: str, lengths: list[int],
         lookup = folder / LOOKUP_FILE
         if not lookup.exists():
             export_lookup(model, lookup, opset)
+    from export.cls_only import cls_only_last_layer
+
+    details["cls_only_last_layer"] = cls_only
     with tempfile.TemporaryDirectory() as tmp:
         for n in lengths:
-            fp32 = export_static(model, Path(tmp) / f"{name}-{n}-fp32.onnx", n, v, opset)
+            with cls_only_last_layer(model, cls_only):  # the lookup file is the same either way
+                fp32 = export_static(model, Path(tmp) / f"{name}-{n}-fp32.onnx", n, v, opset)
             out = folder / f"{name}-{n}.onnx"
             if v.quantize == "qdq":
                 quantize_qdq(fp32, out, [s[:n] for s in calib_ids if len(s) <= n] or [s[:n] for s in calib_ids],

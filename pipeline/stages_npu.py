@@ -43,7 +43,8 @@ def npu_rows(ctx: StageContext, name: str, loaded, test_texts: list[str], y: lis
     rows = []
     for vname in q.npu_variants:
         v = get_npu_variant(vname)
-        made = write_variant(loaded.model, folder, vname, lengths, q.opset, calib_ids, pad_id, name)
+        made = write_variant(loaded.model, folder, vname, lengths, q.opset, calib_ids, pad_id, name,
+                             q.cls_only_last_layer)
         runner = NpuRunner(made["files"], v, made["lookup"], max(ctx.cfg.run.threads, 1))
         what = f"{name} NPU {vname} ({rel(folder)})"
         check = check_variant(runner, ref, check_ids, pad_id, q.min_argmax_agreement, what)

@@ -34,14 +34,26 @@ def test_padding_does_not_change_the_logits():
     assert torch.allclose(m(padded, mask), alone, atol=1e-5)
 
 
+@pytest.mark.parametrize("cls_only", [False, True])
 @pytest.mark.parametrize("name", list(NPU_VARIANTS))
-def test_static_fp32_file_matches_pytorch(tmp_path, name):
+def test_static_fp32_file_matches_pytorch(tmp_path, name, cls_only):
+    """With cls_only (quantize.cls_only_last_layer, the default) the last layer computes [CLS] alone: same
+    logits, fewer FLOPs, and the model's switch is off again afterwards."""
     import onnx
     import onnxruntime as ort
 
+    from eval.flops import graph_flops
+    from export.cls_only import cls_only_last_layer
+
     m = tiny_student()
     v = NPU_VARIANTS[name]
-    path = export_static(m, tmp_path / "f.onnx", 16, v, 17)
+    with cls_only_last_layer(m, cls_only) as applied:
+        assert applied is cls_only and m.cls_only is cls_only
+        path = export_static(m, tmp_path / "f.onnx", 16, v, 17)
+    assert m.cls_only is False
+    if cls_only:  # 2 layers: the second does a fraction of its work
+        full = export_static(m, tmp_path / "full.onnx", 16, v, 17)
+        assert graph_flops(path, 16) < 0.85 * graph_flops(full, 16)
     graph = onnx.load(str(path)).graph
     ops = {n.op_type for n in graph.node}
     # what the providers reject, and the dynamic-shape plumbing, must be gone
@@ -86,7 +98,8 @@ def test_each_int8_file_is_one_partition_for_its_provider(tmp_path):
     m = tiny_student()
     calib = texts(16, 64)
     for name, v in NPU_VARIANTS.items():
-        made = write_variant(m, tmp_path / "npu", name, [64], 17, calib, 0, "student")
+        made = write_variant(m, tmp_path / "npu", name, [64], 17, calib, 0, "student", cls_only=True)
+        assert made["details"]["cls_only_last_layer"] is True
         res = check_onnx(made["files"][64])
         mine = res[v.provider]["as_is"]
         assert mine["partitions"] == 1 and mine["supported_nodes"] == mine["total_nodes"] > 50, (name, mine)
@@ -196,7 +209,7 @@ def test_compact_embedding_npu_files_stay_one_partition(tmp_path):
     calib = texts(16, 64)
     ids = texts(20, 64, seed=5)
     for name, v in NPU_VARIANTS.items():
-        made = write_variant(m, tmp_path / "npu", name, [64], 17, calib, 0, "student")
+        made = write_variant(m, tmp_path / "npu", name, [64], 17, calib, 0, "student", cls_only=True)
         mine = check_onnx(made["files"][64])[v.provider]["as_is"]
         assert mine["partitions"] == 1 and mine["supported_nodes"] == mine["total_nodes"], (name, mine)
         runner = NpuRunner(made["files"], v, made["lookup"])
