@@ -40,8 +40,32 @@ def _feeds(session, ids: np.ndarray, pad_id: int) -> dict[str, np.ndarray]:
     return out
 
 
+def _session(path: Path, threads: int):
+    try:
+        return L.ort_session(path, threads, ["CPUExecutionProvider"])
+    except Exception as e:  # ONNX Runtime raises its own types; its first line names the problem
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise PipelineError(f"{path} is not a model ONNX Runtime can load ({first})") from None
+
+
+def _texts(path: Path) -> list[str]:
+    """The 'text' field of every JSONL line; one error for a malformed file or one without texts."""
+    texts = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            texts.append(str(json.loads(line)["text"]))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise PipelineError(f"{path} line {i} is not a JSON object with a 'text' field "
+                                f"(use a run's data/test.jsonl)") from None
+    if not texts:
+        raise PipelineError(f"{path} has no texts; use a run's data/test.jsonl")
+    return texts
+
+
 def compare(files: list[Path], ids: np.ndarray, pad_id: int, threads: int, rounds: int, calls: int) -> dict:
-    sessions = [L.ort_session(f, threads, ["CPUExecutionProvider"]) for f in files]
+    sessions = [_session(f, threads) for f in files]
     runs = [(lambda s=s, f=_feeds(s, ids, pad_id): s.run(None, f)) for s in sessions]
     plan = L.Plan(warmup=10, iterations=calls, max_seconds=1e9, min_iterations=calls)
     p50s: list[list[float]] = [[] for _ in files]
@@ -71,15 +95,15 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     for p in (a.first, a.second, a.texts, a.tokenizer):
         if not p.exists():
-            raise SystemExit(f"{p} does not exist")
-    tok = AutoTokenizer.from_pretrained(a.tokenizer)
-    texts = [json.loads(line)["text"] for line in a.texts.read_text().splitlines() if line.strip()]
-    stream = L.token_stream(tok, texts, a.length * 4)
-    ids, _ = L.make_batch(stream, a.length, 1, tok.cls_token_id, tok.sep_token_id)
+            raise SystemExit(f"error: {p} does not exist")
     try:
+        texts = _texts(a.texts)
+        tok = AutoTokenizer.from_pretrained(a.tokenizer)
+        stream = L.token_stream(tok, texts, a.length * 4)
+        ids, _ = L.make_batch(stream, a.length, 1, tok.cls_token_id, tok.sep_token_id)
         res = compare([a.first, a.second], ids, tok.pad_token_id or 0, a.threads, a.rounds, a.calls)
     except PipelineError as e:
-        raise SystemExit(str(e)) from None
+        raise SystemExit(f"error: {e}") from None
     for f, p in zip(res["files"], res["p50_ms"]):
         print(f"{p:8.3f} ms  {f}")
     lo, hi = res["ratio_range"]

@@ -256,3 +256,20 @@ def test_compare_files_feeds_static_and_dynamic_files(tmp_path):
 
     with pytest.raises(PipelineError, match="fixed at 32 tokens"):
         compare([dyn, static], np.full((1, 40), 7), 0, threads=1, rounds=1, calls=1)
+
+
+def test_compare_files_bad_input_is_one_message(tmp_path):
+    """A file that is not a model, an empty texts file and a line without 'text' each end in one error."""
+    from eval.compare_files import _texts, compare
+    from pipeline.errors import PipelineError
+
+    bad = tmp_path / "bad.onnx"
+    bad.write_text("not a model")
+    with pytest.raises(PipelineError, match="bad.onnx is not a model ONNX Runtime can load"):
+        compare([bad, bad], np.array([[2, 3]]), 0, threads=1, rounds=1, calls=1)
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(PipelineError, match="has no texts"):
+        _texts(tmp_path / "empty.jsonl")
+    (tmp_path / "x.jsonl").write_text('{"text": "fine"}\n{"label": 1}\n')
+    with pytest.raises(PipelineError, match="line 2 is not a JSON object with a 'text' field"):
+        _texts(tmp_path / "x.jsonl")
