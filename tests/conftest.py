@@ -107,3 +107,13 @@ def tiny_cfg(tiny_cfg_dict):
     from pipeline.config import config_from_dict
 
     return config_from_dict(tiny_cfg_dict, "tiny-test-config")
+
+
+def browser_or_skip(what: str) -> None:
+    """Skip with the reason the browser targets themselves report (eval/browser.py), printed for -rs."""
+    from eval.browser import unavailable_reason
+
+    why = unavailable_reason()
+    if why:
+        print(f"\n{what} skipped: {why}")
+        pytest.skip(why)

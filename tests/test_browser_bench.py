@@ -11,18 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import make_texts, tiny_bert_config, write_tokenizer
+from conftest import browser_or_skip, make_texts, tiny_bert_config, write_tokenizer
 
 LABELS = ["negative", "neutral", "positive"]
-
-
-def _browser_or_skip():
-    from eval.browser import unavailable_reason
-
-    why = unavailable_reason()
-    if why:
-        print(f"\nbrowser tests skipped: {why}")
-        pytest.skip(why)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +71,7 @@ def test_every_file_timed_failed_or_skipped_with_reason(student_files, tmp_path)
     from eval.browser_bench import measure_browser
     from eval.targets import get_target, host_threads
 
-    _browser_or_skip()
+    browser_or_skip("browser tests")
     models, rows = student_files
     targets = [get_target("browser-wasm"), get_target("browser-wasm-mt"), get_target("host-cpu")]
     out = measure_browser(_bench(models, tmp_path), targets, rows)

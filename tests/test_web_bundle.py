@@ -9,24 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from conftest import browser_or_skip
 from test_bundle_stage import tiny_run_dict
 
 pytestmark = pytest.mark.e2e
 _RUN: dict = {}
 
 
-def _browser_or_skip():
-    from eval.browser import unavailable_reason
-
-    why = unavailable_reason()
-    if why:
-        print(f"\nweb bundle tests skipped: {why}")
-        pytest.skip(why)
-
-
 @pytest.fixture(scope="module")
 def web_run(tmp_path_factory):
-    _browser_or_skip()
+    browser_or_skip("web bundle tests")
     if not _RUN:
         from pipeline import stages, stages_bench, stages_bundle, stages_export, stages_web  # noqa: F401
         from pipeline.config import config_from_dict
