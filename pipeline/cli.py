@@ -14,14 +14,6 @@ DEFAULT_CONFIG = "configs/demo.toml"
 
 
 def _stages():
-    # importing a stage module registers its stages: import them in pipeline order, so help and
-    # `status` list the stages as they run
-    from pipeline import stages  # noqa: F401
-    from pipeline import stages_export  # noqa: F401
-    from pipeline import stages_bench  # noqa: F401
-    from pipeline import stages_bundle  # noqa: F401
-    from pipeline import stages_web  # noqa: F401
-    from pipeline import stages_gpt  # noqa: F401
     from pipeline.stage import STAGES
 
     return STAGES

@@ -1,11 +1,10 @@
-"""The stage registry and the runner that executes stages in dependency order, skipping finished ones."""
+"""The stage graph and the runner that executes stages in dependency order, skipping finished ones."""
 from __future__ import annotations
 
 import logging
 import shutil
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from pipeline.config import Config
@@ -13,82 +12,59 @@ from pipeline.errors import PipelineError
 from pipeline.hashcache import HashCache
 from pipeline.lock import run_lock
 from pipeline.manifest import manifest_hash, outputs_intact, read_manifest, sha256_json, write_manifest
+from pipeline.task import StageContext
+from pipeline.tasks import task_of
 
 log = logging.getLogger("pocketformer")
 
 
-@dataclass
-class StageContext:
-    """What a stage function gets: the config, its own (temporary) output folder, and its inputs."""
-
-    cfg: Config
-    name: str
-    out: Path
-    run_dir: Path
-    deps: tuple[str, ...]
-    key: str = ""  # hash of this stage's settings and inputs: resumable checkpoints must match it
-
-    @property
-    def resume_dir(self) -> Path:
-        """Checkpoints of an unfinished run of this stage; kept across a kill, removed on success."""
-        return self.run_dir / ".resume" / self.name
-
-    def input(self, stage: str) -> Path:
-        """The finished folder of an upstream stage this stage declared as a dependency."""
-        if stage not in self.deps:
-            raise RuntimeError(f"stage {self.name} reads {stage} without declaring it")
-        return self.run_dir / stage
-
-
 @dataclass(frozen=True)
 class Stage:
+    """One node of the graph, the same for every task; what it does is the task's Step (pipeline/task.py)."""
+
     name: str
-    fn: Callable[[StageContext], dict[str, Any]]  # the classification implementation
     deps: tuple[str, ...] = ()
-    sections: tuple[str, ...] = ()  # config sections whose values change this stage's outputs
     doc: str = ""
     # Stages that only measure (like bench) can be told to re-run even when inputs are unchanged.
     always: bool = False
-    # Under torchrun every rank runs a distributed stage (each on its share of the data); the other
-    # stages run on rank 0 alone while the rest wait.
-    distributed: bool = False
     # Extra freshness test for what a stage writes outside its folder (the bundle's published copy):
     # (config, the stage's manifest) -> why it must re-run, or None. Its manifest and files alone cannot tell.
     check: Callable[[Config, dict], str | None] | None = None
 
 
-STAGES: dict[str, Stage] = {}
-# One pipeline, two tasks: a stage may have a different implementation per run.task (same name, same
-# folder, same place in the graph), registered with register(name, task="generation").
-TASK_IMPLS: dict[tuple[str, str], Callable[[StageContext], dict[str, Any]]] = {}
+_TRAIN = ("data", "teacher", "distill", "baseline")
+# The graph, in run order. A stage waits for and hashes what any task's step reads.
+STAGES: dict[str, Stage] = {s.name: s for s in (
+    Stage("data", (), "Read, clean and split the task's data; write train/validation/test JSONL"),
+    Stage("teacher", ("data",), "Fine-tune (classification) or load (generation) the teacher; write teacher/model"),
+    Stage("logits", ("data", "teacher"), "Cache the teacher's outputs on the training data (the teacher runs once)"),
+    Stage("distill", ("data", "teacher", "logits"), "Build the student from the teacher and distil it"),
+    Stage("baseline", ("data", "teacher", "logits"), "Train the recurrent baselines (plain and distilled)"),
+    Stage("eval", _TRAIN, "Score every model on the held-out test split (accuracy or perplexity)"),
+    Stage("quantize", (*_TRAIN, "eval"), "ONNX files per model and variant, each checked against its source"),
+    Stage("export", (*_TRAIN, "eval", "quantize"), "ORT mobile-format files and Core ML packages, each checked"),
+    Stage("bench", (*_TRAIN, "eval", "quantize", "export"), "Latency of every model variant on every target"),
+    Stage("report", ("data", "eval", "quantize", "export", "bench"),
+          "Results table, speed-ups, NPU readiness and plots from the bench"),
+    Stage("bundle", (*_TRAIN, "quantize", "export", "report"),
+          "The app bundle of the chosen model, checked, published to <bundle.dist_dir>/<run>/",
+          check=lambda cfg, manifest: _published(cfg, manifest)),
+    Stage("web-bundle", ("data", "quantize", "export", "report"),
+          "The browser bundle with its demo page, published to <bundle.dist_dir>/<run>-web/"),
+)}
 
 
-def register(name: str, *, deps: tuple[str, ...] = (), sections: tuple[str, ...] = (), always: bool = False,
-             task: str = "classification", distributed: bool = False,
-             check: Callable[[Config, dict], str | None] | None = None):
-    def wrap(fn):
-        TASK_IMPLS[(name, task)] = fn
-        doc = (fn.__doc__ or "").strip().split("\n")[0]
-        old = STAGES.get(name)
-        if old is None:
-            STAGES[name] = Stage(name, fn, deps, sections, doc, always, distributed, check)
-        else:
-            # One graph for both tasks: the stage waits for and hashes what any task's implementation
-            # declares (a superset can only re-run a stage too often, never skip a needed run).
-            first = task == "classification"
-            STAGES[name] = Stage(name, fn if first else old.fn, tuple(dict.fromkeys(old.deps + deps)),
-                                 tuple(dict.fromkeys(old.sections + sections)), doc if first else old.doc,
-                                 always if first else old.always, distributed if first else old.distributed,
-                                 old.check or check)
-        return fn
-    return wrap
+def _published(cfg: Config, manifest: dict) -> str | None:
+    check = task_of(cfg).published_check
+    return check(cfg, manifest) if check else None
 
 
 def implementation(cfg: Config, name: str) -> Callable[[StageContext], dict[str, Any]]:
-    fn = TASK_IMPLS.get((name, cfg.run.task))
-    if fn is None:
-        raise PipelineError(f"stage '{name}' has no implementation for run.task = '{cfg.run.task}'")
-    return fn
+    return task_of(cfg).step(name).fn
+
+
+def _graph() -> dict[str, tuple[str, ...]]:
+    return {n: s.deps for n, s in STAGES.items()}
 
 
 def order(targets: list[str]) -> list[str]:
@@ -111,12 +87,11 @@ def order(targets: list[str]) -> list[str]:
 def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
     # The seed changes every stage's result; the run name and paths do not.
     relevant = {"seed": cfg.run.seed, "task": cfg.run.task}
-    relevant.update({s: cfg.section_dict(s) for s in stage.sections})
-    if cfg.run.task == "generation":  # the generation stages also read [lm]
-        lm = cfg.section_dict("lm")
+    relevant.update({s: cfg.section_dict(s) for s in task_of(cfg).step(stage.name).sections})
+    if "lm" in relevant and stage.name != "bench":
         # lm.bench_* are read by the bench stage alone: timing settings must not re-train the models
         # (report and bundle still re-run, since bench's output changes)
-        relevant["lm"] = lm if stage.name == "bench" else {k: v for k, v in lm.items() if not k.startswith("bench_")}
+        relevant["lm"] = {k: v for k, v in relevant["lm"].items() if not k.startswith("bench_")}
     return relevant, sha256_json(relevant)
 
 
@@ -179,12 +154,12 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
     key = sha256_json([chash, inputs])
     if not D.is_main():
         # other ranks compute their share of a distributed stage into a private folder that is dropped
-        if stage.distributed:
+        if task_of(cfg).step(name).distributed:
             scratch = run_dir / f".{name}.rank{D.rank()}.partial"
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir(parents=True)
             try:
-                implementation(cfg, name)(StageContext(cfg, name, scratch, run_dir, stage.deps, key))
+                implementation(cfg, name)(StageContext(cfg, name, scratch, run_dir, stage.deps, key, _graph()))
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
         D.barrier()  # rank 0 has written and renamed the stage folder
@@ -195,7 +170,7 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
     tmp.mkdir(parents=True)
     started = time.time()
     try:
-        ctx = StageContext(cfg, name, tmp, run_dir, stage.deps, key)
+        ctx = StageContext(cfg, name, tmp, run_dir, stage.deps, key, _graph())
         summary = implementation(cfg, name)(ctx) or {}
         manifest = write_manifest(tmp, stage=name, config=relevant, config_hash=chash, inputs=inputs,
                                   summary=summary, started=started)

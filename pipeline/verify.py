@@ -1,50 +1,27 @@
-"""`python -m pipeline verify-bundle DIR`: check an app bundle on any machine.
+"""`python -m pipeline verify-bundle DIR`: check a bundle on any machine.
 
 1. metadata.json is well formed, lists at least one file, and every path it names stays inside the bundle;
 2. every listed file exists with its size and sha256 (a changed file fails, naming it);
-3. in a fresh Python process (numpy, onnxruntime and onnxruntime-extensions only), every ONNX Runtime file of
-   metadata.json's "models" runs the texts of samples.json one per call, and each file's logits must match
-   that file's own reference logits stored at build time (LOGIT_ATOL / LOGIT_RTOL), with labels that agree;
-4. on macOS the Core ML package, fed ids padded by export.padding's rule, gives the stored labels (skipped
-   elsewhere, with the reason).
+3. the bundle's task (metadata.json "task", classification when absent) replays its samples with the shipped
+   files in a fresh process and compares them with what the build stored (pipeline/tasks/<task>/verify.py).
 Needs no torch, transformers or onnx (tests/test_verify_bundle.py runs it with those imports blocked).
 """
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import json
-import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from pipeline.errors import PipelineError
-from pipeline.verify_bundle_meta import load_metadata, load_samples, resolve
-
-METADATA = "metadata.json"
-# Each file is compared with its own reference (same file, batch 1, one thread, stored at full float32
-# precision), so what is left is the CPU: ORT picks kernels by instruction set, and an int8-dynamic file
-# re-quantizes activations per call, so a float difference upstream can flip the rounding of one quantized
-# activation and move a logit by one quantization step. Measured on the demo bundle (student int8-dynamic,
-# 1000 test texts, AVX2 EPYC; `python -m eval.bundle_tolerance --run runs/demo --texts 1000`): the same
-# model through other kernels (the .ort, or the .onnx with graph optimizations off) differed from the .onnx
-# by 0 on the median text, <= 1.75e-3 on 99%, 4.05e-3 at most (logits up to 2.06); the nearest wrong file
-# (the student's fp32 twin) by 9.8e-3 on the median text and more than this bound on 77% of texts, so it
-# passes all 8 samples with probability ~1e-5. The .ort held to the .onnx's logits at 1e-3 (the old check)
-# fails on the 1% of texts beyond 1.75e-3. Only this AVX2 CPU was measured.
-LOGIT_ATOL = 5e-3
-LOGIT_RTOL = 1e-3
+from pipeline.verify_bundle_meta import METADATA, load_metadata, resolve
 
 
 def check_files(bundle: Path) -> dict:
     """metadata.json's hashes against the files. Raises PipelineError naming the first bad file."""
+    from export.bundle import SCHEMA_VERSION
     from pipeline.manifest import sha256_file
 
     meta = load_metadata(bundle)
-    from export.bundle import SCHEMA_VERSION
-
     if meta.get("schema_version") != SCHEMA_VERSION:
         raise PipelineError(f"{bundle}: metadata.json has schema_version {meta.get('schema_version')!r}, this "
                             f"verify-bundle reads {SCHEMA_VERSION} (per-file reference logits); rebuild the bundle "
@@ -63,135 +40,32 @@ def check_files(bundle: Path) -> dict:
     return {"meta": meta, "checked": len(listed), "unlisted": extra}
 
 
-def predict_in_fresh_process(bundle: Path, models: dict, samples: list[dict], timeout_s: int = 300) -> dict:
-    """{model key: logits rows} from `python -m pipeline.verify_run` (no training code loaded there)."""
-    plan = {"bundle": str(bundle.resolve()), "models": models,
-            "samples": [{"text": s["text"], "token_ids": s["token_ids"]} for s in samples]}
-    proc = subprocess.run([sys.executable, "-m", "pipeline.verify_run"], input=json.dumps(plan),
-                          capture_output=True, text=True, timeout=timeout_s, cwd=Path(__file__).resolve().parents[1])
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:400]
-        raise PipelineError(f"{bundle}: running the models in a fresh process failed ({last}); install "
-                            f"onnxruntime and onnxruntime-extensions (pip install onnxruntime "
-                            f"onnxruntime-extensions)")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "error" in result:
-        raise PipelineError(f"{bundle}: {result['error']}")
-    return result["logits"]
-
-
-def _runtime_advice(meta: dict) -> str:
-    built = meta.get("versions", {}).get("onnxruntime", "?")
-    try:
-        here = importlib.metadata.version("onnxruntime")
-    except importlib.metadata.PackageNotFoundError:
-        here = "?"
-    if built != here:
-        return (f"the file is intact (sha256 matches), so this onnxruntime {here} computes it differently from "
-                f"{built}, which built the bundle: check it with `pip install onnxruntime=={built}`")
-    return (f"the file is intact (sha256 matches) and onnxruntime is the build's {built}: this CPU's kernels "
-            f"differ more than measured on any CPU so far; report these figures with the CPU model")
-
-
-def compare(bundle: Path, meta: dict, samples: list[dict], key: str, rows: list[list[float]]) -> dict:
-    """One file's logits against its own reference; labels must agree up to the tolerance (a near tie
-    at build time may resolve either way on another CPU, a clear difference may not)."""
-    rel = meta["models"][key]["file"]
-    labels = meta["labels"]
-    got = np.asarray(rows, dtype=np.float64)  # (N, C)
-    ref = np.asarray([s["reference_logits"][rel] for s in samples], dtype=np.float64)  # (N, C)
-    if got.shape != ref.shape:
-        raise PipelineError(f"{bundle}: {rel} gives logits of shape {got.shape[1:]}, its reference in samples.json "
-                            f"has {ref.shape[1:]}; rebuild the bundle with `make bundle`")
-    allowed = LOGIT_ATOL + LOGIT_RTOL * np.abs(ref)  # (N, C)
-    excess = np.abs(got - ref) - allowed
-    i, j = np.unravel_index(int(np.argmax(excess)), excess.shape)
-    worst = float(np.abs(got - ref).max())
-    if excess[i, j] > 0:
-        raise PipelineError(f"{bundle}: {rel} logit {labels[j]} of sample {i + 1} is {got[i, j]:.7g}, its reference "
-                            f"is {ref[i, j]:.7g} (difference {abs(got[i, j] - ref[i, j]):.4e}, allowed "
-                            f"{allowed[i, j]:.4e} = {LOGIT_ATOL:g} + {LOGIT_RTOL:g} x |reference|); "
-                            f"{_runtime_advice(meta)}")
-    index = {lab: c for c, lab in enumerate(labels)}
-    for n, s in enumerate(samples):
-        want = index[s["expected_label"]]
-        if got[n, want] < got[n].max() - 2 * allowed[n].max():
-            p = labels[int(got[n].argmax())]
-            raise PipelineError(f"{bundle}: {rel} labels sample {n + 1} ({s['text'][:60]!r}) {p}, samples.json "
-                                f"expects {s['expected_label']} (logits {np.array2string(got[n], precision=5)}); "
-                                f"samples.json was edited: restore it or rebuild the bundle with `make bundle`")
-    return {"file": rel, "labels_match": len(samples), "max_abs_logit_diff": worst}
-
-
-def _coreml(bundle: Path, meta: dict, samples: list[dict]) -> dict:
-    """Core ML labels of the samples (macOS only: coremltools cannot predict elsewhere). fp16 kernels on the
-    GPU / Neural Engine differ from any stored reference by more than a logit tolerance, so labels only."""
-    spec = meta["models"].get("coreml")
-    if spec is None:
-        return {"status": "skipped", "reason": "the bundle has no Core ML package"}
-    if sys.platform != "darwin":
-        return {"status": "skipped", "reason": f"Core ML prediction needs macOS (this is {sys.platform})"}
-    from pipeline.verify_run import coreml_logits
-
-    got = np.asarray(coreml_logits(resolve(bundle, spec["file"], "models.coreml.file"), spec, samples))  # (N, C)
-    pred = [meta["labels"][int(r.argmax())] for r in got]
-    bad = [s["text"] for s, p in zip(samples, pred) if p != s["expected_label"]]
-    if bad:
-        raise PipelineError(f"{bundle}: {spec['file']} labels {len(bad)} of {len(samples)} sample texts differently "
-                            f"from samples.json, e.g. {bad[0][:60]!r}; the package is intact (sha256 matches), so "
-                            f"Core ML computes these texts differently from the ONNX file the labels came from: "
-                            f"compare its argmax agreement in export/variants.json, and ship the .ort if it is low")
-    return {"file": spec["file"], "labels_match": len(samples), "max_abs_logit_diff": float("nan")}
-
-
 def verify_bundle(bundle: Path) -> dict:
     """Every check above; raises PipelineError on the first failure, returns a summary otherwise."""
+    from pipeline.tasks import TASKS
+
     bundle = Path(bundle)
-    from pipeline.verify_lm import is_generation, verify_lm_bundle
-
-    if is_generation(bundle):  # a generation bundle: decoder, tokenizer, greedy samples (pipeline/verify_lm.py)
-        return verify_lm_bundle(bundle)
     files = check_files(bundle)
-    meta = files["meta"]
-    samples = load_samples(bundle, meta)
-    from pipeline.verify_run import ORT_FORMATS
-
-    runnable = {k: v for k, v in meta["models"].items() if v["format"] in ORT_FORMATS}
-    got = predict_in_fresh_process(bundle, runnable, samples)
-    summary = {"bundle": str(bundle), "files_checked": files["checked"], "unlisted_files": files["unlisted"],
-               "samples": len(samples), "models": {}}
-    for key in runnable:
-        summary["models"][key] = compare(bundle, meta, samples, key, got[key])
-    summary["models"]["coreml"] = _coreml(bundle, meta, samples)
-    for key, spec in meta["models"].items():
-        if key not in summary["models"]:
-            summary["models"][key] = {"status": "not run", "reason": f"format '{spec['format']}' (sha256 checked)"}
-    return summary
+    task = files["meta"].get("task", "classification")
+    if task not in TASKS or TASKS[task].verify is None:
+        raise PipelineError(f"{bundle}/{METADATA}: 'task' is {task!r}, which verify-bundle cannot replay (known: "
+                            f"{', '.join(t for t in TASKS if TASKS[t].verify)}); rebuild the bundle with `make bundle`")
+    return TASKS[task].verify(bundle, files)
 
 
 def add_cli(subparsers) -> None:
-    p = subparsers.add_parser("verify-bundle", help="check an app bundle: hashes, models load, sample logits match")
+    p = subparsers.add_parser("verify-bundle", help="check an app bundle: hashes, models load, sample outputs match")
     p.add_argument("bundle", help="bundle folder, e.g. dist/demo")
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from pipeline import verify_lm
-
-    if verify_lm.is_generation(Path(args.bundle)):
-        return verify_lm.run_cli(args)
     try:
         s = verify_bundle(Path(args.bundle))
     except PipelineError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for key, m in s["models"].items():
-        if "status" in m:
-            print(f"  {key}: {m['status']} ({m['reason']})")
-        else:
-            diff = m["max_abs_logit_diff"]
-            print(f"  {key}: {m['file']}: {m['labels_match']}/{s['samples']} sample labels match, "
-                  + ("labels only" if diff != diff else
-                     f"max |logit - reference| {diff:.3e} (allowed {LOGIT_ATOL:g} + {LOGIT_RTOL:g} x |reference|)"))
+    for line in s["lines"]:
+        print(f"  {line}")
     if s["unlisted_files"]:
         print(f"  note: files not in metadata.json (not checked): {', '.join(s['unlisted_files'][:5])}")
     print(f"bundle OK: {s['bundle']} ({s['files_checked']} files, sha256 match)")

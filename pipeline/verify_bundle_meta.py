@@ -32,13 +32,13 @@ def resolve(bundle: Path, rel: object, where: str) -> Path:
     return bundle / rel
 
 
-def _need(ok: bool, bundle: Path, what: str) -> None:
+def need(ok: bool, bundle: Path, what: str) -> None:
     if not ok:
         raise PipelineError(f"{bundle}/{METADATA}: {what}; {_REBUILD}")
 
 
 def load_metadata(bundle: Path) -> dict:
-    """metadata.json, checked for the shape verify-bundle relies on."""
+    """metadata.json, checked for what every bundle has: a JSON object listing its files with their hashes."""
     path = bundle / METADATA
     if not path.is_file():
         raise PipelineError(f"{bundle} is not a bundle (no {METADATA}); build one with `make bundle` "
@@ -47,23 +47,29 @@ def load_metadata(bundle: Path) -> dict:
         meta = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise PipelineError(f"{path} is not valid JSON ({e}); {_REBUILD}") from None
-    _need(isinstance(meta, dict), bundle, "the top level is not an object")
+    need(isinstance(meta, dict), bundle, "the top level is not an object")
     files = meta.get("files")
-    _need(isinstance(files, dict) and len(files) > 0, bundle, "'files' lists no files (an empty bundle checks nothing)")
+    need(isinstance(files, dict) and len(files) > 0, bundle, "'files' lists no files (an empty bundle checks nothing)")
     for rel, info in files.items():
         resolve(bundle, rel, "files")
-        _need(isinstance(info, dict) and isinstance(info.get("bytes"), int) and info["bytes"] >= 0
+        need(isinstance(info, dict) and isinstance(info.get("bytes"), int) and info["bytes"] >= 0
               and isinstance(info.get("sha256"), str) and _SHA256.fullmatch(info["sha256"]) is not None,
               bundle, f"files[{rel!r}] needs 'bytes' (an integer) and 'sha256' (64 hex digits)")
+    return meta
+
+
+def check_metadata(bundle: Path, meta: dict) -> dict:
+    """A classification bundle's labels, models and samples file, checked for the shape verify relies on."""
+    files = meta["files"]
     labels = meta.get("labels")
-    _need(isinstance(labels, list) and len(labels) >= 2 and all(isinstance(x, str) for x in labels), bundle,
+    need(isinstance(labels, list) and len(labels) >= 2 and all(isinstance(x, str) for x in labels), bundle,
           "'labels' must list the class names")
     models = meta.get("models")
-    _need(isinstance(models, dict) and len(models) > 0, bundle, "'models' names no model")
+    need(isinstance(models, dict) and len(models) > 0, bundle, "'models' names no model")
     for key, spec in models.items():
-        _need(isinstance(spec, dict) and isinstance(spec.get("format"), str), bundle, f"models.{key} has no 'format'")
+        need(isinstance(spec, dict) and isinstance(spec.get("format"), str), bundle, f"models.{key} has no 'format'")
         for io in ("inputs", "outputs"):
-            _need(isinstance(spec.get(io), list) and len(spec[io]) > 0
+            need(isinstance(spec.get(io), list) and len(spec[io]) > 0
                   and all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in spec[io]),
                   bundle, f"models.{key}.{io} must list named tensors")
         _listed(bundle, files, spec.get("file"), f"models.{key}.file")
@@ -74,7 +80,7 @@ def load_metadata(bundle: Path) -> dict:
 def _listed(bundle: Path, files: dict, rel: object, where: str) -> None:
     """rel is a listed file, or a folder (a Core ML package) with listed files under it: so it is hashed."""
     resolve(bundle, rel, where)
-    _need(rel in files or any(f.startswith(f"{rel}/") for f in files), bundle,
+    need(rel in files or any(f.startswith(f"{rel}/") for f in files), bundle,
           f"{where} = {rel!r} is not in 'files', so its sha256 is unchecked")
 
 
@@ -88,7 +94,7 @@ def load_samples(bundle: Path, meta: dict) -> list[dict]:
     where = f"{bundle}/{meta['samples_file']}"
     if not isinstance(samples, list) or not samples:
         raise PipelineError(f"{where} holds no samples; {_REBUILD}")
-    from pipeline.verify_run import ORT_FORMATS
+    from pipeline.tasks.classification.replay import ORT_FORMATS
 
     n_labels = len(meta["labels"])
     need_refs = [spec["file"] for spec in meta["models"].values() if spec["format"] in ORT_FORMATS]

@@ -117,3 +117,18 @@ def browser_or_skip(what: str) -> None:
     if why:
         print(f"\n{what} skipped: {why}")
         pytest.skip(why)
+
+
+def use_toy_stages(monkeypatch, stages):
+    """Replace the stage graph and the classification task's steps with toy ones for runner tests.
+    stages: [(name, fn, deps, sections)]."""
+    from dataclasses import replace
+
+    from pipeline import stage as st
+    from pipeline.task import Step
+    from pipeline.tasks import TASKS
+
+    monkeypatch.setattr(st, "STAGES", {n: st.Stage(n, deps) for n, _, deps, _ in stages})
+    steps = {n: Step(fn, secs) for n, fn, _, secs in stages}
+    monkeypatch.setitem(TASKS, "classification", replace(TASKS["classification"], steps=steps))
+    return st.STAGES

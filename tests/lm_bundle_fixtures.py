@@ -22,7 +22,7 @@ def bpe_llama(folder: Path, corpus: Path) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from pipeline.lm_data import strip_markdown
+    from pipeline.tasks.generation.data import strip_markdown
 
     texts = [strip_markdown(p.read_text()) for p in sorted(corpus.glob("play0[0-7].md"))]
     tok = Tokenizer(models.BPE())

@@ -168,7 +168,6 @@ def _cfg(root: Path, **bench):
 @pytest.fixture(scope="module")
 def benched(tiny_run):
     """bench then report through the stage runner; returns (run folder, latency doc, results doc)."""
-    import pipeline.stages_bench  # noqa: F401  (registers bench and report)
     from pipeline.stage import run_stage
 
     cfg = _cfg(tiny_run)
@@ -362,7 +361,6 @@ def test_npu_files_on_edge_npu_only_with_every_variant_checked(benched):
 
 
 def test_unknown_target_fails_before_any_work(tiny_run):
-    import pipeline.stages_bench  # noqa: F401
     from pipeline.errors import PipelineError
     from pipeline.stage import run_stage
 
@@ -381,9 +379,6 @@ def test_unknown_target_fails_before_any_work(tiny_run):
 def test_pipeline_runs_through_report(tiny_cfg_dict):
     """The real stages end to end on the shared tiny config: train, quantize, export .ort, bench, report.
     (Core ML is left out here for time; the fabricated run above covers a Core ML row.)"""
-    import pipeline.stages  # noqa: F401
-    import pipeline.stages_bench  # noqa: F401
-    import pipeline.stages_export  # noqa: F401
     from eval.results import validate_results
     from pipeline.config import config_from_dict
     from pipeline.stage import run

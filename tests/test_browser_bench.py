@@ -164,16 +164,16 @@ def test_browser_goals_read_the_bundle_rule_on_browser_rows():
 
 
 def _web_ctx(tmp_path, **bundle):
-    from pipeline import stages_web
+    from pipeline.tasks.classification import web as stages_web
     from pipeline.config import config_from_dict
-    from pipeline.stage import StageContext
+    from pipeline.task import StageContext
 
     cfg = config_from_dict({"bundle": bundle}, "t")
     return StageContext(cfg, "web-bundle", tmp_path, tmp_path, stages_web.DEPS)
 
 
 def test_web_target_must_be_a_browser_target(tmp_path):
-    from pipeline import stages_web
+    from pipeline.tasks.classification import web as stages_web
     from pipeline.errors import PipelineError
 
     with pytest.raises(PipelineError, match="bundle.web_target"):
@@ -182,7 +182,7 @@ def test_web_target_must_be_a_browser_target(tmp_path):
 
 def test_web_bundle_without_onnxruntime_web_is_a_skip_with_the_fix(tmp_path, monkeypatch):
     from export import web_bundle
-    from pipeline import stages_web
+    from pipeline.tasks.classification import web as stages_web
 
     monkeypatch.setattr(web_bundle, "ORT_DIST", tmp_path / "nowhere")
     out = stages_web.stage_web_bundle(_web_ctx(tmp_path))

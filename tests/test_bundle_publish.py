@@ -78,7 +78,7 @@ def test_publish_removes_dead_copies_and_keeps_live_ones(tmp_path):
 
 
 def test_generation_runs_publish_nothing_and_old_schemas_rebuild(built, monkeypatch):
-    from pipeline.stages_bundle import published_check
+    from pipeline.tasks.classification.bundle import published_check
 
     _, cfg = built
     assert published_check(cfg, {"summary": {"skipped": "app bundles are built for classification"}}) is None

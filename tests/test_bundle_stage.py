@@ -40,7 +40,6 @@ def tiny_run_dict(root: Path) -> dict:
 def bundled_run(tmp_path_factory):
     """(config dict, Config) of a tiny run whose bundle stage has run; built once per test session."""
     if not _RUN:
-        from pipeline import stages, stages_bench, stages_bundle, stages_export  # noqa: F401  (registers)
         from pipeline.config import config_from_dict
         from pipeline.stage import run
 
@@ -203,7 +202,7 @@ def test_missing_variant_names_the_stage(built):
 
 
 def test_publish_never_leaves_a_half_bundle(tmp_path, monkeypatch):
-    from pipeline.stages_bundle import publish
+    from pipeline.publish import publish
 
     src = tmp_path / "src"
     (src / "model").mkdir(parents=True)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from pipeline import stages
+from pipeline.tasks.classification import train as stages
 from pipeline.config import config_from_dict
 from pipeline.stage import run
 

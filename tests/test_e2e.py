@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from pipeline import stages  # noqa: F401
 from pipeline.manifest import read_manifest
 from pipeline.stage import STAGES, run
 

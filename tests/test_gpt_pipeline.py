@@ -13,11 +13,11 @@ import onnx
 import pytest
 import torch
 
-from pipeline import stages, stages_bench, stages_export, stages_gpt  # noqa: F401  (registers every stage)
 from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError
 from pipeline.manifest import read_manifest
 from pipeline.stage import run
+from pipeline.tasks.generation.common import load_lm
 
 pytestmark = pytest.mark.e2e
 
@@ -78,7 +78,7 @@ def corpus(tmp_path_factory) -> Path:
 def tiny_llama_dir(tmp_path_factory, corpus) -> Path:
     """A 'pretrained' causal LM folder: tiny Llama (GQA: 2 heads, 1 KV head), trained briefly on the
     corpus so it is clearly better than uniform."""
-    from pipeline.lm_data import strip_markdown
+    from pipeline.tasks.generation.data import strip_markdown
 
     folder = tmp_path_factory.mktemp("tiny_llama")
     tok = _tokenizer(folder)
@@ -206,7 +206,7 @@ def test_prompt_longer_than_exported_cache_is_refused(tmp_path, corpus, tiny_lla
     cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, distill__epochs=0.2, baseline__epochs=0.2,
                                    lm__teacher_windows=8), "tiny-gen")
     run(cfg, ["distill"])
-    lm, _ = stages_gpt.load_lm(cfg.run_dir / "distill" / "student", "student")
+    lm, _ = load_lm(cfg.run_dir / "distill" / "student", "student")
     onnx = tmp_path / "student.onnx"
     from export.lm_onnx import export_decoder
 

@@ -14,7 +14,7 @@ from distill.lm_student import VocabMap
 from eval.lm_eval import LM, perplexity
 from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError
-from pipeline.lm_data import build_lm_splits, split_documents, split_windows, strip_markdown, windows
+from pipeline.tasks.generation.data import build_lm_splits, split_documents, split_windows, strip_markdown, windows
 
 
 def test_strip_markdown_keeps_the_play_text_only():

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import stages, stages_bench, stages_bundle, stages_export, stages_gpt  # noqa: F401  (registers stages)
 from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError
 from pipeline.stage import run
@@ -41,7 +40,7 @@ def built(tmp_path_factory):
 def _reference(cfg, prompt_ids: list[int], n: int) -> list[int]:
     """The pipeline's greedy tokens, recomputed here: its ONNX Runtime loop over the quantize-stage graph."""
     from export.lm_bundle import cut_at_eos
-    from pipeline.lm_common import load_lm, ort_lm
+    from pipeline.tasks.generation.common import load_lm, ort_lm
 
     lm, tok = load_lm(cfg.run_dir / "distill" / "student", "student")
     got = ort_lm(cfg.run_dir / "quantize" / "student" / "int8-dynamic" / "model.onnx", lm).generate(
@@ -103,7 +102,7 @@ def test_onnxruntime_genai_generates_the_pipeline_tokens(built):
                                                     "onnxruntime-genai==0.18.0)")
     import onnxruntime_genai as og
 
-    from pipeline.verify_lm import genai_greedy
+    from pipeline.tasks.generation.replay import genai_greedy
 
     cfg, dist, _ = built
     samples = json.loads((dist / "samples.json").read_text())

@@ -130,7 +130,6 @@ def test_save_load_round_trip(tmp_path):
 
 @pytest.mark.e2e
 def test_distill_and_quantize_stages_with_the_npu_student(tiny_cfg_dict):
-    from pipeline import stages, stages_export  # noqa: F401  (registers the stages)
     from pipeline.config import config_from_dict
     from pipeline.stage import run
 

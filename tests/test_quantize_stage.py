@@ -8,7 +8,6 @@ import re
 
 import pytest
 
-from pipeline import stages, stages_export  # noqa: F401  (registers the stages)
 from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError
 from pipeline.manifest import read_manifest

@@ -14,7 +14,8 @@ from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError
 from pipeline.hashcache import CACHE_NAME, HashCache
 from pipeline.lock import LOCK_NAME, run_lock
-from pipeline.stage import Stage, run, run_stage, status, statuses
+from conftest import use_toy_stages
+from pipeline.stage import run, run_stage, status, statuses
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,9 +40,7 @@ def label_stages(monkeypatch):
         (ctx.out / "model.json").write_text(json.dumps({"labels": labels}))
         return {}
 
-    monkeypatch.setattr(st, "STAGES", {"data": Stage("data", data, (), ("data",)),
-                                       "train": Stage("train", train, ("data",), ())})
-    monkeypatch.setattr(st, "TASK_IMPLS", {("data", "classification"): data, ("train", "classification"): train})
+    use_toy_stages(monkeypatch, [("data", data, (), ("data",)), ("train", train, ("data",), ())])
     return calls
 
 

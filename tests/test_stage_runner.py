@@ -6,7 +6,8 @@ import pytest
 from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError
 from pipeline.manifest import read_manifest
-from pipeline.stage import STAGES, Stage, run, status
+from pipeline.stage import run, status
+from conftest import use_toy_stages
 
 
 @pytest.fixture
@@ -22,19 +23,10 @@ def toy_stages(monkeypatch):
             return {"ok": True}
         return fn
 
-    saved = dict(STAGES)
-    STAGES.clear()
-    from pipeline import stage as st
-
-    impls = dict(st.TASK_IMPLS)
-    for name, deps, secs in (("a", (), ("data",)), ("b", ("a",), ("distill",)), ("c", ("b",), ())):
-        STAGES[name] = Stage(name, make(name), deps, secs)
-        st.TASK_IMPLS[(name, "classification")] = STAGES[name].fn
+    use_toy_stages(monkeypatch, [(name, make(name), deps, secs)
+                                 for name, deps, secs in (("a", (), ("data",)), ("b", ("a",), ("distill",)),
+                                                          ("c", ("b",), ()))])
     yield calls, make
-    STAGES.clear()
-    STAGES.update(saved)
-    st.TASK_IMPLS.clear()
-    st.TASK_IMPLS.update(impls)
 
 
 def test_order_skip_and_rerun(toy_stages, tmp_path):
@@ -55,10 +47,10 @@ def test_failed_stage_leaves_nothing_and_keeps_previous(toy_stages, tmp_path):
     calls, make = toy_stages
     cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
     run(cfg, ["b"])
-    from pipeline import stage as st
+    from pipeline.task import Step
+    from pipeline.tasks import TASKS
 
-    STAGES["b"] = Stage("b", make("b", fail=True), ("a",), ("distill",))
-    st.TASK_IMPLS[("b", "classification")] = STAGES["b"].fn
+    TASKS["classification"].steps["b"] = Step(make("b", fail=True), ("distill",))
     with pytest.raises(PipelineError, match="b failed"):
         run(cfg, ["b"], force=("b",))
     assert not (cfg.run_dir / ".b.partial").exists()

@@ -87,7 +87,6 @@ def test_static_probe_compares_settings_on_a_run(models, tiny_cfg, tmp_path):
     import shutil
 
     from eval.static_probe import probe
-    from pipeline import stages  # noqa: F401  (registers the stages)
     from pipeline.stage import run
 
     run(tiny_cfg, ["data"])

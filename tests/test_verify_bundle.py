@@ -67,7 +67,7 @@ def test_a_file_is_compared_with_its_own_reference_not_its_twins(built, copy):
     the same label): it passes, though its logits are far from the .onnx's (today's main held every file to the
     .onnx's logits and failed such a bundle)."""
     from pipeline.verify import verify_bundle
-    from pipeline.verify_run import run_models
+    from pipeline.tasks.classification.replay import run_models
 
     _, cfg = built
     meta = json.loads((copy / "metadata.json").read_text())
@@ -110,7 +110,8 @@ def test_a_wrong_file_with_the_old_references_fails_with_digits(built, copy):
 
 def test_a_reference_off_by_more_than_the_bound_fails(copy):
     from pipeline.errors import PipelineError
-    from pipeline.verify import LOGIT_ATOL, LOGIT_RTOL, verify_bundle
+    from pipeline.tasks.classification.verify import LOGIT_ATOL, LOGIT_RTOL
+    from pipeline.verify import verify_bundle
 
     meta = json.loads((copy / "metadata.json").read_text())
     samples = json.loads((copy / "samples.json").read_text())

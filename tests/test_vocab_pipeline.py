@@ -16,7 +16,6 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def run_cfg(tmp_path_factory):
-    from pipeline import stages, stages_bench, stages_bundle, stages_export  # noqa: F401  (registers)
     from pipeline.config import config_from_dict
     from pipeline.stage import run
 

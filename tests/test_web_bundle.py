@@ -20,7 +20,6 @@ _RUN: dict = {}
 def web_run(tmp_path_factory):
     browser_or_skip("web bundle tests")
     if not _RUN:
-        from pipeline import stages, stages_bench, stages_bundle, stages_export, stages_web  # noqa: F401
         from pipeline.config import config_from_dict
         from pipeline.stage import run
 

@@ -9,14 +9,13 @@ import time
 import numpy as np
 
 from pipeline.data import read_labels, read_split
-from pipeline.stage import StageContext, register
-from pipeline.stages import MODEL_FOLDERS
+from pipeline.task import StageContext
+from pipeline.tasks.classification import MODEL_FOLDERS
 
 log = logging.getLogger("pocketformer")
 BENCH_DEPS = ("data", "teacher", "distill", "baseline", "eval", "quantize", "export")
 
 
-@register("bench", deps=BENCH_DEPS, sections=("bench",))
 def stage_bench(ctx: StageContext) -> dict:
     """Latency, memory and FLOPs of every model variant on every target (plus the Optimum peer).
 
@@ -92,33 +91,3 @@ def stage_bench(ctx: StageContext) -> dict:
     return {"rows": len(results), "seconds": doc["seconds"], "threads": threads,
             "head_to_head": {f"{p['ours']['variant']} {p['target']}": p.get("ratio") for p in paired},
             "peak_gflops_fp32": machine["peak_gflops_fp32"]}
-
-
-def _report(ctx: StageContext) -> dict:
-    """Results table, speed-ups, NPU readiness and plots from the bench; writes report/results.json,
-    report.md, report.html (self-contained) and the plots as PNG files."""
-    from eval.report import write_report
-    from eval.results import build_results, validate_results
-    from pipeline.errors import PipelineError
-
-    doc = json.loads((ctx.input("bench") / "latency.json").read_text())
-    results = build_results(doc)
-    from eval.phone import merge_saved
-
-    merge_saved(ctx.run_dir, results)  # keep phone measurements (runs/<run>/phone/) across report re-runs
-    problems = validate_results(results)
-    if problems:
-        raise PipelineError(f"bench/latency.json does not follow eval/SCHEMA.md ({len(problems)} problem(s), "
-                            f"first: {problems[0]}); re-run the bench stage with --force")
-    (ctx.out / "results.json").write_text(json.dumps(results, indent=2))
-    paths = write_report(results, ctx.out)
-    final = ctx.run_dir / "report"
-    print(f"\nreport: {final / 'report.md'}\n        {final / 'report.html'}\n        {final / 'results.json'}")
-    return {"rows": len(results["rows"]), "files": sorted(p.name for p in paths)}
-
-
-# The report renders whatever rows the bench wrote (accuracy or perplexity), so both tasks share it.
-# No config section of its own: everything it shows comes from the bench's files.
-REPORT_DEPS = ("data", "eval", "quantize", "export", "bench")
-register("report", deps=REPORT_DEPS, sections=())(_report)
-register("report", deps=REPORT_DEPS, sections=(), task="generation")(_report)

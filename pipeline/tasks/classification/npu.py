@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.errors import PipelineError
-from pipeline.stage import StageContext
+from pipeline.task import StageContext
 
 NPU_FOLDER = "npu"  # quantize/<model>/npu/<variant>-<length>.onnx (+ lookup.onnx)
 

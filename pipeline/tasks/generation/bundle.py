@@ -10,11 +10,21 @@ from pathlib import Path
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.lm_common import GEN, LM_FOLDERS, check_prompt, load_lm, ort_lm, threads, upstream
-from pipeline.stage import StageContext, register
+from pipeline.publish import publish, published_differs
+from pipeline.tasks.generation import LM_FOLDERS
+from pipeline.tasks.generation.common import check_prompt, load_lm, ort_lm
+from pipeline.tasks.common import threads
+from pipeline.task import StageContext
 
 # the shipped variant when bundle.variant = "auto": int8 first (a quarter of the size, faster on phones)
 AUTO_ORDER = ("int8-dynamic", "fp32")
+
+
+def published_check(cfg, manifest: dict) -> str | None:
+    """Why the bundle stage must re-run although its folder is up to date: its published copy is missing or
+    differs (the generation bundle has no schema version of its own)."""
+    dist = manifest.get("summary", {}).get("dist")
+    return published_differs(cfg.run_dir / "bundle", Path(dist)) if dist else None
 
 
 def choose_variant(onnx_rows: list[dict], model: str, variant: str, source: str) -> dict:
@@ -45,7 +55,6 @@ def reference_continuations(runner, lm, prompts: list[list[int]], n: int) -> lis
     return out
 
 
-@register("bundle", deps=("data", "quantize", "export", "report"), sections=("bundle",), task=GEN)
 def stage_lm_bundle(ctx: StageContext) -> dict:
     """The generation app bundle: the student decoder over teacher ids, tokenizer, runtime configs, greedy
     samples that verify-bundle replays, Kotlin / Swift samples; published to <bundle.dist_dir>/<run>/."""
@@ -53,20 +62,19 @@ def stage_lm_bundle(ctx: StageContext) -> dict:
     from export.bundle import io_spec, write_metadata
     from export.lm_onnx import OrtLM, check_greedy
     from pipeline.manifest import library_versions
-    from pipeline.stages_bundle import publish
 
     cfg, b, lmc = ctx.cfg, ctx.cfg.bundle, ctx.cfg.lm
     threads(cfg)
     if not lmc.prompts:
         raise PipelineError(f"{cfg.source}: lm.prompts is empty; the generation bundle stores greedy samples of "
                             f"those prompts for verify-bundle (give at least one)")
-    qdir = upstream(ctx, "quantize")
+    qdir = ctx.upstream("quantize")
     row = choose_variant(json.loads((qdir / "onnx_rows.json").read_text()), b.model, b.variant, cfg.source)
     variant = row["variant"]
     if variant not in lm_bundle.GRAPH_FILES:
         raise PipelineError(f"the student's {variant} graph has no place in the bundle layout (shipped: "
                             f"{', '.join(lm_bundle.GRAPH_FILES)})")
-    folder = upstream(ctx, LM_FOLDERS["student"][0]) / LM_FOLDERS["student"][1]
+    folder = ctx.upstream(LM_FOLDERS["student"][0]) / LM_FOLDERS["student"][1]
     lm, tok = load_lm(folder, "student")
     context = lm.max_positions or lm.model.config.max_position_embeddings
     out = ctx.out
@@ -102,7 +110,7 @@ def stage_lm_bundle(ctx: StageContext) -> dict:
     (out / "samples.json").write_text(json.dumps(samples, indent=2))
 
     dist = Path(b.dist_dir) / cfg.run.name
-    meta = {"run": cfg.run.name, "task": GEN, "dist_path": str(dist),
+    meta = {"run": cfg.run.name, "task": "generation", "dist_path": str(dist),
             "model": {"name": "student", "variant": variant, "params": row.get("params"),
                       "perplexity": row.get("perplexity"), "choice": f"bundle.variant = {b.variant}"},
             "graph": {"file": graph_rel, "transformers_js_dtype": lm_bundle.JS_DTYPE[variant], **shape,

@@ -1,33 +1,18 @@
-"""Stage wiring for the classification pipeline. Each stage reads its declared inputs and writes its
-own folder; pipeline.stage runs them in order and records manifests."""
+"""The classification task's training steps: data, teacher, logits, distill, baseline and eval. Each reads its
+stage's declared inputs and writes its own folder; pipeline.stage runs them in order and records manifests."""
 from __future__ import annotations
 
 import json
 
 import numpy as np
-import torch
 
-from pipeline.config import Config, student_positions, student_serving_length
+from pipeline.config import student_positions, student_serving_length
 from pipeline.data import build_splits, read_labels, read_split, write_jsonl
-from pipeline.stage import StageContext, register
+from pipeline.task import StageContext
+from pipeline.tasks.classification import MODEL_FOLDERS
+from pipeline.tasks.common import threads, train_options
 
 
-def _threads(cfg: Config) -> None:
-    if cfg.run.threads > 0:
-        torch.set_num_threads(cfg.run.threads)
-
-
-def train_options(ctx: StageContext, phase: str = ""):
-    """The [train] settings plus where this stage keeps resumable checkpoints."""
-    from distill.precision import resolve_precision
-    from distill.train import TrainOptions
-
-    t = ctx.cfg.train
-    return TrainOptions(grad_accum=t.grad_accum, precision=resolve_precision(t.precision), checkpoint_every=t.checkpoint_every,
-                        checkpoint_dir=ctx.resume_dir / phase if phase else ctx.resume_dir, key=ctx.key)
-
-
-@register("data", sections=("data",))
 def stage_data(ctx: StageContext) -> dict:
     """Load, clean and split the labelled texts; write train/validation/test JSONL and labels.json."""
     splits = build_splits(ctx.cfg)
@@ -44,7 +29,6 @@ def _xy(data_dir, split: str, labels: list[str]) -> tuple[list[str], list[int]]:
     return [r["text"] for r in rows], [index[r["label"]] for r in rows]
 
 
-@register("teacher", deps=("data",), sections=("teacher", "train"), distributed=True)
 def stage_teacher(ctx: StageContext) -> dict:
     """Fine-tune the pretrained encoder into a classifier; writes teacher/model (HF folder)."""
     from distill.models import predict_logits, save_model
@@ -54,7 +38,7 @@ def stage_teacher(ctx: StageContext) -> dict:
     from eval.metrics import scores
 
     cfg, t = ctx.cfg, ctx.cfg.teacher
-    _threads(cfg)
+    threads(cfg)
     seed_everything(cfg.run.seed)
     labels = read_labels(ctx.input("data"))
     model, tok = load_for_classification(t.model, labels, t.fine_tune, t.max_length)
@@ -73,14 +57,13 @@ def stage_teacher(ctx: StageContext) -> dict:
     return summary
 
 
-@register("logits", deps=("data", "teacher"), sections=("augment",), distributed=True)
 def stage_logits(ctx: StageContext) -> dict:
     """Augment the training texts and cache the teacher's logits on all of them (the teacher runs once)."""
     from distill.augment import Augmenter
     from distill.models import load_model, predict_logits
 
     cfg = ctx.cfg
-    _threads(cfg)
+    threads(cfg)
     labels = read_labels(ctx.input("data"))
     teacher = load_model(ctx.input("teacher") / "model", "teacher")
     texts, y = _xy(ctx.input("data"), "train", labels)
@@ -105,8 +88,6 @@ def _distill_set(logits_dir, labels: list[str]) -> tuple[list[str], list[int], n
     return [r["text"] for r in rows], y, np.load(logits_dir / "teacher_logits.npy")
 
 
-@register("distill", deps=("data", "teacher", "logits"), sections=("student", "distill", "train"),
-          distributed=True)
 def stage_distill(ctx: StageContext) -> dict:
     """Build the student from the teacher and distil it; writes distill/student (HF folder)."""
     from distill.distiller import distill_student
@@ -115,7 +96,7 @@ def stage_distill(ctx: StageContext) -> dict:
     from distill.train import seed_everything
 
     cfg = ctx.cfg
-    _threads(cfg)
+    threads(cfg)
     seed_everything(cfg.run.seed)
     labels = read_labels(ctx.input("data"))
     teacher = load_model(ctx.input("teacher") / "model", "teacher")
@@ -156,8 +137,6 @@ def _student_embedding(s, student, tok, texts: list[str]) -> dict:
     return info
 
 
-@register("baseline", deps=("data", "teacher", "logits"), sections=("baseline", "distill", "train"),
-          distributed=True)
 def stage_baseline(ctx: StageContext) -> dict:
     """Train the RNN baseline on gold labels, and the same RNN distilled from the teacher."""
     from distill.baseline import build_rnn, train_rnn
@@ -165,7 +144,7 @@ def stage_baseline(ctx: StageContext) -> dict:
     from distill.train import seed_everything
 
     cfg, b = ctx.cfg, ctx.cfg.baseline
-    _threads(cfg)
+    threads(cfg)
     labels = read_labels(ctx.input("data"))
     teacher = load_model(ctx.input("teacher") / "model", "teacher")
     tok = teacher.tokenizer
@@ -201,11 +180,7 @@ def stage_baseline(ctx: StageContext) -> dict:
     return summary
 
 
-MODEL_FOLDERS = {"teacher": ("teacher", "model"), "student": ("distill", "student"),
-                 "lstm": ("baseline", "lstm"), "lstm_distilled": ("baseline", "lstm_distilled")}
 
-
-@register("eval", deps=("data", "teacher", "distill", "baseline"), sections=())
 def stage_eval(ctx: StageContext) -> dict:
     """Accuracy and macro-F1 on the held-out test split for every model; writes accuracy.json/.md."""
     from distill.models import count_params, load_model, predict_logits
@@ -213,7 +188,7 @@ def stage_eval(ctx: StageContext) -> dict:
     from eval.table import markdown
 
     cfg = ctx.cfg
-    _threads(cfg)
+    threads(cfg)
     labels = read_labels(ctx.input("data"))
     texts, y = _xy(ctx.input("data"), "test", labels)
     rows = []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
-from pipeline.stage import StageContext, register
+from pipeline.task import StageContext
 
 DEPS = ("data", "quantize", "export", "report")
 
@@ -18,7 +18,6 @@ def _skip(ctx: StageContext, reason: str) -> dict:
     return {"skipped": reason}
 
 
-@register("web-bundle", deps=DEPS, sections=("bundle",))
 def stage_web_bundle(ctx: StageContext) -> dict:
     """The web bundle: the student file fastest on bundle.web_target, the client-side demo page, checked.
 
@@ -38,7 +37,7 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     from export import web_bundle as W
     from export.bundle import choose, io_spec, latency_for, normalisation, write_metadata
     from export.checks import ort_runner, ort_session, predict
-    from pipeline.stages_bundle import publish
+    from pipeline.publish import publish
 
     cfg, b = ctx.cfg, ctx.cfg.bundle
     if not is_browser(get_target(b.web_target)):
@@ -132,7 +131,6 @@ def stage_web_bundle(ctx: StageContext) -> dict:
             "page_check": {k: v for k, v in page.items() if k != "page_errors"}, "files": len(meta["files"])}
 
 
-@register("web-bundle", deps=DEPS, sections=("bundle",), task="generation")
-def stage_web_bundle_generation(ctx: StageContext) -> dict:
-    """Generation runs have no web bundle (the page is a classifier); writes web-bundle/README.md saying so."""
+def skip_web_bundle(ctx: StageContext) -> dict:
+    """Runs of a task with no web bundle (the page is a classifier); writes web-bundle/README.md saying so."""
     return _skip(ctx, "the web bundle and its demo page are built for the classification task")

@@ -1,9 +1,8 @@
-"""Stage wiring for the generation task (run.task = "generation"): same stage names, decoder models.
+"""The generation task's training steps: data, teacher, logits, distill, baseline and eval, for decoders.
 
 Same folders as classification: teacher/model (the causal teacher, safetensors), distill/student,
-baseline/lstm; deps are the classification stages' (see pipeline.stages), settings in [lm] plus the
-shared sections. This file: data, teacher, logits, distill, baseline, eval; pipeline.lm_stages_ship:
-quantize, export, bench.
+baseline/lstm; settings in [lm] plus the shared sections. Shipping steps (quantize, export, bench) are in
+pipeline/tasks/generation/ship.py, the bundle in bundle.py.
 """
 from __future__ import annotations
 
@@ -16,14 +15,14 @@ import torch
 from pipeline.config import Config
 from pipeline.data import write_jsonl
 from pipeline.errors import PipelineError
-from pipeline.lm_common import GEN, LM_FOLDERS, checkpoint_size, held_out_windows, load_lm, stream, threads
-from pipeline.stage import StageContext, register
-from pipeline.stages import train_options
+from pipeline.tasks.generation import LM_FOLDERS
+from pipeline.tasks.generation.common import checkpoint_size, held_out_windows, load_lm, stream
+from pipeline.task import StageContext
+from pipeline.tasks.common import threads, train_options
 
-@register("data", sections=("data",), task=GEN)
 def stage_lm_data(ctx: StageContext) -> dict:
     """Load plain-text documents, strip markup, split by document; writes train/validation/test.jsonl."""
-    from pipeline.lm_data import build_lm_splits
+    from pipeline.tasks.generation.data import build_lm_splits
 
     splits = build_lm_splits(ctx.cfg)
     for s in ("train", "validation", "test"):
@@ -33,7 +32,6 @@ def stage_lm_data(ctx: StageContext) -> dict:
         "documents": {s: len(v) for s, v in splits["info"]["documents"].items()}}
 
 
-@register("teacher", deps=("data",), sections=("teacher",), task=GEN)
 def stage_lm_teacher(ctx: StageContext) -> dict:
     """Load the causal teacher (packaged GGUF, folder or hub id) once; writes teacher/model (safetensors)."""
     from distill.lm_student import count_lm_params
@@ -51,14 +49,13 @@ def stage_lm_teacher(ctx: StageContext) -> dict:
             "vocab": model.config.vocab_size, **count_lm_params(model)}
 
 
-@register("logits", deps=("data", "teacher"), sections=("augment",), task=GEN)
 def stage_lm_logits(ctx: StageContext) -> dict:
     """Tokenize the training split, pick lm.teacher_windows windows and cache the teacher's top-k logits
     on them; writes windows.npy (N, T+1), topk_ids.npy / topk_logits.npy (N, T, k), vocab_map.json."""
     from distill.lm_student import VocabMap
     from distill.lm_teacher import eos_id, load_causal_folder
     from distill.precision import resolve_precision
-    from pipeline.lm_data import split_windows, windows
+    from pipeline.tasks.generation.data import split_windows, windows
     from tqdm.auto import tqdm
 
     cfg, lm = ctx.cfg, ctx.cfg.lm
@@ -113,7 +110,6 @@ def _model_meta(folder: Path, kind: str, cfg: Config) -> None:
         {"kind": kind, "context_length": cfg.lm.context_length, "max_positions": cfg.lm.max_cache}, indent=2))
 
 
-@register("distill", deps=("data", "teacher", "logits"), sections=("student", "distill", "train"), task=GEN)
 def stage_lm_distill(ctx: StageContext) -> dict:
     """Build the small decoder student over the restricted vocabulary and distil it from the cached
     top-k; writes distill/student (HF folder + vocab_map.json)."""
@@ -139,7 +135,6 @@ def stage_lm_distill(ctx: StageContext) -> dict:
             "teacher_params": count_lm_params(teacher)["params"]}
 
 
-@register("baseline", deps=("data", "teacher", "logits"), sections=("baseline", "distill", "train"), task=GEN)
 def stage_lm_baseline(ctx: StageContext) -> dict:
     """Train the LSTM language model on the same windows and vocabulary; writes baseline/lstm."""
     from distill.lm_distill import train_lstm_lm
@@ -163,7 +158,6 @@ def stage_lm_baseline(ctx: StageContext) -> dict:
     return {"lstm": summary, **count_lm_params(model)}
 
 
-@register("eval", deps=("data", "teacher", "distill", "baseline"), sections=(), task=GEN)
 def stage_lm_eval(ctx: StageContext) -> dict:
     """Perplexity on the held-out test documents for teacher, student and LSTM (same windows, teacher
     tokens) and greedy continuations of lm.prompts; writes perplexity.json/.md and samples.md."""
@@ -194,8 +188,3 @@ def stage_lm_eval(ctx: StageContext) -> dict:
     (ctx.out / "samples.md").write_text(samples_markdown(tok, list(cfg.lm.prompts), cont))
     print("\n" + table)
     return {"test_windows": int(len(win)), "rows": rows}
-
-
-
-from pipeline import lm_stages_ship  # noqa: E402,F401  (registers quantize, export, bench for generation)
-from pipeline import lm_stages_bundle  # noqa: E402,F401  (registers bundle for generation)

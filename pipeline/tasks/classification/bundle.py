@@ -11,7 +11,7 @@ import numpy as np
 from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
 from pipeline.publish import publish, published_differs
-from pipeline.stage import StageContext, register
+from pipeline.task import StageContext
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -31,8 +31,6 @@ def published_check(cfg, manifest: dict) -> str | None:
     dist = manifest.get("summary", {}).get("dist")
     if not dist:
         return None  # nothing was published
-    if cfg.run.task != "classification":  # the generation bundle has its own format (export/lm_bundle.py)
-        return published_differs(cfg.run_dir / "bundle", Path(dist))
     try:
         schema = json.loads((cfg.run_dir / "bundle" / "metadata.json").read_text()).get("schema_version")
     except (OSError, ValueError):
@@ -52,8 +50,6 @@ def vocabulary(tok_dir: Path) -> dict:
             "kept_ids_file": "tokenizer/vocab_map.json" if (tok_dir / "vocab_map.json").is_file() else None}
 
 
-@register("bundle", deps=("data", "teacher", "distill", "baseline", "quantize", "export", "report"),
-          sections=("bundle",), check=published_check)
 def stage_bundle(ctx: StageContext) -> dict:
     """The app bundle of the chosen model, its string-in twin checked on the test split, and samples.
 
@@ -73,7 +69,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     from export.string_model import (agreement, build_string_model, predict_strings, string_session,
                                      token_id_mismatches)
     from pipeline.manifest import library_versions
-    from pipeline.verify_run import run_models
+    from pipeline.tasks.classification.replay import run_models
 
     cfg, b = ctx.cfg, ctx.cfg.bundle
     if not 0 <= b.min_agreement <= 1 or b.accuracy_window < 0 or b.sample_texts < 1:
@@ -176,7 +172,7 @@ def stage_bundle(ctx: StageContext) -> dict:
         meta["npu"] = npu
     # hf/ (transformers.js, Optimum) and required_operators.config (reduced ONNX Runtime build)
     from export.client_files import add_client_files
-    from pipeline.stages import MODEL_FOLDERS
+    from pipeline.tasks.classification import MODEL_FOLDERS
 
     stage_name, sub = MODEL_FOLDERS[name]
     meta.update(add_client_files(out, cfg, model=name, model_dir=ctx.input(stage_name) / sub,

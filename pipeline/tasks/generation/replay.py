@@ -1,7 +1,8 @@
-"""verify-bundle for generation bundles (metadata.json "task": "generation"):
+"""verify-bundle for generation bundles (metadata.json "task": "generation"), after pipeline.verify has checked
+every listed file's sha256:
 
-1. every file listed in metadata.json exists with its sha256 (a changed file fails, naming it); the graph,
-   genai_config.json, tokenizer.json and samples.json must be among them;
+1. the graph, genai_config.json, tokenizer.json and samples.json must be among the listed files, and the
+   metadata and samples must have the shape the replay reads;
 2. in a fresh Python process (onnxruntime, tokenizers and, when installed, onnxruntime-genai; nothing from
    this repo): tokenizer.json encodes each prompt of samples.json to the stored ids; a plain ONNX Runtime
    greedy loop with the KV cache, wired only from genai_config.json, and onnxruntime-genai loading the
@@ -16,39 +17,47 @@ import sys
 from pathlib import Path
 
 from pipeline.errors import PipelineError
+from pipeline.verify_bundle_meta import need, resolve
 
 METADATA = "metadata.json"
 REQUIRED = ("genai_config.json", "tokenizer.json", "config.json", "samples.json")
 
 
-def is_generation(bundle: Path) -> bool:
+def check_metadata(bundle: Path, meta: dict) -> dict:
+    """A generation bundle's runtime files, graph, special ids and samples file, checked for the shape the
+    replay relies on (a malformed entry is one PipelineError naming it, never a traceback)."""
+    files = meta["files"]
+    graph = meta.get("graph")
+    need(isinstance(graph, dict) and isinstance(graph.get("file"), str), bundle, "'graph' needs a 'file'")
+    for rel in (*REQUIRED, graph["file"]):
+        resolve(bundle, rel, "graph.file" if rel == graph["file"] else "files")
+        need(rel in files, bundle, f"'files' does not list {rel}, so its sha256 is unchecked")
+    ids = meta.get("special_ids")
+    need(isinstance(ids, dict) and _is_int(ids.get("eos_token_id")), bundle, "'special_ids' needs 'eos_token_id'")
+    need(meta.get("samples_file") == "samples.json", bundle, "'samples_file' must be samples.json")
+    return meta
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def load_samples(bundle: Path) -> list[dict]:
+    """samples.json: prompts, their token ids and the greedy continuation the build stored."""
+    where = f"{bundle}/samples.json"
     try:
-        return json.loads((Path(bundle) / METADATA).read_text()).get("task") == "generation"
-    except (OSError, ValueError, AttributeError):
-        return False  # the classification checks report a missing or broken metadata.json
-
-
-def check_files(bundle: Path) -> dict:
-    from pipeline.manifest import sha256_file
-
-    meta = json.loads((bundle / METADATA).read_text())
-    files = meta.get("files") or {}
-    for rel in (*REQUIRED, meta.get("graph", {}).get("file", "the decoder graph")):
-        if rel not in files:
-            raise PipelineError(f"{bundle}: metadata.json does not list {rel}; rebuild the bundle with `make bundle`")
-    for rel, info in files.items():
-        path = bundle / rel
-        if not path.resolve().is_relative_to(bundle.resolve()):
-            raise PipelineError(f"{bundle}: metadata.json lists {rel}, outside the bundle; rebuild it with `make bundle`")
-        if not path.is_file():
-            raise PipelineError(f"{bundle}: {rel} is missing; re-run the bundle stage (`make bundle`) or copy the "
-                                f"whole folder again")
-        if path.stat().st_size != info["bytes"] or sha256_file(path) != info["sha256"]:
-            raise PipelineError(f"{bundle}: {rel} was changed (sha256 does not match metadata.json); restore it "
-                                f"or rebuild the bundle with `make bundle`")
-    extra = sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*")
-                   if p.is_file() and p.name != METADATA and p.relative_to(bundle).as_posix() not in files)
-    return {"meta": meta, "checked": len(files), "unlisted": extra}
+        samples = json.loads((bundle / "samples.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PipelineError(f"{where} is not valid JSON ({e}); rebuild the bundle with `make bundle`") from None
+    need(isinstance(samples, list) and len(samples) > 0, bundle, "samples.json holds no samples")
+    for n, s in enumerate(samples, 1):
+        ok = (isinstance(s, dict) and isinstance(s.get("prompt"), str) and _is_int(s.get("max_new_tokens"))
+              and all(isinstance(s.get(k), list) and all(_is_int(t) for t in s[k])
+                      for k in ("prompt_ids", "continuation_ids")) and len(s["prompt_ids"]) > 0)
+        if not ok:
+            raise PipelineError(f"{where}: sample {n} needs 'prompt', 'prompt_ids' (integers), 'max_new_tokens' and "
+                                f"'continuation_ids' (integers); rebuild the bundle with `make bundle`")
+    return samples
 
 
 def ort_greedy(bundle: Path, prompt: list[int], n: int, eos: int) -> list[int]:
@@ -115,7 +124,7 @@ def _child(bundle: Path) -> dict:
 
 
 def in_fresh_process(bundle: Path, timeout_s: int = 300) -> dict:
-    cmd = [sys.executable, "-m", "pipeline.verify_lm", "--child", str(bundle.resolve())]
+    cmd = [sys.executable, "-m", "pipeline.tasks.generation.replay", "--child", str(bundle.resolve())]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:400]
@@ -124,12 +133,11 @@ def in_fresh_process(bundle: Path, timeout_s: int = 300) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def verify_lm_bundle(bundle: Path) -> dict:
-    """Every check above; raises PipelineError on the first failure, returns a summary otherwise."""
-    bundle = Path(bundle)
-    files = check_files(bundle)
-    meta = files["meta"]
-    samples = json.loads((bundle / meta["samples_file"]).read_text())
+def verify(bundle: Path, files: dict) -> dict:
+    """The replay on a bundle whose files pipeline.verify.check_files has hashed; raises PipelineError on the
+    first failure, returns a summary (with the lines verify-bundle prints) otherwise."""
+    meta = check_metadata(bundle, files["meta"])
+    samples = load_samples(bundle)
     got = in_fresh_process(bundle)
     for s, ids in zip(samples, got["token_ids"]):
         if ids != s["prompt_ids"]:
@@ -151,28 +159,22 @@ def verify_lm_bundle(bundle: Path) -> dict:
                                     f"the bundle with `make bundle`")
         summary["runtimes"][runtime] = {"file": meta["graph"]["file"], "samples_match": len(samples),
                                         "tokens": sum(len(s["continuation_ids"]) for s in samples)}
+    summary["lines"] = _lines(summary)
     return summary
 
 
-def run_cli(args: argparse.Namespace) -> int:
-    try:
-        s = verify_lm_bundle(Path(args.bundle))
-    except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+def _lines(s: dict) -> list[str]:
+    out = []
     for runtime, r in s["runtimes"].items():
         if "status" in r:
-            print(f"  {runtime}: {r['status']} ({r['reason']})")
+            out.append(f"{runtime}: {r['status']} ({r['reason']})")
         else:
-            print(f"  {runtime}: {r['file']}: {r['samples_match']}/{s['samples']} greedy continuations match "
-                  f"({r['tokens']} tokens)")
-    if s["unlisted_files"]:
-        print(f"  note: files not in metadata.json (not checked): {', '.join(s['unlisted_files'][:5])}")
-    print(f"bundle OK: {s['bundle']} ({s['files_checked']} files, sha256 match)")
-    return 0
+            out.append(f"{runtime}: {r['file']}: {r['samples_match']}/{s['samples']} greedy continuations match "
+                       f"({r['tokens']} tokens)")
+    return out
 
 
-if __name__ == "__main__":  # the fresh-process half: python -m pipeline.verify_lm --child DIR
+if __name__ == "__main__":  # the fresh-process half: python -m pipeline.tasks.generation.replay --child DIR
     parser = argparse.ArgumentParser()
     parser.add_argument("--child", required=True)
     print(json.dumps(_child(Path(parser.parse_args().child))))

@@ -10,8 +10,10 @@ import numpy as np
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.lm_common import GEN, LM_FOLDERS, check_prompt, held_out_windows, load_lm, ort_lm, threads, upstream
-from pipeline.stage import StageContext, register
+from pipeline.tasks.generation import LM_FOLDERS
+from pipeline.tasks.generation.common import check_prompt, held_out_windows, load_lm, ort_lm
+from pipeline.tasks.common import threads
+from pipeline.task import StageContext
 
 LM_VARIANTS = ("fp32", "int8-dynamic")
 
@@ -30,7 +32,6 @@ def ort_perplexity(runner, lm, windows: np.ndarray) -> dict:
     return {"perplexity": math.exp(total / count), "tokens": count}
 
 
-@register("quantize", deps=("data", "teacher", "distill", "baseline", "eval"), sections=("quantize",), task=GEN)
 def stage_lm_quantize(ctx: StageContext) -> dict:
     """ONNX export (KV cache for the decoders, state for the LSTM) and int8 dynamic quantization; every
     fp32 graph must reproduce the PyTorch greedy decode token for token. Writes quantize/<model>/<variant>/
@@ -40,7 +41,7 @@ def stage_lm_quantize(ctx: StageContext) -> dict:
 
     cfg, q = ctx.cfg, ctx.cfg.quantize
     threads(cfg)
-    eval_rows = {r["model"]: r for r in json.loads((upstream(ctx, "eval") / "perplexity.json").read_text())}
+    eval_rows = {r["model"]: r for r in json.loads((ctx.upstream("eval") / "perplexity.json").read_text())}
     unknown = [m for m in q.models if m not in LM_FOLDERS]
     if unknown:
         raise PipelineError(f"quantize.models names {unknown}; the generation models are {', '.join(LM_FOLDERS)}")
@@ -49,7 +50,7 @@ def stage_lm_quantize(ctx: StageContext) -> dict:
     rows, checks, win = [], {}, None
     for name in q.models:
         stage, sub = LM_FOLDERS[name]
-        folder = upstream(ctx, stage) / sub
+        folder = ctx.upstream(stage) / sub
         lm, tok = load_lm(folder, name)
         if win is None:
             win = held_out_windows(ctx, tok)
@@ -94,8 +95,6 @@ def _onnx_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.iterdir() if p.name.startswith("model.onnx"))
 
 
-@register("export", deps=("data", "teacher", "distill", "baseline", "eval", "quantize"), sections=("export",),
-          task=GEN)
 def stage_lm_export(ctx: StageContext) -> dict:
     """.ort files for the student and LSTM graphs (checked: same greedy tokens as their .onnx) and Core ML
     packages (student: stateful KV cache for iOS18, else fixed window; LSTM with explicit state).
@@ -109,7 +108,7 @@ def stage_lm_export(ctx: StageContext) -> dict:
     from export.ort_format import check_optimizers, convert_to_ort
 
     check_optimizers(e.ort_disabled_optimizers)  # before the models load, so a typo fails at once
-    qdir = upstream(ctx, "quantize")
+    qdir = ctx.upstream("quantize")
     onnx_rows = json.loads((qdir / "onnx_rows.json").read_text())
     rows, coreml = [], []
     loaded = {}
@@ -118,7 +117,7 @@ def stage_lm_export(ctx: StageContext) -> dict:
         if name == "teacher" or variant not in e.ort_variants:
             continue  # the teacher is benchmarked from its .onnx (a 650 MB model is not shipped to phones)
         if name not in loaded:
-            loaded[name] = load_lm(upstream(ctx, LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
+            loaded[name] = load_lm(ctx.upstream(LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
         lm, tok = loaded[name]
         prompt = lm.to_model_ids(torch.tensor(check_prompt(ctx, tok))).tolist()
         ort_path = ctx.out / name / variant / f"{Path(r['path']).stem}.ort"
@@ -134,7 +133,7 @@ def stage_lm_export(ctx: StageContext) -> dict:
         if name not in ("student", "lstm"):
             coreml.append({"model": name, "status": "skipped", "reason": "Core ML is built for student and lstm"})
             continue
-        lm, tok = loaded.get(name) or load_lm(upstream(ctx, LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
+        lm, tok = loaded.get(name) or load_lm(ctx.upstream(LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
         coreml += _coreml_model(ctx, lm, tok, e, lm_coreml, greedy, ok, why)
     (ctx.out / "exports.json").write_text(json.dumps({"ort": rows, "coreml": coreml}, indent=2))
     return {"ort": rows, "coreml": coreml}
@@ -178,7 +177,6 @@ def _coreml_model(ctx, lm, tok, e, lm_coreml, greedy, can_predict: bool, why: st
     return out
 
 
-@register("bench", deps=("eval", "quantize", "export"), sections=("bench",), always=True, task=GEN)
 def stage_lm_bench(ctx: StageContext) -> dict:
     """Time to first token (lm.bench_prompt_tokens prompt) and decode tokens/s at batch 1 for teacher,
     student and LSTM on each target; writes bench/results.json (shared schema) and bench.md."""
@@ -190,16 +188,16 @@ def stage_lm_bench(ctx: StageContext) -> dict:
     cfg, lmc = ctx.cfg, ctx.cfg.lm
     started = time.time()
     targets, skipped = lm_bench.resolve_targets(cfg.bench.targets)
-    qdir, edir = upstream(ctx, "quantize"), upstream(ctx, "export")
+    qdir, edir = ctx.upstream("quantize"), ctx.upstream("export")
     files = {(r["model"], r["variant"], "onnx"): (qdir / r["path"], r)
              for r in json.loads((qdir / "onnx_rows.json").read_text())}
     files |= {(r["model"], r["variant"], "ort"): (edir / r["path"], r)
               for r in json.loads((edir / "exports.json").read_text())["ort"]}
     loaded: dict = {}
     rows = []
-    for r in json.loads((upstream(ctx, "eval") / "perplexity.json").read_text()):  # the PyTorch checkpoints
+    for r in json.loads((ctx.upstream("eval") / "perplexity.json").read_text()):  # the PyTorch checkpoints
         if r["model"] not in loaded:
-            loaded[r["model"]] = load_lm(upstream(ctx, LM_FOLDERS[r["model"]][0]) / LM_FOLDERS[r["model"]][1], r["model"])
+            loaded[r["model"]] = load_lm(ctx.upstream(LM_FOLDERS[r["model"]][0]) / LM_FOLDERS[r["model"]][1], r["model"])
         lm = loaded[r["model"]][0]
         why = {"status": "skipped", "reason": "generation is benchmarked through ONNX Runtime (.onnx / .ort rows)"}
         rows.append({**{k: r[k] for k in ("model", "variant", "format", "perplexity", "params",
@@ -209,7 +207,7 @@ def stage_lm_bench(ctx: StageContext) -> dict:
                      "generation": {t: dict(why) for t in [*(t.name for t in targets), *skipped]}})
     for (name, variant, fmt), (path, src) in files.items():
         if name not in loaded:
-            loaded[name] = load_lm(upstream(ctx, LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
+            loaded[name] = load_lm(ctx.upstream(LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
         lm, tok = loaded[name]
         need = lmc.bench_prompt_tokens + lmc.bench_decode_tokens + 1
         prompt_t = held_out_windows(ctx, tok)[0][: lmc.bench_prompt_tokens].tolist()

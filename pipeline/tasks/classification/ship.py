@@ -14,8 +14,10 @@ import numpy as np
 
 from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
-from pipeline.stage import StageContext, register
-from pipeline.stages import MODEL_FOLDERS, _threads, _xy
+from pipeline.task import StageContext
+from pipeline.tasks.classification import MODEL_FOLDERS
+from pipeline.tasks.classification.train import _xy
+from pipeline.tasks.common import threads
 
 log = logging.getLogger("pocketformer")
 COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
@@ -49,14 +51,13 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
 
 
-@register("quantize", deps=("data", "teacher", "distill", "baseline", "eval"), sections=("quantize",))
 def stage_quantize(ctx: StageContext) -> dict:
     """ONNX fp32 / optimized / int8 / fp16 files per model, each checked and scored on the test split.
 
     Reads the model folders, data/{train,test}.jsonl and eval/accuracy.json. Writes
     quantize/<model>/<variant>.onnx, quantize/<model>/tokenizer/ (tokenizer + labels.json),
     variants.json (one row per file with its check), accuracy.json/.md (eval's rows + the ONNX rows),
-    npu.json and quantize/<model>/npu/ (static per-length NPU files of an npu student, pipeline/stages_npu.py).
+    npu.json and quantize/<model>/npu/ (static per-length NPU files of an npu student, pipeline/tasks/classification/npu.py).
     """
     from distill.models import count_params
     from eval.metrics import scores
@@ -66,14 +67,14 @@ def stage_quantize(ctx: StageContext) -> dict:
     from export.registry import ONNX_VARIANTS, ExportJob, for_variant
 
     cfg, q = ctx.cfg, ctx.cfg.quantize
-    _threads(cfg)
+    threads(cfg)
     for v in q.variants:
         for_variant(v)  # unknown names fail before any work
     if "optimized" in q.variants:
         from export.optimize import fusion_options
 
         fusion_options("bert", q.skip_fusions)  # a misspelt fusion name, too
-    from pipeline.stages_npu import check_npu_settings, npu_rows
+    from pipeline.tasks.classification.npu import check_npu_settings, npu_rows
 
     check_npu_settings(q)
     if "fp32" not in q.variants:
@@ -159,7 +160,6 @@ def _check_cell(check: dict) -> str:
         f"{check['tolerance']:g})"
 
 
-@register("export", deps=("data", "quantize", "distill", "baseline"), sections=("export",))
 def stage_export(ctx: StageContext) -> dict:
     """ORT mobile-format files and Core ML packages, each checked against its source.
 
@@ -167,7 +167,7 @@ def stage_export(ctx: StageContext) -> dict:
     Writes export/<model>/<variant>.ort, export/<model>/<variant>.mlpackage and export/variants.json.
     """
     cfg, e = ctx.cfg, ctx.cfg.export
-    _threads(cfg)
+    threads(cfg)
     _check_coreml_settings(e)  # before the slow steps, so a typo fails at once
     from export.checks import failed_rows
 

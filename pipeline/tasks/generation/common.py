@@ -1,45 +1,20 @@
-"""What the generation stages share: the model folders by name, reading upstream stages, loading a
-model behind the eval.lm_eval.LM interface, the held-out windows and ONNX Runtime runners."""
+"""What the generation steps share: the model folders by name, loading a model behind the eval.lm_eval.LM
+interface, the held-out windows and ONNX Runtime runners."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from pipeline.config import Config
 from pipeline.data import read_split
 from pipeline.errors import PipelineError
-from pipeline.stage import STAGES, StageContext
+from pipeline.task import StageContext
 
-GEN = "generation"
-LM_FOLDERS = {"teacher": ("teacher", "model"), "student": ("distill", "student"), "lstm": ("baseline", "lstm")}
-
-
-def threads(cfg: Config) -> None:
-    if cfg.run.threads > 0:
-        torch.set_num_threads(cfg.run.threads)
-
-
-def upstream(ctx: StageContext, stage: str) -> Path:
-    """The folder of a stage this one depends on directly or through its dependencies (the manifest chain
-    re-runs this stage whenever that one changes)."""
-    if stage in ctx.deps:
-        return ctx.input(stage)
-    todo, seen = list(ctx.deps), set()
-    while todo:
-        name = todo.pop()
-        if name == stage:
-            return ctx.run_dir / stage
-        if name not in seen and name in STAGES:
-            seen.add(name)
-            todo += list(STAGES[name].deps)
-    raise RuntimeError(f"stage {ctx.name} reads {stage}, which is not upstream of it")
 
 
 def stream(tokenizer, data_dir: Path, split: str, sep: int) -> np.ndarray:
-    from pipeline.lm_data import token_stream
+    from pipeline.tasks.generation.data import token_stream
 
     return token_stream(tokenizer, read_split(data_dir, split), sep)
 
@@ -66,10 +41,10 @@ def load_lm(folder: Path, name: str):
 def held_out_windows(ctx: StageContext, tok, split: str = "test") -> np.ndarray:
     """lm.eval_windows windows of the split, evenly spaced, teacher ids (N, T + 1)."""
     from distill.lm_teacher import eos_id
-    from pipeline.lm_data import windows
+    from pipeline.tasks.generation.data import windows
 
     lm = ctx.cfg.lm
-    tokens = stream(tok, upstream(ctx, "data"), split, eos_id(tok))
+    tokens = stream(tok, ctx.upstream("data"), split, eos_id(tok))
     return windows(tokens, lm.context_length, f"{split} split", lm.eval_windows)
 
 

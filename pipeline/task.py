@@ -1,0 +1,110 @@
+"""The task interface: what a task binds, and what each of its stage steps receives.
+
+A task (classification, generation, ...) is one `Task` in pipeline/tasks/: the model folders it trains, its
+quality metric, the data sources it reads and one `Step` per stage of the graph in pipeline/stage.py. The
+stages, their order, folders, manifests, locks and resume rules are the same for every task; a step is the
+part of a stage that differs. pipeline/tasks/__init__.py looks `run.task` up, and nothing else does.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+
+
+@dataclass
+class StageContext:
+    """What a step gets: the config, its own (temporary) output folder, and its inputs."""
+
+    cfg: Config
+    name: str
+    out: Path
+    run_dir: Path
+    deps: tuple[str, ...]
+    key: str = ""  # hash of this stage's settings and inputs: resumable checkpoints must match it
+    # the whole graph (stage -> its deps), so a step can read a stage it depends on through another
+    graph: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def resume_dir(self) -> Path:
+        """Checkpoints of an unfinished run of this stage; kept across a kill, removed on success."""
+        return self.run_dir / ".resume" / self.name
+
+    def input(self, stage: str) -> Path:
+        """The finished folder of an upstream stage this stage declared as a dependency."""
+        if stage not in self.deps:
+            raise RuntimeError(f"stage {self.name} reads {stage} without declaring it")
+        return self.run_dir / stage
+
+    def upstream(self, stage: str) -> Path:
+        """The folder of a stage this one depends on directly or through its dependencies (the manifest chain
+        re-runs this stage whenever that one changes)."""
+        if stage in self.deps:
+            return self.input(stage)
+        todo, seen = list(self.deps), set()
+        while todo:
+            name = todo.pop()
+            if name == stage:
+                return self.run_dir / stage
+            if name not in seen:
+                seen.add(name)
+                todo += list(self.graph.get(name, ()))
+        raise RuntimeError(f"stage {self.name} reads {stage}, which is not upstream of it")
+
+
+StepFn = Callable[[StageContext], "dict[str, Any]"]
+
+
+def lazy(target: str) -> Callable:
+    """The function 'package.module:name', imported on its first call. Task bindings name their steps this
+    way so the registry stays light: the CLI's help, config checks and verify-bundle load no training code."""
+    module, _, name = target.partition(":")
+
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = name
+    call.target = target  # type: ignore[attr-defined]
+    return call
+
+
+@dataclass(frozen=True)
+class Step:
+    """A task's implementation of one stage."""
+
+    fn: StepFn
+    # config sections whose values change this step's outputs (run.seed and run.task always count)
+    sections: tuple[str, ...] = ()
+    # Under torchrun every rank runs a distributed step (each on its share of the data); the other steps
+    # run on rank 0 alone while the rest wait.
+    distributed: bool = False
+
+
+@dataclass(frozen=True)
+class Task:
+    """Everything that differs between tasks, bound in one place."""
+
+    name: str
+    doc: str
+    # model name -> (stage, sub-folder) of its PyTorch checkpoint; eval, quantize, bench and the report use
+    # these names everywhere
+    models: Mapping[str, tuple[str, str]]
+    quality: str  # the quality column eval writes and the report ranks by: "accuracy" | "perplexity"
+    steps: Mapping[str, Step]
+    # Why the bundle must re-run although its folder is up to date (its published copy is missing or
+    # differs, or was written in an older format): (config, the bundle stage's manifest) -> reason or None
+    published_check: Callable[[Config, dict], str | None] | None = None
+    # verify-bundle's replay for this task's bundles: (bundle folder, check_files' result) -> summary with the
+    # "lines" it prints; chosen by metadata.json's "task"
+    verify: Callable[[Path, dict], dict] | None = None
+
+    def step(self, stage: str) -> Step:
+        from pipeline.errors import PipelineError
+
+        if stage not in self.steps:
+            raise PipelineError(f"stage '{stage}' has no step for run.task = '{self.name}'")
+        return self.steps[stage]
