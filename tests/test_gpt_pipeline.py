@@ -242,3 +242,35 @@ def test_empty_corpus_and_too_short_text_are_refused(tmp_path, tiny_llama_dir):
     cfg = config_from_dict(gen_cfg(tmp_path, short, tiny_llama_dir, lm__context_length=64), "tiny-gen")
     with pytest.raises(PipelineError, match="shorter than one window of lm.context_length"):
         run(cfg, ["logits"])
+
+
+def test_generation_logits_split_across_two_gloo_processes(tmp_path, corpus, tiny_llama_dir):
+    """Under torchrun each rank scores half the teacher windows; the merged cache is the 1-process one and the
+    other rank leaves nothing behind."""
+    import os
+    import subprocess
+    import sys
+
+    from test_distributed import to_toml
+
+    caches = {}
+    for nproc in (1, 2):
+        d = gen_cfg(tmp_path / f"np{nproc}", corpus, tiny_llama_dir)
+        cfg_path = tmp_path / f"np{nproc}.toml"
+        cfg_path.write_text(to_toml(d))
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+               "-m", "pipeline", "logits", "--config", str(cfg_path)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+        proc = subprocess.run(cmd, cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = tmp_path / f"np{nproc}" / "runs" / "tinygen" / "logits"
+        assert not list(out.parent.glob(".*.partial")), "a rank left scratch files behind"
+        caches[nproc] = {n: np.load(out / f"{n}.npy") for n in ("windows", "topk_ids", "topk_logits")}
+        summary = read_manifest(out)["summary"]
+        caches[nproc]["ppl"] = summary["teacher_train_perplexity"]
+        assert summary["teacher_batches_per_rank"] == ([6] if nproc == 1 else [3, 3])  # 48 windows, batches of 8
+    assert caches[1]["windows"].shape[0] == 48
+    for name in ("windows", "topk_ids", "topk_logits"):
+        assert np.array_equal(caches[1][name], caches[2][name]), name
+    assert caches[2]["ppl"] == pytest.approx(caches[1]["ppl"], rel=1e-12)

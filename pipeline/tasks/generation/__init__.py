@@ -17,7 +17,7 @@ TASK = Task(
     steps={
         "data": Step(lazy(f"{_HERE}.train:stage_lm_data"), ("data", _LM)),
         "teacher": Step(lazy(f"{_HERE}.train:stage_lm_teacher"), ("teacher", _LM)),
-        "logits": Step(lazy(f"{_HERE}.train:stage_lm_logits"), ("augment", _LM)),
+        "logits": Step(lazy(f"{_HERE}.train:stage_lm_logits"), ("augment", _LM), distributed=True),
         "distill": Step(lazy(f"{_HERE}.train:stage_lm_distill"), ("student", "distill", "train", _LM)),
         "baseline": Step(lazy(f"{_HERE}.train:stage_lm_baseline"), ("baseline", "distill", "train", _LM)),
         "eval": Step(lazy(f"{_HERE}.train:stage_lm_eval"), (_LM,)),

@@ -51,9 +51,10 @@ def stage_lm_teacher(ctx: StageContext) -> dict:
 
 def stage_lm_logits(ctx: StageContext) -> dict:
     """Tokenize the training split, pick lm.teacher_windows windows and cache the teacher's top-k logits
-    on them; writes windows.npy (N, T+1), topk_ids.npy / topk_logits.npy (N, T, k), vocab_map.json."""
+    on them (split across ranks under torchrun); writes windows.npy (N, T+1), topk_ids.npy / topk_logits.npy (N, T, k), vocab_map.json."""
     from distill.lm_student import VocabMap
     from distill.lm_teacher import eos_id, load_causal_folder
+    from distill import distributed as D
     from distill.precision import resolve_precision
     from pipeline.tasks.generation.data import split_windows, windows
     from tqdm.auto import tqdm
@@ -69,17 +70,29 @@ def stage_lm_logits(ctx: StageContext) -> dict:
     k = min(lm.top_k, teacher.config.vocab_size)
     ids = np.zeros((len(win), lm.context_length, k), dtype=np.int32)
     vals = np.zeros((len(win), lm.context_length, k), dtype=np.float16)
-    nll, bs = 0.0, lm.eval_batch_size
+    bs = lm.eval_batch_size
+    starts = list(range(0, len(win), bs))
+    part: dict[int, tuple] = {}  # batch start -> (top-k ids, top-k logits, summed NLL)
     on = next(teacher.parameters()).device.type
     precision = resolve_precision(lm.teacher_precision)
+    # under torchrun each rank scores every W-th batch and the pieces are merged (distill/distributed.py)
     with torch.no_grad(), torch.autocast(on, dtype=torch.bfloat16, enabled=precision == "bf16"):
-        for i in tqdm(range(0, len(win), bs), desc="teacher top-k logits", unit="batch", mininterval=2.0):
+        for i in tqdm(D.shard(starts), desc="teacher top-k logits", unit="batch", mininterval=2.0,
+                      disable=not D.is_main()):
             x = torch.from_numpy(win[i: i + bs])  # (B, T + 1)
             logits = teacher(input_ids=x[:, :-1]).logits.float()  # (B, T, V)
-            nll += torch.nn.functional.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="sum").item()
+            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="sum").item()
             top = logits.topk(k, dim=-1)  # (B, T, k)
-            ids[i: i + bs] = top.indices.numpy()
-            vals[i: i + bs] = top.values.numpy()
+            part[i] = (top.indices.numpy().astype(np.int32), top.values.numpy().astype(np.float16), nll)
+    shares = D.gather(part)
+    for other in shares:
+        part.update(other)
+    ids = np.zeros((len(win), lm.context_length, k), dtype=np.int32)
+    vals = np.zeros((len(win), lm.context_length, k), dtype=np.float16)
+    nll = 0.0
+    for i in starts:  # batch order, so the NLL sums as in one process
+        ids[i: i + bs], vals[i: i + bs], batch_nll = part[i]
+        nll += batch_nll
     np.save(ctx.out / "windows.npy", win)
     np.save(ctx.out / "extra_windows.npy", extra)
     np.save(ctx.out / "topk_ids.npy", ids)
@@ -89,7 +102,8 @@ def stage_lm_logits(ctx: StageContext) -> dict:
     return {"train_tokens": int(len(tokens)), "windows": int(len(win)), "extra_windows": int(len(extra)),
             "scored_tokens": int(n_tok), "top_k": k, "teacher_precision": precision,
             "student_vocab": vmap.size, "teacher_vocab": vmap.teacher_vocab,
-            "teacher_train_perplexity": float(np.exp(nll / n_tok))}
+            "teacher_train_perplexity": float(np.exp(nll / n_tok)),
+            "teacher_batches_per_rank": [len(p) for p in shares]}
 
 
 def _training_windows(logits_dir: Path, vmap) -> np.ndarray:
