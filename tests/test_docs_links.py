@@ -53,14 +53,14 @@ def anchors(path: Path) -> set[str]:
     return out
 
 
-def broken_links(path: Path) -> list[str]:
+def broken_links(path: Path, root: Path = ROOT) -> list[str]:
     problems = []
     for number, line in prose_lines(path):
         for target in LINK.findall(line):
             if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # http:, https:, mailto:
                 continue
             file_part, _, anchor = target.partition("#")
-            where = f"{path.relative_to(ROOT)}:{number}: {target}"
+            where = f"{path.relative_to(root)}:{number}: {target}"
             resolved = (path.parent / file_part).resolve() if file_part else path
             if not resolved.exists():
                 problems.append(f"{where} (no such file)")
@@ -84,10 +84,5 @@ def test_checker_finds_a_broken_link(tmp_path):
     (tmp_path / "there.md").write_text("# A heading: here\n")
     page.write_text("[ok](there.md#a-heading-here) [gone](missing.md) [bad](there.md#nope)\n"
                     "`[code](missing.md)`\n```\n[fenced](missing.md)\n```\n[web](https://example.org)\n")
-    global ROOT
-    old, ROOT = ROOT, tmp_path
-    try:
-        found = broken_links(page)
-    finally:
-        ROOT = old
+    found = broken_links(page, root=tmp_path)
     assert found == ["page.md:1: missing.md (no such file)", "page.md:1: there.md#nope (no heading with that anchor)"]
