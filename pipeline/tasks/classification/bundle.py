@@ -156,7 +156,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     # verify-bundle run with dynamic shapes
     npu = add_npu_files(ctx.run_dir, ctx.input("quantize"), name, out)
     dist = Path(b.dist_dir) / cfg.run.name
-    meta = {"run": cfg.run.name, "dist_path": str(dist),
+    meta = {"run": cfg.run.name, "task": "classification", "dist_path": str(dist),
             "model": {"name": name, "variant": variant, "choice": row["choice"]},
             "models": models, "max_length": max_length, "labels": labels,
             "vocabulary": vocabulary(tok_src),

@@ -96,7 +96,7 @@ def stage_web_bundle(ctx: StageContext) -> dict:
 
     spec = io_spec(session)
     dist = Path(b.dist_dir) / f"{cfg.run.name}-web"
-    meta = {"run": cfg.run.name, "dist_path": str(dist),
+    meta = {"run": cfg.run.name, "task": "classification", "dist_path": str(dist),
             "model": {"name": name, "variant": variant, "format": fmt, "file": rel, "output": "logits",
                       "choice": row["choice"], **spec},
             "labels": labels, "label_map": {str(i): lab for i, lab in enumerate(labels)}, "max_length": max_length,
