@@ -1,4 +1,4 @@
-"""`python -m eval.bundle_tolerance --run runs/demo`: the figures behind verify-bundle's logit tolerance.
+"""`python -m tools.bundle_tolerance --run runs/demo`: the figures behind verify-bundle's logit tolerance.
 
 On this CPU, one text per call, over test texts, for the bundled model (runs/<run>/bundle/):
 - same model, other graph: the .ort against the .onnx it was converted from (a differently fused graph; a
