@@ -18,6 +18,7 @@ from eval import latency as L
 from eval.browser import is_browser
 from eval.browser_bench import measure_browser
 from eval.flops import folder_flops, row_flops
+from eval.machine import peak_for
 from eval.npu import check_onnx, coreml_readiness, fix_shapes, get_device, load_devices, roofline_ms
 from eval.plan import Point, plan_point
 from eval.targets import Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
@@ -100,13 +101,6 @@ def _graph_check(path: Path, n: int, formula: int) -> dict:
     except Exception as e:  # a graph shape inference cannot follow: the formula stands alone
         return {"seq_len": n, "error": f"{type(e).__name__}: {str(e)[:200]}"}
     return {"seq_len": n, "graph_flops": g, "ratio_to_formula": g / formula}
-
-
-def peak_for(peaks: dict[str, float], threads: int) -> float | None:
-    """The matmul peak for `threads`: the best probe on at most that many threads (t threads can always do
-    what fewer do; a probe disturbed by other load must not make the peak look lower)."""
-    fit = [g for t, g in peaks.items() if int(t) <= threads]
-    return max(fit) if fit else None
 
 
 def _gflops(entry: dict, flops: int | None, batch: int, peak: float | None) -> None:
