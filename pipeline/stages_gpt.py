@@ -164,11 +164,11 @@ def stage_lm_baseline(ctx: StageContext) -> dict:
 
 
 @register("eval", deps=("data", "teacher", "distill", "baseline"), sections=(), task=GEN)
-def stage_lm_eval(ctx: StageContext) -> dict:
+def stage_generation_eval(ctx: StageContext) -> dict:
     """Perplexity on the held-out test documents for teacher, student and LSTM (same windows, teacher
     tokens) and greedy continuations of lm.prompts; writes perplexity.json/.md and samples.md."""
     from distill.lm_student import count_lm_params
-    from eval.lm_eval import greedy, perplexity, samples_markdown
+    from eval.metrics import greedy, perplexity, samples_markdown
     from eval.table import markdown
 
     cfg = ctx.cfg

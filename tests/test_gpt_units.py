@@ -11,7 +11,7 @@ import torch
 from distill.lm_distill import soft_kl_topk
 from distill.lm_lstm import LSTMLM, LSTMLMConfig
 from distill.lm_student import VocabMap
-from eval.lm_eval import LM, perplexity
+from eval.metrics import LM, perplexity
 from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError
 from pipeline.lm_data import build_lm_splits, split_documents, split_windows, strip_markdown, windows
