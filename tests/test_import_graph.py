@@ -123,11 +123,17 @@ def layer_violations(g: dict[str, dict[str, list]]) -> list[str]:
     return out
 
 
-def test_the_graph_sees_function_level_imports():
-    # eval.bench times rows with eval.latency; eval.phone's CLI reaches the report inside a function
-    g = graph()
-    assert "eval.latency" in g["eval.bench"]
-    assert g and all(m.split(".")[0] in PACKAGES for m in g)
+def test_the_graph_sees_function_level_and_relative_imports(tmp_path):
+    src = tmp_path / "probe.py"
+    src.write_text("import numpy\nfrom eval import latency as L\n\n\ndef f():\n    from .rows import p50\n"
+                   "    import pipeline.config\n    from pipeline.config import BenchSection, load_config\n")
+    modules = project_modules()
+    found = {(t, names) for t, names, _ in imports_of("eval.probe", src, modules)}
+    assert found == {("eval.latency", ()), ("eval.rows", ("p50",)), ("pipeline.config", ()),
+                     ("pipeline.config", ("BenchSection",)), ("pipeline.config", ("load_config",))}
+    assert not _allowed("pipeline.config", ("load_config",)) and not _allowed("pipeline.config", ())
+    assert _allowed("pipeline.config", ("BenchSection",)) and _allowed("pipeline.errors", ("PipelineError",))
+    assert cycles({"a": {"b": []}, "b": {"c": []}, "c": {"a": []}, "d": {"a": []}}) == [["a", "b", "c"]]
 
 
 def test_no_import_cycles():
