@@ -22,7 +22,7 @@ import numpy as np
 from eval import latency as L
 from eval.browser import is_browser
 from eval.browser_bench import measure_browser
-from eval.flops import folder_flops, row_flops
+from eval.flops import row_flops
 from eval.machine import peak_for
 from eval.npu import check_onnx, coreml_readiness, fix_shapes, get_device, load_devices, roofline_ms
 from eval.plan import Point, plan_point
@@ -239,7 +239,7 @@ class Bench:
     def _measure_npu_files(self, row: dict, point: Point) -> dict:
         """The static NPU files, each on the provider it was made for (the token lookup of an
         embeddings-in file runs on the CPU before the timed call, as the app does it)."""
-        from export.npu import get_npu_variant, pad_to
+        from export.npu import get_npu_variant
 
         v = get_npu_variant(row["variant"].removeprefix("npu-"))
         provider = {"nnapi": "NnapiExecutionProvider"}.get(v.provider, "CoreMLExecutionProvider")
