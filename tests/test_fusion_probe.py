@@ -1,4 +1,4 @@
-"""eval/fusion_probe.py on the tiny random-weight BERT: the variants it builds really differ in the fused
+"""tools/fusion_probe.py on the tiny random-weight BERT: the variants it builds really differ in the fused
 ops they hold, every file is timed, and a run without files is one clear error. No speed is asserted."""
 from __future__ import annotations
 
