@@ -71,8 +71,8 @@ $(STAGES): $(STAMP)
 # Distillation samples/s with 1 process (2 threads) and 2 processes (1 thread each) on the same cores.
 bench-ddp: $(STAMP)
 	$(RUN) logits --config $(CONFIG) $(SETS)
-	OMP_NUM_THREADS=2 $(BIN)/python -m distill.throughput --config $(CONFIG) $(SETS)
-	OMP_NUM_THREADS=1 $(BIN)/torchrun --standalone --nproc_per_node=2 -m distill.throughput --config $(CONFIG) $(SETS)
+	OMP_NUM_THREADS=2 $(BIN)/python -m tools.throughput --config $(CONFIG) $(SETS)
+	OMP_NUM_THREADS=1 $(BIN)/torchrun --standalone --nproc_per_node=2 -m tools.throughput --config $(CONFIG) $(SETS)
 
 # The generation demo: SmolLM2-135M distilled into a small decoder on the Shakespeare plays.
 gpt: $(STAMP)

@@ -1,13 +1,18 @@
-"""Measure every (model, variant, format) row on every configured target.
+"""Measure every (model, variant, format) row on every configured target. Two workloads:
 
-Reads the rows the earlier stages wrote (eval: PyTorch, quantize: ONNX, export: .ort and Core ML,
-plus the Optimum peer) and returns them with `latency` by target, `npu` readiness where it applies and
-FLOPs, ready for the report. What cannot run is a skip entry with its reason, never a missing key.
+- the length sweep (classification): reads the rows the earlier stages wrote (eval: PyTorch, quantize:
+  ONNX, export: .ort and Core ML, plus the Optimum peer) and returns them with `latency` by target, `npu`
+  readiness where it applies and FLOPs, ready for the report. What cannot run is a skip entry with its
+  reason, never a missing key.
+- prompt + decode (generation): time to first token for a fixed-length prompt and decode tokens/s at
+  batch 1 through ONNX Runtime, the KV cache (decoders) or state (LSTM) carried between steps as an app
+  would (measure_decode, at the end of this file).
 """
 from __future__ import annotations
 
 import json
 import logging
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +22,11 @@ import numpy as np
 from eval import latency as L
 from eval.browser import is_browser
 from eval.browser_bench import measure_browser
-from eval.flops import folder_flops, row_flops
+from eval.flops import row_flops
+from eval.machine import peak_for
 from eval.npu import check_onnx, coreml_readiness, fix_shapes, get_device, load_devices, roofline_ms
 from eval.plan import Point, plan_point
-from eval.targets import Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
+from eval.targets import TARGETS, Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
     resolved_threads, unavailable
 from pipeline.errors import PipelineError
 
@@ -100,13 +106,6 @@ def _graph_check(path: Path, n: int, formula: int) -> dict:
     except Exception as e:  # a graph shape inference cannot follow: the formula stands alone
         return {"seq_len": n, "error": f"{type(e).__name__}: {str(e)[:200]}"}
     return {"seq_len": n, "graph_flops": g, "ratio_to_formula": g / formula}
-
-
-def peak_for(peaks: dict[str, float], threads: int) -> float | None:
-    """The matmul peak for `threads`: the best probe on at most that many threads (t threads can always do
-    what fewer do; a probe disturbed by other load must not make the peak look lower)."""
-    fit = [g for t, g in peaks.items() if int(t) <= threads]
-    return max(fit) if fit else None
 
 
 def _gflops(entry: dict, flops: int | None, batch: int, peak: float | None) -> None:
@@ -240,7 +239,7 @@ class Bench:
     def _measure_npu_files(self, row: dict, point: Point) -> dict:
         """The static NPU files, each on the provider it was made for (the token lookup of an
         embeddings-in file runs on the CPU before the timed call, as the app does it)."""
-        from export.npu import get_npu_variant, pad_to
+        from export.npu import get_npu_variant
 
         v = get_npu_variant(row["variant"].removeprefix("npu-"))
         provider = {"nnapi": "NnapiExecutionProvider"}.get(v.provider, "CoreMLExecutionProvider")
@@ -373,3 +372,64 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
                  f"p50 {head:.2f} ms at {b.headline_length}" if head else "-", time.perf_counter() - t0)
         out.append(r)
     return out, head_to_head(bench, rows, targets, b.head_to_head_rounds)
+
+
+# --- the prompt + decode workload (generation models) ------------------------------------------------
+# Targets: host-cpu (ONNX graphs, every core) and mobile-cpu (the .ort files, 1 thread: on this machine a
+# host proxy for a phone's big core; ORT's PyPI wheel has no XNNPACK), with the threads of the shared
+# registry (eval/targets.py). The NPU, GPU and browser targets are skipped for generation with a reason.
+
+@dataclass(frozen=True)
+class DecodeTarget:
+    name: str  # a key of eval.targets.TARGETS (its threads are used)
+    formats: tuple[str, ...]  # preferred first: a model without the first is run from the next
+    note: str
+    proxy: str = ""  # non-empty: measured here as a stand-in for another device, and why
+
+
+DECODE_TARGETS = {
+    "host-cpu": DecodeTarget("host-cpu", ("onnx",), "ONNX Runtime CPU, all cores"),
+    "mobile-cpu": DecodeTarget("mobile-cpu", ("ort", "onnx"), "ONNX Runtime CPU, 1 thread, .ort files "
+                               "(the teacher, which has no .ort, from its .onnx)",
+                               "host x86 core standing in for a phone CPU core (no XNNPACK in this wheel)"),
+}
+DECODE_SKIPPED = {
+    "edge-npu": "generation with a growing KV cache has dynamic shapes that NPU providers reject; not measured",
+    "desktop-gpu": "no CUDA device or onnxruntime-gpu here; not measured",
+    "browser-wasm": "the browser targets time the classifier files; decoding in the browser is not benchmarked",
+    "browser-wasm-mt": "the browser targets time the classifier files; decoding in the browser is not benchmarked",
+}
+
+
+def decode_targets(names: list[str]) -> tuple[list[DecodeTarget], dict[str, str]]:
+    """(targets the decode workload runs on, {target: why it is skipped}) for bench.targets."""
+    run, skip = [], {}
+    for n in names:
+        if n in DECODE_TARGETS:
+            run.append(DECODE_TARGETS[n])
+        elif n in DECODE_SKIPPED:
+            skip[n] = DECODE_SKIPPED[n]
+        else:
+            raise PipelineError(f"unknown bench target '{n}'. Known: {', '.join([*DECODE_TARGETS, *DECODE_SKIPPED])}")
+    return run, skip
+
+
+def decode_threads(t: DecodeTarget) -> int:
+    return resolved_threads(TARGETS[t.name])
+
+
+def measure_decode(runner, prompt: list[int], decode_tokens: int, iterations: int) -> dict:
+    """Warm-up once, then `iterations` generations: TTFT (prefill + first token) and decode rate.
+    runner.generate(prompt, n, timings=dict) fills ttft_s and decode_s."""
+    runner.generate(prompt, decode_tokens + 1)
+    ttft, rate = [], []
+    for _ in range(iterations):
+        t: dict = {}
+        runner.generate(prompt, decode_tokens + 1, timings=t)
+        ttft.append(t["ttft_s"] * 1e3)
+        rate.append(decode_tokens / t["decode_s"])
+    s = L.summarize(ttft)
+    return {"ttft_ms": s["p50_ms"], "decode_tokens_per_s": statistics.median(rate),
+            "prompt_tokens": len(prompt), "decode_tokens": decode_tokens, "iterations": iterations,
+            "ttft_p50_ms": s["p50_ms"], "ttft_p90_ms": s["p90_ms"], "ttft_p99_ms": s["p99_ms"],
+            "ttft_mean_ms": s["mean_ms"]}

@@ -12,16 +12,14 @@ import time
 from pathlib import Path
 
 from eval import latency as L
-from eval.browser import chromium_path, is_browser, run_job, unavailable_reason
+from eval.browser import chromium_path, is_browser, row_key, run_job, unavailable_reason
+from eval.browser_cross import cross_check
 from eval.flops import row_flops
+from eval.machine import peak_for
 from eval.plan import plan_point
 from eval.targets import Target, resolved_threads
 
 log = logging.getLogger("pocketformer")
-
-
-def row_key(row: dict) -> tuple[str, str, str]:
-    return row["model"], row["variant"], row["format"]
 
 
 def _skip(reason: str) -> dict:
@@ -88,7 +86,7 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
         if "error" in timed:
             out[k] = {"status": "failed", "reason": f"onnxruntime-web: {timed['error']}"}
             continue
-        peak = bench_peak(bench, n_threads)
+        peak = peak_for(bench.machine["peak_gflops_fp32"], n_threads)
         entry: dict = {}
         for n in p.lengths:
             entry[str(n)] = L.summarize(timed[str(n)])
@@ -103,13 +101,5 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
                             "cross_origin_isolated": run.get("isolated"), "chromium": chromium_path(b.browser_executable)}
         out[k] = entry
     if b.browser_cross_check:
-        from eval.browser_cross import cross_check
-
         cross_check(bench, out, files, [row for (_, row, _) in points.values()])
     return out
-
-
-def bench_peak(bench, threads: int) -> float | None:
-    from eval.bench import peak_for
-
-    return peak_for(bench.machine["peak_gflops_fp32"], threads)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from eval import latency as L
-from eval.browser import WEB_DIR, run_node_script
+from eval.browser import WEB_DIR, row_key, run_node_script
 
 log = logging.getLogger("pocketformer")
 TARGET = "browser-wasm"
@@ -49,8 +49,6 @@ def run_cross_check(files: list[dict], warmup: int, iterations: int, max_seconds
 def cross_check(bench, out: dict, files: dict[str, dict], rows: list[dict]) -> None:
     """Add `cross_check` to the browser-wasm entries in out ({(target, row key): entry}) of the wanted
     rows, at the headline length. Failures are recorded in the entries, never raised."""
-    from eval.browser_bench import row_key
-
     n = str(bench.b.headline_length)
     picked = {}
     for row in rows:

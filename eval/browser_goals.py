@@ -4,7 +4,7 @@ best student file, export/bundle.py's rule) at the headline length, against the 
 the faster of Optimum's two files, all timed in the same Chromium run."""
 from __future__ import annotations
 
-from eval.results import find, p50
+from eval.rows import find, p50
 
 TARGET = "browser-wasm"
 WINDOW = 0.01  # bundle.accuracy_window's default: the report has no bundle settings

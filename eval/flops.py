@@ -105,3 +105,20 @@ def graph_flops(onnx_path: Path, seq_len: int, batch: int = 1) -> int:
             if w and r and x and None not in x:
                 total += 2 * x[0] * x[1] * w[0] * w[1] * (w[2] + r[2])
     return total
+
+
+def decoder_flops(config, n: int) -> int:
+    """A causal decoder's forward FLOPs for n tokens (a transformers config): 2 per weight multiply-add
+    (layers + output layer) plus causal attention scores and values (2 * 2 * L * d * n^2 / 2)."""
+    d, f, L, V = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
+    kv = config.num_key_value_heads * (getattr(config, "head_dim", None) or d // config.num_attention_heads)
+    per_token = 2 * (L * (2 * d * d + 2 * d * kv + 3 * d * f) + V * d)
+    return int(n * per_token + 2 * L * d * n * n)
+
+
+def lstm_lm_flops(config, n: int) -> int:
+    """The LSTM language model's (distill/lm_lstm.py) FLOPs for n tokens: LSTM cell 8 h (d_in + h) per layer
+    per token, projection 2 h E, tied output layer 2 V E."""
+    E, H, L, V = config.embed_dim, config.hidden, config.layers, config.vocab_size
+    cells = sum(8 * H * ((E if i == 0 else H) + H) for i in range(L))
+    return int(n * (cells + 2 * H * E + 2 * V * E))

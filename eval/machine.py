@@ -83,3 +83,10 @@ def machine_info(thread_counts: list[int]) -> dict:
         "peak_gflops_fp32": {str(t): round(matmul_peak_gflops(t), 1) for t in sorted(set(thread_counts))},
         "peak_probe": "best of repeated 1024x1024 fp32 torch.mm over 0.5 s, per thread count",
     }
+
+
+def peak_for(peaks: dict[str, float], threads: int) -> float | None:
+    """The matmul peak for `threads`: the best probe on at most that many threads (t threads can always do
+    what fewer do; a probe disturbed by other load must not make the peak look lower)."""
+    fit = [g for t, g in peaks.items() if int(t) <= threads]
+    return max(fit) if fit else None

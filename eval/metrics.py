@@ -1,7 +1,25 @@
-"""Classification metrics, written out so no extra dependency is needed."""
+"""Quality metrics, one per task: accuracy and macro F1 for classification (written out, no extra
+dependency), perplexity and greedy continuations for generation (torch, imported when used).
+
+Generation models are all scored on the teacher's tokenization, on the same events: the next teacher
+token. A model over a restricted vocabulary gives a token it does not keep the probability of its "other"
+id divided by the number of tokens "other" stands for, so its distribution still covers the full teacher
+vocabulary and perplexities compare.
+"""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+from pipeline.errors import PipelineError
+
+if TYPE_CHECKING:  # torch is imported where the generation metrics run
+    import torch
+
+# --- classification ---------------------------------------------------------------------------------
 
 
 def accuracy(pred: np.ndarray, gold: np.ndarray) -> float:
@@ -24,3 +42,104 @@ def macro_f1(pred: np.ndarray, gold: np.ndarray, num_labels: int) -> float:
 def scores(logits: np.ndarray, gold: np.ndarray, num_labels: int) -> dict[str, float]:
     pred = logits.argmax(-1)
     return {"accuracy": accuracy(pred, gold), "macro_f1": macro_f1(pred, gold, num_labels)}
+
+
+# --- generation -------------------------------------------------------------------------------------
+
+
+@dataclass
+class LM:
+    """One generation model behind one interface. kind: "hf" (transformers causal LM) or "lstm"."""
+
+    name: str
+    kind: str
+    model: torch.nn.Module
+    vmap: object | None = None  # distill.lm_student.VocabMap for restricted-vocabulary models
+    max_positions: int = 0  # 0 = no limit
+
+    def to_model_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        return ids if self.vmap is None else self.vmap.to_student(ids)
+
+    def logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """Model-id logits for teacher ids (B, T) -> (B, T, V_model), from an empty state."""
+        import torch
+
+        with torch.no_grad():
+            x = self.to_model_ids(ids)
+            if self.kind == "lstm":
+                h, c = self.model.zero_state(x.shape[0])
+                return self.model(x, h, c)[0]
+            return self.model(input_ids=x).logits
+
+    def target_logprobs(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log p(next teacher token): logits (B, T, V_model), targets (B, T) teacher ids -> (B, T)."""
+        import torch
+        import torch.nn.functional as F
+
+        logp = F.log_softmax(logits.float(), -1)
+        if self.vmap is None:
+            return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        lp = logp.gather(-1, self.vmap.to_student(targets).unsqueeze(-1)).squeeze(-1)  # (B, T)
+        if self.vmap.has_other:
+            unkept = torch.from_numpy(self.vmap.lookup())[targets] == self.vmap.other_id
+            lp = torch.where(unkept, lp - math.log(max(1, self.vmap.n_unkept)), lp)
+        return lp
+
+
+def perplexity(lm: LM, windows: np.ndarray, batch_size: int) -> dict:
+    """Perplexity over windows (N, T+1) of teacher ids (inputs [:-1], targets [1:])."""
+    import torch
+
+    total, count = 0.0, 0
+    for i in range(0, len(windows), batch_size):
+        x = torch.from_numpy(windows[i: i + batch_size])  # (B, T + 1)
+        lp = lm.target_logprobs(lm.logits(x[:, :-1]), x[:, 1:])  # (B, T)
+        total -= lp.double().sum().item()
+        count += lp.numel()
+    nll = total / max(1, count)
+    return {"perplexity": math.exp(nll), "nll_per_token": nll, "tokens": count}
+
+
+def greedy(lm: LM, prompt: list[int], n: int) -> list[int]:
+    """n greedy tokens after prompt (teacher ids in, teacher ids out), with the KV cache / LSTM state.
+    A restricted model never picks its "other" id: it names no single token."""
+    import torch
+
+    if not prompt:
+        raise PipelineError("a generation prompt is empty; give it some text")
+    if lm.max_positions and len(prompt) + n > lm.max_positions:
+        raise PipelineError(f"{lm.name}: prompt of {len(prompt)} tokens + {n} new tokens exceeds the model's "
+                            f"{lm.max_positions} positions (lm.max_cache); shorten the prompt or raise lm.max_cache")
+    with torch.no_grad():
+        x = lm.to_model_ids(torch.tensor([prompt]))  # (1, P)
+        cut = lm.vmap.other_id if lm.vmap is not None and lm.vmap.has_other else None
+        out: list[int] = []
+        if lm.kind == "lstm":
+            h, c = lm.model.zero_state(1)
+            logits, h, c = lm.model(x, h, c)
+        else:
+            res = lm.model(input_ids=x, use_cache=True)
+            logits, past = res.logits, res.past_key_values
+        for step in range(n):
+            last = logits[0, -1, :cut]  # (V,) without "other"
+            nxt = int(last.argmax())
+            out.append(nxt)
+            if step + 1 == n:
+                break
+            y = torch.tensor([[nxt]])
+            if lm.kind == "lstm":
+                logits, h, c = lm.model(y, h, c)
+            else:
+                res = lm.model(input_ids=y, past_key_values=past, use_cache=True)
+                logits, past = res.logits, res.past_key_values
+    return out if lm.vmap is None else lm.vmap.to_teacher(out).tolist()
+
+
+def samples_markdown(tokenizer, prompts: list[str], continuations: dict[str, list[list[int]]]) -> str:
+    """continuations: model name -> one list of teacher ids per prompt."""
+    lines = ["# Greedy continuations of fixed prompts", ""]
+    for i, prompt in enumerate(prompts):
+        lines += [f"## Prompt {i + 1}", "", "```", prompt, "```", ""]
+        for name, outs in continuations.items():
+            lines += [f"**{name}**", "", "```", prompt + tokenizer.decode(outs[i]), "```", ""]
+    return "\n".join(lines)

@@ -4,16 +4,14 @@ Core ML compute units (eval/phone_apple.py), merged into report/results.json as 
 Each (provider or compute unit, threads) becomes a target `android:<device model>/<provider>/<n>t`
 (`apple:<Mac model>/<compute unit>`) with the phone's name and SoC in results["targets"]; the bundled row
 gets the measurement at phone.seq_length, every other row a skip saying why. The phone's rows are also kept
-in runs/<run>/phone/<target>.json, the report (md / html) is re-rendered, and the report manifest's file list
-is refreshed so the report is not taken as changed (the bundle, which quotes the report, then rebuilds).
+in runs/<run>/phone/<target>.json. The command itself (writing results.json, re-rendering the report and
+refreshing its manifest) is pipeline/phone.py.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 from pipeline.errors import PipelineError
@@ -94,30 +92,6 @@ def merge_saved(run_dir: Path, results: dict) -> list[str]:
     return names
 
 
-def write_results(run_dir: Path, results: dict, new_targets: list[str]) -> None:
-    """Validate, write results.json atomically, re-render the report and refresh its manifest's file list."""
-    from eval.report import write_report
-    from eval.results import validate_results
-    from pipeline.manifest import MANIFEST, list_outputs, read_manifest
-
-    problems = validate_results(results)
-    if problems:
-        raise PipelineError(f"phone rows would break eval/SCHEMA.md ({problems[0]}); nothing was written")
-    report = run_dir / "report"
-    tmp = report / "results.json.part"
-    tmp.write_text(json.dumps(results, indent=2))
-    tmp.replace(report / "results.json")
-    write_report(results, report)
-    manifest = read_manifest(report)
-    if manifest is not None:
-        manifest["outputs"] = list_outputs(report)
-        manifest.setdefault("summary", {})["phone_targets"] = sorted(
-            set(manifest["summary"].get("phone_targets", [])) | set(new_targets))
-        part = report / (MANIFEST + ".part")
-        part.write_text(json.dumps(manifest, indent=2, default=str))
-        part.replace(report / MANIFEST)
-
-
 def _bundle(run_dir: Path, cfg_source: str) -> tuple[Path, dict]:
     bundle = run_dir / "bundle"
     if not (bundle / "metadata.json").is_file():
@@ -128,8 +102,11 @@ def _bundle(run_dir: Path, cfg_source: str) -> tuple[Path, dict]:
     return bundle, json.loads((bundle / "metadata.json").read_text())
 
 
-def phone_bench(cfg, platform_name: str = "android", adb: str | None = None, perf_test: str | None = None,
-                serial: str | None = None) -> dict:
+def measure_phone(cfg, platform_name: str = "android", adb: str | None = None, perf_test: str | None = None,
+                  serial: str | None = None) -> dict:
+    """Time the bundled model on the phone (or Mac), keep each target's rows in runs/<run>/phone/ and merge
+    them into a copy of report/results.json, returned under "results" with device, targets, runs, seq_len.
+    Writing results.json and the report is the caller's (pipeline/phone.py)."""
     from transformers import AutoTokenizer
 
     p = cfg.phone
@@ -168,8 +145,7 @@ def phone_bench(cfg, platform_name: str = "android", adb: str | None = None, per
                                                                 "variant": var, "format": fmt, "seq_len": seq,
                                                                 "prefix": targets_prefix, "runtime": runtime,
                                                                 **run}, indent=2))
-    write_results(run_dir, results, names)
-    return {"device": device, "targets": names, "runs": runs, "seq_len": seq}
+    return {"device": device, "targets": names, "runs": runs, "seq_len": seq, "results": results}
 
 
 def _android(cfg, bundle: Path, meta: dict, ids: list[int], adb: str | None, perf_test: str | None,
@@ -231,39 +207,3 @@ def _npu_model(cfg, name: str, seq_len: int, dest: Path) -> str | None:
                 f"quantize.variants and run `make quantize`")
     fix_shapes(cfg.run_dir / row["file"], dest, 1, seq_len)
     return None
-
-
-def add_cli(subparsers) -> None:
-    p = subparsers.add_parser("phone-bench", help="time the bundled model on an Android phone (adb) or a Mac "
-                                                  "(Core ML) and merge the rows into report/results.json")
-    p.add_argument("--config", default="configs/demo.toml", help="run config (TOML)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    p.add_argument("--platform", choices=("android", "apple"), default="android")
-    p.add_argument("--adb", default=None, help="adb executable (default: phone.adb, 'adb' on PATH)")
-    p.add_argument("--perf-test", dest="perf_test", default=None, help="onnxruntime_perf_test for Android arm64")
-    p.add_argument("--serial", default=None, help="adb device serial (default: the only device attached)")
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    from pipeline.config import load_config
-
-    try:
-        from contextlib import nullcontext
-
-        from pipeline.lock import run_lock
-
-        cfg = load_config(args.config, args.overrides)
-        # it rewrites report/ of the run; no run folder: phone_bench says what to run first
-        with run_lock(cfg.run_dir, "phone-bench") if cfg.run_dir.is_dir() else nullcontext():
-            out = phone_bench(cfg, args.platform, args.adb, args.perf_test, args.serial)
-    except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    d = out["device"]
-    print(f"{d['name']} ({d.get('soc') or 'SoC unknown'}), {out['seq_len']} tokens:")
-    for target, run in zip(out["targets"], out["runs"]):
-        e = run.get("entry")
-        print(f"  {target}: " + (f"p50 {e['p50_ms']:.2f} ms, p90 {e['p90_ms']:.2f} ms" if e
-                                 else f"{run['status']}: {run['reason']}"))
-    print(f"merged into {cfg.run_dir / 'report' / 'results.json'} (report.md / report.html re-rendered)")
-    return 0

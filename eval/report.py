@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 
 from eval.plots import all_plots
-from eval.results import p50
+from eval.rows import p50
 
 Block = tuple  # ("h1"|"h2"|"p", text) | ("list", [str]) | ("table", headers, rows) | ("img", Path, alt)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from eval.browser_goals import browser_goals
 from eval.paired import PAIRS, our_row
+from eval.rows import find, p50
 
 SCHEMA_VERSION = 1
 
@@ -16,19 +18,6 @@ def quality_key(rows: list[dict]) -> str:
     if any(r.get("perplexity") is not None for r in rows):
         return "perplexity"
     return "accuracy"
-
-
-def p50(row: dict, target: str, length: int | str) -> float | None:
-    entry = row.get("latency", {}).get(target, {})
-    point = entry.get(str(length)) if isinstance(entry, dict) else None
-    return point.get("p50_ms") if isinstance(point, dict) else None
-
-
-def find(rows: list[dict], model: str, variant: str, fmt: str | None = None) -> dict | None:
-    for r in rows:
-        if r["model"] == model and r["variant"] == variant and (fmt is None or r["format"] == fmt):
-            return r
-    return None
 
 
 def teacher_reference(rows: list[dict], target: str, fmt: str, length: int) -> float | None:
@@ -137,8 +126,6 @@ def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int) -> list
 
 def build_results(doc: dict) -> dict:
     """bench/latency.json -> results.json (adds vs_teacher ratios, the goals and the quality metric)."""
-    from eval.browser_goals import browser_goals
-
     rows = [dict(r) for r in doc["rows"]]
     length = doc["plan"]["headline_length"]
     metric = quality_key(rows)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from export.hashing import sha256_file
 from pipeline.errors import PipelineError
-from pipeline.manifest import sha256_file
 
 METADATA = "metadata.json"
 SCHEMA_VERSION = 2  # 2: samples.json holds token ids and reference logits per model file

@@ -8,7 +8,7 @@ Why switch one off: ORT's CPU SkipLayerNormalization kernel (the fusion of bias 
 LayerNormalization) is slower than the three ops it replaces. Measured on the development machine,
 1 thread, [1, 64, 128] fp32: 41.6 us fused against 11.7 us unfused (hidden 384: 111.7 against 20.5); on
 the demo student's int8 .ort at 64 tokens, 1 thread, it took p50 from 0.73 ms to 0.58 ms (figures from
-python -m eval.fusion_probe). The .ort
+python -m tools.fusion_probe). The .ort
 file keeps the graph as converted (loading it does not re-fuse), so the choice travels with the file.
 
 Each file is written to a temporary folder and moved into place, so a failed conversion leaves nothing.

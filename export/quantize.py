@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # config validation imports STATIC_FLOAT; numpy need not load
 # Attention is listed for the fused graph int8-dynamic starts from by default (quantize.dynamic_source):
 # QAttention with int8 Q/K/V weights. The optimized graph keeps its layer norms unfused, and the .ort
 # conversion leaves SkipLayerNormalization out (export/ort_format.py). Demo student, 64 tokens, files timed
-# in alternation (python -m eval.fusion_probe): 0.54 ms (1 thread, .ort) and 0.78 ms (2 threads, .onnx)
+# in alternation (python -m tools.fusion_probe): 0.54 ms (1 thread, .ort) and 0.78 ms (2 threads, .onnx)
 # from the fused graph against 0.58 and 0.90 ms from the unfused one; Optimum's int8 file: 0.79 and 0.92 ms.
 DYNAMIC_OPS = ["MatMul", "Gather", "LSTM", "Attention"]
 # Static QDQ: the weight ops and the data-movement ops between them. Add and Softmax stay float: BERT's

@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, stage in _stages().items():
         p = sub.add_parser(name, help=stage.doc)
         _common(p)
-    from eval import phone
+    from pipeline import phone
     from pipeline import verify
 
     verify.add_cli(sub)
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         from pipeline.stage import STAGES, run, statuses
 
         if args.command in ("verify-bundle", "phone-bench"):
-            from eval import phone
+            from pipeline import phone
             from pipeline import verify
 
             return {"verify-bundle": verify.run_cli, "phone-bench": phone.run_cli}[args.command](args)

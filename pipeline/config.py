@@ -179,7 +179,7 @@ class QuantizeSection:
     # flags without "enable_"). ORT's CPU SkipLayerNormalization kernel is slower than the Add +
     # LayerNormalization it replaces, and with EmbedLayerNormalization in the graph ORT fuses
     # SkipLayerNormalization back in at load. Demo student, 64 tokens, 1 thread: 0.94 ms p50 with both left
-    # out, 1.26 ms with every fusion, 1.07 ms for the unfused fp32 file (python -m eval.fusion_probe).
+    # out, 1.26 ms with every fusion, 1.07 ms for the unfused fp32 file (python -m tools.fusion_probe).
     skip_fusions: list[str] = field(default_factory=lambda: ["skip_layer_norm", "embed_layer_norm"])
     # In the ONNX files the last encoder layer of a BERT-family classifier computes the [CLS] position only,
     # the one the classifier reads (export/cls_only.py): same logits, a fifth of that layer's work at 64

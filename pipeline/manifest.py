@@ -14,17 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from export.hashing import sha256_file  # noqa: F401  (re-exported: the stages hash files through here)
+
 MANIFEST = "manifest.json"
 _VERSIONED = ("torch", "transformers", "tokenizers", "onnx", "onnxruntime", "onnxruntime-extensions",
               "optimum", "optimum-onnx", "coremltools", "numpy", "pocketformer")
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def sha256_json(obj: Any) -> str:

@@ -136,3 +136,54 @@ def test_device_profiles_name_their_sources():
         assert d["peak_int8_tops"] > 0 and d["memory_gb_s"] > 0 and len(d["source"]) > 40
     with pytest.raises(PipelineError, match="Known: apple-a17-pro"):
         get_device(devices, "tpu-v9")
+
+
+def test_measure_decode_reports_ttft_percentiles_and_decode_rate():
+    """The prompt + decode workload: one untimed warm-up generation, then TTFT percentiles (the shared
+    latency.summarize) and the median decode rate over the timed ones."""
+    from eval.bench import measure_decode
+
+    class Runner:  # reports fixed timings: TTFT 10, 20, 30, 40 ms; decode 0.5, 1, 1, 2 s for 8 tokens
+        calls: list = []
+        ttft = iter([0.01, 0.02, 0.03, 0.04])
+        decode = iter([0.5, 1.0, 1.0, 2.0])
+
+        def generate(self, prompt, n, timings=None):
+            self.calls.append((len(prompt), n, timings is not None))
+            if timings is not None:
+                timings.update(ttft_s=next(self.ttft), decode_s=next(self.decode))
+
+    r = Runner()
+    s = measure_decode(r, [1, 2, 3], decode_tokens=8, iterations=4)
+    assert r.calls == [(3, 9, False)] + [(3, 9, True)] * 4
+    assert s["ttft_ms"] == s["ttft_p50_ms"] == pytest.approx(25.0) and s["ttft_mean_ms"] == pytest.approx(25.0)
+    assert s["ttft_p50_ms"] <= s["ttft_p90_ms"] <= s["ttft_p99_ms"] <= 40.0
+    assert s["decode_tokens_per_s"] == pytest.approx(8.0)  # median of 16, 8, 8, 4
+    assert (s["prompt_tokens"], s["decode_tokens"], s["iterations"]) == (3, 8, 4)
+
+
+def test_decode_targets_run_skip_with_reason_or_refuse():
+    from eval.bench import decode_targets, decode_threads
+    from eval.targets import host_threads
+    from pipeline.errors import PipelineError
+
+    run, skip = decode_targets(["host-cpu", "mobile-cpu", "edge-npu", "browser-wasm"])
+    assert [t.name for t in run] == ["host-cpu", "mobile-cpu"] and run[1].formats == ("ort", "onnx")
+    assert set(skip) == {"edge-npu", "browser-wasm"} and all(skip.values())
+    assert decode_threads(run[0]) == host_threads() and decode_threads(run[1]) == 1  # the shared registry's
+    with pytest.raises(PipelineError, match="unknown bench target 'phone'"):
+        decode_targets(["phone"])
+
+
+def test_generation_flop_formulas_by_hand():
+    from types import SimpleNamespace
+
+    from eval.flops import decoder_flops, lstm_lm_flops
+
+    # d 4, ff 8, 1 layer, vocab 10, 2 heads of 2, 1 KV head: kv 2; per token 2 (32 + 16 + 96 + 40) = 368
+    c = SimpleNamespace(hidden_size=4, intermediate_size=8, num_hidden_layers=1, vocab_size=10,
+                        num_key_value_heads=1, num_attention_heads=2)
+    assert decoder_flops(c, 3) == 3 * 368 + 2 * 1 * 4 * 9
+    # E 2, H 3, 2 layers, vocab 5: cells 8*3*(2+3) + 8*3*(3+3) = 264, projection 12, output 20
+    lstm = SimpleNamespace(embed_dim=2, hidden=3, layers=2, vocab_size=5)
+    assert lstm_lm_flops(lstm, 4) == 4 * (264 + 12 + 20)

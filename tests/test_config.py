@@ -74,7 +74,7 @@ def test_generation_training_stages_rerun_when_train_settings_change():
     assert not STAGES["bench"].always  # the classification bench re-runs only when its inputs change
 
 
-def test_lm_bench_settings_rerun_the_generation_bench_only():
+def test_generation_bench_settings_rerun_the_generation_bench_only():
     """lm.bench_* are timing settings: they must not re-train the models (report and bundle follow bench's
     output), while every other [lm] key still reaches every generation stage."""
     from pipeline.cli import _stages

@@ -1,4 +1,4 @@
-"""eval/fusion_probe.py on the tiny random-weight BERT: the variants it builds really differ in the fused
+"""tools/fusion_probe.py on the tiny random-weight BERT: the variants it builds really differ in the fused
 ops they hold, every file is timed, and a run without files is one clear error. No speed is asserted."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from test_export_onnx import inputs, models, onnx_files  # noqa: F401  (module f
 
 
 def test_probe_builds_the_variants_with_and_without_fusions(models, inputs, onnx_files, tmp_path):
-    from eval import fusion_probe as F
+    from tools import fusion_probe as F
     from eval.latency import Plan
     from export.optimize import op_counts
 
@@ -34,7 +34,7 @@ def test_probe_builds_the_variants_with_and_without_fusions(models, inputs, onnx
 def test_probe_on_an_unfinished_run_names_the_stage_to_run(tmp_path):
     from pathlib import Path
 
-    from eval import fusion_probe as F
+    from tools import fusion_probe as F
 
     demo = Path(__file__).parents[1] / "configs" / "demo.toml"
     with pytest.raises(SystemExit, match=r"quantize/student/fp32.onnx is missing: run `python -m pipeline quantize"):

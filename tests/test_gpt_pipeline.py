@@ -200,7 +200,7 @@ def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir):
 
 
 def test_prompt_longer_than_exported_cache_is_refused(tmp_path, corpus, tiny_llama_dir):
-    from eval.lm_eval import greedy
+    from eval.metrics import greedy
     from export.lm_onnx import OrtLM
 
     cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, distill__epochs=0.2, baseline__epochs=0.2,

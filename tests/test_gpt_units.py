@@ -11,7 +11,7 @@ import torch
 from distill.lm_distill import soft_kl_topk
 from distill.lm_lstm import LSTMLM, LSTMLMConfig
 from distill.lm_student import VocabMap
-from eval.lm_eval import LM, perplexity
+from eval.metrics import LM, perplexity
 from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError
 from pipeline.tasks.generation.data import build_lm_splits, split_documents, split_windows, strip_markdown, windows
@@ -127,3 +127,21 @@ def test_lstm_state_carries_across_calls():
     a, h1, c1 = m(x[:, :4], h, c)
     b, _, _ = m(x[:, 4:], h1, c1)
     assert torch.allclose(torch.cat([a, b], 1), whole, atol=1e-5)
+
+
+def test_greedy_matches_argmax_of_the_whole_sequence_and_checks_lengths():
+    """eval.metrics.greedy with the carried LSTM state picks what re-running the whole sequence picks."""
+    from eval.metrics import greedy
+
+    torch.manual_seed(0)
+    m = LSTMLM(LSTMLMConfig(vocab_size=30, embed_dim=8, hidden=16, layers=2)).eval()
+    lm = LM("lstm", "lstm", m, max_positions=12)
+    out = greedy(lm, [3, 1, 4], 5)
+    seq = [3, 1, 4]
+    for _ in range(5):
+        seq.append(int(lm.logits(torch.tensor([seq]))[0, -1].argmax()))
+    assert out == seq[3:]
+    with pytest.raises(PipelineError, match="prompt is empty"):
+        greedy(lm, [], 3)
+    with pytest.raises(PipelineError, match="exceeds the model's 12 positions"):
+        greedy(lm, [1] * 10, 3)

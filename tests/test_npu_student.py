@@ -236,9 +236,9 @@ def test_compact_npu_student_save_load_round_trip(tmp_path):
 
 
 def test_compare_files_feeds_static_and_dynamic_files(tmp_path):
-    """eval.compare_files times a dynamic-shape file against a static int32 NPU file on the same ids (the
+    """tools.compare_files times a dynamic-shape file against a static int32 NPU file on the same ids (the
     static one padded to its length) and reports both p50s and the round ratios."""
-    from eval.compare_files import compare
+    from tools.compare_files import compare
 
     m = tiny_student()
     dyn = tmp_path / "dyn.onnx"
@@ -259,7 +259,7 @@ def test_compare_files_feeds_static_and_dynamic_files(tmp_path):
 
 def test_compare_files_bad_input_is_one_message(tmp_path):
     """A file that is not a model, an empty texts file and a line without 'text' each end in one error."""
-    from eval.compare_files import _texts, compare
+    from tools.compare_files import _texts, compare
     from pipeline.errors import PipelineError
 
     bad = tmp_path / "bad.onnx"

@@ -119,7 +119,7 @@ def test_parse_perf_test_fixture():
 
 
 def test_android_bench_merges_rows_and_passes_arguments_separately(fake_adb, run_copy, tmp_path):
-    from eval.phone import phone_bench
+    from pipeline.phone import phone_bench
     from eval.results import validate_results
     from pipeline.stage import status
 
@@ -195,7 +195,7 @@ def test_android_bench_merges_rows_and_passes_arguments_separately(fake_adb, run
 
 
 def test_missing_device_and_binary_one_message(fake_adb, run_copy, monkeypatch):
-    from eval.phone import phone_bench
+    from pipeline.phone import phone_bench
     from pipeline.errors import PipelineError
 
     monkeypatch.setenv("FAKE_ADB_SERIALS", "")
@@ -212,7 +212,7 @@ def test_missing_device_and_binary_one_message(fake_adb, run_copy, monkeypatch):
 def test_wrong_serial_and_unsafe_remote_dir(fake_adb, run_copy, tmp_path):
     from dataclasses import replace
 
-    from eval.phone import phone_bench
+    from pipeline.phone import phone_bench
     from pipeline.errors import PipelineError
 
     binary = _perf_binary(tmp_path)
@@ -224,7 +224,7 @@ def test_wrong_serial_and_unsafe_remote_dir(fake_adb, run_copy, tmp_path):
 
 
 def test_apple_path_skips_clearly_off_macos(run_copy):
-    from eval.phone import phone_bench
+    from pipeline.phone import phone_bench
     from pipeline.errors import PipelineError
 
     if sys.platform == "darwin":
@@ -235,7 +235,7 @@ def test_apple_path_skips_clearly_off_macos(run_copy):
 
 def test_npu_rows_skip_without_a_qdq_file(fake_adb, run_copy, tmp_path):
     """No int8-static file: the NPU rows say so and nothing is timed under their names."""
-    from eval.phone import phone_bench
+    from pipeline.phone import phone_bench
 
     variants = run_copy.run_dir / "quantize" / "variants.json"
     rows = json.loads(variants.read_text())

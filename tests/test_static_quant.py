@@ -86,7 +86,7 @@ def test_static_settings_are_checked_at_load():
 def test_static_probe_compares_settings_on_a_run(models, tiny_cfg, tmp_path):
     import shutil
 
-    from eval.static_probe import probe
+    from tools.static_probe import probe
     from pipeline.stage import run
 
     run(tiny_cfg, ["data"])
@@ -102,7 +102,7 @@ def test_static_probe_compares_settings_on_a_run(models, tiny_cfg, tmp_path):
 def test_static_probe_on_an_unfinished_run_names_the_stage(tmp_path):
     from pathlib import Path
 
-    from eval import static_probe
+    from tools import static_probe
 
     demo = ["--config", str(Path(__file__).parents[1] / "configs" / "demo.toml"), "--set", f'run.runs_dir="{tmp_path}"']
     with pytest.raises(SystemExit, match=r"teacher/model is missing: run `python -m pipeline teacher"):

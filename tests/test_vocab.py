@@ -288,11 +288,11 @@ def test_4bit_rows_match_onnxruntimes_kernel(dim, block):
 
 
 def test_shape_files_builds_a_students_files_from_its_config(tmp_path):
-    """eval.shape_files: the files of a student shape with random weights, with the config's vocabulary
+    """tools.shape_files: the files of a student shape with random weights, with the config's vocabulary
     and [CLS] settings applied, so the old full-vocabulary student can be timed against a new one."""
     import onnx
 
-    from eval.shape_files import build
+    from tools.shape_files import build
 
     tok = tmp_path / "tok"
     vocab = len(write_tokenizer(tok))

@@ -95,7 +95,7 @@ def _toml(d: dict) -> str:
 
 
 def test_compact_probe_scores_the_run_and_refuses_posthoc_on_a_compact_student(run_cfg, tmp_path, capsys):
-    from eval.compact_probe import main
+    from tools.compact_probe import main
     from pipeline.config import dumps
 
     cfg_file = tmp_path / "run.toml"

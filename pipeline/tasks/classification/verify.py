@@ -21,7 +21,7 @@ from pipeline.verify_bundle_meta import check_metadata, load_samples, resolve
 # precision), so what is left is the CPU: ORT picks kernels by instruction set, and an int8-dynamic file
 # re-quantizes activations per call, so a float difference upstream can flip the rounding of one quantized
 # activation and move a logit by one quantization step. Measured on the demo bundle (student int8-dynamic,
-# 1000 test texts, AVX2 EPYC; `python -m eval.bundle_tolerance --run runs/demo --texts 1000`): the same
+# 1000 test texts, AVX2 EPYC; `python -m tools.bundle_tolerance --run runs/demo --texts 1000`): the same
 # model through other kernels (the .ort, or the .onnx with graph optimizations off) differed from the .onnx
 # by 0 on the median text, <= 1.75e-3 on 99%, 4.05e-3 at most (logits up to 2.06); the nearest wrong file
 # (the student's fp32 twin) by 9.8e-3 on the median text and more than this bound on 77% of texts, so it

@@ -55,7 +55,7 @@ def reference_continuations(runner, lm, prompts: list[list[int]], n: int) -> lis
     return out
 
 
-def stage_lm_bundle(ctx: StageContext) -> dict:
+def stage_bundle(ctx: StageContext) -> dict:
     """The generation app bundle: the student decoder over teacher ids, tokenizer, runtime configs, greedy
     samples that verify-bundle replays, Kotlin / Swift samples; published to <bundle.dist_dir>/<run>/."""
     from export import lm_app_samples, lm_bundle

@@ -1,4 +1,4 @@
-"""What the generation steps share: the model folders by name, loading a model behind the eval.lm_eval.LM
+"""What the generation steps share: the model folders by name, loading a model behind the eval.metrics.LM
 interface, the held-out windows and ONNX Runtime runners."""
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ def stream(tokenizer, data_dir: Path, split: str, sep: int) -> np.ndarray:
 
 
 def load_lm(folder: Path, name: str):
-    """An eval.lm_eval.LM for a model folder written by the stages above, and its tokenizer."""
+    """An eval.metrics.LM for a model folder written by the stages above, and its tokenizer."""
     from distill.lm_lstm import LSTMLM
     from distill.lm_student import VocabMap
     from distill.lm_teacher import load_causal_folder
-    from eval.lm_eval import LM
+    from eval.metrics import LM
     from transformers import AutoTokenizer
 
     meta_path = folder / "pocketformer.json"

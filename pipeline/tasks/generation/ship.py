@@ -32,11 +32,11 @@ def ort_perplexity(runner, lm, windows: np.ndarray) -> dict:
     return {"perplexity": math.exp(total / count), "tokens": count}
 
 
-def stage_lm_quantize(ctx: StageContext) -> dict:
+def stage_quantize(ctx: StageContext) -> dict:
     """ONNX export (KV cache for the decoders, state for the LSTM) and int8 dynamic quantization; every
     fp32 graph must reproduce the PyTorch greedy decode token for token. Writes quantize/<model>/<variant>/
     model.onnx and onnx_rows.json (perplexity of the student and LSTM graphs on the test windows)."""
-    from eval.lm_eval import greedy
+    from eval.metrics import greedy
     from export.lm_onnx import check_greedy, export_decoder, export_lstm, quantize_int8
 
     cfg, q = ctx.cfg, ctx.cfg.quantize
@@ -95,11 +95,11 @@ def _onnx_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.iterdir() if p.name.startswith("model.onnx"))
 
 
-def stage_lm_export(ctx: StageContext) -> dict:
+def stage_export(ctx: StageContext) -> dict:
     """.ort files for the student and LSTM graphs (checked: same greedy tokens as their .onnx) and Core ML
     packages (student: stateful KV cache for iOS18, else fixed window; LSTM with explicit state).
     Writes export/<model>/<variant>/model.ort, export/coreml/<model>-<variant>.mlpackage, exports.json."""
-    from eval.lm_eval import greedy
+    from eval.metrics import greedy
     from export import lm_coreml
     from export.lm_onnx import check_greedy
 
@@ -177,17 +177,17 @@ def _coreml_model(ctx, lm, tok, e, lm_coreml, greedy, can_predict: bool, why: st
     return out
 
 
-def stage_lm_bench(ctx: StageContext) -> dict:
+def stage_bench(ctx: StageContext) -> dict:
     """Time to first token (lm.bench_prompt_tokens prompt) and decode tokens/s at batch 1 for teacher,
     student and LSTM on each target; writes bench/results.json (shared schema) and bench.md."""
-    from eval import lm_bench
+    from eval.bench import decode_targets, decode_threads, measure_decode
     from eval.machine import machine_info
     from eval.table import markdown
     from pipeline.manifest import library_versions
 
     cfg, lmc = ctx.cfg, ctx.cfg.lm
     started = time.time()
-    targets, skipped = lm_bench.resolve_targets(cfg.bench.targets)
+    targets, skipped = decode_targets(cfg.bench.targets)
     qdir, edir = ctx.upstream("quantize"), ctx.upstream("export")
     files = {(r["model"], r["variant"], "onnx"): (qdir / r["path"], r)
              for r in json.loads((qdir / "onnx_rows.json").read_text())}
@@ -226,8 +226,8 @@ def stage_lm_bench(ctx: StageContext) -> dict:
                 skip = {"status": "skipped", "reason": f"{t.name} runs the .{chosen} file of this model"}
                 row["generation"][t.name], row["latency"][t.name] = skip, dict(skip)
                 continue
-            stats = lm_bench.measure(ort_lm(path, lm, lm_bench.threads_for(t)), prompt, lmc.bench_decode_tokens,
-                                     lmc.bench_iterations)
+            stats = measure_decode(ort_lm(path, lm, decode_threads(t)), prompt, lmc.bench_decode_tokens,
+                                   lmc.bench_iterations)
             row["generation"][t.name] = stats
             row["latency"][t.name] = {str(len(prompt)): {
                 "p50_ms": stats["ttft_p50_ms"], "p90_ms": stats["ttft_p90_ms"], "p99_ms": stats["ttft_p99_ms"],
@@ -236,11 +236,11 @@ def stage_lm_bench(ctx: StageContext) -> dict:
             row["generation"][name_t] = {"status": "skipped", "reason": reason}
             row["latency"][name_t] = {"status": "skipped", "reason": reason}
         rows.append(row)
-    result = {"machine": machine_info(sorted({lm_bench.threads_for(t) for t in targets})),
+    result = {"machine": machine_info(sorted({decode_threads(t) for t in targets})),
               "versions": library_versions(), "task": "generation", "quality_metric": "perplexity",
-              "threads": {t.name: lm_bench.threads_for(t) for t in targets},
+              "threads": {t.name: decode_threads(t) for t in targets},
               "targets": {t.name: {"runtime": "onnxruntime", "provider": "CPUExecutionProvider",
-                                   "threads": lm_bench.threads_for(t), "precision": "as the file (fp32 / int8)",
+                                   "threads": decode_threads(t), "precision": "as the file (fp32 / int8)",
                                    "formats": list(t.formats), "proxy": t.proxy, "description": t.note}
                           for t in targets},
               # the report's plan keys; generation times whole generations, so no per-point time limit
@@ -265,9 +265,9 @@ def stage_lm_bench(ctx: StageContext) -> dict:
 
 
 def _flops(lm, n: int) -> int:
-    from eval.lm_bench import decoder_flops, lstm_flops
+    from eval.flops import decoder_flops, lstm_lm_flops
 
-    return lstm_flops(lm.model.config, n) if lm.kind == "lstm" else decoder_flops(lm.model.config, n)
+    return lstm_lm_flops(lm.model.config, n) if lm.kind == "lstm" else decoder_flops(lm.model.config, n)
 
 
 def _speedups(rows: list[dict]) -> dict:

@@ -20,7 +20,7 @@ from pipeline.tasks.generation.common import checkpoint_size, held_out_windows, 
 from pipeline.task import StageContext
 from pipeline.tasks.common import threads, train_options
 
-def stage_lm_data(ctx: StageContext) -> dict:
+def stage_data(ctx: StageContext) -> dict:
     """Load plain-text documents, strip markup, split by document; writes train/validation/test.jsonl."""
     from pipeline.tasks.generation.data import build_lm_splits
 
@@ -32,7 +32,7 @@ def stage_lm_data(ctx: StageContext) -> dict:
         "documents": {s: len(v) for s, v in splits["info"]["documents"].items()}}
 
 
-def stage_lm_teacher(ctx: StageContext) -> dict:
+def stage_teacher(ctx: StageContext) -> dict:
     """Load the causal teacher (packaged GGUF, folder or hub id) once; writes teacher/model (safetensors)."""
     from distill.lm_student import count_lm_params
     from distill.lm_teacher import load_causal_teacher, save_causal
@@ -49,7 +49,7 @@ def stage_lm_teacher(ctx: StageContext) -> dict:
             "vocab": model.config.vocab_size, **count_lm_params(model)}
 
 
-def stage_lm_logits(ctx: StageContext) -> dict:
+def stage_logits(ctx: StageContext) -> dict:
     """Tokenize the training split, pick lm.teacher_windows windows and cache the teacher's top-k logits
     on them (split across ranks under torchrun); writes windows.npy (N, T+1), topk_ids.npy / topk_logits.npy (N, T, k), vocab_map.json."""
     from distill.lm_student import VocabMap
@@ -124,7 +124,7 @@ def _model_meta(folder: Path, kind: str, cfg: Config) -> None:
         {"kind": kind, "context_length": cfg.lm.context_length, "max_positions": cfg.lm.max_cache}, indent=2))
 
 
-def stage_lm_distill(ctx: StageContext) -> dict:
+def stage_distill(ctx: StageContext) -> dict:
     """Build the small decoder student over the restricted vocabulary and distil it from the cached
     top-k; writes distill/student (HF folder + vocab_map.json)."""
     from distill.lm_distill import distill_lm
@@ -149,7 +149,7 @@ def stage_lm_distill(ctx: StageContext) -> dict:
             "teacher_params": count_lm_params(teacher)["params"]}
 
 
-def stage_lm_baseline(ctx: StageContext) -> dict:
+def stage_baseline(ctx: StageContext) -> dict:
     """Train the LSTM language model on the same windows and vocabulary; writes baseline/lstm."""
     from distill.lm_distill import train_lstm_lm
     from distill.lm_lstm import build_lstm_lm
@@ -172,11 +172,11 @@ def stage_lm_baseline(ctx: StageContext) -> dict:
     return {"lstm": summary, **count_lm_params(model)}
 
 
-def stage_lm_eval(ctx: StageContext) -> dict:
+def stage_eval(ctx: StageContext) -> dict:
     """Perplexity on the held-out test documents for teacher, student and LSTM (same windows, teacher
     tokens) and greedy continuations of lm.prompts; writes perplexity.json/.md and samples.md."""
     from distill.lm_student import count_lm_params
-    from eval.lm_eval import greedy, perplexity, samples_markdown
+    from eval.metrics import greedy, perplexity, samples_markdown
     from eval.table import markdown
 
     cfg = ctx.cfg

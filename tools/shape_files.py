@@ -2,13 +2,13 @@
 costs on a target, before training one (latency does not depend on the weight values; accuracy does, so
 nothing here is scored).
 
-    python -m eval.shape_files --config configs/demo.toml --tokenizer runs/demo/distill/student --out /tmp/old \
+    python -m tools.shape_files --config configs/demo.toml --tokenizer runs/demo/distill/student --out /tmp/old \
         --set student.vocab=teacher --set student.embedding_dim=0 --set quantize.embedding_bits=8 \
         --set quantize.cls_only_last_layer=false
 
 writes fp32 / optimized / int8-dynamic `.onnx` and the int8-dynamic `.ort` into --out with the pipeline's
 own exporters and this config's [student] / [quantize] / [export] settings; time them against a run's
-files with `python -m eval.compare_files`. The line above rebuilds the full-vocabulary student the demo
+files with `python -m tools.compare_files`. The line above rebuilds the full-vocabulary student the demo
 used before its vocabulary settings (README, "Smaller and longer").
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ def build(cfg, tokenizer_dir: Path, out: Path) -> dict[str, Path]:
     from distill.embeddings import compact_embeddings
     from distill.lm_student import VocabMap
     from distill.models import HFLogits, LoadedModel
-    from eval.compact_probe import build as export_files
+    from tools.compact_probe import build as export_files
     from pipeline.config import student_positions
 
     s = cfg.student
@@ -40,7 +40,7 @@ def build(cfg, tokenizer_dir: Path, out: Path) -> dict[str, Path]:
         compact_embeddings(hf, vmap, s.embedding_dim, tok.pad_token_id)
     loaded = LoadedModel(HFLogits(hf).eval(), tok, ["0", "1", "2"], "hf", s.max_length, tokenizer_dir)
     out.mkdir(parents=True, exist_ok=True)
-    return export_files(loaded, cfg, out)  # the same files eval.compact_probe builds, with the same exporters
+    return export_files(loaded, cfg, out)  # the same files tools.compact_probe builds, with the same exporters
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,6 @@
 """Training throughput of the student's distillation loop, for comparing process counts.
 
-    torchrun --standalone --nproc_per_node=N -m distill.throughput --config configs/demo.toml
+    torchrun --standalone --nproc_per_node=N -m tools.throughput --config configs/demo.toml
 
 Runs `--steps` global batches of the real logit-distillation step on the run's cached teacher logits
 (the logits stage must have run) and prints samples/s after `--warmup` steps; rank 0 appends the result

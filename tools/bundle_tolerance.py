@@ -1,4 +1,4 @@
-"""`python -m eval.bundle_tolerance --run runs/demo`: the figures behind verify-bundle's logit tolerance.
+"""`python -m tools.bundle_tolerance --run runs/demo`: the figures behind verify-bundle's logit tolerance.
 
 On this CPU, one text per call, over test texts, for the bundled model (runs/<run>/bundle/):
 - same model, other graph: the .ort against the .onnx it was converted from (a differently fused graph; a
@@ -24,7 +24,7 @@ from pipeline.errors import PipelineError
 
 
 def _line(what: str, a: np.ndarray, b: np.ndarray) -> str:
-    from pipeline.verify import LOGIT_ATOL, LOGIT_RTOL
+    from pipeline.tasks.classification.verify import LOGIT_ATOL, LOGIT_RTOL
 
     diff = np.abs(a - b)  # (N, C)
     ratio = float((diff / (LOGIT_ATOL + LOGIT_RTOL * np.abs(b))).max())
@@ -50,7 +50,7 @@ def measure(run_dir: Path, n_texts: int) -> list[str]:
     from export.bundle import io_spec
     from export.checks import ort_session
     from pipeline.data import read_split
-    from pipeline.verify_run import ort_logits
+    from pipeline.tasks.classification.replay import ort_logits
 
     bundle = run_dir / "bundle"
     if not (bundle / "metadata.json").is_file():
@@ -86,7 +86,7 @@ def measure(run_dir: Path, n_texts: int) -> list[str]:
 def _unoptimized(path: Path, spec: dict, samples: list[dict]) -> np.ndarray:
     import onnxruntime as ort
 
-    from pipeline.verify_run import _token_feed
+    from pipeline.tasks.classification.replay import _token_feed
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1

@@ -1,7 +1,7 @@
 """Where the optimized and int8 files' speed comes from, measured: ONNX Runtime's fused layer-norm kernel
 against the ops it replaces, and one model's graphs built with and without the fusions, timed side by side.
 
-    .venv/bin/python -m eval.fusion_probe --config configs/demo.toml [--model student] [--length 64]
+    .venv/bin/python -m tools.fusion_probe --config configs/demo.toml [--model student] [--length 64]
 
 Reads a finished run (quantize/<model>/fp32.onnx, the model folder's config.json, data/test.jsonl and
 Optimum's files from bench/peer/ when the bench made them), builds every variant in a temporary folder with
@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.config import load_config
     from pipeline.data import read_split
     from pipeline.errors import PipelineError
-    from pipeline.stages import MODEL_FOLDERS
+    from pipeline.tasks.classification import MODEL_FOLDERS
 
-    ap = argparse.ArgumentParser(prog="python -m eval.fusion_probe", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.fusion_probe", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", action="append", default=[], help="section.key=value, as for the pipeline")
     ap.add_argument("--model", default="student", choices=["student", "teacher"])

@@ -2,7 +2,7 @@
 accuracy on test texts, for each setting of quantize.static_float / reduce_range / calibration_samples /
 per_channel, built with the pipeline's own quantizer.
 
-    .venv/bin/python -m eval.static_probe --config configs/demo.toml [--model teacher] [--texts 400]
+    .venv/bin/python -m tools.static_probe --config configs/demo.toml [--model teacher] [--texts 400]
         [--setting '{"static_float": []}' --setting '{}' ...]
 
 A setting is a JSON object of [quantize] keys over the run's config; '{}' is the config as it is. Reads the
@@ -31,7 +31,7 @@ def probe(cfg, model: str, n_texts: int, settings: list[dict], work: Path, log=p
     from export.registry import load_source
     from pipeline.data import read_labels, read_split
     from pipeline.errors import PipelineError
-    from pipeline.stages import MODEL_FOLDERS
+    from pipeline.tasks.classification import MODEL_FOLDERS
 
     stage, sub = MODEL_FOLDERS[model]
     run_dir = cfg.run_dir
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.config import load_config
     from pipeline.errors import PipelineError
 
-    ap = argparse.ArgumentParser(prog="python -m eval.static_probe", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.static_probe", description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="configs/demo.toml")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--model", default="teacher")

@@ -1,6 +1,6 @@
 """Two model files timed side by side on this machine, in alternating rounds (eval/paired.py says why).
 
-    python -m eval.compare_files OLD.ort NEW.ort --tokenizer runs/demo/distill/student \
+    python -m tools.compare_files OLD.ort NEW.ort --tokenizer runs/demo/distill/student \
         --texts runs/demo/data/test.jsonl --length 64 --threads 1
 
 For "is the new model slower than the old one": two runs' students, an NPU student's static file against

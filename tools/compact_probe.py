@@ -1,7 +1,7 @@
 """The compact student's size and accuracy (student.vocab, embedding_dim, quantize.embedding_bits) against
 a reference run's student, without re-running the baseline, eval and quantize stages for every model.
 
-    .venv/bin/python -m eval.compact_probe --config configs/demo.toml --set student.vocab=training ... \
+    .venv/bin/python -m tools.compact_probe --config configs/demo.toml --set student.vocab=training ... \
         [--reference runs/demo]
 
 Reads the run's distill/student and data/test.jsonl; builds the fp32, optimized and int8-dynamic ONNX files
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from eval import latency as L
-from eval.fusion_probe import alternate
+from tools.fusion_probe import alternate
 
 
 def build(student, cfg, work: Path) -> dict[str, Path]:
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.data import read_labels, read_split
     from pipeline.errors import PipelineError
 
-    ap = argparse.ArgumentParser(prog="python -m eval.compact_probe", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.compact_probe", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", action="append", default=[], help="section.key=value, as for the pipeline")
     ap.add_argument("--reference", default="", help="a finished run folder whose student is compared")

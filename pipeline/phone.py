@@ -1,0 +1,80 @@
+"""`make phone-bench` (`pocketformer phone-bench`): the bundled model timed on a real phone or a Mac
+(eval/phone.py measures and merges), then report/results.json written, the report (md / html) re-rendered
+and the report manifest's file list refreshed, so the report is not taken as changed (the bundle, which
+quotes the report, then rebuilds)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
+from pipeline.config import load_config
+from pipeline.errors import PipelineError
+from pipeline.lock import run_lock
+from pipeline.manifest import MANIFEST, list_outputs, read_manifest
+
+
+def phone_bench(cfg, platform_name: str = "android", adb: str | None = None, perf_test: str | None = None,
+                serial: str | None = None) -> dict:
+    """Measure on the device, merge into report/results.json and re-render the report; returns device,
+    targets, runs and seq_len."""
+    from eval.phone import measure_phone
+
+    out = measure_phone(cfg, platform_name, adb, perf_test, serial)
+    write_results(cfg.run_dir, out.pop("results"), out["targets"])
+    return out
+
+
+def write_results(run_dir: Path, results: dict, new_targets: list[str]) -> None:
+    """Validate, write results.json atomically, re-render the report and refresh its manifest's file list."""
+    from eval.report import write_report
+    from eval.results import validate_results
+
+    problems = validate_results(results)
+    if problems:
+        raise PipelineError(f"phone rows would break eval/SCHEMA.md ({problems[0]}); nothing was written")
+    report = run_dir / "report"
+    tmp = report / "results.json.part"
+    tmp.write_text(json.dumps(results, indent=2))
+    tmp.replace(report / "results.json")
+    write_report(results, report)
+    manifest = read_manifest(report)
+    if manifest is not None:
+        manifest["outputs"] = list_outputs(report)
+        manifest.setdefault("summary", {})["phone_targets"] = sorted(
+            set(manifest["summary"].get("phone_targets", [])) | set(new_targets))
+        part = report / (MANIFEST + ".part")
+        part.write_text(json.dumps(manifest, indent=2, default=str))
+        part.replace(report / MANIFEST)
+
+
+def add_cli(subparsers) -> None:
+    p = subparsers.add_parser("phone-bench", help="time the bundled model on an Android phone (adb) or a Mac "
+                                                  "(Core ML) and merge the rows into report/results.json")
+    p.add_argument("--config", default="configs/demo.toml", help="run config (TOML)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    p.add_argument("--platform", choices=("android", "apple"), default="android")
+    p.add_argument("--adb", default=None, help="adb executable (default: phone.adb, 'adb' on PATH)")
+    p.add_argument("--perf-test", dest="perf_test", default=None, help="onnxruntime_perf_test for Android arm64")
+    p.add_argument("--serial", default=None, help="adb device serial (default: the only device attached)")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config, args.overrides)
+        # it rewrites report/ of the run; no run folder: phone_bench says what to run first
+        with run_lock(cfg.run_dir, "phone-bench") if cfg.run_dir.is_dir() else nullcontext():
+            out = phone_bench(cfg, args.platform, args.adb, args.perf_test, args.serial)
+    except PipelineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    d = out["device"]
+    print(f"{d['name']} ({d.get('soc') or 'SoC unknown'}), {out['seq_len']} tokens:")
+    for target, run in zip(out["targets"], out["runs"]):
+        e = run.get("entry")
+        print(f"  {target}: " + (f"p50 {e['p50_ms']:.2f} ms, p90 {e['p90_ms']:.2f} ms" if e
+                                 else f"{run['status']}: {run['reason']}"))
+    print(f"merged into {cfg.run_dir / 'report' / 'results.json'} (report.md / report.html re-rendered)")
+    return 0

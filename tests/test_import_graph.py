@@ -1,0 +1,148 @@
+"""The import graph of the library packages: one-way dependencies, checked statically.
+
+Every .py of pipeline/, distill/, export/ and eval/ is parsed (function-level imports included: a
+deferred import hides a cycle, it does not remove it) and each import resolved to a project module.
+Two rules: no cycle between modules, and distill/, export/ and eval/ take from pipeline/ only its
+errors and the section dataclasses (plus pure helpers) of its config - the stage wiring sits above them.
+tools/ (developer probes) may import anything and is not walked.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("pipeline", "distill", "export", "eval")
+LOWER = ("distill", "export", "eval")  # the packages pipeline/ wires together
+# what the lower packages may take from pipeline/: module -> allowed names (None = any name)
+ALLOWED_CONFIG_HELPERS = {"student_positions", "student_serving_length"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_modules() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, tuple[str, ...], int]]:
+    """(project module imported, names taken from it, line) for every import statement in the file."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                target = a.name
+                while target and target not in modules:  # import a.b.c binds a, loads a.b.c
+                    target = target.rpartition(".")[0]
+                if target:
+                    out.append((target, (), node.lineno))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                if sub in modules:  # from eval import latency: the submodule itself
+                    out.append((sub, (), node.lineno))
+                elif base in modules:
+                    out.append((base, (a.name,), node.lineno))
+    return out
+
+
+def graph() -> dict[str, dict[str, list]]:
+    modules = project_modules()
+    g: dict[str, dict[str, list]] = {m: {} for m in modules}
+    for m, path in modules.items():
+        for target, names, line in imports_of(m, path, modules):
+            if target != m and not (target in PACKAGES and not names):  # a bare package __init__ is empty
+                g[m].setdefault(target, []).append((names, line))
+    return g
+
+
+def cycles(g: dict[str, dict]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def _allowed(target: str, names: tuple[str, ...]) -> bool:
+    if target == "pipeline.errors":
+        return True
+    if target == "pipeline.config":
+        return bool(names) and all(n.endswith("Section") or n in ALLOWED_CONFIG_HELPERS for n in names)
+    return False
+
+
+def layer_violations(g: dict[str, dict[str, list]]) -> list[str]:
+    out = []
+    for m, targets in sorted(g.items()):
+        if m.split(".")[0] not in LOWER:
+            continue
+        for target, uses in sorted(targets.items()):
+            if target.split(".")[0] != "pipeline":
+                continue
+            for names, line in uses:
+                if not _allowed(target, names):
+                    what = f"{target} ({', '.join(names)})" if names else target
+                    out.append(f"{m}:{line} imports {what}")
+    return out
+
+
+def test_the_graph_sees_function_level_and_relative_imports(tmp_path):
+    src = tmp_path / "probe.py"
+    src.write_text("import numpy\nfrom eval import latency as L\n\n\ndef f():\n    from .rows import p50\n"
+                   "    import pipeline.config\n    from pipeline.config import BenchSection, load_config\n")
+    modules = project_modules()
+    found = {(t, names) for t, names, _ in imports_of("eval.probe", src, modules)}
+    assert found == {("eval.latency", ()), ("eval.rows", ("p50",)), ("pipeline.config", ()),
+                     ("pipeline.config", ("BenchSection",)), ("pipeline.config", ("load_config",))}
+    assert not _allowed("pipeline.config", ("load_config",)) and not _allowed("pipeline.config", ())
+    assert _allowed("pipeline.config", ("BenchSection",)) and _allowed("pipeline.errors", ("PipelineError",))
+    assert cycles({"a": {"b": []}, "b": {"c": []}, "c": {"a": []}, "d": {"a": []}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    found = cycles(graph())
+    assert not found, "import cycles (move the shared piece into a lower module):\n" + \
+        "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_lower_packages_import_only_errors_and_config_sections_from_pipeline():
+    bad = layer_violations(graph())
+    assert not bad, ("distill/, export/ and eval/ may import from pipeline/ only pipeline.errors and the "
+                     "XxxSection dataclasses / pure helpers of pipeline.config:\n" + "\n".join(bad))
