@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
-from pipeline.publish import publish, published_differs
+from pipeline.publish import published_differs
 from pipeline.stage import StageContext, register
 
 
@@ -31,7 +31,7 @@ def published_check(cfg, manifest: dict) -> str | None:
     dist = manifest.get("summary", {}).get("dist")
     if not dist:
         return None  # nothing was published
-    if cfg.run.task != "classification":  # the generation bundle has its own format (export/lm_bundle.py)
+    if cfg.run.task != "classification":  # the generation bundle has its own format (export/hf_layout.py)
         return published_differs(cfg.run_dir / "bundle", Path(dist))
     try:
         schema = json.loads((cfg.run_dir / "bundle" / "metadata.json").read_text()).get("schema_version")
@@ -65,9 +65,10 @@ def stage_bundle(ctx: StageContext) -> dict:
 
     from distill.batching import encode
     from eval.metrics import scores
-    from export.app_samples import kotlin, readme, swift
-    from export.bundle import (choose, coreml_row, io_spec, latency_for, normalisation, write_metadata)
-    from export.checks import ort_runner, ort_session, predict
+    from export.app_samples import readme, write_samples
+    from export.bundle import choose, coreml_row, finish, io_spec, latency_for, normalisation
+    from export.checks import ort_runner, predict
+    from export.ort_session import ort_session
     from export.npu_bundle import add_npu_files
     from export.padding import allowed_lengths
     from export.string_model import (agreement, build_string_model, predict_strings, string_session,
@@ -183,17 +184,10 @@ def stage_bundle(ctx: StageContext) -> dict:
                                  ort_rel=f"model/{stem}.ort", qrows=qrows, results=results, labels=labels,
                                  max_length=max_length, tokenizer_dir=tok_src, test_texts=len(texts),
                                  versions=meta["versions"]))
-    (out / "android").mkdir()
-    (out / "android" / "PocketformerClassifier.kt").write_text(kotlin(meta))
-    if cm:
-        (out / "ios").mkdir()
-        (out / "ios" / "PocketformerClassifier.swift").write_text(swift(meta))
-    meta = write_metadata(out, meta)  # hashes every file written so far
+    write_samples(out, meta)  # no iOS sample without a Core ML package
     from export.client_files import readme_sections
 
-    (out / "README.md").write_text(readme(meta) + readme_sections(meta))
-    meta = write_metadata(out, meta)  # and the README
-    publish(out, dist)
+    meta = finish(out, meta, lambda m: readme(m) + readme_sections(m), dist)
     print(f"[bundle] {name} {variant}: {len(meta['files'])} files -> {dist} "
           f"(string-in agreement {check['agreement']:.2%} on {len(texts)} test texts)")
     return {"model": name, "variant": variant, "rule": row["choice"]["rule"], "dist": str(dist),

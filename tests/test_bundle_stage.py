@@ -97,7 +97,8 @@ def test_bundle_contents_and_choice(built):
 def test_string_model_matches_tokenizer_pair_on_raw_text(built, tmp_path):
     from transformers import AutoTokenizer
 
-    from export.checks import ort_runner, ort_session, predict
+    from export.checks import ort_runner, predict
+    from export.ort_session import ort_session
     from export.string_model import build_string_model, predict_strings, string_session, token_id_mismatches
 
     _, cfg = built
@@ -117,7 +118,8 @@ def test_string_model_matches_tokenizer_pair_on_raw_text(built, tmp_path):
 
 
 def test_samples_take_names_from_metadata(built):
-    from export.app_samples import kotlin, swift
+    from export.app_samples.android import classifier as kotlin
+    from export.app_samples.ios import classifier as swift
 
     _, cfg = built
     meta, bundle = _meta(cfg), cfg.run_dir / "bundle"
@@ -203,7 +205,7 @@ def test_missing_variant_names_the_stage(built):
 
 
 def test_publish_never_leaves_a_half_bundle(tmp_path, monkeypatch):
-    from pipeline.stages_bundle import publish
+    from pipeline.publish import publish
 
     src = tmp_path / "src"
     (src / "model").mkdir(parents=True)
