@@ -6,9 +6,8 @@ model serves the prompt and every decode step, like Apple's Llama/Mistral conver
 targets before iOS 18 have no states: the student is then a fixed-window model (input_ids (1, W) -> logits,
 the whole window recomputed per token). LSTM LM: input_ids (1, T) plus h0/c0 in, logits/h/c out.
 
-Targets, weight compression, saving and the macOS-only prediction are export/coreml.py's, shared with the
-classifiers. The PyTorch module converted here is checked against the transformers model (same greedy
-tokens) before conversion; Core ML prediction itself only runs on macOS.
+Targets, weight compression and saving are export/coreml.py's, shared with the classifiers. The stage
+checks the stateful module against transformers (same greedy tokens); Core ML predicts only on macOS.
 """
 from __future__ import annotations
 

@@ -11,11 +11,9 @@ transformers.js `pipeline('text-classification', 'hf')` with env.localModelPath 
 as is (tests/test_hf_layout.py runs both), and `huggingface-cli upload <repo> hf` publishes it. Only
 transformer models get one: the LSTM baselines have no transformers config a client could build them from.
 
-The generation bundle (runs/<run>/bundle/ and dist/<run>/) is the same layout at the bundle's root, for
-onnxruntime-genai and transformers.js: onnx/model_quantized.onnx (int8) or onnx/model.onnx (fp32), a decoder
-with past key/values; genai_config.json (onnxruntime-genai: graph I/O names, eos / pad ids, greedy search);
-config.json (the Llama config transformers.js reads); generation_config.json; the teacher's tokenizer files;
-samples.json, metadata.json, README.md, android/*.kt, ios/*.swift.
+The generation bundle is this layout at its root (onnx/model[_quantized].onnx: the decoder with past
+key/values; config.json, generation_config.json, the teacher's tokenizer files) plus genai_config.json for
+onnxruntime-genai (graph I/O names, eos / pad ids, greedy search), samples, metadata, README and app samples.
 
 The student sees a restricted vocabulary (distill/lm_student.VocabMap: the teacher ids seen in training,
 plus one "other" id). A runtime that tokenizes with the teacher's tokenizer.json needs teacher ids in and

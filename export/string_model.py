@@ -88,13 +88,6 @@ def build_string_model(model_path: Path, tokenizer, max_length: int, out: Path) 
     return out
 
 
-def string_session(path: Path, threads: int = 1):
-    """An onnxruntime session with the extensions' custom ops registered (what an app does too)."""
-    from export.ort_session import ort_session
-
-    return ort_session(path, threads, custom_ops=True, fix=None)
-
-
 def tokenizer_graph(string_model):
     """The text cleaning + tokenizer front of a string-in model (onnx ModelProto) as its own model, with the
     tokenizer's outputs (input_ids, token_type_ids, attention_mask, offset_mapping) as graph outputs."""

@@ -99,7 +99,7 @@ def test_string_model_matches_tokenizer_pair_on_raw_text(built, tmp_path):
 
     from export.checks import ort_runner, predict
     from export.ort_session import ort_session
-    from export.string_model import build_string_model, predict_strings, string_session, token_id_mismatches
+    from export.string_model import build_string_model, predict_strings, token_id_mismatches
 
     _, cfg = built
     bundle = cfg.run_dir / "bundle"
@@ -113,7 +113,7 @@ def test_string_model_matches_tokenizer_pair_on_raw_text(built, tmp_path):
         src = cfg.run_dir / "quantize" / "student" / f"{variant}.onnx"
         pair = predict(ort_runner(ort_session(src)), tok, texts, 32, 1)  # (5, 3), one text per call
         string = build_string_model(src, tok, 32, tmp_path / f"{variant}-text.onnx")
-        got = predict_strings(string_session(string), texts)  # (5, 3)
+        got = predict_strings(ort_session(string, 1, custom_ops=True), texts)  # (5, 3)
         np.testing.assert_allclose(got, pair, atol=1e-5, err_msg=variant)  # incl. truncation past max_length
 
 

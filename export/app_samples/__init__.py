@@ -5,7 +5,7 @@ SDK or Xcode on the build machine); tests check that what they name matches the 
 
     android.py   the classifier (string in, in-graph tokenizer) and the generator (KV-cache greedy loop)
     ios.py       the classifier (Core ML, Swift WordPiece) and the generator (ONNX Runtime Objective-C API)
-    readme.py    the README of each bundle
+    readmes.py   the README of each bundle
 """
 from __future__ import annotations
 
@@ -38,25 +38,20 @@ def generation_facts(meta: dict) -> dict:
             "text": kt_string(s["prompt"])}
 
 
-def samples(meta: dict) -> dict[str, str]:
-    """Bundle-relative path -> text of each app sample for this bundle (no iOS file without a model for it)."""
+def write_samples(out: Path, meta: dict) -> None:
+    """android/Pocketformer<Classifier|Generator>.kt and its ios/ .swift twin (none without a model for iOS)."""
     from export.app_samples import android, ios
 
-    if meta.get("task") == GEN:
-        return {"android/PocketformerGenerator.kt": android.generator(meta),
-                "ios/PocketformerGenerator.swift": ios.generator(meta)}
-    files = {"android/PocketformerClassifier.kt": android.classifier(meta)}
-    swift = ios.classifier(meta)
-    return {**files, "ios/PocketformerClassifier.swift": swift} if swift else files
-
-
-def write_samples(out: Path, meta: dict) -> None:
-    for rel, text in samples(meta).items():
-        (out / rel).parent.mkdir(exist_ok=True)
-        (out / rel).write_text(text)
+    gen = meta.get("task") == GEN
+    name = "PocketformerGenerator" if gen else "PocketformerClassifier"
+    for rel, text in ((f"android/{name}.kt", (android.generator if gen else android.classifier)(meta)),
+                      (f"ios/{name}.swift", (ios.generator if gen else ios.classifier)(meta))):
+        if text:
+            (out / rel).parent.mkdir(exist_ok=True)
+            (out / rel).write_text(text)
 
 
 def readme(meta: dict) -> str:
-    from export.app_samples import readme as r
+    from export.app_samples import readmes as r
 
     return r.generation(meta) if meta.get("task") == GEN else r.classification(meta)

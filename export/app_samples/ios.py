@@ -18,7 +18,6 @@ def classifier(meta: dict) -> str:
     special = {k: v["id"] for k, v in norm["special_tokens"].items()}
     labels = ", ".join(json.dumps(label) for label in meta["labels"])
     package = cm["file"].split("/")[-1]
-    cls = package.removesuffix(".mlpackage").replace("-", "_")
     sample = json.dumps(meta["samples"][0]["text"]) if meta.get("samples") else '"what a great day"'
     lengths = cm.get("sequence_lengths") or []
     # export.padding's rule, as verify-bundle applies it: pad_id up to the smallest sequence_lengths entry
