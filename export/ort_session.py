@@ -21,12 +21,16 @@ CPU = ("CPUExecutionProvider",)
 
 def ort_session(model: Path | str | bytes, threads: int = 0, providers: Sequence[str] = CPU, *,
                 inter_threads: int = 0, custom_ops: bool = False, optimize: bool = True, quiet: bool = True,
-                fix: str | None = "re-run the stage that wrote it", name: str | None = None):
+                config: dict[str, str] | None = None, disabled_optimizers: Sequence[str] = (),
+                save_to: Path | None = None, fix: str | None = "re-run the stage that wrote it",
+                name: str | None = None):
     """A session over model (a path or a serialized graph). threads: intra-op threads (0: ORT's default);
     inter_threads 1 pins the inter-op pool (these graphs have no parallel branches); custom_ops registers
     onnxruntime-extensions (the in-graph tokenizer, as an app does); optimize=False keeps the ops as written;
-    quiet hides the CPU provider's expected "some nodes were not assigned" notes. A load failure raises a
-    PipelineError naming `name` (default: the path) and ending with `fix`; fix=None lets ORT's error through."""
+    quiet hides the CPU provider's expected "some nodes were not assigned" notes; config (session config
+    entries), disabled_optimizers and save_to (the optimized graph's file) serve export/ort_format.py.
+    A load failure raises a PipelineError naming `name` (default: the path) and ending with `fix`;
+    fix=None lets ORT's own error through."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -37,16 +41,20 @@ def ort_session(model: Path | str | bytes, threads: int = 0, providers: Sequence
         opts.log_severity_level = 3
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if save_to is not None:
+        opts.optimized_model_filepath = str(save_to)
+    for key, value in (config or {}).items():
+        opts.add_session_config_entry(key, value)
     if custom_ops:
         from onnxruntime_extensions import get_library_path
 
         opts.register_custom_ops_library(get_library_path())
     src = model if isinstance(model, bytes) else str(model)
-    if fix is None:
-        return ort.InferenceSession(src, opts, providers=list(providers))
     try:
-        return ort.InferenceSession(src, opts, providers=list(providers))
+        return ort.InferenceSession(src, opts, providers=list(providers), disabled_optimizers=list(disabled_optimizers))
     except Exception as e:  # onnxruntime raises its own Fail / InvalidGraph / NotImplemented types
+        if fix is None:
+            raise
         raise PipelineError(f"{name or model}: onnxruntime cannot load it ({str(e).splitlines()[0][:300]}); "
                             f"{fix}") from None
 

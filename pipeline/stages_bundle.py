@@ -68,8 +68,8 @@ def stage_bundle(ctx: StageContext) -> dict:
     from export.app_samples import readme, write_samples
     from export.bundle import choose, coreml_row, finish, io_spec, latency_for, normalisation
     from export.checks import ort_runner, predict
-    from export.ort_session import ort_session
     from export.npu_bundle import add_npu_files
+    from export.ort_session import ort_session
     from export.padding import allowed_lengths
     from export.string_model import agreement, build_string_model, predict_strings, token_id_mismatches
     from pipeline.manifest import library_versions
