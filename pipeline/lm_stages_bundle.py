@@ -114,7 +114,7 @@ def stage_lm_bundle(ctx: StageContext) -> dict:
             "tokenizer": "tokenizer.json", "special_ids": ids, "samples_file": "samples.json",
             "samples": samples[:1], "greedy_check": check, "versions": library_versions()}
     app_samples.write_samples(out, meta)
-    meta = finish(out, meta, app_samples.readme, dist)
+    meta = finish(out, meta, app_samples.generation_readme, dist)
     print(f"[bundle] student {variant} decoder: {len(meta['files'])} files -> {dist} "
           f"({len(samples)} greedy samples, check {check['matching_prefix']}/{check['tokens']} tokens)")
     return {"model": "student", "variant": variant, "dist": str(dist), "greedy_check": check,

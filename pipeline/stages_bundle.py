@@ -65,7 +65,7 @@ def stage_bundle(ctx: StageContext) -> dict:
 
     from distill.batching import encode
     from eval.metrics import scores
-    from export.app_samples import readme, write_samples
+    from export.app_samples import classification_readme, write_samples
     from export.bundle import choose, coreml_row, finish, io_spec, latency_for, normalisation
     from export.checks import ort_runner, predict
     from export.npu_bundle import add_npu_files
@@ -186,7 +186,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     write_samples(out, meta)  # no iOS sample without a Core ML package
     from export.client_files import readme_sections
 
-    meta = finish(out, meta, lambda m: readme(m) + readme_sections(m), dist)
+    meta = finish(out, meta, lambda m: classification_readme(m) + readme_sections(m), dist)
     print(f"[bundle] {name} {variant}: {len(meta['files'])} files -> {dist} "
           f"(string-in agreement {check['agreement']:.2%} on {len(texts)} test texts)")
     return {"model": name, "variant": variant, "rule": row["choice"]["rule"], "dist": str(dist),

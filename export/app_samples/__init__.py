@@ -1,11 +1,11 @@
 """Kotlin (ONNX Runtime Android) and Swift samples and the bundle README, for both tasks, generated from the
 bundle's metadata.json: every file name, input / output name, size, label and token id in them is read from
 it, so a sample can never disagree with the model it ships with. Neither sample is compiled here (no Android
-SDK or Xcode on the build machine); tests check that what they name matches the metadata.
+SDK or Xcode on the build machine); tests check that what they name matches the metadata. The READMEs
+of both bundles are here, the samples per platform:
 
     android.py   the classifier (string in, in-graph tokenizer) and the generator (KV-cache greedy loop)
     ios.py       the classifier (Core ML, Swift WordPiece) and the generator (ONNX Runtime Objective-C API)
-    readmes.py   the README of each bundle
 """
 from __future__ import annotations
 
@@ -51,7 +51,122 @@ def write_samples(out: Path, meta: dict) -> None:
             (out / rel).write_text(text)
 
 
-def readme(meta: dict) -> str:
-    from export.app_samples import readmes as r
+def classification_readme(meta: dict) -> str:
+    m, models = meta["model"], meta["models"]
+    acc = meta.get("accuracy") or {}
+    lat = "; ".join(f"{t} {v['p50_ms']:.2f} ms" for t, v in meta.get("latency", {}).items() if "p50_ms" in v)
+    cm = models.get("coreml")
+    check = meta["string_model_check"]
+    files = "\n".join(f"- `{k}`: {v['bytes']:,} bytes" for k, v in meta["files"].items()
+                      if k.startswith("model/") and "/" not in k[len("model/"):])
+    packages = sorted({k.split("/")[1] for k in meta["files"] if k.startswith("model/") and ".mlpackage/" in k})
+    files += "".join(f"\n- `model/{p}` (Core ML package folder)" for p in packages)
+    ios = (f"""## iOS / macOS (Xcode, Core ML)
 
-    return r.generation(meta) if meta.get("task") == GEN else r.classification(meta)
+1. Drag `{cm['file']}` and `tokenizer/vocab.txt` into the Xcode project navigator; tick your app target.
+2. Add `ios/PocketformerClassifier.swift` to the target.
+3. Call `try PocketformerClassifier.demo()` (for example from your view's `onAppear`): it prints the label.
+   `PocketformerClassifier(computeUnits: .cpuAndNeuralEngine)` picks the compute units.
+4. Inputs `{cm['inputs'][0]['name']}`, `{cm['inputs'][1]['name']}` (token ids and mask, [1, n]); output
+   `{cm['outputs'][0]['name']}`. The Swift WordPiece tokenizer follows `text_normalisation` in metadata.json;
+   compare a few texts with the string-in ONNX model (`python -m pipeline verify-bundle` shows its labels).
+""" if cm else "## iOS\n\nNo Core ML package for this model (the export stage makes them for the student and "
+           "LSTM models).\n")
+    return f"""# pocketformer bundle: {m['name']} {m['variant']} (run {meta['run']})
+
+Labels: {', '.join(meta['labels'])}. Test accuracy {acc.get('accuracy', float('nan')):.4f}, macro-F1
+{acc.get('macro_f1', float('nan')):.4f} on {acc.get('texts', '?')} test texts. Latency at {meta.get('headline_length')}
+tokens from the report: {lat or 'not measured'}.
+Why this model: {m['choice']['rule']}.
+
+Files (sha256 of each in metadata.json):
+
+{files}
+
+The `-text.onnx` model takes raw text (input `{models['string_onnx']['inputs'][0]['name']}`, one string) and returns
+`logits` and `probabilities`: the tokenizer runs inside the graph (onnxruntime-extensions), so the app cannot
+tokenize differently from training. On the test split it picks the same label as tokenizer + model on
+{100 * check['agreement']:.2f}% of {check['texts']} texts (its token ids differ from the training
+tokenizer's on {check.get('token_ids_differ', '?')} of them: the extensions op lower-cases and strips accents of
+some non-Latin letters differently).
+
+## Check the bundle on any machine
+
+    pip install onnxruntime onnxruntime-extensions   # in a checkout of pocketformer
+    python -m pipeline verify-bundle {meta.get('dist_path', 'dist/' + meta['run'])}
+
+It checks every file's sha256, runs each model file on the texts of `samples.json` in a fresh process (one
+text per call) and compares its logits with that file's own reference logits stored there, and the labels.
+
+## Android (Android Studio, ONNX Runtime)
+
+1. In `app/build.gradle.kts` add `implementation("com.microsoft.onnxruntime:onnxruntime-android:<version>")` and
+   `implementation("com.microsoft.onnxruntime:onnxruntime-extensions-android:<version>")` (the tokenizer op).
+2. Copy `{models['string_onnx']['file']}` into `app/src/main/assets/` (create the folder: right-click `main` >
+   New > Folder > Assets Folder).
+3. Copy `android/PocketformerClassifier.kt` into `app/src/main/java/com/example/pocketformer/` (change the
+   package line to yours).
+4. Call `PocketformerClassifier.demo(this)` from `onCreate`; the label appears in Logcat under `pocketformer`.
+5. Apps that tokenize themselves can ship `{models['ort']['file']}` (ONNX Runtime Mobile format, smaller runtime):
+   inputs {', '.join(i['name'] for i in models['ort']['inputs'])} (int64, [1, n]), output
+   {', '.join(o['name'] for o in models['ort']['outputs'])}.
+
+{ios}"""
+
+
+def generation_readme(meta: dict) -> str:
+    g, m, s = meta["graph"], meta["model"], meta["samples"][0]
+    files = "\n".join(f"- `{k}`: {v['bytes']:,} bytes" for k, v in meta["files"].items())
+    ppl = f"{m['perplexity']:.2f}" if isinstance(m.get("perplexity"), (int, float)) else "not measured"
+    return f"""# pocketformer generation bundle: student {m['variant']} (run {meta['run']})
+
+A {g['num_hidden_layers']}-layer Llama decoder ({m.get('params') or '?'} parameters, test perplexity {ppl}) with
+its KV cache as graph inputs and outputs, in the Hugging Face layout: onnxruntime-genai and transformers.js
+load this folder as it is. Token ids are the teacher tokenizer's (`tokenizer.json`); ids the student never
+saw in training get the lowest logit, so greedy decoding never picks them.
+
+Greedy sample (`samples.json` holds all of them): {json.dumps(s['prompt'])} ->
+{json.dumps(s['continuation'])}
+
+## Python: onnxruntime-genai
+
+    pip install onnxruntime-genai
+    python - <<'EOF'
+    import onnxruntime_genai as og
+    model = og.Model("{meta.get('dist_path', 'dist/' + meta['run'])}")
+    tok = og.Tokenizer(model)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length={g['context_length']}, do_sample=False)
+    gen = og.Generator(model, params)
+    gen.append_tokens(tok.encode({json.dumps(s['prompt'])}))
+    while not gen.is_done():
+        gen.generate_next_token()
+    print(tok.decode(gen.get_sequence(0)))
+    EOF
+
+## JavaScript: transformers.js
+
+    import {{ pipeline }} from "@huggingface/transformers";
+    const generate = await pipeline("text-generation", "<this folder>", {{ dtype: "{g['transformers_js_dtype']}" }});
+    // local folder: env.localModelPath = "<parent folder>"; env.allowRemoteModels = false
+    const out = await generate({json.dumps(s['prompt'])}, {{ max_new_tokens: {s['max_new_tokens']}, do_sample: false }});
+
+## Check the bundle
+
+    python -m pipeline verify-bundle {meta.get('dist_path', 'dist/' + meta['run'])}
+
+checks every file's sha256, then, in a fresh process, replays each prompt of `samples.json` through
+`{g['file']}` with plain ONNX Runtime (and with onnxruntime-genai when it is installed) and requires the
+stored greedy tokens back.
+
+## Android (ONNX Runtime) and iOS (ONNX Runtime Objective-C API)
+
+`android/PocketformerGenerator.kt` and `ios/PocketformerGenerator.swift` run the same greedy loop with the KV
+cache (inputs {', '.join(f"`{i['name']}`" for i in g['inputs'][:3])} and `past_key_values.N.key/value`;
+outputs `logits` and `present.N.key/value`); their `demo()` replays the first sample and reports whether the
+stored tokens came back. They take token ids: tokenize with `tokenizer.json`.
+
+## Files (sha256 of each in metadata.json)
+
+{files}
+"""

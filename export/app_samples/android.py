@@ -1,7 +1,6 @@
-"""Kotlin samples over ONNX Runtime's Android (Java) API: the classifier takes raw text (the tokenizer runs in
-the graph, an onnxruntime-extensions op); the generator runs the KV-cache greedy loop verify-bundle runs in
-Python (prompt once with an empty past, then one token a step with present.N.* fed back as
-past_key_values.N.*, argmax of the last position, stop at eos) and its demo replays the first stored sample."""
+"""Kotlin samples over ONNX Runtime's Android API. Generator: the KV-cache greedy loop verify-bundle runs
+(prompt once with an empty past, then one token a step with present.N.* fed back as past_key_values.N.*,
+argmax of the last position, stop at eos); its demo replays the first stored sample."""
 from __future__ import annotations
 
 from export.app_samples import generation_facts, header, kt_string, ort_version

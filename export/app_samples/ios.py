@@ -1,6 +1,5 @@
-"""Swift samples: the classifier over Core ML (with a Swift WordPiece tokenizer that follows metadata.json's
-text_normalisation), the generator over ONNX Runtime's Objective-C API (the same KV-cache greedy loop as the
-Kotlin one)."""
+"""Swift samples: the classifier over Core ML (a Swift WordPiece tokenizer per metadata.json's
+text_normalisation), the generator over ONNX Runtime's Objective-C API (the Kotlin sample's greedy loop)."""
 from __future__ import annotations
 
 import json
