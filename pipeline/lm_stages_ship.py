@@ -118,7 +118,7 @@ def stage_lm_export(ctx: StageContext) -> dict:
     check_optimizers(e.ort_disabled_optimizers)  # before the models load, so a typo fails at once
     qdir = upstream(ctx, "quantize")
     onnx_rows = json.loads((qdir / "onnx_rows.json").read_text())
-    rows, packages = [], []
+    rows, coreml = [], []
     loaded = {}
     for r in onnx_rows:
         name, variant = r["model"], r["variant"]
@@ -139,12 +139,12 @@ def stage_lm_export(ctx: StageContext) -> dict:
     ok, why = can_predict()
     for name in e.coreml_models:
         if name not in ("student", "lstm"):
-            packages.append({"model": name, "status": "skipped", "reason": "Core ML is built for student and lstm"})
+            coreml.append({"model": name, "status": "skipped", "reason": "Core ML is built for student and lstm"})
             continue
         lm, tok = loaded.get(name) or load_lm(upstream(ctx, LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
-        packages += _coreml_model(ctx, lm, tok, e, ok, why)
-    (ctx.out / "exports.json").write_text(json.dumps({"ort": rows, "coreml": packages}, indent=2))
-    return {"ort": rows, "coreml": packages}
+        coreml += _coreml_model(ctx, lm, tok, e, ok, why)
+    (ctx.out / "exports.json").write_text(json.dumps({"ort": rows, "coreml": coreml}, indent=2))
+    return {"ort": rows, "coreml": coreml}
 
 
 def _coreml_model(ctx, lm, tok, e, can_predict: bool, why: str) -> list[dict]:
