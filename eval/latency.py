@@ -118,13 +118,9 @@ class PeakRSS:
 
 def ort_session(path, threads: int, providers: Sequence[str]):
     """An ORT session with intra-op threads pinned (inter-op 1: these graphs have no parallel branches)."""
-    import onnxruntime as ort
+    from export.ort_session import ort_session as session
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=list(providers))
+    return session(path, threads, providers, inter_threads=1, fix=None)
 
 
 def ort_runner(session) -> Callable[[np.ndarray, np.ndarray], Callable[[], object]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 from export.hashing import sha256_file
 from pipeline.errors import PipelineError
@@ -145,4 +146,17 @@ def file_hashes(folder: Path, skip: tuple[str, ...] = (METADATA,)) -> dict[str, 
 def write_metadata(folder: Path, meta: dict) -> dict:
     meta = {**meta, "schema_version": SCHEMA_VERSION, "files": file_hashes(folder)}
     (folder / METADATA).write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+def finish(folder: Path, meta: dict, readme: Callable[[dict], str], dist: Path) -> dict:
+    """The tail every bundle (app, generation, web) shares: metadata.json with every file's sha256, the README
+    written from it (so it can list the files), metadata again so the README is hashed too, then the
+    all-or-nothing published copy at dist. Returns the final metadata."""
+    from pipeline.publish import publish
+
+    meta = write_metadata(folder, meta)
+    (folder / "README.md").write_text(readme(meta))
+    meta = write_metadata(folder, meta)
+    publish(folder, dist)
     return meta

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -46,19 +45,6 @@ def check_inputs(tokenizer, texts: Sequence[str], max_length: int, batch_size: i
     desc = (f"{len(ids)} test texts, {min(lengths)}-{max(lengths)} tokens: {len(singles)} alone (batch 1), "
             f"{len(batches) - len(singles)} batches of up to {batch_size} ({n_padded} with padding)")
     return CheckInputs(batches, desc)
-
-
-def ort_session(path: Path, threads: int = 0):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.log_severity_level = 3  # the CPU provider's "some nodes were not assigned" notes are expected
-    try:
-        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/NotImplemented types
-        raise PipelineError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0][:300]}); "
-                            f"re-run the stage that wrote it") from None
 
 
 def ort_runner(session) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
@@ -132,3 +118,14 @@ def predict(fn, tokenizer, texts: Sequence[str], max_length: int, batch_size: in
         for j, i in enumerate(b):
             out[i] = logits[j]
     return np.stack(out)  # (N, C)
+
+
+def check_greedy(torch_tokens: list[int], ort_tokens: list[int], name: str, must_match: bool) -> dict:
+    """Compare two greedy decodes (generation); an fp32 export that diverges fails the stage."""
+    same = next((i for i, (a, b) in enumerate(zip(torch_tokens, ort_tokens)) if a != b), len(torch_tokens))
+    result = {"tokens": len(torch_tokens), "matching_prefix": same, "match": same == len(torch_tokens)}
+    if must_match and not result["match"]:
+        raise PipelineError(f"{name}: the ONNX greedy decode diverges from PyTorch at token {same + 1} of "
+                            f"{len(torch_tokens)} (PyTorch {torch_tokens[same]}, ONNX {ort_tokens[same]}); the export "
+                            f"is wrong - try another quantize.opset")
+    return result

@@ -1,4 +1,6 @@
-"""PyTorch classifier -> Core ML .mlpackage (mlprogram): fp16, int8 weights, 4-bit palettized weights.
+"""PyTorch classifier -> Core ML .mlpackage (mlprogram): fp16, int8 weights, 4-bit palettized weights. The
+targets, weight compression, saving and prediction check here serve the generation models too
+(export/coreml_stateful.py converts those).
 
 Path: torch.jit.trace -> coremltools.convert. torch.export does not convert the LSTM (NOTES), so one path
 serves all models. Batch is fixed at 1 (an app classifies one text at a time); the sequence length is
@@ -6,6 +8,7 @@ flexible (see sequence_shapes for why enumerated shapes where the target allows 
 """
 from __future__ import annotations
 
+import platform
 import re
 from pathlib import Path
 
@@ -203,6 +206,21 @@ def package_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def save(ml, path: Path, metadata: dict[str, object]) -> int:
+    """Write ml with metadata (values as strings) to path; returns the package's size in bytes."""
+    for k, v in metadata.items():
+        ml.user_defined_metadata[k] = str(v)
+    ml.save(str(path))
+    return package_size(path)
+
+
+def can_predict() -> tuple[bool, str]:
+    """(True, "") on macOS; elsewhere Core ML cannot run a package, and the reason says so."""
+    if platform.system() == "Darwin":
+        return True, ""
+    return False, f"Core ML prediction needs macOS (this is {platform.system()})"
+
+
 def spec_summary(path: Path) -> dict:
     """Inputs, outputs, metadata and weight-compression ops read back from the saved package."""
     import coremltools as ct
@@ -251,11 +269,9 @@ def predict_check(path: Path, ref_fn, tokenizer, texts, max_length: int, lengths
                   what: str) -> dict:
     """On macOS: argmax agreement of Core ML predictions (one text at a time, padded up to the next allowed
     length) with the PyTorch model. Elsewhere Core ML cannot run, and the check says so."""
-    import platform
-
-    if platform.system() != "Darwin":
-        return {"kind": "argmax_agreement", "skipped": True,
-                "reason": f"Core ML prediction needs macOS (this is {platform.system()})"}
+    ok, why = can_predict()
+    if not ok:
+        return {"kind": "argmax_agreement", "skipped": True, "reason": why}
     import coremltools as ct
 
     from distill.batching import encode

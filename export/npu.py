@@ -213,7 +213,7 @@ class NpuRunner:
     length that holds it (texts longer than the longest are cut to it, [SEP] kept by the tokenizer)."""
 
     def __init__(self, files: dict[int, Path], variant: NpuVariant, lookup: Path | None, threads: int = 1):
-        from export.checks import ort_session
+        from export.ort_session import ort_session
 
         self.variant = variant
         self.sessions = {n: ort_session(p, threads) for n, p in sorted(files.items())}

@@ -16,7 +16,7 @@ from pathlib import Path
 def add_npu_files(run_dir: Path, quantize_dir: Path, model: str, out: Path) -> dict | None:
     """Copy model's NPU files into out/npu/ and return their metadata entry (None: the model has none)."""
     from export.bundle import io_spec
-    from export.checks import ort_session
+    from export.ort_session import ort_session
 
     path = quantize_dir / "npu.json"
     rows = [r for r in json.loads(path.read_text()) if r["model"] == model] if path.is_file() else []

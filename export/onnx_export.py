@@ -1,4 +1,6 @@
-"""PyTorch classifier -> fp32 ONNX graph (legacy TorchScript exporter, dynamic batch and sequence axes).
+"""PyTorch models -> fp32 ONNX graphs (legacy TorchScript exporter, dynamic batch and sequence axes):
+classifiers (input_ids, attention_mask -> logits), and for generation decoders with their KV cache (optimum)
+and the LSTM LM with its state.
 
 The legacy exporter (dynamo=False) is used on purpose: ORT's transformer optimizer fuses Attention /
 SkipLayerNormalization / Gelu only on its graphs, and its native LSTM op is what quantize_dynamic turns
@@ -81,3 +83,37 @@ def _op_name(message: str) -> str:
 
 def _first_line(e: Exception) -> str:
     return str(e).strip().split("\n")[0][:300]
+
+
+# Generation graphs. Decoders carry their KV cache as inputs / outputs (optimum's text-generation-with-past
+# names: past_key_values.{i}.key/value -> present.{i}.key/value); the LSTM LM its state (h0, c0 -> h, c).
+# Llama's export needs opset >= 18 in optimum-onnx (lower opsets warn and can mis-export the attention mask).
+MIN_DECODER_OPSET = 18
+
+
+def export_decoder(model_folder: Path, out_dir: Path, opset: int) -> Path:
+    """model_folder (an HF causal LM folder) -> out_dir/model.onnx with KV cache inputs and outputs."""
+    from optimum.exporters.onnx import main_export
+
+    try:
+        main_export(str(model_folder), output=str(out_dir), task="text-generation-with-past",
+                    opset=max(opset, MIN_DECODER_OPSET), do_validation=False, device="cpu")
+    except Exception as e:  # optimum raises many types; the message names the op or config at fault
+        raise PipelineError(f"ONNX export of the decoder in {model_folder} failed ({type(e).__name__}: {e}); "
+                            f"try a higher quantize.opset") from None
+    for extra in out_dir.iterdir():  # optimum copies the tokenizer and config next to the graph
+        if extra.name != "model.onnx" and not extra.name.startswith("model.onnx"):
+            extra.unlink()
+    return out_dir / "model.onnx"
+
+
+def export_lstm_lm(model: nn.Module, path: Path, opset: int) -> Path:
+    """LSTM LM -> ONNX with dynamic batch and sequence; the state passes through as inputs/outputs."""
+    model = model.eval()  # the legacy exporter keeps the module's mode: dropout must be off
+    x = torch.zeros((1, 4), dtype=torch.int64)
+    h, c = model.zero_state(1)
+    torch.onnx.export(model, (x, h, c), str(path), dynamo=False, opset_version=opset,
+                      input_names=["input_ids", "h0", "c0"], output_names=["logits", "h", "c"],
+                      dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}, "h0": {1: "batch"}, "c0": {1: "batch"},
+                                    "logits": {0: "batch", 1: "sequence"}, "h": {1: "batch"}, "c": {1: "batch"}})
+    return path

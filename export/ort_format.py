@@ -44,17 +44,14 @@ def optimize_graph(src: Path, out: Path, target_platform: str, disabled: list[st
     """Load src in ONNX Runtime with the converter's Fixed-style settings, leaving out the `disabled`
     optimizers, and save the optimized graph to out (save_format "ONNX" writes the same graph as ONNX,
     for inspection and tests)."""
-    import onnxruntime as ort
+    from export.ort_session import ort_session
 
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.optimized_model_filepath = str(out)
-    so.add_session_config_entry("session.save_model_format", save_format)
-    # ARM CPUs have int8 x int8 kernels for QDQ nodes; on x86 ORT keeps the u8 path
-    so.add_session_config_entry("session.qdqisint8allowed", "1" if target_platform == "arm" else "0")
     # NCHWc blocking is x86-only and would tie an ARM file to the converting machine's CPU
     off = list(dict.fromkeys([*disabled, *(["NchwcTransformer"] if target_platform != "amd64" else [])]))
-    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"], disabled_optimizers=off)
+    # ORT_ENABLE_ALL (the default level); ARM CPUs have int8 x int8 kernels for QDQ nodes, x86 keeps the u8 path
+    ort_session(src, quiet=False, disabled_optimizers=off, fix=None, save_to=out,
+                config={"session.save_model_format": save_format,
+                        "session.qdqisint8allowed": "1" if target_platform == "arm" else "0"})
 
 
 def convert_to_ort(jobs: list[tuple[str, Path, Path]], target_platform: str,

@@ -88,18 +88,6 @@ def build_string_model(model_path: Path, tokenizer, max_length: int, out: Path) 
     return out
 
 
-def string_session(path: Path, threads: int = 1):
-    """An onnxruntime session with the extensions' custom ops registered (what an app does too)."""
-    import onnxruntime as ort
-    from onnxruntime_extensions import get_library_path
-
-    opts = ort.SessionOptions()
-    opts.register_custom_ops_library(get_library_path())
-    opts.intra_op_num_threads = threads
-    opts.log_severity_level = 3
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-
-
 def tokenizer_graph(string_model):
     """The text cleaning + tokenizer front of a string-in model (onnx ModelProto) as its own model, with the
     tokenizer's outputs (input_ids, token_type_ids, attention_mask, offset_mapping) as graph outputs."""
@@ -121,13 +109,11 @@ def tokenizer_graph(string_model):
 def token_id_mismatches(string_path: Path, tokenizer, texts: list[str], max_length: int) -> int:
     """Texts whose in-graph token ids differ from the HF tokenizer's (the label check can hide these)."""
     import onnx
-    import onnxruntime as ort
-    from onnxruntime_extensions import get_library_path
 
-    opts = ort.SessionOptions()
-    opts.register_custom_ops_library(get_library_path())
+    from export.ort_session import ort_session
+
     front = tokenizer_graph(onnx.load(str(string_path)))
-    sess = ort.InferenceSession(front.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = ort_session(front.SerializeToString(), custom_ops=True, quiet=False, fix=None)
     want = tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
     got = [sess.run([front.graph.output[0].name], {TEXT_INPUT: np.array([t], dtype=object)})[0].tolist()
            for t in texts]

@@ -313,7 +313,7 @@ class BundleSection:
     # "auto" = the fastest mobile-cpu student .ort within accuracy_window of the best student accuracy;
     # otherwise a model name (teacher, student, lstm, lstm_distilled) and a variant (int8-dynamic, ...).
     # Generation runs ship the student decoder only (model "auto" or "student"); variant "auto" = its
-    # int8-dynamic graph when built, else fp32 (checked when the bundle stage starts: lm_stages_bundle.py)
+    # int8-dynamic graph when built, else fp32 (checked when the config loads)
     model: str = "auto"
     variant: str = "auto"
     # auto choice: accuracy points (fraction) a faster variant may give up against the best one

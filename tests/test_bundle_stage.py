@@ -96,8 +96,9 @@ def test_bundle_contents_and_choice(built):
 def test_string_model_matches_tokenizer_pair_on_raw_text(built, tmp_path):
     from transformers import AutoTokenizer
 
-    from export.checks import ort_runner, ort_session, predict
-    from export.string_model import build_string_model, predict_strings, string_session, token_id_mismatches
+    from export.checks import ort_runner, predict
+    from export.ort_session import ort_session
+    from export.string_model import build_string_model, predict_strings, token_id_mismatches
 
     _, cfg = built
     bundle = cfg.run_dir / "bundle"
@@ -111,12 +112,13 @@ def test_string_model_matches_tokenizer_pair_on_raw_text(built, tmp_path):
         src = cfg.run_dir / "quantize" / "student" / f"{variant}.onnx"
         pair = predict(ort_runner(ort_session(src)), tok, texts, 32, 1)  # (5, 3), one text per call
         string = build_string_model(src, tok, 32, tmp_path / f"{variant}-text.onnx")
-        got = predict_strings(string_session(string), texts)  # (5, 3)
+        got = predict_strings(ort_session(string, 1, custom_ops=True), texts)  # (5, 3)
         np.testing.assert_allclose(got, pair, atol=1e-5, err_msg=variant)  # incl. truncation past max_length
 
 
 def test_samples_take_names_from_metadata(built):
-    from export.app_samples import kotlin, swift
+    from export.app_samples.android import classifier as kotlin
+    from export.app_samples.ios import classifier as swift
 
     _, cfg = built
     meta, bundle = _meta(cfg), cfg.run_dir / "bundle"

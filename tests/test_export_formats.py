@@ -23,8 +23,9 @@ def job(model, out, variant="", sources=None, **e):
 
 
 def test_exporter_ort(models, inputs, tmp_path):
-    from export.checks import ort_runner, ort_session
+    from export.checks import ort_runner
     from export.ort_format import convert_to_ort
+    from export.ort_session import ort_session
     from export.registry import get_exporter
 
     m = models["bert"]
@@ -57,9 +58,10 @@ def test_ort_conversion_failure_names_model_and_file(models, tmp_path):
 
 
 def test_ort_conversion_leaves_out_the_disabled_fusions(models, inputs, tmp_path):
-    from export.checks import ort_runner, ort_session
+    from export.checks import ort_runner
     from export.optimize import op_counts
     from export.ort_format import convert_to_ort, optimize_graph
+    from export.ort_session import ort_session
     from export.registry import get_exporter
 
     m = models["bert"]

@@ -57,7 +57,8 @@ def run_exporter(key: str, model, out, sources=None, variant="", calibration=(),
 
 
 def compare(path, model, inputs):
-    from export.checks import ort_runner, ort_session, torch_runner
+    from export.checks import ort_runner, torch_runner
+    from export.ort_session import ort_session
 
     return logits(ort_runner(ort_session(path)), inputs), logits(torch_runner(model.model), inputs)
 

@@ -201,14 +201,14 @@ def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir):
 
 def test_prompt_longer_than_exported_cache_is_refused(tmp_path, corpus, tiny_llama_dir):
     from eval.metrics import greedy
-    from export.lm_onnx import OrtLM
+    from export.ort_session import OrtLM
 
     cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, distill__epochs=0.2, baseline__epochs=0.2,
                                    lm__teacher_windows=8), "tiny-gen")
     run(cfg, ["distill"])
     lm, _ = load_lm(cfg.run_dir / "distill" / "student", "student")
     onnx = tmp_path / "student.onnx"
-    from export.lm_onnx import export_decoder
+    from export.onnx_export import export_decoder
 
     export_decoder(cfg.run_dir / "distill" / "student", tmp_path / "onnx", 18)
     runner = OrtLM(tmp_path / "onnx" / "model.onnx", 1, max_positions=64)

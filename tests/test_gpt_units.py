@@ -102,7 +102,7 @@ def test_topk_kl_is_zero_on_the_teacher_distribution_and_positive_elsewhere():
 def test_stateful_kv_module_matches_transformers_step_by_step():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from export.lm_coreml import StatefulLlama, causal_mask
+    from export.coreml_stateful import StatefulLlama, causal_mask
 
     torch.manual_seed(0)
     hf = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -38,7 +38,8 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def _session(cfg, meta: dict, variant: str):
-    from export.checks import ort_runner, ort_session
+    from export.checks import ort_runner
+    from export.ort_session import ort_session
 
     return ort_runner(ort_session(cfg.run_dir / "quantize" / meta["model"]["name"] / f"{variant}.onnx"))
 

@@ -39,7 +39,7 @@ def built(tmp_path_factory):
 
 def _reference(cfg, prompt_ids: list[int], n: int) -> list[int]:
     """The pipeline's greedy tokens, recomputed here: its ONNX Runtime loop over the quantize-stage graph."""
-    from export.lm_bundle import cut_at_eos
+    from export.hf_layout import cut_at_eos
     from pipeline.tasks.generation.common import load_lm, ort_lm
 
     lm, tok = load_lm(cfg.run_dir / "distill" / "student", "student")
@@ -71,7 +71,7 @@ def test_bundle_layout_and_samples(built):
 def test_mapped_graph_keeps_student_logits_and_masks_unseen_ids(built):
     import onnxruntime as ort
 
-    from export.lm_bundle import DROPPED_LOGIT
+    from export.hf_layout import DROPPED_LOGIT
 
     cfg, dist, _ = built
     vmap = json.loads((cfg.run_dir / "distill" / "student" / "vocab_map.json").read_text())

@@ -132,7 +132,8 @@ def test_exported_graphs_take_tokenizer_ids_and_run_512_tokens(compact_student, 
     int8 file quantizes the embedding table (not the int16 row table), and a 512-token input runs."""
     import onnx
 
-    from export.checks import check_inputs, ort_runner, ort_session, torch_runner
+    from export.checks import check_inputs, ort_runner, torch_runner
+    from export.ort_session import ort_session
 
     fp32, opt, q8 = tmp_path / "fp32.onnx", tmp_path / "opt.onnx", tmp_path / "q8.onnx"
     _run("onnx", compact_student, fp32)
@@ -171,7 +172,8 @@ def test_exported_graphs_take_tokenizer_ids_and_run_512_tokens(compact_student, 
 
 
 def test_int8_static_keeps_the_row_table_exact(compact_student, tmp_path):
-    from export.checks import check_inputs, ort_runner, ort_session, torch_runner
+    from export.checks import check_inputs, ort_runner, torch_runner
+    from export.ort_session import ort_session
 
     fp32, qdq = tmp_path / "fp32.onnx", tmp_path / "qdq.onnx"
     _run("onnx", compact_student, fp32)
@@ -212,7 +214,8 @@ def test_int8_dynamic_with_a_4bit_embedding_table(compact_student, tok, tmp_path
     from distill.embeddings import compact_embeddings
     from distill.models import load_model, save_model
     from distill.vocab import training_vocab
-    from export.checks import check_inputs, ort_runner, ort_session, torch_runner
+    from export.checks import check_inputs, ort_runner, torch_runner
+    from export.ort_session import ort_session
     from export.registry import ExportJob, get_exporter
 
     bert = _bert()

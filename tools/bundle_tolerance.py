@@ -48,7 +48,7 @@ def measure(run_dir: Path, n_texts: int) -> list[str]:
 
     from distill.batching import encode
     from export.bundle import io_spec
-    from export.checks import ort_session
+    from export.ort_session import ort_session
     from pipeline.data import read_split
     from pipeline.tasks.classification.replay import ort_logits
 
@@ -84,14 +84,10 @@ def measure(run_dir: Path, n_texts: int) -> list[str]:
 
 
 def _unoptimized(path: Path, spec: dict, samples: list[dict]) -> np.ndarray:
-    import onnxruntime as ort
-
+    from export.ort_session import ort_session
     from pipeline.tasks.classification.replay import _token_feed
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    sess = ort_session(path, 1, optimize=False, quiet=False, fix=None)
     return np.array([sess.run(["logits"], _token_feed(spec, s["token_ids"]))[0][0] for s in samples])  # (N, C)
 
 

@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> None:
     from distill.embeddings import find_compact
     from distill.models import count_params, load_model, predict_logits
     from eval.metrics import scores
-    from export.checks import ort_runner, ort_session, predict
+    from export.checks import ort_runner, predict
+    from export.ort_session import ort_session
     from pipeline.config import load_config
     from pipeline.data import read_labels, read_split
     from pipeline.errors import PipelineError

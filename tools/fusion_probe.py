@@ -56,16 +56,14 @@ def alternate(calls: dict[str, object], rounds: int, plan: L.Plan) -> dict[str, 
 
 def kernel_times(hidden: int, length: int, threads: int, rounds: int, plan: L.Plan) -> dict[str, float]:
     """p50 ms of the fused and unfused layer norm on [1, length, hidden], graph optimizations off."""
-    import onnxruntime as ort
+    from export.ort_session import ort_session
 
     rng = np.random.default_rng(0)
     feed = {k: rng.random((1, length, hidden), dtype=np.float32) for k in ("x", "r")}
     calls = {}
     for name, fused in ((KERNEL_FUSED, True), (KERNEL_UNFUSED, False)):
-        so = ort.SessionOptions()
-        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep the ops as written
-        sess = ort.InferenceSession(_layer_norm_model(hidden, fused), so, providers=["CPUExecutionProvider"])
+        sess = ort_session(_layer_norm_model(hidden, fused), threads, inter_threads=1, optimize=False,  # as written
+                           quiet=False, fix=None)
         calls[name] = (lambda s: lambda: s.run(None, feed))(sess)
     return alternate(calls, rounds, plan)
 

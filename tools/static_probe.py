@@ -25,8 +25,9 @@ DEFAULT_SETTINGS = ['{"static_float": []}', "{}"]  # everything quantized (the e
 
 def probe(cfg, model: str, n_texts: int, settings: list[dict], work: Path, log=print) -> list[dict]:
     """One row per setting: agreement with the fp32 ONNX file and accuracy on the first n_texts test texts."""
-    from export.checks import ort_runner, ort_session, predict
+    from export.checks import ort_runner, predict
     from export.onnx_export import export_onnx
+    from export.ort_session import ort_session
     from export.quantize import TextCalibration, quantize_int8_static
     from export.registry import load_source
     from pipeline.data import read_labels, read_split

@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
-from pipeline.publish import publish, published_differs
+from pipeline.publish import published_differs
 from pipeline.task import StageContext
 
 
@@ -61,13 +61,13 @@ def stage_bundle(ctx: StageContext) -> dict:
 
     from distill.batching import encode
     from eval.metrics import scores
-    from export.app_samples import kotlin, readme, swift
-    from export.bundle import (choose, coreml_row, io_spec, latency_for, normalisation, write_metadata)
-    from export.checks import ort_runner, ort_session, predict
+    from export.app_samples import classification_readme, write_samples
+    from export.bundle import choose, coreml_row, finish, io_spec, latency_for, normalisation
+    from export.checks import ort_runner, predict
     from export.npu_bundle import add_npu_files
+    from export.ort_session import ort_session
     from export.padding import allowed_lengths
-    from export.string_model import (agreement, build_string_model, predict_strings, string_session,
-                                     token_id_mismatches)
+    from export.string_model import agreement, build_string_model, predict_strings, token_id_mismatches
     from pipeline.manifest import library_versions
     from pipeline.tasks.classification.replay import run_models
 
@@ -111,7 +111,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     # batch 1, as an app calls it: dynamic int8 quantizes activations per call, so a padded batch would give
     # slightly different logits than the string-in model (one text per call) for the same text
     pair = predict(ort_runner(pair_session), tokenizer, texts, max_length, 1)  # (N, C)
-    text_session = string_session(string_path, max(cfg.run.threads, 1))
+    text_session = ort_session(string_path, max(cfg.run.threads, 1), custom_ops=True, fix=None)  # as an app does
     check = {**agreement(predict_strings(text_session, texts), pair), "minimum": b.min_agreement,
              "split": "test", "token_ids_differ": token_id_mismatches(string_path, tokenizer, texts, max_length)}
     if check["agreement"] < b.min_agreement:
@@ -179,17 +179,10 @@ def stage_bundle(ctx: StageContext) -> dict:
                                  ort_rel=f"model/{stem}.ort", qrows=qrows, results=results, labels=labels,
                                  max_length=max_length, tokenizer_dir=tok_src, test_texts=len(texts),
                                  versions=meta["versions"]))
-    (out / "android").mkdir()
-    (out / "android" / "PocketformerClassifier.kt").write_text(kotlin(meta))
-    if cm:
-        (out / "ios").mkdir()
-        (out / "ios" / "PocketformerClassifier.swift").write_text(swift(meta))
-    meta = write_metadata(out, meta)  # hashes every file written so far
+    write_samples(out, meta)  # no iOS sample without a Core ML package
     from export.client_files import readme_sections
 
-    (out / "README.md").write_text(readme(meta) + readme_sections(meta))
-    meta = write_metadata(out, meta)  # and the README
-    publish(out, dist)
+    meta = finish(out, meta, lambda m: classification_readme(m) + readme_sections(m), dist)
     print(f"[bundle] {name} {variant}: {len(meta['files'])} files -> {dist} "
           f"(string-in agreement {check['agreement']:.2%} on {len(texts)} test texts)")
     return {"model": name, "variant": variant, "rule": row["choice"]["rule"], "dist": str(dist),

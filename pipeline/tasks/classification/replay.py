@@ -1,7 +1,7 @@
 """Run a bundle's model files on its sample texts, one text per call, as an app does.
 
 One code path for both ends: the bundle stage stores what this returns as each file's reference logits, and
-verify-bundle runs it again (in a fresh process, `python -m pipeline.verify_run` reading a plan on stdin) and
+verify-bundle runs it again (in a fresh process, `python -m pipeline.tasks.classification.replay` reading a plan on stdin) and
 compares. Imports numpy, onnxruntime and onnxruntime-extensions only (coremltools on macOS), so a machine
 with just those installed can check a bundle.
 
@@ -47,20 +47,10 @@ def _token_feed(spec: dict, ids: list[int]) -> dict:
 def ort_logits(path: Path, spec: dict, samples: list[dict], threads: int = 1) -> list[list[float]]:
     """Logits (N, C) of one ONNX / .ort file, one sample per call, one thread by default (references and
     checks both use it, so the core count never enters the comparison)."""
-    import onnxruntime as ort
+    from export.ort_session import ort_session
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.log_severity_level = 3
-    if takes_text(spec):
-        from onnxruntime_extensions import get_library_path  # the in-graph tokenizer op
-
-        opts.register_custom_ops_library(get_library_path())
-    try:
-        sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    except Exception as e:  # onnxruntime raises its own Fail / InvalidGraph types
-        raise PipelineError(f"{spec['file']}: onnxruntime cannot load it ({str(e).splitlines()[0][:300]}); "
-                            f"restore the file or rebuild the bundle with `make bundle`") from None
+    sess = ort_session(path, threads, custom_ops=takes_text(spec), name=spec["file"],  # the in-graph tokenizer op
+                       fix="restore the file or rebuild the bundle with `make bundle`")
     out = output_name(spec)
     rows = []
     for s in samples:

@@ -62,8 +62,9 @@ def stage_quantize(ctx: StageContext) -> dict:
     from distill.models import count_params
     from eval.metrics import scores
     from eval.table import markdown
-    from export.checks import (argmax_check, check_inputs, failed_rows, max_abs_diff_check, ort_runner, ort_session,
-                               predict, torch_runner)
+    from export.checks import (argmax_check, check_inputs, failed_rows, max_abs_diff_check, ort_runner, predict,
+                               torch_runner)
+    from export.ort_session import ort_session
     from export.registry import ONNX_VARIANTS, ExportJob, for_variant
 
     cfg, q = ctx.cfg, ctx.cfg.quantize
@@ -191,8 +192,9 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
     from transformers import AutoTokenizer
 
     from eval.metrics import scores
-    from export.checks import argmax_check, check_inputs, max_abs_diff_check, ort_runner, ort_session, predict
+    from export.checks import argmax_check, check_inputs, max_abs_diff_check, ort_runner, predict
     from export.ort_format import convert_to_ort
+    from export.ort_session import ort_session
     from export.registry import for_variant
 
     cfg, e = ctx.cfg, ctx.cfg.export

@@ -35,9 +35,9 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     from eval.browser import is_browser, unavailable_reason
     from eval.targets import get_target
     from export import web_bundle as W
-    from export.bundle import choose, io_spec, latency_for, normalisation, write_metadata
-    from export.checks import ort_runner, ort_session, predict
-    from pipeline.publish import publish
+    from export.bundle import choose, finish, io_spec, latency_for, normalisation, write_metadata
+    from export.checks import ort_runner, predict
+    from export.ort_session import ort_session
 
     cfg, b = ctx.cfg, ctx.cfg.bundle
     if not is_browser(get_target(b.web_target)):
@@ -118,9 +118,7 @@ def stage_web_bundle(ctx: StageContext) -> dict:
                                 f"samples as ONNX Runtime does (page errors: {page['page_errors'][:2]}); the page "
                                 f"or onnxruntime-web {W.ort_web_version()} disagrees with the {fmt} file")
         meta["page_check"] = page
-    (out / "README.md").write_text(W.readme(meta))
-    meta = write_metadata(out, meta)
-    publish(out, dist)
+    meta = finish(out, meta, W.readme, dist)
     page = meta["page_check"]
     print(f"[web-bundle] {name} {variant} .{fmt} (chosen on {b.web_target}): {len(meta['files'])} files -> {dist}; "
           f"tokenizer ids agree on {tok_check['agreement']:.2%} of {len(texts)} test texts; page check: "

@@ -1,7 +1,7 @@
 """Stage wiring for bundle when run.task = "generation": the student decoder (KV cache, int8 by default)
 over the teacher tokenizer's ids, the tokenizer, genai_config.json / config.json / generation_config.json,
 greedy samples, Kotlin / Swift samples and a README, in the layout onnxruntime-genai and transformers.js
-load (export/lm_bundle.py); written to runs/<run>/bundle/ and published to <bundle.dist_dir>/<run>/."""
+load (export/hf_layout.py); written to runs/<run>/bundle/ and published to <bundle.dist_dir>/<run>/."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.publish import publish, published_differs
+from pipeline.publish import published_differs
 from pipeline.tasks.generation import LM_FOLDERS
 from pipeline.tasks.generation.common import check_prompt, load_lm, ort_lm
 from pipeline.tasks.common import threads
@@ -58,9 +58,11 @@ def reference_continuations(runner, lm, prompts: list[list[int]], n: int) -> lis
 def stage_bundle(ctx: StageContext) -> dict:
     """The generation app bundle: the student decoder over teacher ids, tokenizer, runtime configs, greedy
     samples that verify-bundle replays, Kotlin / Swift samples; published to <bundle.dist_dir>/<run>/."""
-    from export import lm_app_samples, lm_bundle
-    from export.bundle import io_spec, write_metadata
-    from export.lm_onnx import OrtLM, check_greedy
+    from export import app_samples
+    from export import hf_layout as H
+    from export.bundle import finish, io_spec
+    from export.checks import check_greedy
+    from export.ort_session import OrtLM
     from pipeline.manifest import library_versions
 
     cfg, b, lmc = ctx.cfg, ctx.cfg.bundle, ctx.cfg.lm
@@ -71,9 +73,9 @@ def stage_bundle(ctx: StageContext) -> dict:
     qdir = ctx.upstream("quantize")
     row = choose_variant(json.loads((qdir / "onnx_rows.json").read_text()), b.model, b.variant, cfg.source)
     variant = row["variant"]
-    if variant not in lm_bundle.GRAPH_FILES:
+    if variant not in H.GRAPH_FILES:
         raise PipelineError(f"the student's {variant} graph has no place in the bundle layout (shipped: "
-                            f"{', '.join(lm_bundle.GRAPH_FILES)})")
+                            f"{', '.join(H.GRAPH_FILES)})")
     folder = ctx.upstream(LM_FOLDERS["student"][0]) / LM_FOLDERS["student"][1]
     lm, tok = load_lm(folder, "student")
     context = lm.max_positions or lm.model.config.max_position_embeddings
@@ -84,15 +86,15 @@ def stage_bundle(ctx: StageContext) -> dict:
                             f"tokenizer); onnxruntime-genai and transformers.js need one")
     for extra in ("vocab_map.json", "pocketformer.json"):  # save_pretrained never writes these; stale copies
         (out / extra).unlink(missing_ok=True)
-    graph_rel = lm_bundle.GRAPH_FILES[variant]
-    graph = lm_bundle.map_vocab(qdir / row["path"], out / graph_rel, lm.vmap)
+    graph_rel = H.GRAPH_FILES[variant]
+    graph = H.map_vocab(qdir / row["path"], out / graph_rel, lm.vmap)
 
-    ids = lm_bundle.special_ids(tok, lm.model.config)
+    ids = H.special_ids(tok, lm.model.config)
     vocab = lm.vmap.teacher_vocab if lm.vmap is not None else lm.model.config.vocab_size
-    shape = lm_bundle.decoder_shape(lm.model.config)
-    lm_bundle.write_json(out / "genai_config.json", lm_bundle.genai_config(graph_rel, shape, ids, vocab, context))
-    lm_bundle.write_json(out / "config.json", lm_bundle.hf_config(lm.model.config, vocab, ids, context))
-    lm_bundle.write_json(out / "generation_config.json", lm_bundle.generation_config(ids, context))
+    shape = H.decoder_shape(lm.model.config)
+    _write_json(out / "genai_config.json", H.genai_config(graph_rel, shape, ids, vocab, context))
+    _write_json(out / "config.json", H.hf_config(lm.model.config, vocab, ids, context))
+    _write_json(out / "generation_config.json", H.generation_config(ids, context))
 
     # the shipped graph must decode like the pipeline's graph, token for token, before anything is published
     source_runner = ort_lm(qdir / row["path"], lm)
@@ -104,7 +106,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     conts = reference_continuations(source_runner, lm, prompts, lmc.sample_tokens)
     samples = []
     for text, p, c in zip(lmc.prompts, prompts, conts):
-        c = lm_bundle.cut_at_eos(c, ids["eos_token_id"])
+        c = H.cut_at_eos(c, ids["eos_token_id"])
         samples.append({"prompt": text, "prompt_ids": p, "max_new_tokens": lmc.sample_tokens,
                         "continuation_ids": c, "continuation": tok.decode(c, skip_special_tokens=True)})
     (out / "samples.json").write_text(json.dumps(samples, indent=2))
@@ -113,22 +115,20 @@ def stage_bundle(ctx: StageContext) -> dict:
     meta = {"run": cfg.run.name, "task": "generation", "dist_path": str(dist),
             "model": {"name": "student", "variant": variant, "params": row.get("params"),
                       "perplexity": row.get("perplexity"), "choice": f"bundle.variant = {b.variant}"},
-            "graph": {"file": graph_rel, "transformers_js_dtype": lm_bundle.JS_DTYPE[variant], **shape,
+            "graph": {"file": graph_rel, "transformers_js_dtype": H.JS_DTYPE[variant], **shape,
                       "vocab_size": vocab, "context_length": context,
                       "vocabulary": "teacher ids in and out; ids the student never saw in training get the "
                                     "lowest float logit (never picked)",
                       **io_spec(shipped.session)},
             "tokenizer": "tokenizer.json", "special_ids": ids, "samples_file": "samples.json",
             "samples": samples[:1], "greedy_check": check, "versions": library_versions()}
-    (out / "android").mkdir()
-    (out / "android" / "PocketformerGenerator.kt").write_text(lm_app_samples.kotlin(meta))
-    (out / "ios").mkdir()
-    (out / "ios" / "PocketformerGenerator.swift").write_text(lm_app_samples.swift(meta))
-    meta = write_metadata(out, meta)  # hashes every file written so far
-    (out / "README.md").write_text(lm_app_samples.readme(meta))
-    meta = write_metadata(out, meta)  # and the README
-    publish(out, dist)
+    app_samples.write_samples(out, meta)
+    meta = finish(out, meta, app_samples.generation_readme, dist)
     print(f"[bundle] student {variant} decoder: {len(meta['files'])} files -> {dist} "
           f"({len(samples)} greedy samples, check {check['matching_prefix']}/{check['tokens']} tokens)")
     return {"model": "student", "variant": variant, "dist": str(dist), "greedy_check": check,
             "files": len(meta["files"])}
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    path.write_text(json.dumps(obj, indent=2))

@@ -59,7 +59,7 @@ def check_prompt(ctx: StageContext, tok) -> list[int]:
 
 def ort_lm(path: Path, lm, threads: int = 0):
     """An OrtLM for a graph exported from lm (same vocabulary, same position limit)."""
-    from export.lm_onnx import OrtLM
+    from export.ort_session import OrtLM
 
     cut = lm.vmap.other_id if lm.vmap is not None and lm.vmap.has_other else None
     return OrtLM(path, threads, lm.max_positions, cut)

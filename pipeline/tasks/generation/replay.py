@@ -64,11 +64,12 @@ def ort_greedy(bundle: Path, prompt: list[int], n: int, eos: int) -> list[int]:
     """Greedy decode with the KV cache through plain onnxruntime, every name and size from genai_config.json
     (what an app porting the loop reads); stops after eos."""
     import numpy as np
-    import onnxruntime as ort
+
+    from export.ort_session import ort_session
 
     cfg = json.loads((bundle / "genai_config.json").read_text())["model"]["decoder"]
     names, outs = cfg["inputs"], cfg["outputs"]
-    sess = ort.InferenceSession(str(bundle / cfg["filename"]), providers=["CPUExecutionProvider"])
+    sess = ort_session(bundle / cfg["filename"], quiet=False, fix=None)
     layers = range(cfg["num_hidden_layers"])
     empty = np.zeros((1, cfg["num_key_value_heads"], 0, cfg["head_size"]), np.float32)
     past = {names[k] % i: empty for i in layers for k in ("past_key_names", "past_value_names")}

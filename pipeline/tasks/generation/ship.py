@@ -37,7 +37,8 @@ def stage_quantize(ctx: StageContext) -> dict:
     fp32 graph must reproduce the PyTorch greedy decode token for token. Writes quantize/<model>/<variant>/
     model.onnx and onnx_rows.json (perplexity of the student and LSTM graphs on the test windows)."""
     from eval.metrics import greedy
-    from export.lm_onnx import check_greedy, export_decoder, export_lstm, quantize_int8
+    from export.checks import check_greedy
+    from export.onnx_export import export_decoder, export_lstm_lm
 
     cfg, q = ctx.cfg, ctx.cfg.quantize
     threads(cfg)
@@ -59,7 +60,7 @@ def stage_quantize(ctx: StageContext) -> dict:
         fp32 = ctx.out / name / "fp32" / "model.onnx"
         fp32.parent.mkdir(parents=True)
         if lm.kind == "lstm":
-            export_lstm(lm.model, fp32, q.opset)
+            export_lstm_lm(lm.model, fp32, q.opset)
         else:
             export_decoder(folder, fp32.parent, q.opset)
         variants = [v for v in q.variants if v in LM_VARIANTS]
@@ -68,7 +69,7 @@ def stage_quantize(ctx: StageContext) -> dict:
                          "lm.quantize_teacher = true to build its int8 graph)"} for v in variants if v != "fp32"]
             variants = [v for v in variants if v == "fp32"]
         for variant in variants:
-            path = fp32 if variant == "fp32" else quantize_int8(fp32, _mkdir(ctx.out / name / variant) / "model.onnx")
+            path = variant_graph(variant, fp32, ctx.out / name / variant, name, q)
             runner = ort_lm(path, lm)
             got = runner.generate(lm.to_model_ids(torch.tensor(prompt)).tolist(), cfg.lm.check_tokens)
             got = got if lm.vmap is None else lm.vmap.to_teacher(got).tolist()
@@ -86,9 +87,16 @@ def stage_quantize(ctx: StageContext) -> dict:
     return {"rows": rows, "skipped": skipped, "opset": q.opset}
 
 
-def _mkdir(p: Path) -> Path:
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+def variant_graph(variant: str, fp32: Path, folder: Path, model_name: str, q) -> Path:
+    """The graph of one LM_VARIANTS variant: fp32 as exported, int8-dynamic through the quantizer every task
+    uses (export/quantize.py), honouring quantize.per_channel."""
+    if variant == "fp32":
+        return fp32
+    from export.quantize import quantize_int8_dynamic
+
+    folder.mkdir(parents=True, exist_ok=True)
+    quantize_int8_dynamic(fp32, folder / "model.onnx", model_name, q.per_channel)
+    return folder / "model.onnx"
 
 
 def _onnx_size(path: Path) -> int:
@@ -99,9 +107,8 @@ def stage_export(ctx: StageContext) -> dict:
     """.ort files for the student and LSTM graphs (checked: same greedy tokens as their .onnx) and Core ML
     packages (student: stateful KV cache for iOS18, else fixed window; LSTM with explicit state).
     Writes export/<model>/<variant>/model.ort, export/coreml/<model>-<variant>.mlpackage, exports.json."""
-    from eval.metrics import greedy
-    from export import lm_coreml
-    from export.lm_onnx import check_greedy
+    from export.checks import check_greedy
+    from export.coreml import can_predict
 
     cfg, e = ctx.cfg, ctx.cfg.export
     threads(cfg)
@@ -128,36 +135,39 @@ def stage_export(ctx: StageContext) -> dict:
                      "path": str(ort_path.relative_to(ctx.out)), "size_bytes": ort_path.stat().st_size,
                      "perplexity": r.get("perplexity"),
                      "check_vs_onnx": check_greedy(want, got, f"{name} {variant} .ort", must_match=True)})
-    ok, why = lm_coreml.can_predict()
+    ok, why = can_predict()
     for name in e.coreml_models:
         if name not in ("student", "lstm"):
             coreml.append({"model": name, "status": "skipped", "reason": "Core ML is built for student and lstm"})
             continue
         lm, tok = loaded.get(name) or load_lm(ctx.upstream(LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
-        coreml += _coreml_model(ctx, lm, tok, e, lm_coreml, greedy, ok, why)
+        coreml += _coreml_model(ctx, lm, tok, e, ok, why)
     (ctx.out / "exports.json").write_text(json.dumps({"ort": rows, "coreml": coreml}, indent=2))
     return {"ort": rows, "coreml": coreml}
 
 
-def _coreml_model(ctx, lm, tok, e, lm_coreml, greedy, can_predict: bool, why: str) -> list[dict]:
+def _coreml_model(ctx, lm, tok, e, can_predict: bool, why: str) -> list[dict]:
+    from eval.lm_eval import greedy
+    from export import coreml, coreml_stateful
+    from export.checks import check_greedy
+
     cfg = ctx.cfg
     prompt_t = check_prompt(ctx, tok)
     cut = lm.vmap.other_id if lm.vmap is not None and lm.vmap.has_other else None
     try:
         if lm.kind == "lstm":
-            ml, how = lm_coreml.convert_lstm(lm.model, cfg.lm.max_cache, e.coreml_target)
+            ml, how = coreml_stateful.convert_lstm_lm(lm.model, cfg.lm.max_cache, e.coreml_target)
             check = {"converted_module": "the LSTM LM itself"}
         else:
-            ml, how = lm_coreml.convert_student(lm.model, cfg.lm.max_cache, cfg.lm.context_length, e.coreml_target)
+            ml, how = coreml_stateful.convert_student(lm.model, cfg.lm.max_cache, cfg.lm.context_length,
+                                                      e.coreml_target)
             check = {}
-            if e.coreml_target in lm_coreml.STATEFUL_TARGETS:
+            if coreml_stateful.stateful(e.coreml_target):
                 # the stateful module is our re-implementation of the cache: it must decode like transformers
                 ref = lm.to_model_ids(torch.tensor(greedy(lm, prompt_t, cfg.lm.check_tokens))).tolist()
-                mod = lm_coreml.StatefulLlama(lm.model, cfg.lm.max_cache)
-                got = lm_coreml.stateful_greedy(mod, lm.to_model_ids(torch.tensor(prompt_t)).tolist(),
-                                                cfg.lm.check_tokens, cut)
-                from export.lm_onnx import check_greedy
-
+                mod = coreml_stateful.StatefulLlama(lm.model, cfg.lm.max_cache)
+                got = coreml_stateful.stateful_greedy(mod, lm.to_model_ids(torch.tensor(prompt_t)).tolist(),
+                                                      cfg.lm.check_tokens, cut)
                 check = check_greedy(ref, got, f"{lm.name} Core ML stateful module", must_match=True)
     except PipelineError:
         raise
@@ -168,7 +178,7 @@ def _coreml_model(ctx, lm, tok, e, lm_coreml, greedy, can_predict: bool, why: st
     for variant in e.coreml_variants:
         path = ctx.out / "coreml" / f"{lm.name}-{variant}.mlpackage"
         path.parent.mkdir(parents=True, exist_ok=True)
-        size = lm_coreml.save(lm_coreml.compress(ml, variant), path, {
+        size = coreml.save(coreml.compress(ml, variant, e.coreml_min_weight_elements), path, {
             "model": lm.name, "variant": variant, "design": how, "tokenizer": "teacher tokenizer + vocab_map.json",
             "max_positions": cfg.lm.max_cache})
         out.append({"model": lm.name, "variant": variant, "format": "coreml", "design": how, "size_bytes": size,

@@ -1,4 +1,4 @@
-"""Core ML for the generation models.
+"""Core ML conversion of the generation models, which carry state from one call to the next.
 
 Student: a stateful KV-cache model (iOS 18 states, coremltools >= 8): the key/value caches are Core ML
 states the model updates in place, inputs are input_ids (1, T) and causal_mask (1, 1, T, past + T), so one
@@ -6,22 +6,22 @@ model serves the prompt and every decode step, like Apple's Llama/Mistral conver
 targets before iOS 18 have no states: the student is then a fixed-window model (input_ids (1, W) -> logits,
 the whole window recomputed per token). LSTM LM: input_ids (1, T) plus h0/c0 in, logits/h/c out.
 
-The PyTorch module converted here is checked against the transformers model (same greedy tokens) before
-conversion; Core ML prediction itself only runs on macOS, so on Linux that check is recorded as skipped.
+Targets, weight compression and saving are export/coreml.py's, shared with the classifiers. The stage
+checks the stateful module against transformers (same greedy tokens); Core ML predicts only on macOS.
 """
 from __future__ import annotations
-
-import platform
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from pipeline.errors import PipelineError
+from export.coreml import MASK_FILL, deployment_target
 
-STATEFUL_TARGETS = ("iOS18",)
-KNOWN_TARGETS = ("iOS16", "iOS17", "iOS18")
-MASK_MIN = -1e4  # finite: float32 min becomes -inf in fp16 and -inf - -inf gives NaN
+
+def stateful(target_name: str) -> bool:
+    """Whether the deployment target has Core ML states (iOS18 / macOS15 and later)."""
+    import coremltools as ct
+
+    return deployment_target(target_name, "student") >= ct.target.iOS18
 
 
 class StatefulLlama(nn.Module):
@@ -78,7 +78,7 @@ def causal_mask(T: int, end: int) -> torch.Tensor:
     """(1, 1, T, end): query t (at position end - T + t) sees keys up to its own position."""
     q = torch.arange(end - T, end).unsqueeze(1)  # (T, 1)
     k = torch.arange(end).unsqueeze(0)  # (1, end)
-    return torch.where(k <= q, 0.0, MASK_MIN).view(1, 1, T, end)
+    return torch.where(k <= q, 0.0, MASK_FILL).view(1, 1, T, end)
 
 
 @torch.no_grad()
@@ -106,19 +106,12 @@ class WindowLM(nn.Module):
         return self.hf(input_ids=input_ids, use_cache=False).logits
 
 
-def _target(name: str):
+def convert_student(hf, max_len: int, window: int, target_name: str):
+    """(mlmodel, how): stateful KV cache from iOS 18, else a fixed window of `window` tokens."""
     import coremltools as ct
 
-    if name not in KNOWN_TARGETS:
-        raise PipelineError(f"export.coreml_target = '{name}' is not one of {', '.join(KNOWN_TARGETS)}")
-    return getattr(ct.target, name)
-
-
-def convert_student(hf, max_len: int, window: int, target: str):
-    """(mlmodel, how): stateful KV cache for iOS 18, else a fixed window of `window` tokens."""
-    import coremltools as ct
-
-    if target in STATEFUL_TARGETS:
+    target = deployment_target(target_name, "student")
+    if stateful(target_name):
         module = StatefulLlama(hf, max_len).eval()
         ex = (torch.zeros((1, 2), dtype=torch.int64), causal_mask(2, 2))
         traced = torch.jit.trace(module, ex)
@@ -130,16 +123,15 @@ def convert_student(hf, max_len: int, window: int, target: str):
                         outputs=[ct.TensorType("logits")],
                         states=[ct.StateType(ct.TensorType(shape=shape), name="k_cache"),
                                 ct.StateType(ct.TensorType(shape=shape), name="v_cache")],
-                        minimum_deployment_target=_target(target), convert_to="mlprogram")
-        return ml, f"stateful KV cache (iOS18 states), up to {max_len} positions"
+                        minimum_deployment_target=target, convert_to="mlprogram")
+        return ml, f"stateful KV cache ({target_name} states), up to {max_len} positions"
     traced = torch.jit.trace(WindowLM(hf), (torch.zeros((1, window), dtype=torch.int64),))
     ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, window), dtype=int)],
-                    outputs=[ct.TensorType("logits")], minimum_deployment_target=_target(target),
-                    convert_to="mlprogram")
-    return ml, f"fixed window of {window} tokens, no cache ({target} has no Core ML states)"
+                    outputs=[ct.TensorType("logits")], minimum_deployment_target=target, convert_to="mlprogram")
+    return ml, f"fixed window of {window} tokens, no cache ({target_name} has no Core ML states)"
 
 
-def convert_lstm(model, max_len: int, target: str):
+def convert_lstm_lm(model, max_len: int, target_name: str):
     """LSTM LM: only torch.jit.trace converts an LSTM (torch.export fails)."""
     import coremltools as ct
 
@@ -149,33 +141,5 @@ def convert_lstm(model, max_len: int, target: str):
     ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, ct.RangeDim(1, max_len, default=1)), dtype=int),
                                     ct.TensorType("h0", shape=tuple(h.shape)), ct.TensorType("c0", shape=tuple(c.shape))],
                     outputs=[ct.TensorType("logits"), ct.TensorType("h"), ct.TensorType("c")],
-                    minimum_deployment_target=_target(target), convert_to="mlprogram")
+                    minimum_deployment_target=deployment_target(target_name, "lstm"), convert_to="mlprogram")
     return ml, f"LSTM with explicit state, 1..{max_len} tokens per call"
-
-
-def compress(ml, variant: str):
-    """fp16 (the converter's default precision), int8 weights, or 4-bit palettized weights."""
-    import coremltools.optimize.coreml as cto
-
-    if variant == "fp16":
-        return ml
-    if variant == "int8":
-        return cto.linear_quantize_weights(ml, cto.OptimizationConfig(
-            global_config=cto.OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8")))
-    if variant == "palettized-4bit":
-        return cto.palettize_weights(ml, cto.OptimizationConfig(
-            global_config=cto.OpPalettizerConfig(mode="kmeans", nbits=4)))
-    raise PipelineError(f"export.coreml_variants has '{variant}'; known: fp16, int8, palettized-4bit")
-
-
-def can_predict() -> tuple[bool, str]:
-    if platform.system() == "Darwin":
-        return True, ""
-    return False, f"Core ML prediction runs only on macOS (this is {platform.system()})"
-
-
-def save(ml, path: Path, metadata: dict[str, str]) -> int:
-    for k, v in metadata.items():
-        ml.user_defined_metadata[k] = str(v)
-    ml.save(str(path))
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
