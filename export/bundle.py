@@ -153,7 +153,7 @@ def finish(folder: Path, meta: dict, readme: Callable[[dict], str], dist: Path) 
     """The tail every bundle (app, generation, web) shares: metadata.json with every file's sha256, the README
     written from it (so it can list the files), metadata again so the README is hashed too, then the
     all-or-nothing published copy at dist. Returns the final metadata."""
-    from pipeline.publish import publish
+    from export.publish import publish
 
     meta = write_metadata(folder, meta)
     (folder / "README.md").write_text(readme(meta))

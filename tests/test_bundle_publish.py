@@ -60,7 +60,7 @@ def test_missing_or_changed_published_copy_reruns_the_stage(built):
 
 
 def test_publish_removes_dead_copies_and_keeps_live_ones(tmp_path):
-    from pipeline.publish import publish, stale_temps
+    from export.publish import publish, stale_temps
 
     src = tmp_path / "src"
     src.mkdir()

@@ -204,7 +204,7 @@ def test_missing_variant_names_the_stage(built):
 
 
 def test_publish_never_leaves_a_half_bundle(tmp_path, monkeypatch):
-    from pipeline.publish import publish
+    from export.publish import publish
 
     src = tmp_path / "src"
     (src / "model").mkdir(parents=True)

@@ -3,7 +3,7 @@
 argmax of the last position, stop at eos); its demo replays the first stored sample."""
 from __future__ import annotations
 
-from export.app_samples import generation_facts, header, kt_string, ort_version
+from export.app_samples.common import generation_facts, header, kt_string, ort_version
 
 
 def classifier(meta: dict) -> str:

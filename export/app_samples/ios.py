@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from export.app_samples import generation_facts, header
+from export.app_samples.common import generation_facts, header
 
 
 def classifier(meta: dict) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
-from pipeline.publish import published_differs
+from export.publish import published_differs
 from pipeline.task import StageContext
 
 

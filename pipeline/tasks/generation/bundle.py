@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.publish import published_differs
+from export.publish import published_differs
 from pipeline.tasks.generation import LM_FOLDERS
 from pipeline.tasks.generation.common import check_prompt, load_lm, ort_lm
 from pipeline.tasks.common import threads

@@ -9,7 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
-from pipeline.manifest import sha256_file
+from export.hashing import sha256_file
 
 METADATA = "metadata.json"
 
