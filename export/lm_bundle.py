@@ -11,7 +11,7 @@ Layout (runs/<run>/bundle/ and its published copy dist/<run>/), the Hugging Face
     samples.json                prompts with their token ids and the pipeline's greedy continuations
     metadata.json, README.md, android/*.kt, ios/*.swift
 
-The student sees a restricted vocabulary (distill/lm_student.VocabMap: the teacher ids seen in training,
+The student sees a restricted vocabulary (distill/vocab.VocabMap: the teacher ids seen in training,
 plus one "other" id). A runtime that tokenizes with the teacher's tokenizer.json needs teacher ids in and
 teacher-vocabulary logits out, so the graph gets a Gather in front (teacher id -> student id, unseen ids ->
 "other") and one behind (student logits -> teacher vocabulary, the ids the student never saw, "other"

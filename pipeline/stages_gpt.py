@@ -21,7 +21,7 @@ from pipeline.stage import StageContext, register
 from pipeline.stages import train_options
 
 @register("data", sections=("data",), task=GEN)
-def stage_lm_data(ctx: StageContext) -> dict:
+def stage_gen_data(ctx: StageContext) -> dict:
     """Load plain-text documents, strip markup, split by document; writes train/validation/test.jsonl."""
     from pipeline.lm_data import build_lm_splits
 
@@ -34,10 +34,10 @@ def stage_lm_data(ctx: StageContext) -> dict:
 
 
 @register("teacher", deps=("data",), sections=("teacher",), task=GEN)
-def stage_lm_teacher(ctx: StageContext) -> dict:
+def stage_gen_teacher(ctx: StageContext) -> dict:
     """Load the causal teacher (packaged GGUF, folder or hub id) once; writes teacher/model (safetensors)."""
-    from distill.lm_student import count_lm_params
-    from distill.lm_teacher import load_causal_teacher, save_causal
+    from distill.models import count_params
+    from distill.teacher import load_causal_teacher, save_causal
 
     cfg = ctx.cfg
     threads(cfg)
@@ -48,15 +48,15 @@ def stage_lm_teacher(ctx: StageContext) -> dict:
     save_causal(ctx.out / "model", model, tok, {"source": cfg.teacher.model})
     return {"source": cfg.teacher.model, "model_type": model.config.model_type,
             "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
-            "vocab": model.config.vocab_size, **count_lm_params(model)}
+            "vocab": model.config.vocab_size, **count_params(model)}
 
 
 @register("logits", deps=("data", "teacher"), sections=("augment",), task=GEN)
-def stage_lm_logits(ctx: StageContext) -> dict:
+def stage_gen_logits(ctx: StageContext) -> dict:
     """Tokenize the training split, pick lm.teacher_windows windows and cache the teacher's top-k logits
     on them; writes windows.npy (N, T+1), topk_ids.npy / topk_logits.npy (N, T, k), vocab_map.json."""
-    from distill.lm_student import VocabMap
-    from distill.lm_teacher import eos_id, load_causal_folder
+    from distill.teacher import eos_id, load_causal_folder
+    from distill.vocab import VocabMap
     from distill.precision import resolve_precision
     from pipeline.lm_data import split_windows, windows
     from tqdm.auto import tqdm
@@ -114,20 +114,22 @@ def _model_meta(folder: Path, kind: str, cfg: Config) -> None:
 
 
 @register("distill", deps=("data", "teacher", "logits"), sections=("student", "distill", "train"), task=GEN)
-def stage_lm_distill(ctx: StageContext) -> dict:
+def stage_gen_distill(ctx: StageContext) -> dict:
     """Build the small decoder student over the restricted vocabulary and distil it from the cached
     top-k; writes distill/student (HF folder + vocab_map.json)."""
-    from distill.lm_distill import distill_lm
-    from distill.lm_student import VocabMap, build_lm_student, count_lm_params
-    from distill.lm_teacher import load_causal_folder
+    from distill.distiller import distill_lm
+    from distill.models import count_params
+    from distill.student import build_student
+    from distill.teacher import load_causal_folder
     from distill.train import seed_everything
+    from distill.vocab import VocabMap
 
     cfg = ctx.cfg
     threads(cfg)
     seed_everything(cfg.run.seed)
     teacher, tok = load_causal_folder(ctx.input("teacher") / "model")
     vmap = VocabMap.load(ctx.input("logits"))
-    student = build_lm_student(cfg.student, teacher, vmap, max(cfg.lm.max_cache, cfg.lm.context_length))
+    student = build_student(cfg.student, teacher, vmap, max(cfg.lm.max_cache, cfg.lm.context_length), task=GEN)
     win, ids, vals = _student_targets(ctx.input("logits"), vmap)
     summary = distill_lm(student, win, ids, vals, cfg.distill, cfg.run.seed, train_options(ctx))
     folder = ctx.out / "student"
@@ -135,17 +137,17 @@ def stage_lm_distill(ctx: StageContext) -> dict:
     tok.save_pretrained(folder)
     vmap.save(folder)
     _model_meta(folder, "hf-causal", cfg)
-    return {**summary, **count_lm_params(student), "vocab": vmap.size, "init": cfg.student.init,
-            "teacher_params": count_lm_params(teacher)["params"]}
+    return {**summary, **count_params(student), "vocab": vmap.size, "init": cfg.student.init,
+            "teacher_params": count_params(teacher)["params"]}
 
 
 @register("baseline", deps=("data", "teacher", "logits"), sections=("baseline", "distill", "train"), task=GEN)
-def stage_lm_baseline(ctx: StageContext) -> dict:
+def stage_gen_baseline(ctx: StageContext) -> dict:
     """Train the LSTM language model on the same windows and vocabulary; writes baseline/lstm."""
-    from distill.lm_distill import train_lstm_lm
-    from distill.lm_lstm import build_lstm_lm
-    from distill.lm_student import VocabMap, count_lm_params
+    from distill.baseline import build_lstm_lm, train_lstm_lm
+    from distill.models import count_params
     from distill.train import seed_everything
+    from distill.vocab import VocabMap
     from transformers import AutoTokenizer
 
     cfg = ctx.cfg
@@ -160,14 +162,14 @@ def stage_lm_baseline(ctx: StageContext) -> dict:
     AutoTokenizer.from_pretrained(ctx.input("teacher") / "model").save_pretrained(folder)
     vmap.save(folder)
     _model_meta(folder, "lstm", cfg)
-    return {"lstm": summary, **count_lm_params(model)}
+    return {"lstm": summary, **count_params(model)}
 
 
 @register("eval", deps=("data", "teacher", "distill", "baseline"), sections=(), task=GEN)
-def stage_lm_eval(ctx: StageContext) -> dict:
+def stage_gen_eval(ctx: StageContext) -> dict:
     """Perplexity on the held-out test documents for teacher, student and LSTM (same windows, teacher
     tokens) and greedy continuations of lm.prompts; writes perplexity.json/.md and samples.md."""
-    from distill.lm_student import count_lm_params
+    from distill.models import count_params
     from eval.lm_eval import greedy, perplexity, samples_markdown
     from eval.table import markdown
 
@@ -180,7 +182,7 @@ def stage_lm_eval(ctx: StageContext) -> dict:
         if tok is None:
             tok, win = t, held_out_windows(ctx, t)
         ppl = perplexity(lm, win, cfg.lm.eval_batch_size)
-        rows.append({"model": name, "variant": "fp32", "format": "pytorch", **ppl, **count_lm_params(lm.model),
+        rows.append({"model": name, "variant": "fp32", "format": "pytorch", **ppl, **count_params(lm.model),
                      "size_bytes": checkpoint_size(folder)})
         prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in cfg.lm.prompts]
         cont[name] = [greedy(lm, p, cfg.lm.sample_tokens) for p in prompts]
