@@ -34,7 +34,7 @@ def check_layer_map(layer_map: list[int], student_layers: int, teacher_layers: i
 
 
 def build_bert(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map: list[int],
-               attn_eager: bool) -> HFLogits:
+               attn_eager: bool = False) -> HFLogits:
     from transformers import BertConfig, BertForSequenceClassification
 
     tcfg = teacher.hf.config
@@ -108,7 +108,8 @@ def _copy_bert_layers(student, teacher: HFLogits, layer_map: list[int]) -> None:
         student.bert.encoder.layer[i].load_state_dict(t.bert.encoder.layer[tl - 1].state_dict())
 
 
-def build_npu(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map: list[int], attn_eager: bool):
+def build_npu(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map: list[int],
+              attn_eager: bool = False):
     """The NPU-friendly student (distill/npu_student.py), initialised like the BERT student: word embeddings
     from the teacher's by PCA ('teacher-pca') or random. Its attention maps are always available."""
     from distill.npu_student import NpuStudent, NpuStudentConfig
