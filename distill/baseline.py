@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from distill.batching import encode, epoch_stream, pad, param_device, steps_for, window_batches
-from distill.losses import distill_loss
+from distill.losses import distill_loss, next_token_ce
 from distill.lstm import LSTMLM, LSTMLMConfig, RNNClassifier, RNNConfig
 from distill.train import TrainOptions, fit, summarize, tail_mean
 from pipeline.config import BaselineSection
@@ -62,7 +62,7 @@ def train_lstm_lm(model: LSTMLM, windows: np.ndarray, b: BaselineSection, seed: 
         x = x_all[np.asarray(idx)]  # (B, T + 1)
         h, c = model.zero_state(len(idx))
         logits, _, _ = m(x[:, :-1], h, c)  # (B, T, V)
-        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
+        return next_token_ce(logits, x)
 
     losses = fit(model, batches, step, total_steps=total, lr=b.lr, weight_decay=0.0, warmup_fraction=0.05,
                  desc="lstm language model", lr_hint="baseline.lr", opts=opts)["losses"]

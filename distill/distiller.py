@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from distill.batching import encode, epoch_stream, pad, param_device, steps_for, window_batches
-from distill.losses import attention_mse, distill_loss, hidden_mse, soft_kl_topk
+from distill.losses import attention_mse, distill_loss, hidden_mse, next_token_ce, soft_kl_topk
 from distill.models import HFLogits
 from distill.train import TrainOptions, fit, summarize, tail_mean
 from pipeline.config import DistillSection
@@ -115,7 +114,7 @@ def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_l
         b = np.asarray(b)
         x = x_all[b]  # (B, T + 1)
         logits = model(input_ids=x[:, :-1]).logits  # (B, T, V)
-        hard = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), x[:, 1:].reshape(-1))
+        hard = next_token_ce(logits, x)
         parts["hard"].append(hard.item())
         scored = b < n_teacher  # rows with a cached teacher distribution
         if alpha <= 0 or not scored.any():

@@ -26,6 +26,11 @@ def soft_kl_topk(logits: torch.Tensor, topk_ids: torch.Tensor, topk_logits: torc
     return (logp.exp() * (logp - logq)).sum(-1).mean() * (t * t)
 
 
+def next_token_ce(logits: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:
+    """Causal LM cross-entropy: logits (B, T, V) for windows (B, T + 1) of ids, scored on windows[:, 1:]."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), windows[:, 1:].reshape(-1))
+
+
 LOGIT_LOSSES = {"kl": soft_kl, "mse": logit_mse}
 
 

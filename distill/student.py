@@ -204,7 +204,6 @@ class ArchNames:
 
 
 CLASSIFICATION_STUDENTS = ArchNames("classification")
-GENERATION_STUDENTS = ArchNames("generation")
 
 
 def student_arch(arch: str, task: str) -> StudentArch:

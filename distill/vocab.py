@@ -1,18 +1,14 @@
-"""Vocabulary restriction, one map for both tasks: student row i <-> teacher id teacher_ids[i], plus one
-"other" row that stands for every teacher token not kept.
+"""Vocabulary restriction for both tasks: student row i <-> teacher id teacher_ids[i], plus one "other" row
+for every teacher token not kept. Why: the teacher's table is most of a small student (30,522 x 128 is 3.9M
+of a 4 x 128 classifier's 4.7M parameters; SmolLM2's 49,152 rows would be 12.6M of a 256-wide decoder)
+while the corpus uses a fraction of it (~11k tweet ids, ~17.7k Shakespeare ids).
 
-Why restrict: in a 4 x 128 classification student the teacher's 30,522-row WordPiece table is 3.9M of
-its 4.7M parameters, though a tweet corpus uses ~11k ids; SmolLM2's 49,152 x 576 embedding is 28M
-parameters, and a 256-wide decoder student over the full vocabulary would spend 12.6M of its parameters
-(and its whole output layer's time) on tokens Shakespeare never uses (~17.7k distinct ids).
-
-- Classification (`training_vocab`): the ids the training texts use (the most frequent ones when there
-  are more than the cap) plus the special tokens. The models keep taking the tokenizer's own ids: the
-  teacher id -> row table lives inside the model (distill/embeddings.py), so the exported graphs, the
-  string-in model, the app samples and verify-bundle all feed unmodified tokenizer output.
-- Generation (`VocabMap.build`): every id of the training stream, in teacher-id order; the student
-  speaks its own ids. Perplexity spreads "other"'s probability evenly over the tokens it stands for, so
-  every model is scored on the same full-vocabulary events.
+- Classification (`training_vocab`): the most frequent training ids up to a cap, plus the special tokens.
+  The teacher id -> row table lives inside the model (distill/embeddings.py), so every exported graph
+  and client feeds unmodified tokenizer ids.
+- Generation (`VocabMap.build`): every id of the training stream; the student speaks its own ids, and
+  perplexity spreads "other"'s probability evenly over the tokens it stands for, so every model is
+  scored on the same full-vocabulary events.
 """
 from __future__ import annotations
 
