@@ -1,15 +1,17 @@
-"""RNN baselines on the same tokens: one trained on gold labels alone, one distilled from the teacher
-(Tang et al. 2019: MSE to the teacher's logits over the training and augmented texts)."""
+"""RNN baselines on the same tokens. Classification: one trained on gold labels alone, one distilled
+from the teacher (Tang et al. 2019: MSE to the teacher's logits over the training and augmented texts).
+Generation: an LSTM language model trained on the student's windows and vocabulary."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from distill.batching import encode, epoch_stream, pad, param_device, steps_for
-from distill.losses import distill_loss
-from distill.lstm import RNNClassifier, RNNConfig
-from distill.train import TrainOptions, fit, summarize
+from distill.batching import encode, epoch_stream, pad, param_device, steps_for, window_batches
+from distill.losses import distill_loss, next_token_ce
+from distill.lstm import LSTMLM, LSTMLMConfig, RNNClassifier, RNNConfig
+from distill.train import TrainOptions, fit, summarize, tail_mean
 from pipeline.config import BaselineSection
+from pipeline.errors import PipelineError
 
 
 def build_rnn(b: BaselineSection, vocab_size: int, num_labels: int, pad_id: int) -> RNNClassifier:
@@ -41,3 +43,27 @@ def train_rnn(model: RNNClassifier, tok, texts: list[str], labels: list[int], b:
     result = fit(model, epoch_stream(len(ids), lengths, b.batch_size, b.epochs, seed), step, total_steps=steps,
                  lr=b.lr, weight_decay=0.0, warmup_fraction=0.05, desc=desc, lr_hint="baseline.lr", opts=opts)
     return {"texts": len(texts), **summarize(result, steps), "truncated_texts": truncated}
+
+
+def build_lstm_lm(b: BaselineSection, vocab_size: int) -> LSTMLM:
+    if b.cell != "lstm":
+        raise PipelineError(f"baseline.cell = '{b.cell}': the generation baseline is an LSTM language model; "
+                            f"set baseline.cell = \"lstm\"")
+    return LSTMLM(LSTMLMConfig(vocab_size, b.embed_dim, b.hidden, b.layers, b.dropout))
+
+
+def train_lstm_lm(model: LSTMLM, windows: np.ndarray, b: BaselineSection, seed: int,
+                  opts: TrainOptions = TrainOptions()) -> dict:
+    """Next-token cross-entropy on windows (N, T+1) of student ids; the state starts at zero per window."""
+    x_all = torch.from_numpy(windows)
+    batches, total = window_batches(len(windows), b.batch_size, b.epochs, seed)
+
+    def step(m, idx) -> torch.Tensor:
+        x = x_all[np.asarray(idx)]  # (B, T + 1)
+        h, c = model.zero_state(len(idx))
+        logits, _, _ = m(x[:, :-1], h, c)  # (B, T, V)
+        return next_token_ce(logits, x)
+
+    losses = fit(model, batches, step, total_steps=total, lr=b.lr, weight_decay=0.0, warmup_fraction=0.05,
+                 desc="lstm language model", lr_hint="baseline.lr", opts=opts)["losses"]
+    return {"steps": total, "windows": len(windows), "final_train_ce": tail_mean(losses, total)}

@@ -8,6 +8,7 @@ import math
 import random
 from typing import Iterator, Sequence
 
+import numpy as np
 import torch
 
 from pipeline.errors import PipelineError
@@ -78,3 +79,21 @@ def epoch_stream(n_items: int, lengths: Sequence[int], batch_size: int, epochs: 
 
 def steps_for(n_items: int, batch_size: int, epochs: float) -> int:
     return max(1, math.ceil(epochs * math.ceil(n_items / batch_size)))
+
+
+def window_batches(n: int, batch_size: int, epochs: float, seed: int) -> tuple[Iterator[np.ndarray], int]:
+    """Shuffled index batches over n equal-length windows (generation: nothing to bucket) for a fractional
+    number of epochs; returns (iterator, total steps)."""
+    total = steps_for(n, batch_size, epochs)
+
+    def gen():
+        rng, done = np.random.default_rng(seed), 0
+        while True:
+            order = rng.permutation(n)
+            for i in range(0, n, batch_size):
+                if done == total:
+                    return
+                yield order[i: i + batch_size]
+                done += 1
+
+    return gen(), total

@@ -1,16 +1,22 @@
-"""Student distillation: cached teacher logits on the training + augmented texts (soft targets with
-temperature, mixed with the gold labels), optionally preceded by a phase of hidden-state and attention
-transfer on the original texts with the teacher run online (those maps are too big to cache)."""
+"""Student distillation from cached teacher logits, soft targets with temperature mixed with the gold
+targets: loss = alpha * soft + (1 - alpha) * cross-entropy.
+
+- Classification (distill_student): logits on the training + augmented texts, optionally preceded by a
+  phase of hidden-state and attention transfer on the original texts with the teacher run online (those
+  maps are too big to cache).
+- Generation (distill_lm): per position, the teacher's cached top-k logits (losses.soft_kl_topk) mixed with
+  next-token cross-entropy; teacher tokens outside the student's vocabulary land on its "other" id.
+"""
 from __future__ import annotations
 
 import numpy as np
 import torch
 from torch import nn
 
-from distill.batching import encode, epoch_stream, pad, param_device, steps_for
-from distill.losses import attention_mse, distill_loss, hidden_mse
+from distill.batching import encode, epoch_stream, pad, param_device, steps_for, window_batches
+from distill.losses import attention_mse, distill_loss, hidden_mse, next_token_ce, soft_kl_topk
 from distill.models import HFLogits
-from distill.train import TrainOptions, fit, summarize
+from distill.train import TrainOptions, fit, summarize, tail_mean
 from pipeline.config import DistillSection
 
 
@@ -91,3 +97,37 @@ def distill_student(student: nn.Module, teacher: HFLogits | None, tok, texts: li
                  desc="student: logit distillation", lr_hint="distill.lr", opts=opts)
     summary["logit"] = summarize(result, steps)
     return summary
+
+
+def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_logits: np.ndarray | None,
+               d: DistillSection, seed: int, opts: TrainOptions = TrainOptions()) -> dict:
+    """Train student (a causal LM over student ids) on windows (N + M, T+1); the first N have the cached
+    teacher top-k (N, T, k), already mapped to student ids, the other M only their next tokens (more
+    text for the price of the student's steps, not the teacher's). topk_ids None: cross-entropy only."""
+    x_all = torch.from_numpy(windows)
+    n_teacher = 0 if topk_ids is None else len(topk_ids)
+    alpha = d.alpha if topk_ids is not None else 0.0
+    batches, total = window_batches(len(windows), d.batch_size, d.epochs, seed)
+    parts = {"soft": [], "hard": []}
+
+    def step(model, b) -> torch.Tensor:
+        b = np.asarray(b)
+        x = x_all[b]  # (B, T + 1)
+        logits = model(input_ids=x[:, :-1]).logits  # (B, T, V)
+        hard = next_token_ce(logits, x)
+        parts["hard"].append(hard.item())
+        scored = b < n_teacher  # rows with a cached teacher distribution
+        if alpha <= 0 or not scored.any():
+            return hard
+        tb = b[scored]
+        soft = soft_kl_topk(logits[torch.from_numpy(scored)], torch.from_numpy(topk_ids[tb]),
+                            torch.from_numpy(topk_logits[tb]), d.temperature)
+        parts["soft"].append(soft.item())
+        return alpha * soft + (1 - alpha) * hard
+
+    losses = fit(student, batches, step, total_steps=total, lr=d.lr, weight_decay=d.weight_decay,
+                 warmup_fraction=d.warmup_fraction, desc="distill student", lr_hint="distill.lr", opts=opts)["losses"]
+    return {"steps": total, "windows": len(windows), "teacher_windows": n_teacher, "alpha": alpha,
+            "temperature": d.temperature, "final_loss": tail_mean(losses, total),
+            "final_train_ce": tail_mean(parts["hard"], total),
+            "final_soft_kl": tail_mean(parts["soft"], total) if parts["soft"] else None}

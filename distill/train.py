@@ -171,3 +171,8 @@ def summarize(result: dict, steps: int) -> dict:
     losses = result["losses"]
     return {"steps": steps, "optimizer_steps": result["optimizer_steps"],
             "final_loss": float(np.mean(losses[-20:])), "resumed_from_step": result["resumed_from"]}
+
+
+def tail_mean(values: list[float], steps: int) -> float:
+    """The mean of the last tenth of a per-step record (the generation trainers' final losses)."""
+    return float(np.mean(values[-max(1, steps // 10):]))

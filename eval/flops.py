@@ -117,7 +117,7 @@ def decoder_flops(config, n: int) -> int:
 
 
 def lstm_lm_flops(config, n: int) -> int:
-    """The LSTM language model's (distill/lm_lstm.py) FLOPs for n tokens: LSTM cell 8 h (d_in + h) per layer
+    """The LSTM language model's (distill/lstm.py) FLOPs for n tokens: LSTM cell 8 h (d_in + h) per layer
     per token, projection 2 h E, tied output layer 2 V E."""
     E, H, L, V = config.embed_dim, config.hidden, config.layers, config.vocab_size
     cells = sum(8 * H * ((E if i == 0 else H) + H) for i in range(L))

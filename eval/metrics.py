@@ -54,7 +54,7 @@ class LM:
     name: str
     kind: str
     model: torch.nn.Module
-    vmap: object | None = None  # distill.lm_student.VocabMap for restricted-vocabulary models
+    vmap: object | None = None  # distill.vocab.VocabMap for restricted-vocabulary models
     max_positions: int = 0  # 0 = no limit
 
     def to_model_ids(self, ids: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ The generation bundle is this layout at its root (onnx/model[_quantized].onnx: t
 key/values; config.json, generation_config.json, the teacher's tokenizer files) plus genai_config.json for
 onnxruntime-genai (graph I/O names, eos / pad ids, greedy search), samples, metadata, README and app samples.
 
-The student sees a restricted vocabulary (distill/lm_student.VocabMap: the teacher ids seen in training,
+The student sees a restricted vocabulary (distill.vocab.VocabMap: the teacher ids seen in training,
 plus one "other" id). A runtime that tokenizes with the teacher's tokenizer.json needs teacher ids in and
 teacher-vocabulary logits out, so the graph gets a Gather in front (teacher id -> student id, unseen ids ->
 "other") and one behind (student logits -> teacher vocabulary, the ids the student never saw, "other"

@@ -142,7 +142,7 @@ ANY_TASK = "*"
 # (its stages check with their own message): the generation task's defaults for [student] and [data] are
 # the classification ones, which a generation config always overrides.
 REGISTRY_NAMES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
-    "student.arch": ("student architecture", {"classification": ("distill.student:STUDENTS",)}),
+    "student.arch": ("student architecture", {"classification": ("distill.student:CLASSIFICATION_STUDENTS",)}),
     "data.source": ("data source", {"classification": ("pipeline.data:SOURCES",)}),
     "quantize.models": ("model", {"classification": ("distill.models:MODEL_NAMES",)}),
     "quantize.variants": ("ONNX variant", {ANY_TASK: ("export.registry:ONNX_VARIANTS",)}),

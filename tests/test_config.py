@@ -143,7 +143,7 @@ def test_registry_names_are_read_from_the_registry(monkeypatch):
 
     with pytest.raises(PipelineError, match="unknown student architecture 'tiny'"):
         config_from_dict({"student": {"arch": "tiny"}}, "c.toml")
-    monkeypatch.setitem(student.STUDENTS, "tiny", student.build_bert)
+    monkeypatch.setitem(student.STUDENTS, "tiny", student.StudentArch(student.build_bert, ("classification",)))
     assert config_from_dict({"student": {"arch": "tiny"}}, "c.toml").student.arch == "tiny"
 
 

@@ -54,7 +54,7 @@ def test_generation_int8_honours_per_channel(decoder_graph, tmp_path):
 @pytest.fixture(scope="module")
 def lstm_package(tmp_path_factory):
     """A tiny LSTM LM converted, compressed to 4-bit palettized weights and saved as the export stage does."""
-    from distill.lm_lstm import LSTMLM, LSTMLMConfig
+    from distill.lstm import LSTMLM, LSTMLMConfig
     from export.coreml import compress, save
     from export.coreml_stateful import convert_lstm_lm
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from distill.lm_distill import soft_kl_topk
-from distill.lm_lstm import LSTMLM, LSTMLMConfig
-from distill.lm_student import VocabMap
+from distill.losses import soft_kl_topk
+from distill.lstm import LSTMLM, LSTMLMConfig
+from distill.vocab import VocabMap
 from eval.metrics import LM, perplexity
 from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError

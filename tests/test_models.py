@@ -59,3 +59,18 @@ def test_encode_truncates_or_refuses_long_texts(tiny_bert_dir):
     assert n == 1 and len(ids[0]) == 8 and ids[0][-1] == tok.sep_token_id
     with pytest.raises(PipelineError, match="longer than max_length=8"):
         encode(tok, ["good " * 20], 8, "error")
+
+
+def test_plain_models_save_and_load_alike(tmp_path):
+    """RNN classifier, LSTM LM and NPU student share one save/load; a broken folder is one error."""
+    from distill.lstm import LSTMLM, LSTMLMConfig
+
+    torch.manual_seed(0)
+    m = LSTMLM(LSTMLMConfig(vocab_size=30, embed_dim=8, hidden=16, layers=2)).eval()
+    m.save(tmp_path / "lm")
+    back = LSTMLM.load(tmp_path / "lm")
+    assert back.config == m.config and all(torch.equal(a, b) for a, b in zip(m.state_dict().values(),
+                                                                             back.state_dict().values()))
+    (tmp_path / "lm" / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(PipelineError, match="the checkpoint in .* is missing or corrupt"):
+        LSTMLM.load(tmp_path / "lm")

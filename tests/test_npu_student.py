@@ -189,7 +189,7 @@ def compact_student(seed: int = 0) -> NpuStudent:
     """tiny_student with a restricted (120 of 300 ids + "other") and factorized (E = 16) embedding, as
     student.vocab = "training" and student.embedding_dim = 16 make it in the distill stage."""
     from distill.embeddings import compact_embeddings
-    from distill.lm_student import VocabMap
+    from distill.vocab import VocabMap
 
     m = tiny_student(seed)
     kept = np.array([0, 1, 2, 3] + list(range(5, 121)), dtype=np.int64)

@@ -80,3 +80,34 @@ def test_the_teacher_stage_refuses_a_student_it_cannot_build(tiny_cfg_dict, stud
     with pytest.raises(PipelineError, match=msg):
         run(cfg, ["teacher"])
     assert not (cfg.run_dir / "teacher").exists()
+
+
+def test_the_registry_names_the_archs_of_the_runs_task(teacher):
+    """An arch that is unknown, or that serves the other task, is one error listing what this task takes."""
+    with pytest.raises(PipelineError, match=r"student.arch = 'llama' does not serve run.task = 'classification'\. "
+                                            r"Known for classification: bert, npu"):
+        build_student(dataclasses.replace(MATCHING, arch="llama"), teacher, LABELS, [1])
+    with pytest.raises(PipelineError, match=r"'gru' is unknown\. Known for generation: llama"):
+        build_student(dataclasses.replace(MATCHING, arch="gru"), teacher, task="generation")
+
+
+def test_decoder_student_starts_from_the_kept_teacher_rows():
+    """The generation student: kept rows + 'other' (the mean of the rest), then PCA or copied as they are."""
+    import numpy as np
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from distill.vocab import VocabMap
+
+    torch.manual_seed(0)
+    t = LlamaForCausalLM(LlamaConfig(vocab_size=60, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                     num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)).eval()
+    vmap = VocabMap.build(np.arange(0, 60, 2), 60, restrict=True)
+    w = t.get_input_embeddings().weight.detach()
+    s = StudentSection(arch="llama", layers=2, hidden=32, heads=4, ffn=64, init="teacher-layers")
+    student = build_student(s, t, vmap, 64, task="generation")
+    emb = student.get_input_embeddings().weight
+    assert emb.shape == (31, 32) and torch.equal(emb[:30], w[0::2]) and torch.allclose(emb[30], w[1::2].mean(0))
+    assert torch.equal(student.model.layers[1].mlp.up_proj.weight, t.model.layers[2].mlp.up_proj.weight)
+    pca = build_student(dataclasses.replace(s, hidden=16, ffn=32, init="teacher-pca"), t, vmap, 64, task="generation")
+    assert pca.get_input_embeddings().weight.shape == (31, 16)
+    assert abs(pca.get_input_embeddings().weight.std().item() - 0.02) < 1e-3

@@ -108,3 +108,13 @@ def test_roberta_position_table_counts_its_offset():
     assert position_limit(cfg) == 512
     with pytest.raises(PipelineError, match="positions for 512 tokens"):
         check_max_length(cfg, 513)
+
+
+def test_a_packaged_teacher_of_the_other_task_is_one_clear_error():
+    from distill.teacher import load_causal_teacher
+
+    with pytest.raises(PipelineError, match=r"'smollm2-package' is a generation teacher; run.task = 'classification' "
+                                            r"takes a model folder, a hub id or one of: minilm-package"):
+        resolve("smollm2-package", "classification")
+    with pytest.raises(PipelineError, match=r"'minilm-package' is a classification teacher.*one of: smollm2-package"):
+        load_causal_teacher("minilm-package")

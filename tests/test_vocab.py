@@ -76,7 +76,7 @@ def test_compact_embedding_starts_as_the_table_it_replaces(tok, dim):
 
 def test_saved_student_and_lstm_round_trip_with_their_vocab_map(tok, tmp_path):
     from distill.embeddings import compact_embeddings
-    from distill.lm_student import VocabMap
+    from distill.vocab import VocabMap
     from distill.lstm import RNNClassifier, RNNConfig
     from distill.models import count_params, load_model, save_model
     from distill.vocab import training_vocab

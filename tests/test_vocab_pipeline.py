@@ -33,7 +33,7 @@ def _manifest(cfg, stage: str) -> dict:
 
 
 def test_student_and_rnns_record_their_vocabulary(run_cfg):
-    from distill.lm_student import VocabMap
+    from distill.vocab import VocabMap
     from distill.models import load_model
 
     summary = _manifest(run_cfg, "distill")["summary"]

@@ -22,7 +22,7 @@ def build(cfg, tokenizer_dir: Path, out: Path) -> dict[str, Path]:
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
     from distill.embeddings import compact_embeddings
-    from distill.lm_student import VocabMap
+    from distill.vocab import VocabMap
     from distill.models import HFLogits, LoadedModel
     from tools.compact_probe import build as export_files
     from pipeline.config import student_positions

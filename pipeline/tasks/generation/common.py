@@ -21,9 +21,9 @@ def stream(tokenizer, data_dir: Path, split: str, sep: int) -> np.ndarray:
 
 def load_lm(folder: Path, name: str):
     """An eval.metrics.LM for a model folder written by the stages above, and its tokenizer."""
-    from distill.lm_lstm import LSTMLM
-    from distill.lm_student import VocabMap
-    from distill.lm_teacher import load_causal_folder
+    from distill.lstm import LSTMLM
+    from distill.teacher import load_causal_folder
+    from distill.vocab import VocabMap
     from eval.metrics import LM
     from transformers import AutoTokenizer
 
@@ -40,7 +40,7 @@ def load_lm(folder: Path, name: str):
 
 def held_out_windows(ctx: StageContext, tok, split: str = "test") -> np.ndarray:
     """lm.eval_windows windows of the split, evenly spaced, teacher ids (N, T + 1)."""
-    from distill.lm_teacher import eos_id
+    from distill.teacher import eos_id
     from pipeline.tasks.generation.data import windows
 
     lm = ctx.cfg.lm

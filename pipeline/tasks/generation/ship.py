@@ -147,7 +147,7 @@ def stage_export(ctx: StageContext) -> dict:
 
 
 def _coreml_model(ctx, lm, tok, e, can_predict: bool, why: str) -> list[dict]:
-    from eval.lm_eval import greedy
+    from eval.metrics import greedy
     from export import coreml, coreml_stateful
     from export.checks import check_greedy
 

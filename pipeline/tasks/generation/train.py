@@ -34,8 +34,8 @@ def stage_data(ctx: StageContext) -> dict:
 
 def stage_teacher(ctx: StageContext) -> dict:
     """Load the causal teacher (packaged GGUF, folder or hub id) once; writes teacher/model (safetensors)."""
-    from distill.lm_student import count_lm_params
-    from distill.lm_teacher import load_causal_teacher, save_causal
+    from distill.models import count_params
+    from distill.teacher import load_causal_teacher, save_causal
 
     cfg = ctx.cfg
     threads(cfg)
@@ -46,15 +46,16 @@ def stage_teacher(ctx: StageContext) -> dict:
     save_causal(ctx.out / "model", model, tok, {"source": cfg.teacher.model})
     return {"source": cfg.teacher.model, "model_type": model.config.model_type,
             "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
-            "vocab": model.config.vocab_size, **count_lm_params(model)}
+            "vocab": model.config.vocab_size, **count_params(model)}
 
 
 def stage_logits(ctx: StageContext) -> dict:
     """Tokenize the training split, pick lm.teacher_windows windows and cache the teacher's top-k logits
-    on them (split across ranks under torchrun); writes windows.npy (N, T+1), topk_ids.npy / topk_logits.npy (N, T, k), vocab_map.json."""
-    from distill.lm_student import VocabMap
-    from distill.lm_teacher import eos_id, load_causal_folder
+    on them (split across ranks under torchrun); writes windows.npy (N, T+1), topk_ids.npy / topk_logits.npy
+    (N, T, k), vocab_map.json."""
     from distill import distributed as D
+    from distill.teacher import eos_id, load_causal_folder
+    from distill.vocab import VocabMap
     from distill.precision import resolve_precision
     from pipeline.tasks.generation.data import split_windows, windows
     from tqdm.auto import tqdm
@@ -127,17 +128,19 @@ def _model_meta(folder: Path, kind: str, cfg: Config) -> None:
 def stage_distill(ctx: StageContext) -> dict:
     """Build the small decoder student over the restricted vocabulary and distil it from the cached
     top-k; writes distill/student (HF folder + vocab_map.json)."""
-    from distill.lm_distill import distill_lm
-    from distill.lm_student import VocabMap, build_lm_student, count_lm_params
-    from distill.lm_teacher import load_causal_folder
+    from distill.distiller import distill_lm
+    from distill.models import count_params
+    from distill.student import build_student
+    from distill.teacher import load_causal_folder
     from distill.train import seed_everything
+    from distill.vocab import VocabMap
 
     cfg = ctx.cfg
     threads(cfg)
     seed_everything(cfg.run.seed)
     teacher, tok = load_causal_folder(ctx.input("teacher") / "model")
     vmap = VocabMap.load(ctx.input("logits"))
-    student = build_lm_student(cfg.student, teacher, vmap, max(cfg.lm.max_cache, cfg.lm.context_length))
+    student = build_student(cfg.student, teacher, vmap, max(cfg.lm.max_cache, cfg.lm.context_length), task="generation")
     win, ids, vals = _student_targets(ctx.input("logits"), vmap)
     summary = distill_lm(student, win, ids, vals, cfg.distill, cfg.run.seed, train_options(ctx))
     folder = ctx.out / "student"
@@ -145,16 +148,16 @@ def stage_distill(ctx: StageContext) -> dict:
     tok.save_pretrained(folder)
     vmap.save(folder)
     _model_meta(folder, "hf-causal", cfg)
-    return {**summary, **count_lm_params(student), "vocab": vmap.size, "init": cfg.student.init,
-            "teacher_params": count_lm_params(teacher)["params"]}
+    return {**summary, **count_params(student), "vocab": vmap.size, "init": cfg.student.init,
+            "teacher_params": count_params(teacher)["params"]}
 
 
 def stage_baseline(ctx: StageContext) -> dict:
     """Train the LSTM language model on the same windows and vocabulary; writes baseline/lstm."""
-    from distill.lm_distill import train_lstm_lm
-    from distill.lm_lstm import build_lstm_lm
-    from distill.lm_student import VocabMap, count_lm_params
+    from distill.baseline import build_lstm_lm, train_lstm_lm
+    from distill.models import count_params
     from distill.train import seed_everything
+    from distill.vocab import VocabMap
     from transformers import AutoTokenizer
 
     cfg = ctx.cfg
@@ -169,13 +172,13 @@ def stage_baseline(ctx: StageContext) -> dict:
     AutoTokenizer.from_pretrained(ctx.input("teacher") / "model").save_pretrained(folder)
     vmap.save(folder)
     _model_meta(folder, "lstm", cfg)
-    return {"lstm": summary, **count_lm_params(model)}
+    return {"lstm": summary, **count_params(model)}
 
 
 def stage_eval(ctx: StageContext) -> dict:
     """Perplexity on the held-out test documents for teacher, student and LSTM (same windows, teacher
     tokens) and greedy continuations of lm.prompts; writes perplexity.json/.md and samples.md."""
-    from distill.lm_student import count_lm_params
+    from distill.models import count_params
     from eval.metrics import greedy, perplexity, samples_markdown
     from eval.table import markdown
 
@@ -188,7 +191,7 @@ def stage_eval(ctx: StageContext) -> dict:
         if tok is None:
             tok, win = t, held_out_windows(ctx, t)
         ppl = perplexity(lm, win, cfg.lm.eval_batch_size)
-        rows.append({"model": name, "variant": "fp32", "format": "pytorch", **ppl, **count_lm_params(lm.model),
+        rows.append({"model": name, "variant": "fp32", "format": "pytorch", **ppl, **count_params(lm.model),
                      "size_bytes": checkpoint_size(folder)})
         prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in cfg.lm.prompts]
         cont[name] = [greedy(lm, p, cfg.lm.sample_tokens) for p in prompts]
