@@ -45,7 +45,9 @@ def reference_continuations(runner, lm, prompts: list[list[int]], n: int) -> lis
     return out
 
 
-@register("bundle", deps=("data", "quantize", "export", "report"), sections=("bundle",), task=GEN)
+@register("bundle", deps=("data", "quantize", "export", "report"), task=GEN,
+          reads=("bundle.model", "bundle.variant", "bundle.dist_dir", "lm.prompts", "lm.check_tokens",
+                 "lm.sample_tokens"))
 def stage_lm_bundle(ctx: StageContext) -> dict:
     """The generation app bundle: the student decoder over teacher ids, tokenizer, runtime configs, greedy
     samples that verify-bundle replays, Kotlin / Swift samples; published to <bundle.dist_dir>/<run>/."""

@@ -30,7 +30,10 @@ def ort_perplexity(runner, lm, windows: np.ndarray) -> dict:
     return {"perplexity": math.exp(total / count), "tokens": count}
 
 
-@register("quantize", deps=("data", "teacher", "distill", "baseline", "eval"), sections=("quantize",), task=GEN)
+# lm.prompts: its first prompt is the greedy check; lm.eval_windows / context_length: the perplexity windows
+@register("quantize", deps=("data", "teacher", "distill", "baseline", "eval"), task=GEN,
+          reads=("quantize.models", "quantize.variants", "quantize.opset", "lm.quantize_teacher", "lm.check_tokens",
+                 "lm.prompts", "lm.eval_windows", "lm.context_length"))
 def stage_lm_quantize(ctx: StageContext) -> dict:
     """ONNX export (KV cache for the decoders, state for the LSTM) and int8 dynamic quantization; every
     fp32 graph must reproduce the PyTorch greedy decode token for token. Writes quantize/<model>/<variant>/
@@ -94,8 +97,10 @@ def _onnx_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.iterdir() if p.name.startswith("model.onnx"))
 
 
-@register("export", deps=("data", "teacher", "distill", "baseline", "eval", "quantize"), sections=("export",),
-          task=GEN)
+@register("export", deps=("data", "teacher", "distill", "baseline", "eval", "quantize"), task=GEN,
+          reads=("export.ort_variants", "export.ort_target_platform", "export.ort_disabled_optimizers",
+                 "export.coreml_models", "export.coreml_variants", "export.coreml_target", "lm.check_tokens",
+                 "lm.prompts", "lm.max_cache", "lm.context_length"))
 def stage_lm_export(ctx: StageContext) -> dict:
     """.ort files for the student and LSTM graphs (checked: same greedy tokens as their .onnx) and Core ML
     packages (student: stateful KV cache for iOS18, else fixed window; LSTM with explicit state).
@@ -178,7 +183,10 @@ def _coreml_model(ctx, lm, tok, e, lm_coreml, greedy, can_predict: bool, why: st
     return out
 
 
-@register("bench", deps=("eval", "quantize", "export"), sections=("bench",), always=True, task=GEN)
+# the prompt is the first held-out test window: lm.eval_windows / context_length pick it
+@register("bench", deps=("eval", "quantize", "export"), always=True, task=GEN,
+          reads=("bench.targets", "bench.npu_device", "lm.bench_prompt_tokens", "lm.bench_decode_tokens",
+                 "lm.bench_iterations", "lm.eval_windows", "lm.context_length"))
 def stage_lm_bench(ctx: StageContext) -> dict:
     """Time to first token (lm.bench_prompt_tokens prompt) and decode tokens/s at batch 1 for teacher,
     student and LSTM on each target; writes bench/results.json (shared schema) and bench.md."""

@@ -1,6 +1,7 @@
 """The stage registry and the runner that executes stages in dependency order, skipping finished ones."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
@@ -8,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from pipeline.config import Config
+from pipeline.config import SECTIONS, Config
 from pipeline.errors import PipelineError
 from pipeline.hashcache import HashCache
 from pipeline.lock import run_lock
-from pipeline.manifest import manifest_hash, outputs_intact, read_manifest, sha256_json, write_manifest
+from pipeline.manifest import content_key, outputs_intact, read_manifest, sha256_json, write_manifest
 
 log = logging.getLogger("pocketformer")
 
@@ -45,7 +46,9 @@ class Stage:
     name: str
     fn: Callable[[StageContext], dict[str, Any]]  # the classification implementation
     deps: tuple[str, ...] = ()
-    sections: tuple[str, ...] = ()  # config sections whose values change this stage's outputs
+    # The config keys this stage reads ("teacher.max_length"; "train.*" or "train" for a whole section): its
+    # fingerprint, so a key no stage reads never re-runs anything. Per task in READS; this is the fallback.
+    reads: tuple[str, ...] = ()
     doc: str = ""
     # Stages that only measure (like bench) can be told to re-run even when inputs are unchanged.
     always: bool = False
@@ -61,23 +64,51 @@ STAGES: dict[str, Stage] = {}
 # One pipeline, two tasks: a stage may have a different implementation per run.task (same name, same
 # folder, same place in the graph), registered with register(name, task="generation").
 TASK_IMPLS: dict[tuple[str, str], Callable[[StageContext], dict[str, Any]]] = {}
+# (stage, task) -> the config keys that task's implementation reads (checked by read_keys at registration)
+READS: dict[tuple[str, str], tuple[str, ...]] = {}
+# Every stage's result depends on these; the run name, paths and thread counts do not change it.
+ALWAYS_READ = ("run.seed", "run.task")
 
 
-def register(name: str, *, deps: tuple[str, ...] = (), sections: tuple[str, ...] = (), always: bool = False,
+def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
+    """reads with every section wildcard ("train.*" or "train") expanded into its keys, sorted. An unknown
+    section or key is a bug in a stage's declaration: it would never re-run the stage, so it fails at import."""
+    out = set(ALWAYS_READ)
+    for entry in reads:
+        section, _, key = entry.partition(".")
+        if section not in SECTIONS:
+            raise ValueError(f"reads names unknown section '{section}' in {entry!r}")
+        names = [f.name for f in dataclasses.fields(SECTIONS[section])]
+        if key in ("", "*"):
+            out.update(f"{section}.{k}" for k in names)
+        elif key in names:
+            out.add(entry)
+        else:
+            raise ValueError(f"reads names unknown key {entry!r}")
+    return tuple(sorted(out))
+
+
+def register(name: str, *, deps: tuple[str, ...] = (), reads: tuple[str, ...] = (), always: bool = False,
              task: str = "classification", distributed: bool = False,
              check: Callable[[Config, dict], str | None] | None = None):
+    """reads: the config keys this task's implementation reads, its own and through the functions it calls
+    ("section.key", or "section.*" where it reads the whole section). A key missing here is a stale result."""
+    keys = read_keys(reads)
+
     def wrap(fn):
         TASK_IMPLS[(name, task)] = fn
+        READS[(name, task)] = keys
         doc = (fn.__doc__ or "").strip().split("\n")[0]
         old = STAGES.get(name)
         if old is None:
-            STAGES[name] = Stage(name, fn, deps, sections, doc, always, distributed, check)
+            STAGES[name] = Stage(name, fn, deps, keys, doc, always, distributed, check)
         else:
-            # One graph for both tasks: the stage waits for and hashes what any task's implementation
-            # declares (a superset can only re-run a stage too often, never skip a needed run).
+            # One graph for both tasks: the stage waits for what any task's implementation declares (a
+            # superset of deps can only re-run a stage too often, never skip a needed run). Its fingerprint
+            # is the running task's own READS entry.
             first = task == "classification"
             STAGES[name] = Stage(name, fn if first else old.fn, tuple(dict.fromkeys(old.deps + deps)),
-                                 tuple(dict.fromkeys(old.sections + sections)), doc if first else old.doc,
+                                 old.reads if not first else keys, doc if first else old.doc,
                                  always if first else old.always, distributed if first else old.distributed,
                                  old.check or check)
         return fn
@@ -108,15 +139,17 @@ def order(targets: list[str]) -> list[str]:
     return seen
 
 
+def stage_reads(cfg: Config, stage: Stage) -> tuple[str, ...]:
+    """The config keys the running task's implementation of stage reads."""
+    return READS.get((stage.name, cfg.run.task)) or read_keys(stage.reads)
+
+
 def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
-    # The seed changes every stage's result; the run name and paths do not.
-    relevant = {"seed": cfg.run.seed, "task": cfg.run.task}
-    relevant.update({s: cfg.section_dict(s) for s in stage.sections})
-    if cfg.run.task == "generation":  # the generation stages also read [lm]
-        lm = cfg.section_dict("lm")
-        # lm.bench_* are read by the bench stage alone: timing settings must not re-train the models
-        # (report and bundle still re-run, since bench's output changes)
-        relevant["lm"] = lm if stage.name == "bench" else {k: v for k, v in lm.items() if not k.startswith("bench_")}
+    """The values of exactly the keys the stage reads ({"section.key": value}) and their hash."""
+    relevant = {}
+    for dotted in stage_reads(cfg, stage):
+        section, key = dotted.split(".")
+        relevant[dotted] = getattr(getattr(cfg, section), key)
     return relevant, sha256_json(relevant)
 
 
@@ -130,7 +163,7 @@ def status(cfg: Config, name: str) -> tuple[bool, str]:
     if manifest.get("config_hash") != config_hash(cfg, stage)[1]:
         return False, "its settings changed"
     for dep in stage.deps:
-        if manifest.get("inputs", {}).get(dep) != manifest_hash(cfg.run_dir / dep):
+        if manifest.get("inputs", {}).get(dep) != content_key(cfg.run_dir / dep):
             return False, f"its input '{dep}' changed"
     cache = HashCache(cfg.run_dir)
     try:
@@ -175,7 +208,7 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
             raise PipelineError(f"stage '{name}' needs stage '{dep}' first: run `python -m pipeline {dep} "
                                 f"--config {cfg.source}`")
     relevant, chash = config_hash(cfg, stage)
-    inputs = {dep: manifest_hash(run_dir / dep) for dep in stage.deps}
+    inputs = {dep: content_key(run_dir / dep) for dep in stage.deps}
     key = sha256_json([chash, inputs])
     if not D.is_main():
         # other ranks compute their share of a distributed stage into a private folder that is dropped

@@ -27,7 +27,7 @@ def train_options(ctx: StageContext, phase: str = ""):
                         checkpoint_dir=ctx.resume_dir / phase if phase else ctx.resume_dir, key=ctx.key)
 
 
-@register("data", sections=("data",))
+@register("data", reads=("data.*",))
 def stage_data(ctx: StageContext) -> dict:
     """Load, clean and split the labelled texts; write train/validation/test JSONL and labels.json."""
     splits = build_splits(ctx.cfg)
@@ -44,7 +44,11 @@ def _xy(data_dir, split: str, labels: list[str]) -> tuple[list[str], list[int]]:
     return [r["text"] for r in rows], [index[r["label"]] for r in rows]
 
 
-@register("teacher", deps=("data",), sections=("teacher", "train"), distributed=True)
+# teacher.eval_batch_size only batches the validation score in the summary: it leaves the model as it is.
+# The student / layer-map checks here only fail early; the distill stage reads those keys.
+@register("teacher", deps=("data",), distributed=True,
+          reads=("teacher.model", "teacher.fine_tune", "teacher.max_length", "teacher.on_too_long", "teacher.epochs",
+                 "teacher.batch_size", "teacher.lr", "teacher.weight_decay", "teacher.warmup_fraction", "train.*"))
 def stage_teacher(ctx: StageContext) -> dict:
     """Fine-tune the pretrained encoder into a classifier; writes teacher/model (HF folder)."""
     from distill.models import predict_logits, save_model
@@ -73,7 +77,8 @@ def stage_teacher(ctx: StageContext) -> dict:
     return summary
 
 
-@register("logits", deps=("data", "teacher"), sections=("augment",), distributed=True)
+# teacher.eval_batch_size: length-sorted batches padded per batch, so the batch size moves logits by ~1e-8
+@register("logits", deps=("data", "teacher"), distributed=True, reads=("augment.*", "teacher.eval_batch_size"))
 def stage_logits(ctx: StageContext) -> dict:
     """Augment the training texts and cache the teacher's logits on all of them (the teacher runs once)."""
     from distill.augment import Augmenter
@@ -105,8 +110,8 @@ def _distill_set(logits_dir, labels: list[str]) -> tuple[list[str], list[int], n
     return [r["text"] for r in rows], y, np.load(logits_dir / "teacher_logits.npy")
 
 
-@register("distill", deps=("data", "teacher", "logits"), sections=("student", "distill", "train"),
-          distributed=True)
+@register("distill", deps=("data", "teacher", "logits"), distributed=True,
+          reads=("student.*", "distill.*", "train.*"))
 def stage_distill(ctx: StageContext) -> dict:
     """Build the student from the teacher and distil it; writes distill/student (HF folder)."""
     from distill.distiller import distill_student
@@ -156,8 +161,9 @@ def _student_embedding(s, student, tok, texts: list[str]) -> dict:
     return info
 
 
-@register("baseline", deps=("data", "teacher", "logits"), sections=("baseline", "distill", "train"),
-          distributed=True)
+# teacher.max_length: the RNNs' length when baseline.max_length = 0; of [distill] only the temperature
+@register("baseline", deps=("data", "teacher", "logits"), distributed=True,
+          reads=("baseline.*", "teacher.max_length", "distill.temperature", "train.*"))
 def stage_baseline(ctx: StageContext) -> dict:
     """Train the RNN baseline on gold labels, and the same RNN distilled from the teacher."""
     from distill.baseline import build_rnn, train_rnn
@@ -205,7 +211,7 @@ MODEL_FOLDERS = {"teacher": ("teacher", "model"), "student": ("distill", "studen
                  "lstm": ("baseline", "lstm"), "lstm_distilled": ("baseline", "lstm_distilled")}
 
 
-@register("eval", deps=("data", "teacher", "distill", "baseline"), sections=())
+@register("eval", deps=("data", "teacher", "distill", "baseline"), reads=("teacher.eval_batch_size",))
 def stage_eval(ctx: StageContext) -> dict:
     """Accuracy and macro-F1 on the held-out test split for every model; writes accuracy.json/.md."""
     from distill.models import count_params, load_model, predict_logits

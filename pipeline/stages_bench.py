@@ -16,7 +16,7 @@ log = logging.getLogger("pocketformer")
 BENCH_DEPS = ("data", "teacher", "distill", "baseline", "eval", "quantize", "export")
 
 
-@register("bench", deps=BENCH_DEPS, sections=("bench",))
+@register("bench", deps=BENCH_DEPS, reads=("bench.*", "quantize.opset"))
 def stage_bench(ctx: StageContext) -> dict:
     """Latency, memory and FLOPs of every model variant on every target (plus the Optimum peer).
 
@@ -120,5 +120,5 @@ def _report(ctx: StageContext) -> dict:
 # The report renders whatever rows the bench wrote (accuracy or perplexity), so both tasks share it.
 # No config section of its own: everything it shows comes from the bench's files.
 REPORT_DEPS = ("data", "eval", "quantize", "export", "bench")
-register("report", deps=REPORT_DEPS, sections=())(_report)
-register("report", deps=REPORT_DEPS, sections=(), task="generation")(_report)
+register("report", deps=REPORT_DEPS, reads=())(_report)
+register("report", deps=REPORT_DEPS, reads=(), task="generation")(_report)

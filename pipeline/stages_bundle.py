@@ -53,7 +53,12 @@ def vocabulary(tok_dir: Path) -> dict:
 
 
 @register("bundle", deps=("data", "teacher", "distill", "baseline", "quantize", "export", "report"),
-          sections=("bundle",), check=published_check)
+          check=published_check,
+          # data.* / teacher.model: the model card names the dataset and the teacher; export.coreml_lengths:
+          # metadata's Core ML sequence lengths
+          reads=("bundle.model", "bundle.variant", "bundle.accuracy_window", "bundle.min_agreement",
+                 "bundle.sample_texts", "bundle.dist_dir", "data.source", "data.train_path", "data.hub_name",
+                 "data.hub_config", "teacher.model", "export.coreml_lengths"))
 def stage_bundle(ctx: StageContext) -> dict:
     """The app bundle of the chosen model, its string-in twin checked on the test split, and samples.
 

@@ -49,7 +49,7 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
 
 
-@register("quantize", deps=("data", "teacher", "distill", "baseline", "eval"), sections=("quantize",))
+@register("quantize", deps=("data", "teacher", "distill", "baseline", "eval"), reads=("quantize.*", "teacher.eval_batch_size"))
 def stage_quantize(ctx: StageContext) -> dict:
     """ONNX fp32 / optimized / int8 / fp16 files per model, each checked and scored on the test split.
 
@@ -159,7 +159,9 @@ def _check_cell(check: dict) -> str:
         f"{check['tolerance']:g})"
 
 
-@register("export", deps=("data", "quantize", "distill", "baseline"), sections=("export",))
+@register("export", deps=("data", "quantize", "distill", "baseline"),
+          reads=("export.*", "quantize.check_samples", "quantize.lossless_atol", "quantize.min_argmax_agreement",
+                 "teacher.eval_batch_size"))
 def stage_export(ctx: StageContext) -> dict:
     """ORT mobile-format files and Core ML packages, each checked against its source.
 

@@ -20,7 +20,7 @@ from pipeline.lm_common import GEN, LM_FOLDERS, checkpoint_size, held_out_window
 from pipeline.stage import StageContext, register
 from pipeline.stages import train_options
 
-@register("data", sections=("data",), task=GEN)
+@register("data", reads=("data.*", "lm.split_blocks"), task=GEN)
 def stage_lm_data(ctx: StageContext) -> dict:
     """Load plain-text documents, strip markup, split by document; writes train/validation/test.jsonl."""
     from pipeline.lm_data import build_lm_splits
@@ -33,7 +33,7 @@ def stage_lm_data(ctx: StageContext) -> dict:
         "documents": {s: len(v) for s, v in splits["info"]["documents"].items()}}
 
 
-@register("teacher", deps=("data",), sections=("teacher",), task=GEN)
+@register("teacher", deps=("data",), reads=("teacher.model",), task=GEN)
 def stage_lm_teacher(ctx: StageContext) -> dict:
     """Load the causal teacher (packaged GGUF, folder or hub id) once; writes teacher/model (safetensors)."""
     from distill.lm_student import count_lm_params
@@ -51,7 +51,10 @@ def stage_lm_teacher(ctx: StageContext) -> dict:
             "vocab": model.config.vocab_size, **count_lm_params(model)}
 
 
-@register("logits", deps=("data", "teacher"), sections=("augment",), task=GEN)
+# lm.eval_batch_size batches the teacher pass
+@register("logits", deps=("data", "teacher"), task=GEN,
+          reads=("lm.context_length", "lm.restrict_vocab", "lm.teacher_windows", "lm.extra_windows", "lm.top_k",
+                 "lm.eval_batch_size", "lm.teacher_precision"))
 def stage_lm_logits(ctx: StageContext) -> dict:
     """Tokenize the training split, pick lm.teacher_windows windows and cache the teacher's top-k logits
     on them; writes windows.npy (N, T+1), topk_ids.npy / topk_logits.npy (N, T, k), vocab_map.json."""
@@ -113,7 +116,10 @@ def _model_meta(folder: Path, kind: str, cfg: Config) -> None:
         {"kind": kind, "context_length": cfg.lm.context_length, "max_positions": cfg.lm.max_cache}, indent=2))
 
 
-@register("distill", deps=("data", "teacher", "logits"), sections=("student", "distill", "train"), task=GEN)
+@register("distill", deps=("data", "teacher", "logits"), task=GEN,
+          reads=("student.arch", "student.layers", "student.hidden", "student.heads", "student.ffn", "student.init",
+                 "distill.epochs", "distill.batch_size", "distill.lr", "distill.weight_decay", "distill.warmup_fraction",
+                 "distill.temperature", "distill.alpha", "train.*", "lm.max_cache", "lm.context_length"))
 def stage_lm_distill(ctx: StageContext) -> dict:
     """Build the small decoder student over the restricted vocabulary and distil it from the cached
     top-k; writes distill/student (HF folder + vocab_map.json)."""
@@ -139,7 +145,10 @@ def stage_lm_distill(ctx: StageContext) -> dict:
             "teacher_params": count_lm_params(teacher)["params"]}
 
 
-@register("baseline", deps=("data", "teacher", "logits"), sections=("baseline", "distill", "train"), task=GEN)
+@register("baseline", deps=("data", "teacher", "logits"), task=GEN,
+          reads=("baseline.cell", "baseline.embed_dim", "baseline.hidden", "baseline.layers", "baseline.dropout",
+                 "baseline.epochs", "baseline.batch_size", "baseline.lr", "train.*", "lm.max_cache",
+                 "lm.context_length"))
 def stage_lm_baseline(ctx: StageContext) -> dict:
     """Train the LSTM language model on the same windows and vocabulary; writes baseline/lstm."""
     from distill.lm_distill import train_lstm_lm
@@ -163,7 +172,8 @@ def stage_lm_baseline(ctx: StageContext) -> dict:
     return {"lstm": summary, **count_lm_params(model)}
 
 
-@register("eval", deps=("data", "teacher", "distill", "baseline"), sections=(), task=GEN)
+@register("eval", deps=("data", "teacher", "distill", "baseline"), task=GEN,
+          reads=("lm.eval_windows", "lm.eval_batch_size", "lm.context_length", "lm.prompts", "lm.sample_tokens"))
 def stage_lm_eval(ctx: StageContext) -> dict:
     """Perplexity on the held-out test documents for teacher, student and LSTM (same windows, teacher
     tokens) and greedy continuations of lm.prompts; writes perplexity.json/.md and samples.md."""

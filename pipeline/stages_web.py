@@ -18,7 +18,10 @@ def _skip(ctx: StageContext, reason: str) -> dict:
     return {"skipped": reason}
 
 
-@register("web-bundle", deps=DEPS, sections=("bundle",))
+# bench.browser_executable: whether the page check runs, recorded in the bundle's metadata
+@register("web-bundle", deps=DEPS,
+          reads=("bundle.web", "bundle.web_target", "bundle.model", "bundle.variant", "bundle.accuracy_window",
+                 "bundle.min_agreement", "bundle.sample_texts", "bundle.dist_dir", "bench.browser_executable"))
 def stage_web_bundle(ctx: StageContext) -> dict:
     """The web bundle: the student file fastest on bundle.web_target, the client-side demo page, checked.
 
@@ -132,7 +135,7 @@ def stage_web_bundle(ctx: StageContext) -> dict:
             "page_check": {k: v for k, v in page.items() if k != "page_errors"}, "files": len(meta["files"])}
 
 
-@register("web-bundle", deps=DEPS, sections=("bundle",), task="generation")
+@register("web-bundle", deps=DEPS, reads=(), task="generation")
 def stage_web_bundle_generation(ctx: StageContext) -> dict:
     """Generation runs have no web bundle (the page is a classifier); writes web-bundle/README.md saying so."""
     return _skip(ctx, "the web bundle and its demo page are built for the classification task")
