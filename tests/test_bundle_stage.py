@@ -33,7 +33,8 @@ def tiny_run_dict(root: Path) -> dict:
         "bench": {"targets": ["host-cpu", "mobile-cpu"], "sweep_variants": ["int8-dynamic"], "seq_lengths": [16, 32],
                   "headline_length": 32,
                   "iterations": 3, "warmup": 1, "min_iterations": 2, "optimum_peer": False},
-        "bundle": {"dist_dir": str(root / "dist")},
+        # no browser target is timed here, so no web bundle (load_config refuses one it could not choose)
+        "bundle": {"dist_dir": str(root / "dist"), "web": False},
     }
 
 
