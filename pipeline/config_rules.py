@@ -194,7 +194,7 @@ def _quantize_starts_from_fp32(cfg) -> str | None:
 
 def _set(key: str, value: Any) -> str:
     """A fix as the user types it: --set key=value (TOML value syntax)."""
-    return f"--set {key}={json.dumps(value)}"
+    return f"--set {key}={json.dumps(value, separators=(',', ':'))}"
 
 
 def _bench_lengths(cfg) -> str | None:
