@@ -15,7 +15,6 @@ import torch
 
 from pipeline.config import Config
 from pipeline.data import write_jsonl
-from pipeline.errors import PipelineError
 from pipeline.lm_common import GEN, LM_FOLDERS, checkpoint_size, held_out_windows, load_lm, stream, threads
 from pipeline.stage import StageContext, register
 from pipeline.stages import train_options
@@ -41,9 +40,6 @@ def stage_lm_teacher(ctx: StageContext) -> dict:
 
     cfg = ctx.cfg
     threads(cfg)
-    if cfg.teacher.fine_tune:
-        raise PipelineError("teacher.fine_tune = true: the generation teacher is used as pretrained (fine-tuning "
-                            "a causal LM is not part of this pipeline); set teacher.fine_tune = false")
     model, tok = load_causal_teacher(cfg.teacher.model)
     save_causal(ctx.out / "model", model, tok, {"source": cfg.teacher.model})
     return {"source": cfg.teacher.model, "model_type": model.config.model_type,
