@@ -196,10 +196,12 @@ def test_missing_variant_names_the_stage(built):
     d, _ = built
     d = json.loads(json.dumps(d))
     d["bundle"]["variant"] = "int8-static"
-    with pytest.raises(PipelineError, match=r"int8-static.*export\.ort_variants.*python -m pipeline export"):
+    # refused when the config loads, before any stage runs (pipeline/config_rules.py)
+    with pytest.raises(PipelineError, match=r"'bundle.variant' = 'int8-static': no \.ort file.*export\.ort_variants"):
         run(config_from_dict(d, "cfg"), ["bundle"])
     d["bundle"].update(model="lstm_distilled", variant="auto")
-    with pytest.raises(PipelineError, match=r"no \.ort file for model 'lstm_distilled'.*python -m pipeline export"):
+    with pytest.raises(PipelineError, match=r"'bundle.model' = 'lstm_distilled' ships the lstm_distilled, which "
+                                            r"'quantize.models'.*--set quantize.models="):
         run(config_from_dict(d, "cfg"), ["bundle"])
 
 
