@@ -436,12 +436,23 @@ def _build_section(name: str, values: dict[str, Any], source: str) -> Any:
     return cls(**checked)
 
 
+# Defaults that differ by run.task, under what a config sets: the generation task uses its teacher as
+# pretrained, builds a Llama student and has no distilled LSTM, so its config need not undo those defaults.
+TASK_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
+    "generation": {"teacher": {"fine_tune": False}, "student": {"arch": "llama"},
+                   "quantize": {"models": ["teacher", "student", "lstm"]}},
+}
+
+
 def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
     for name, values in raw.items():
         if name not in SECTIONS:
             raise PipelineError(f"{source}: unknown section [{name}]. Known sections: {', '.join(SECTIONS)}")
         if not isinstance(values, dict):
             raise PipelineError(f"{source}: [{name}] must be a table of keys, got {values!r}")
+    task = raw.get("run", {}).get("task", RunSection.task)
+    defaults = TASK_DEFAULTS.get(task, {}) if isinstance(task, str) else {}
+    raw = {name: {**defaults.get(name, {}), **raw.get(name, {})} for name in SECTIONS}
     sections = {name: _build_section(name, raw.get(name, {}), source) for name in SECTIONS}
     cfg = Config(**sections, source=source)
     validate(cfg)

@@ -9,6 +9,7 @@ what a run would reject and a bad value never costs a training run.
 from __future__ import annotations
 
 import importlib
+import json
 import math
 from typing import Any, Callable
 
@@ -115,6 +116,8 @@ RANGES: dict[str, Rule] = {
     "bench.min_iterations": positive,
     "bench.peer_eval_texts": at_least(0),
     "bench.head_to_head_rounds": at_least(0),
+    "bench.browser_iterations": positive,
+    "bench.browser_warmup": at_least(0),
     "lm.context_length": at_least(2),
     "lm.split_blocks": positive,
     "lm.teacher_windows": at_least(0),
@@ -130,7 +133,7 @@ RANGES: dict[str, Rule] = {
     "lm.bench_iterations": positive,
     "bundle.accuracy_window": FRACTION,
     "bundle.min_agreement": FRACTION,
-    "bundle.sample_texts": at_least(0),
+    "bundle.sample_texts": at_least(1),  # verify-bundle replays them: a bundle without one cannot be checked
     "phone.threads": each(positive),
     "phone.seq_length": positive,
     "phone.repeats": positive,
@@ -144,7 +147,9 @@ ANY_TASK = "*"
 REGISTRY_NAMES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
     "student.arch": ("student architecture", {"classification": ("distill.student:CLASSIFICATION_STUDENTS",)}),
     "data.source": ("data source", {"classification": ("pipeline.data:SOURCES",)}),
-    "quantize.models": ("model", {"classification": ("distill.models:MODEL_NAMES",)}),
+    "quantize.models": ("model", {"classification": ("distill.models:MODEL_NAMES",),
+                                  "generation": ("pipeline.lm_common:LM_FOLDERS",)}),
+    "quantize.npu_variants": ("NPU variant", {"classification": ("export.npu:NPU_VARIANTS",)}),
     "quantize.variants": ("ONNX variant", {ANY_TASK: ("export.registry:ONNX_VARIANTS",)}),
     "export.ort_variants": ("ONNX variant", {ANY_TASK: ("export.registry:ONNX_VARIANTS",)}),
     "export.coreml_variants": ("Core ML variant", {"classification": ("export.coreml:COREML_VARIANTS",)}),
@@ -187,8 +192,173 @@ def _quantize_starts_from_fp32(cfg) -> str | None:
     return None
 
 
+def _set(key: str, value: Any) -> str:
+    """A fix as the user types it: --set key=value (TOML value syntax)."""
+    return f"--set {key}={json.dumps(value, separators=(',', ':'))}"
+
+
+def _bench_lengths(cfg) -> str | None:
+    """The classification bench times every variant at headline_length, the sweep at seq_lengths."""
+    b = cfg.bench
+    if cfg.run.task != "classification":
+        return None  # the generation bench times lm.bench_prompt_tokens
+    if not b.seq_lengths or min(b.seq_lengths) < 3:
+        return (f"'bench.seq_lengths' = {b.seq_lengths}: give lengths of at least 3 tokens ([CLS] x [SEP]), e.g. "
+                f"{_set('bench.seq_lengths', sorted({16, 32, 64, 128, b.headline_length}))}")
+    if b.headline_length not in b.seq_lengths:
+        return (f"'bench.headline_length' = {b.headline_length} is not one of 'bench.seq_lengths' {b.seq_lengths}; "
+                f"pick one of them, e.g. {_set('bench.headline_length', sorted(b.seq_lengths)[len(b.seq_lengths) // 2])}")
+    return None
+
+
+def _prompts(cfg) -> str | None:
+    prompts = cfg.lm.prompts
+    empty = [i for i, p in enumerate(prompts) if not p.strip()]
+    if empty:
+        return (f"'lm.prompts' item {empty[0]} is empty: a prompt needs text to continue; give one or remove it, "
+                f"e.g. {_set('lm.prompts', [p for p in prompts if p.strip()] or ['ROMEO:'])}")
+    if cfg.run.task == "generation" and not prompts:
+        return (f"'lm.prompts' is empty: the generation stages check and ship greedy continuations of them; give at "
+                f"least one, e.g. {_set('lm.prompts', ['ROMEO:'])}")
+    return None
+
+
+def _web_target(cfg) -> str | None:
+    """The web bundle is chosen on bundle.web_target's rows: a browser target the bench times."""
+    b = cfg.bundle
+    if cfg.run.task != "classification":
+        return None  # generation runs have no web bundle
+    from eval.browser import is_browser
+    from eval.targets import TARGETS
+
+    browsers = [n for n, t in TARGETS.items() if is_browser(t)]
+    if b.web_target not in browsers:
+        return (f"'bundle.web_target' = {b.web_target!r} is not a browser target; use one of {', '.join(browsers)}, "
+                f"e.g. {_set('bundle.web_target', browsers[0])}")
+    if b.web and b.web_target not in cfg.bench.targets:
+        return (f"'bundle.web_target' = {b.web_target!r} is not in 'bench.targets' {cfg.bench.targets}, so the web "
+                f"bundle would have no timings to choose on; add it: "
+                f"{_set('bench.targets', [*cfg.bench.targets, b.web_target])} (or --set bundle.web=false)")
+    return None
+
+
+RNN_MODELS = ("lstm", "lstm_distilled")  # no transformer graph: transformer-only variants skip them
+COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
+
+
+def _bundle_choice_is_made(cfg) -> str | None:
+    """bundle.model / bundle.variant must name a file some stage makes with these settings."""
+    b, q, e = cfg.bundle, cfg.quantize, cfg.export
+    if cfg.run.task == "generation":
+        return _lm_bundle_choice_is_made(cfg)
+    from distill.models import MODEL_NAMES
+    from export.registry import for_variant
+
+    if b.model != "auto" and b.model not in MODEL_NAMES:
+        return (f"'bundle.model' = {b.model!r} is not a model; choose auto or one of {', '.join(MODEL_NAMES)}, e.g. "
+                f"{_set('bundle.model', 'auto')}")
+    want = "student" if b.model == "auto" else b.model
+    if want not in q.models:
+        return (f"'bundle.model' = {b.model!r} ships the {want}, which 'quantize.models' {q.models} does not make; "
+                f"add it: {_set('quantize.models', [*q.models, want])}")
+    if not e.ort_variants:
+        return (f"'export.ort_variants' is empty: the bundle ships an .ort file; give at least one, e.g. "
+                f"{_set('export.ort_variants', ['fp32'])}")
+    if b.variant == "auto":
+        return None
+    if b.variant not in e.ort_variants:
+        return (f"'bundle.variant' = {b.variant!r}: no .ort file of it is made ('export.ort_variants' = "
+                f"{e.ort_variants}); pick one of those or let the bundle choose: {_set('bundle.variant', 'auto')}")
+    npu_student = want == "student" and cfg.student.arch == "npu"
+    if for_variant(b.variant).transformer_only and (want in RNN_MODELS or npu_student):
+        return (f"'bundle.variant' = {b.variant!r} is a fusion of BERT-family graphs: the {want} model has no such "
+                f"file; pick another variant or {_set('bundle.variant', 'auto')}")
+    return None
+
+
+def _lm_bundle_choice_is_made(cfg) -> str | None:
+    """A generation bundle ships the student decoder, fp32 or int8-dynamic (lm_stages_bundle.py)."""
+    from export.lm_bundle import GRAPH_FILES  # the variants the generation quantize stage builds, too
+
+    b, q = cfg.bundle, cfg.quantize
+    if b.model not in ("auto", "student"):
+        return (f"'bundle.model' = {b.model!r}: a generation bundle ships the student decoder; "
+                f"{_set('bundle.model', 'student')}")
+    if "student" not in q.models:
+        return (f"'quantize.models' {q.models} lacks 'student', the decoder the generation bundle ships; add it: "
+                f"{_set('quantize.models', [*q.models, 'student'])}")
+    made = [v for v in q.variants if v in GRAPH_FILES]
+    if not made:
+        return (f"'quantize.variants' {q.variants} names no graph the generation stages build ({', '.join(GRAPH_FILES)}); "
+                f"e.g. {_set('quantize.variants', list(GRAPH_FILES))}")
+    if b.variant != "auto" and b.variant not in made:
+        return (f"'bundle.variant' = {b.variant!r}: no student graph of it is made (made: {', '.join(made)}); pick one "
+                f"of those or {_set('bundle.variant', 'auto')}")
+    return None
+
+
+def _generation_settings(cfg) -> str | None:
+    """What the generation stages would reject after the models are trained."""
+    if cfg.run.task != "generation":
+        return None
+    if cfg.student.arch != "llama":
+        return (f"'student.arch' = {cfg.student.arch!r} is not a decoder; run.task = 'generation' builds the Llama "
+                f"student: {_set('student.arch', 'llama')}")
+    if cfg.teacher.fine_tune:
+        return ("'teacher.fine_tune' = true: the generation teacher is used as pretrained (fine-tuning a causal LM is "
+                f"not part of this pipeline); {_set('teacher.fine_tune', False)}")
+    lm = cfg.lm
+    if lm.bench_prompt_tokens + lm.bench_decode_tokens + 1 > lm.max_cache:
+        return (f"'lm.bench_prompt_tokens' ({lm.bench_prompt_tokens}) + 'lm.bench_decode_tokens' "
+                f"({lm.bench_decode_tokens}) + 1 exceeds the students' positions 'lm.max_cache' ({lm.max_cache}); "
+                f"{_set('lm.max_cache', lm.bench_prompt_tokens + lm.bench_decode_tokens + 1)} or shorten the bench")
+    return None
+
+
+def _classification_exports(cfg) -> str | None:
+    """The quantize and export stages' settings that need more than one key or a registry with a message."""
+    if cfg.run.task != "classification":
+        return None
+    from pipeline.errors import PipelineError
+
+    q, e = cfg.quantize, cfg.export
+    if q.npu_variants and not q.npu_lengths:
+        return ("'quantize.npu_lengths' is empty but 'quantize.npu_variants' asks for NPU files; give the sequence "
+                f"lengths to export, e.g. {_set('quantize.npu_lengths', [16, 32, 64, 128])}, or "
+                f"{_set('quantize.npu_variants', [])}")
+    unknown = [v for v in e.ort_variants if v not in q.variants]
+    if unknown:
+        return (f"'export.ort_variants' names {unknown}, which 'quantize.variants' {q.variants} does not make; add "
+                f"them there ({_set('quantize.variants', [*q.variants, *unknown])}) or drop them")
+    bad = [m for m in e.coreml_models if m not in COREML_MODELS]
+    if bad:
+        return (f"'export.coreml_models' names {bad}; Core ML export is for {', '.join(COREML_MODELS)} (the teacher "
+                f"is the model too big to ship): {_set('export.coreml_models', [m for m in e.coreml_models if m not in bad])}")
+    if "optimized" in q.variants:
+        from export.optimize import fusion_options
+
+        try:
+            fusion_options("bert", q.skip_fusions)  # a misspelt fusion name
+        except PipelineError as err:
+            return str(err)
+    return None
+
+
+def _ort_optimizers(cfg) -> str | None:
+    from export.ort_format import check_optimizers
+    from pipeline.errors import PipelineError
+
+    try:
+        check_optimizers(cfg.export.ort_disabled_optimizers)
+    except PipelineError as err:
+        return str(err)
+    return None
+
+
 CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split_fractions_leave_training_data,
-                                              _layer_map_covers_the_student, _quantize_starts_from_fp32]
+                                              _layer_map_covers_the_student, _quantize_starts_from_fp32,
+                                              _bench_lengths, _prompts, _web_target, _bundle_choice_is_made,
+                                              _generation_settings, _classification_exports, _ort_optimizers]
 
 
 def _registry(ref: str):

@@ -51,7 +51,7 @@ def write_manifest(folder: Path, *, stage: str, config: dict, config_hash: str, 
         "stage": stage,
         "config_hash": config_hash,
         "config": config,
-        "inputs": inputs,  # upstream stage -> hash of its manifest
+        "inputs": inputs,  # upstream stage -> its content_key()
         "outputs": list_outputs(folder),
         "summary": summary,
         "versions": library_versions(),
@@ -75,9 +75,16 @@ def read_manifest(folder: Path) -> dict | None:
         return None
 
 
-def manifest_hash(folder: Path) -> str | None:
-    path = folder / MANIFEST
-    return sha256_file(path) if path.is_file() else None
+def content_key(folder: Path) -> str | None:
+    """What a downstream stage is keyed on: the finished stage's settings, the sha256 of every file it wrote
+    and, in turn, its own inputs' keys; not its times, machine or summary. So a byte-identical rebuild leaves
+    everything downstream up to date, while any change upstream of it (read directly or not) still reaches
+    it. None if the stage has not finished."""
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return None
+    return sha256_json({"config_hash": manifest.get("config_hash"), "inputs": manifest.get("inputs", {}),
+                        "outputs": {rel: meta.get("sha256") for rel, meta in manifest.get("outputs", {}).items()}})
 
 
 def outputs_intact(folder: Path, manifest: dict, cache=None) -> str | None:

@@ -11,7 +11,7 @@ from pipeline.config import Config
 from pipeline.errors import PipelineError
 from pipeline.hashcache import HashCache
 from pipeline.lock import run_lock
-from pipeline.manifest import manifest_hash, outputs_intact, read_manifest, sha256_json, write_manifest
+from pipeline.manifest import content_key, outputs_intact, read_manifest, sha256_json, write_manifest
 from pipeline.task import StageContext
 from pipeline.tasks import task_of
 
@@ -85,13 +85,11 @@ def order(targets: list[str]) -> list[str]:
 
 
 def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
-    # The seed changes every stage's result; the run name and paths do not.
-    relevant = {"seed": cfg.run.seed, "task": cfg.run.task}
-    relevant.update({s: cfg.section_dict(s) for s in task_of(cfg).step(stage.name).sections})
-    if "lm" in relevant and stage.name != "bench":
-        # lm.bench_* are read by the bench stage alone: timing settings must not re-train the models
-        # (report and bundle still re-run, since bench's output changes)
-        relevant["lm"] = {k: v for k, v in relevant["lm"].items() if not k.startswith("bench_")}
+    """The values of exactly the keys the running task's step reads ({"section.key": value}) and their hash."""
+    relevant = {}
+    for dotted in task_of(cfg).step(stage.name).reads:
+        section, key = dotted.split(".")
+        relevant[dotted] = getattr(getattr(cfg, section), key)
     return relevant, sha256_json(relevant)
 
 
@@ -105,7 +103,7 @@ def status(cfg: Config, name: str) -> tuple[bool, str]:
     if manifest.get("config_hash") != config_hash(cfg, stage)[1]:
         return False, "its settings changed"
     for dep in stage.deps:
-        if manifest.get("inputs", {}).get(dep) != manifest_hash(cfg.run_dir / dep):
+        if manifest.get("inputs", {}).get(dep) != content_key(cfg.run_dir / dep):
             return False, f"its input '{dep}' changed"
     cache = HashCache(cfg.run_dir)
     try:
@@ -150,7 +148,7 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
             raise PipelineError(f"stage '{name}' needs stage '{dep}' first: run `python -m pipeline {dep} "
                                 f"--config {cfg.source}`")
     relevant, chash = config_hash(cfg, stage)
-    inputs = {dep: manifest_hash(run_dir / dep) for dep in stage.deps}
+    inputs = {dep: content_key(run_dir / dep) for dep in stage.deps}
     key = sha256_json([chash, inputs])
     if not D.is_main():
         # other ranks compute their share of a distributed stage into a private folder that is dropped

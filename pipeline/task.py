@@ -7,6 +7,7 @@ part of a stage that differs. pipeline/tasks/__init__.py looks `run.task` up, an
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,16 +73,45 @@ def lazy(target: str) -> Callable:
     return call
 
 
+# Every stage's result depends on these; the run name, paths and thread counts do not change it.
+ALWAYS_READ = ("run.seed", "run.task")
+
+
+def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
+    """reads with every section wildcard ("train.*" or "train") expanded into its keys, sorted. An unknown
+    section or key is a bug in a step's declaration: it would never re-run the stage, so it fails at import."""
+    from pipeline.config import SECTIONS
+
+    out = set(ALWAYS_READ)
+    for entry in reads:
+        section, _, key = entry.partition(".")
+        if section not in SECTIONS:
+            raise ValueError(f"reads names unknown section '{section}' in {entry!r}")
+        names = [f.name for f in dataclasses.fields(SECTIONS[section])]
+        if key in ("", "*"):
+            out.update(f"{section}.{k}" for k in names)
+        elif key in names:
+            out.add(entry)
+        else:
+            raise ValueError(f"reads names unknown key {entry!r}")
+    return tuple(sorted(out))
+
+
 @dataclass(frozen=True)
 class Step:
     """A task's implementation of one stage."""
 
     fn: StepFn
-    # config sections whose values change this step's outputs (run.seed and run.task always count)
-    sections: tuple[str, ...] = ()
+    # The config keys the step reads, itself and through what it calls ("teacher.max_length"; "train.*" for a
+    # whole section): its fingerprint, so a key it does not read never re-runs it, and a key missing here is
+    # a stale result. Expanded (and checked) when the task is defined; run.seed and run.task always count.
+    reads: tuple[str, ...] = ()
     # Under torchrun every rank runs a distributed step (each on its share of the data); the other steps
     # run on rank 0 alone while the rest wait.
     distributed: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reads", read_keys(self.reads))
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,8 @@ def _cfg(root: Path, **bench):
     b = {"targets": ["host-cpu", "mobile-cpu", "edge-npu", "desktop-gpu"], "seq_lengths": [8, 16, 32],
          "headline_length": 16, "warmup": 1, "iterations": 6, "min_iterations": 3,
          "max_seconds_per_point": 0.2, "throughput_batch": 4, **bench}
-    return config_from_dict({"run": {"name": "tiny", "runs_dir": str(root / "runs")}, "bench": b}, "bench-test")
+    return config_from_dict({"run": {"name": "tiny", "runs_dir": str(root / "runs")}, "bench": b,
+                             "bundle": {"web": False}}, "bench-test")
 
 
 @pytest.fixture(scope="module")
@@ -367,8 +368,8 @@ def test_unknown_target_fails_before_any_work(tiny_run):
     with pytest.raises(PipelineError, match="unknown target 'phone-npu'.*host-cpu, mobile-cpu, edge-npu, desktop-gpu"):
         run_stage(_cfg(tiny_run, targets=["host-cpu", "phone-npu"]), "bench")  # refused when the config loads
     assert not (_cfg(tiny_run).run_dir / ".bench.partial").exists()
-    with pytest.raises(PipelineError, match="headline_length .100. must be one of bench.seq_lengths"):
-        run_stage(_cfg(tiny_run, headline_length=100), "bench")
+    with pytest.raises(PipelineError, match=r"'bench.headline_length' = 100 is not one of 'bench.seq_lengths'"):
+        run_stage(_cfg(tiny_run, headline_length=100), "bench")  # refused when the config loads
     with pytest.raises(PipelineError, match="unknown NPU device profile 'pixel-99' in bench.npu_device. Known: apple-a17-pro"):
         run_stage(_cfg(tiny_run, npu_device="pixel-99"), "bench")
     with pytest.raises(PipelineError, match="'bench.head_to_head_rounds' = -2 must be >= 0"):

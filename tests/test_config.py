@@ -76,7 +76,8 @@ def test_generation_training_stages_rerun_when_train_settings_change():
 
 def test_generation_bench_settings_rerun_the_generation_bench_only():
     """lm.bench_* are timing settings: they must not re-train the models (report and bundle follow bench's
-    output), while every other [lm] key still reaches every generation stage."""
+    output); lm.context_length reaches every stage that cuts windows, and no other (tests/test_fingerprints.py
+    has the whole table)."""
     from pipeline.cli import _stages
     from pipeline.stage import config_hash
 
@@ -88,7 +89,10 @@ def test_generation_bench_settings_rerun_the_generation_bench_only():
     corpus = config_from_dict({**gen, "lm": {"context_length": 64}}, "c.toml")
     for name in ("data", "teacher", "logits", "distill", "baseline", "eval", "quantize", "export", "report"):
         assert config_hash(a, STAGES[name])[1] == config_hash(timing, STAGES[name])[1], name
+    for name in ("logits", "distill", "baseline", "eval", "quantize", "export", "bench"):
         assert config_hash(a, STAGES[name])[1] != config_hash(corpus, STAGES[name])[1], name
+    for name in ("data", "teacher", "report", "bundle"):
+        assert config_hash(a, STAGES[name])[1] == config_hash(corpus, STAGES[name])[1], name
     assert config_hash(a, STAGES["bench"])[1] != config_hash(timing, STAGES["bench"])[1]
 
 

@@ -71,10 +71,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     from pipeline.manifest import library_versions
     from pipeline.tasks.classification.replay import run_models
 
-    cfg, b = ctx.cfg, ctx.cfg.bundle
-    if not 0 <= b.min_agreement <= 1 or b.accuracy_window < 0 or b.sample_texts < 1:
-        raise PipelineError(f"{cfg.source}: bundle.min_agreement must be in [0, 1], bundle.accuracy_window >= 0 and "
-                            f"bundle.sample_texts >= 1")
+    cfg, b = ctx.cfg, ctx.cfg.bundle  # its settings were checked when the config loaded (config_rules.py)
     export_rows = json.loads((ctx.input("export") / "variants.json").read_text())
     qrows = json.loads((ctx.input("quantize") / "variants.json").read_text())
     results = json.loads((ctx.input("report") / "results.json").read_text())

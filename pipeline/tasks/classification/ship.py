@@ -20,7 +20,6 @@ from pipeline.tasks.classification.train import _xy
 from pipeline.tasks.common import threads
 
 log = logging.getLogger("pocketformer")
-COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
 
 
 def _load(ctx: StageContext, name: str, fmt: str):
@@ -78,9 +77,6 @@ def stage_quantize(ctx: StageContext) -> dict:
     from pipeline.tasks.classification.npu import check_npu_settings, npu_rows
 
     check_npu_settings(q)
-    if "fp32" not in q.variants:
-        raise PipelineError(f"quantize.variants = {q.variants} lacks 'fp32': every other ONNX variant is made from "
-                            f"the fp32 export; add it")
     variants = sorted(dict.fromkeys(q.variants), key=list(ONNX_VARIANTS).index)  # sources before what needs them
     labels = read_labels(ctx.input("data"))
     test_texts, y = _xy(ctx.input("data"), "test", labels)
@@ -199,10 +195,6 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
 
     cfg, e = ctx.cfg, ctx.cfg.export
     by_key = {(r["model"], r["variant"]): r for r in qrows}
-    unknown = [v for v in e.ort_variants if v not in cfg.quantize.variants]
-    if unknown:
-        raise PipelineError(f"export.ort_variants names {unknown}, which quantize.variants "
-                            f"({', '.join(cfg.quantize.variants)}) does not make; add them there or drop them")
     models = list(dict.fromkeys(r["model"] for r in qrows))
     jobs = [(m, ctx.run_dir / by_key[(m, v)]["file"], ctx.out / m / f"{v}.ort")
             for m in models for v in e.ort_variants if (m, v) in by_key]  # optimized: transformers only
@@ -248,16 +240,10 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
 
 
 def _check_coreml_settings(e) -> None:
-    from export.coreml import COREML_VARIANTS, deployment_target
+    """The deployment target needs coremltools, so it is checked here rather than when the config loads
+    (variant and model names are: pipeline/config_rules.py)."""
+    from export.coreml import deployment_target
 
-    bad = [v for v in e.coreml_variants if v not in COREML_VARIANTS]
-    if bad:
-        raise PipelineError(f"unknown Core ML variant(s) {bad} in export.coreml_variants. Known: "
-                            f"{', '.join(COREML_VARIANTS)}")
-    for name in e.coreml_models:
-        if name not in COREML_MODELS:
-            raise PipelineError(f"export.coreml_models names '{name}'; Core ML export is for "
-                                f"{', '.join(COREML_MODELS)} (the teacher is the model too big to ship)")
     if e.coreml_models and e.coreml_variants:
         deployment_target(e.coreml_target, e.coreml_models[0])
 

@@ -14,7 +14,6 @@ import torch
 
 from pipeline.config import Config
 from pipeline.data import write_jsonl
-from pipeline.errors import PipelineError
 from pipeline.tasks.generation import LM_FOLDERS
 from pipeline.tasks.generation.common import checkpoint_size, held_out_windows, load_lm, stream
 from pipeline.task import StageContext
@@ -39,9 +38,6 @@ def stage_teacher(ctx: StageContext) -> dict:
 
     cfg = ctx.cfg
     threads(cfg)
-    if cfg.teacher.fine_tune:
-        raise PipelineError("teacher.fine_tune = true: the generation teacher is used as pretrained (fine-tuning "
-                            "a causal LM is not part of this pipeline); set teacher.fine_tune = false")
     model, tok = load_causal_teacher(cfg.teacher.model)
     save_causal(ctx.out / "model", model, tok, {"source": cfg.teacher.model})
     return {"source": cfg.teacher.model, "model_type": model.config.model_type,

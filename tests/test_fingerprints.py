@@ -1,0 +1,222 @@
+"""A stage re-runs when a setting it reads changes, and only then: every key of every section is changed once
+to another valid value, and the stages `status` reports as stale must be exactly the readers the table below
+names plus what depends on them. Nothing trains: the stages run as trivial stand-ins that write one file."""
+from __future__ import annotations
+
+import dataclasses
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import _stages
+from pipeline.config import SECTIONS, config_from_dict
+
+ROOT = Path(__file__).parents[1]
+BASES = {"classification": ROOT / "configs" / "demo.toml", "generation": ROOT / "configs" / "gpt-demo.toml"}
+ALL = "*"  # every stage
+CLS_SHIP = ("bundle", "web-bundle")
+
+# The stages that read each key directly, per task: "section.key" first, else "section.*", else none.
+# (What depends on a reader goes stale with it: see _expected.)
+READERS = {
+    "classification": {
+        "run.seed": ALL, "run.name": ALL, "run.runs_dir": ALL,  # another run folder: nothing run there yet
+        "data.*": ("data",), "data.source": ("data", "bundle"), "data.train_path": ("data", "bundle"),
+        "data.hub_name": ("data", "bundle"), "data.hub_config": ("data", "bundle"),  # the model card names them
+        "teacher.*": ("teacher",), "teacher.model": ("teacher", "bundle"), "teacher.max_length": ("teacher", "baseline"),
+        # batches only the teacher's validation score; the cached and test logits move by ~1e-8 with it
+        "teacher.eval_batch_size": ("logits", "eval", "quantize", "export"),
+        "augment.*": ("logits",),
+        "student.*": ("distill",),
+        "distill.*": ("distill",), "distill.temperature": ("distill", "baseline"),
+        "baseline.*": ("baseline",),
+        "train.*": ("teacher", "distill", "baseline"),
+        "quantize.*": ("quantize",), "quantize.opset": ("quantize", "bench"),
+        "quantize.check_samples": ("quantize", "export"), "quantize.lossless_atol": ("quantize", "export"),
+        "quantize.min_argmax_agreement": ("quantize", "export"),
+        "export.*": ("export",), "export.coreml_lengths": ("export", "bundle"),
+        "bench.*": ("bench",), "bench.browser_executable": ("bench", "web-bundle"),
+        "bundle.*": CLS_SHIP, "bundle.web": ("web-bundle",), "bundle.web_target": ("web-bundle",),
+    },
+    "generation": {
+        "run.seed": ALL, "run.name": ALL, "run.runs_dir": ALL,
+        "data.*": ("data",),
+        "teacher.model": ("teacher",),
+        **{f"student.{k}": ("distill",) for k in ("layers", "hidden", "heads", "ffn", "init")},
+        **{f"distill.{k}": ("distill",) for k in ("epochs", "batch_size", "lr", "weight_decay", "warmup_fraction",
+                                                  "temperature", "alpha")},
+        **{f"baseline.{k}": ("baseline",) for k in ("cell", "embed_dim", "hidden", "layers", "dropout", "epochs",
+                                                    "batch_size", "lr")},
+        "train.*": ("distill", "baseline"),
+        "quantize.models": ("quantize",), "quantize.variants": ("quantize",), "quantize.opset": ("quantize",),
+        **{f"export.{k}": ("export",) for k in ("ort_variants", "ort_target_platform", "ort_disabled_optimizers",
+                                                "coreml_models", "coreml_variants", "coreml_target")},
+        "bench.targets": ("bench",), "bench.npu_device": ("bench",),
+        "lm.context_length": ("logits", "distill", "baseline", "eval", "quantize", "export", "bench"),
+        "lm.split_blocks": ("data",),
+        **{f"lm.{k}": ("logits",) for k in ("teacher_windows", "extra_windows", "top_k", "teacher_precision",
+                                            "restrict_vocab")},
+        "lm.eval_windows": ("eval", "quantize", "bench"), "lm.eval_batch_size": ("logits", "eval"),
+        "lm.prompts": ("eval", "quantize", "export", "bundle"), "lm.sample_tokens": ("eval", "bundle"),
+        "lm.max_cache": ("distill", "baseline", "export"), "lm.quantize_teacher": ("quantize",),
+        "lm.check_tokens": ("quantize", "export", "bundle"),
+        **{f"lm.{k}": ("bench",) for k in ("bench_prompt_tokens", "bench_decode_tokens", "bench_iterations")},
+        "bundle.model": ("bundle",), "bundle.variant": ("bundle",), "bundle.dist_dir": ("bundle",),
+    },
+}
+# Keys with no other valid value in a task's base config (run.task: every stage hashes it, checked below).
+NO_ALTERNATIVE = {"classification": {"run.task"},
+                  "generation": {"run.task", "student.arch", "teacher.fine_tune"}}
+# Alternatives tried first (strings and lists have no generic "another value").
+ALTERNATIVES = {
+    "data.source": ["csv", "text"], "data.on_empty_text": ["error", "drop"], "data.encoding_errors": ["strict"],
+    "data.label_variants": ["keep"], "teacher.on_too_long": ["error"], "student.arch": ["npu"],
+    "student.init": ["random"], "student.max_positions": [256], "distill.layer_map": [[2, 3, 4, 5]], "student.vocab": ["teacher", "training"], "baseline.cell": ["gru"],
+    "baseline.distill_loss": ["kl"], "baseline.vocab": ["training"], "train.precision": ["bf16"],
+    "quantize.models": [["teacher", "student", "lstm"], ["student", "lstm"]],
+    "quantize.variants": [["fp32", "optimized", "int8-dynamic", "int8-static"], ["fp32"]],
+    "quantize.activation_type": ["int8"], "quantize.skip_fusions": [["skip_layer_norm"]],
+    "quantize.dynamic_source": ["fp32"], "quantize.npu_variants": [["nnapi-int8"]], "quantize.npu_lengths": [[16, 32]],
+    "quantize.static_float": [["head"]], "quantize.embedding_bits": [8, 4],
+    "export.ort_variants": [["fp32", "int8-dynamic"]], "export.coreml_models": [["student"]],
+    "export.coreml_variants": [["fp16"]], "export.coreml_target": ["iOS17"], "export.coreml_lengths": [[16, 32]],
+    "export.coreml_shapes": ["range"], "export.ort_target_platform": ["amd64"], "export.ort_disabled_optimizers": [[]],
+    "bench.targets": [["host-cpu", "browser-wasm"], ["host-cpu"]], "bench.seq_lengths": [[16, 32, 64]],
+    "bench.sweep_variants": [["fp32"]], "bench.npu_device": ["apple-m4"], "bench.headline_length": [32],
+    "lm.teacher_precision": ["bf16"], "lm.prompts": [["KING:"]],
+    "bundle.model": ["student"], "bundle.variant": ["int8-dynamic", "fp32"], "bundle.web_target": ["browser-wasm-mt"],
+    "phone.providers": [["cpu"]], "phone.threads": [[2]], "phone.compute_units": [["ALL"]],
+}
+
+
+def _generic(value):
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [value + 1, value * 2, value + 2, value - 1]
+    if isinstance(value, float):
+        return [value * 0.5, value + 0.5, value * 2]
+    if isinstance(value, str):
+        return [value + "-other"]
+    return []
+
+
+def _raw(task: str, runs: Path) -> dict:
+    raw = tomllib.loads(BASES[task].read_text())
+    raw.setdefault("run", {})["runs_dir"] = str(runs)
+    return raw
+
+
+def _changed(raw: dict, section: str, key: str, value):
+    """The config with section.key set to the first valid alternative, or None."""
+    for alt in ALTERNATIVES.get(f"{section}.{key}", []) + _generic(value):
+        if alt == value:
+            continue
+        try:
+            return config_from_dict({**raw, section: {**raw.get(section, {}), key: alt}}, "changed")
+        except Exception:
+            continue
+    return None
+
+
+def _readers(task: str, dotted: str, stages: list[str]):
+    table = READERS[task]
+    found = table.get(dotted, table.get(dotted.split(".")[0] + ".*", ()))
+    return set(stages) if found == ALL else set(found)
+
+
+def _expected(direct: set[str], STAGES) -> set[str]:
+    """The readers and everything downstream of them (the order of STAGES is dependencies first)."""
+    stale = set(direct)
+    for name, stage in STAGES.items():
+        if any(d in stale for d in stage.deps):
+            stale.add(name)
+    return stale
+
+
+@pytest.fixture
+def fake_run(tmp_path, monkeypatch):
+    """Run every stage of a task as a stand-in writing one file; returns (STAGES, raw config dict)."""
+    from pipeline import stage as st
+
+    STAGES = _stages()
+    for (name, task) in list(st.TASK_IMPLS):
+        monkeypatch.setitem(st.TASK_IMPLS, (name, task), lambda ctx: (ctx.out / "out.txt").write_text(ctx.name) and {})
+
+    def start(task: str):
+        raw = _raw(task, tmp_path / task)
+        st.run(config_from_dict(raw, "base"), list(STAGES))
+        return STAGES, raw
+    return start
+
+
+@pytest.mark.parametrize("task", ["classification", "generation"])
+def test_each_key_reruns_exactly_its_readers(fake_run, task):
+    from pipeline.stage import statuses
+
+    STAGES, raw = fake_run(task)
+    base = config_from_dict(raw, "base")
+    assert all(fresh for fresh, _ in statuses(base, list(STAGES)).values())
+    wrong, untested = [], []
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            dotted = f"{section}.{f.name}"
+            cfg = _changed(raw, section, f.name, getattr(getattr(base, section), f.name))
+            if cfg is None:
+                untested.append(dotted)
+                continue
+            stale = {name for name, (fresh, _) in statuses(cfg, list(STAGES)).items() if not fresh}
+            want = _expected(_readers(task, dotted, list(STAGES)), STAGES)
+            if stale != want:
+                wrong.append(f"{dotted}: stale {sorted(stale)}, expected {sorted(want)}")
+    assert not wrong, "\n".join(wrong)
+    assert sorted(untested) == sorted(NO_ALTERNATIVE[task])
+
+
+def test_the_reported_over_fingerprinting_is_gone(fake_run):
+    """The cases users hit: batching, distillation and prompt settings re-ran training they do not affect."""
+    from pipeline.stage import statuses
+
+    def stale(raw, STAGES, **changes):
+        for dotted, value in changes.items():
+            section, key = dotted.split("__")
+            raw = {**raw, section: {**raw.get(section, {}), key: value}}
+        return {n for n, (fresh, _) in statuses(config_from_dict(raw, "c"), list(STAGES)).items() if not fresh}
+
+    STAGES, raw = fake_run("classification")
+    assert "teacher" not in stale(raw, STAGES, teacher__eval_batch_size=16)
+    for key, value in (("lr", 1e-4), ("epochs", 1.0), ("alpha", 0.5)):
+        assert "baseline" not in stale(raw, STAGES, **{f"distill__{key}": value}), key
+        assert "distill" in stale(raw, STAGES, **{f"distill__{key}": value}), key
+    STAGES, raw = fake_run("generation")
+    assert not {"teacher", "logits", "distill", "baseline"} & stale(raw, STAGES, lm__prompts=["KING:"])
+    assert not stale(raw, STAGES, augment__copies=7, augment__p_mask=0.3)
+    assert "teacher" not in stale(raw, STAGES, train__precision="fp32", train__grad_accum=2)
+
+
+def test_every_stage_hashes_seed_and_task():
+    from pipeline.stage import READS
+
+    _stages()
+    assert READS and all({"run.seed", "run.task"} <= set(keys) for keys in READS.values())
+
+
+def test_a_byte_identical_rebuild_keeps_downstream_fresh(fake_run, monkeypatch):
+    """data re-run later (other start time in its manifest) with the same files: nothing downstream re-runs;
+    data with other content: everything does."""
+    from pipeline import stage as st
+    from pipeline.stage import run, statuses
+
+    STAGES, raw = fake_run("classification")
+    cfg = config_from_dict(raw, "base")
+    later = time.time() + 3600
+    monkeypatch.setattr(time, "time", lambda: later)
+    assert run(cfg, ["data"], force=("data",)) == ["data"]
+    assert all(fresh for fresh, _ in statuses(cfg, list(STAGES)).values())
+    assert run(cfg, list(STAGES)) == []
+    monkeypatch.setitem(st.TASK_IMPLS, ("data", "classification"),
+                        lambda ctx: (ctx.out / "out.txt").write_text("other rows") and {})
+    run(cfg, ["data"], force=("data",))
+    assert {n for n, (fresh, _) in statuses(cfg, list(STAGES)).items() if not fresh} == set(STAGES) - {"data"}
