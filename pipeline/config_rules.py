@@ -148,7 +148,7 @@ REGISTRY_NAMES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
     "student.arch": ("student architecture", {"classification": ("distill.student:CLASSIFICATION_STUDENTS",)}),
     "data.source": ("data source", {"classification": ("pipeline.data:SOURCES",)}),
     "quantize.models": ("model", {"classification": ("distill.models:MODEL_NAMES",),
-                                  "generation": ("pipeline.lm_common:LM_FOLDERS",)}),
+                                  "generation": ("pipeline.tasks.generation:LM_FOLDERS",)}),
     "quantize.npu_variants": ("NPU variant", {"classification": ("export.npu:NPU_VARIANTS",)}),
     "quantize.variants": ("ONNX variant", {ANY_TASK: ("export.registry:ONNX_VARIANTS",)}),
     "export.ort_variants": ("ONNX variant", {ANY_TASK: ("export.registry:ONNX_VARIANTS",)}),
@@ -278,7 +278,7 @@ def _bundle_choice_is_made(cfg) -> str | None:
 
 def _lm_bundle_choice_is_made(cfg) -> str | None:
     """A generation bundle ships the student decoder, fp32 or int8-dynamic (lm_stages_bundle.py)."""
-    from export.lm_bundle import GRAPH_FILES  # the variants the generation quantize stage builds, too
+    from export.hf_layout import GRAPH_FILES  # the variants the generation quantize stage builds, too
 
     b, q = cfg.bundle, cfg.quantize
     if b.model not in ("auto", "student"):

@@ -51,8 +51,10 @@ READERS = {
                                                     "batch_size", "lr")},
         "train.*": ("distill", "baseline"),
         "quantize.models": ("quantize",), "quantize.variants": ("quantize",), "quantize.opset": ("quantize",),
+        "quantize.per_channel": ("quantize",),
         **{f"export.{k}": ("export",) for k in ("ort_variants", "ort_target_platform", "ort_disabled_optimizers",
-                                                "coreml_models", "coreml_variants", "coreml_target")},
+                                                "coreml_models", "coreml_variants", "coreml_target",
+                                                "coreml_min_weight_elements")},
         "bench.targets": ("bench",), "bench.npu_device": ("bench",),
         "lm.context_length": ("logits", "distill", "baseline", "eval", "quantize", "export", "bench"),
         "lm.split_blocks": ("data",),
@@ -139,11 +141,16 @@ def _expected(direct: set[str], STAGES) -> set[str]:
 @pytest.fixture
 def fake_run(tmp_path, monkeypatch):
     """Run every stage of a task as a stand-in writing one file; returns (STAGES, raw config dict)."""
+    from dataclasses import replace
+
     from pipeline import stage as st
+    from pipeline.tasks import TASKS
 
     STAGES = _stages()
-    for (name, task) in list(st.TASK_IMPLS):
-        monkeypatch.setitem(st.TASK_IMPLS, (name, task), lambda ctx: (ctx.out / "out.txt").write_text(ctx.name) and {})
+    for name, task in list(TASKS.items()):
+        steps = {s: replace(step, fn=lambda ctx: (ctx.out / "out.txt").write_text(ctx.name) and {})
+                 for s, step in task.steps.items()}
+        monkeypatch.setitem(TASKS, name, replace(task, steps=steps))
 
     def start(task: str):
         raw = _raw(task, tmp_path / task)
@@ -197,16 +204,17 @@ def test_the_reported_over_fingerprinting_is_gone(fake_run):
 
 
 def test_every_stage_hashes_seed_and_task():
-    from pipeline.stage import READS
+    from pipeline.stage import STAGES
+    from pipeline.tasks import TASKS
 
-    _stages()
-    assert READS and all({"run.seed", "run.task"} <= set(keys) for keys in READS.values())
+    for task in TASKS.values():
+        assert set(task.steps) == set(STAGES), task.name  # every stage has a step in every task
+        assert all({"run.seed", "run.task"} <= set(step.reads) for step in task.steps.values()), task.name
 
 
 def test_a_byte_identical_rebuild_keeps_downstream_fresh(fake_run, monkeypatch):
     """data re-run later (other start time in its manifest) with the same files: nothing downstream re-runs;
     data with other content: everything does."""
-    from pipeline import stage as st
     from pipeline.stage import run, statuses
 
     STAGES, raw = fake_run("classification")
@@ -216,7 +224,12 @@ def test_a_byte_identical_rebuild_keeps_downstream_fresh(fake_run, monkeypatch):
     assert run(cfg, ["data"], force=("data",)) == ["data"]
     assert all(fresh for fresh, _ in statuses(cfg, list(STAGES)).values())
     assert run(cfg, list(STAGES)) == []
-    monkeypatch.setitem(st.TASK_IMPLS, ("data", "classification"),
-                        lambda ctx: (ctx.out / "out.txt").write_text("other rows") and {})
+    from dataclasses import replace
+
+    from pipeline.tasks import TASKS
+
+    task = TASKS["classification"]
+    data = replace(task.steps["data"], fn=lambda ctx: (ctx.out / "out.txt").write_text("other rows") and {})
+    monkeypatch.setitem(TASKS, "classification", replace(task, steps={**task.steps, "data": data}))
     run(cfg, ["data"], force=("data",))
     assert {n for n, (fresh, _) in statuses(cfg, list(STAGES)).items() if not fresh} == set(STAGES) - {"data"}
