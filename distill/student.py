@@ -194,7 +194,7 @@ def arches_for(task: str) -> list[str]:
 
 class ArchNames:
     """The student.arch names one task takes, read when iterated, so an arch registered later counts
-    (pipeline/config_rules.py checks student.arch against CLASSIFICATION_STUDENTS)."""
+    (pipeline/tasks/classification/checks.py checks student.arch against CLASSIFICATION_STUDENTS)."""
 
     def __init__(self, task: str):
         self.task = task

@@ -436,12 +436,27 @@ def _build_section(name: str, values: dict[str, Any], source: str) -> Any:
     return cls(**checked)
 
 
-# Defaults that differ by run.task, under what a config sets: the generation task uses its teacher as
-# pretrained, builds a Llama student and has no distilled LSTM, so its config need not undo those defaults.
-TASK_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
-    "generation": {"teacher": {"fine_tune": False}, "student": {"arch": "llama"},
-                   "quantize": {"models": ["teacher", "student", "lstm"]}},
-}
+# Every stage's result depends on these; the run name, paths and thread counts do not change it.
+ALWAYS_READ = ("run.seed", "run.task")
+
+
+def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
+    """A step's declared reads with every section wildcard ("train.*" or "train") expanded into its keys, plus
+    ALWAYS_READ, sorted. An unknown section or key is a bug in the declaration (it would never re-run the
+    stage): ValueError."""
+    out = set(ALWAYS_READ)
+    for entry in reads:
+        section, _, key = entry.partition(".")
+        if section not in SECTIONS:
+            raise ValueError(f"reads names unknown section '{section}' in {entry!r}")
+        names = [f.name for f in dataclasses.fields(SECTIONS[section])]
+        if key in ("", "*"):
+            out.update(f"{section}.{k}" for k in names)
+        elif key in names:
+            out.add(entry)
+        else:
+            raise ValueError(f"reads names unknown key {entry!r}")
+    return tuple(sorted(out))
 
 
 def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
@@ -450,8 +465,16 @@ def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
             raise PipelineError(f"{source}: unknown section [{name}]. Known sections: {', '.join(SECTIONS)}")
         if not isinstance(values, dict):
             raise PipelineError(f"{source}: [{name}] must be a table of keys, got {values!r}")
+    from pipeline.tasks import get_task
+
     task = raw.get("run", {}).get("task", RunSection.task)
-    defaults = TASK_DEFAULTS.get(task, {}) if isinstance(task, str) else {}
+    if not isinstance(task, str):
+        raise PipelineError(f"{source}: 'run.task' must be a string, got {task!r}")
+    # the task's own defaults (pipeline/tasks/<task>/), under what the config sets; an unknown task fails here
+    try:
+        defaults = get_task(task).defaults
+    except PipelineError as e:
+        raise PipelineError(f"{source}: {e}") from None
     raw = {name: {**defaults.get(name, {}), **raw.get(name, {})} for name in SECTIONS}
     sections = {name: _build_section(name, raw.get(name, {}), source) for name in SECTIONS}
     cfg = Config(**sections, source=source)
@@ -502,7 +525,6 @@ _CHOICES = {
     ("baseline", "vocab"): ("teacher", "training"),
     ("baseline", "cell"): ("lstm", "gru"),
     ("baseline", "distill_loss"): ("mse", "kl"),
-    ("run", "task"): ("classification", "generation"),
     ("quantize", "activation_type"): ("uint8", "int8"),
     ("quantize", "dynamic_source"): ("optimized", "fp32"),
     ("train", "precision"): ("fp32", "bf16", "fp16", "auto"),

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pipeline.config import Config
+from pipeline.config import Config, read_keys
 from pipeline.errors import PipelineError
 from pipeline.hashcache import HashCache
 from pipeline.lock import run_lock
@@ -87,7 +87,7 @@ def order(targets: list[str]) -> list[str]:
 def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
     """The values of exactly the keys the running task's step reads ({"section.key": value}) and their hash."""
     relevant = {}
-    for dotted in task_of(cfg).step(stage.name).reads:
+    for dotted in read_keys(task_of(cfg).step(stage.name).reads):
         section, key = dotted.split(".")
         relevant[dotted] = getattr(getattr(cfg, section), key)
     return relevant, sha256_json(relevant)

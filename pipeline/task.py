@@ -7,14 +7,12 @@ part of a stage that differs. pipeline/tasks/__init__.py looks `run.task` up, an
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
-if TYPE_CHECKING:
-    from pipeline.config import Config
+Config = Any  # pipeline.config.Config; not imported, so the config module can look tasks up without a cycle
 
 
 @dataclass
@@ -73,30 +71,6 @@ def lazy(target: str) -> Callable:
     return call
 
 
-# Every stage's result depends on these; the run name, paths and thread counts do not change it.
-ALWAYS_READ = ("run.seed", "run.task")
-
-
-def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
-    """reads with every section wildcard ("train.*" or "train") expanded into its keys, sorted. An unknown
-    section or key is a bug in a step's declaration: it would never re-run the stage, so it fails at import."""
-    from pipeline.config import SECTIONS
-
-    out = set(ALWAYS_READ)
-    for entry in reads:
-        section, _, key = entry.partition(".")
-        if section not in SECTIONS:
-            raise ValueError(f"reads names unknown section '{section}' in {entry!r}")
-        names = [f.name for f in dataclasses.fields(SECTIONS[section])]
-        if key in ("", "*"):
-            out.update(f"{section}.{k}" for k in names)
-        elif key in names:
-            out.add(entry)
-        else:
-            raise ValueError(f"reads names unknown key {entry!r}")
-    return tuple(sorted(out))
-
-
 @dataclass(frozen=True)
 class Step:
     """A task's implementation of one stage."""
@@ -104,14 +78,11 @@ class Step:
     fn: StepFn
     # The config keys the step reads, itself and through what it calls ("teacher.max_length"; "train.*" for a
     # whole section): its fingerprint, so a key it does not read never re-runs it, and a key missing here is
-    # a stale result. Expanded (and checked) when the task is defined; run.seed and run.task always count.
+    # a stale result. run.seed and run.task always count (pipeline.config.read_keys expands and checks these).
     reads: tuple[str, ...] = ()
     # Under torchrun every rank runs a distributed step (each on its share of the data); the other steps
     # run on rank 0 alone while the rest wait.
     distributed: bool = False
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "reads", read_keys(self.reads))
 
 
 @dataclass(frozen=True)
@@ -131,6 +102,10 @@ class Task:
     # verify-bundle's replay for this task's bundles: (bundle folder, check_files' result) -> summary with the
     # "lines" it prints; chosen by metadata.json's "task"
     verify: Callable[[Path, dict], dict] | None = None
+    # defaults that differ from the shared ones ({section: {key: value}}), under what a config sets
+    defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # the task's load-time checks: config -> the first problem (naming the key and the fix) or None
+    validate: Callable[[Config], str | None] | None = None
 
     def step(self, stage: str) -> Step:
         from pipeline.errors import PipelineError

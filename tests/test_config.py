@@ -133,12 +133,18 @@ def test_rule_tables_name_real_settings():
     """A misspelt key in a rule table would silently check nothing."""
     import dataclasses
 
-    from pipeline.config import SECTIONS
+    from pipeline.config import SECTIONS, read_keys
     from pipeline.config_rules import RANGES, REGISTRY_NAMES
+    from pipeline.tasks import TASKS
+    from pipeline.tasks.classification import checks as cls_checks
+    from pipeline.tasks.generation import checks as gen_checks
 
-    for dotted in [*RANGES, *REGISTRY_NAMES]:
+    for dotted in [*RANGES, *REGISTRY_NAMES, *cls_checks.NAMES, *gen_checks.NAMES]:
         section, key = dotted.split(".")
         assert key in {f.name for f in dataclasses.fields(SECTIONS[section])}, dotted
+    for task in TASKS.values():  # every step's declared reads are real keys (read_keys raises otherwise)
+        for name, step in task.steps.items():
+            assert {"run.seed", "run.task"} <= set(read_keys(step.reads)), (task.name, name)
 
 
 def test_registry_names_are_read_from_the_registry(monkeypatch):

@@ -51,4 +51,5 @@ TASK = Task(
     },
     published_check=lazy(f"{_HERE}.bundle:published_check"),
     verify=lazy(f"{_HERE}.verify:verify"),
+    validate=lazy(f"{_HERE}.checks:validate"),
 )

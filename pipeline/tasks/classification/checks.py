@@ -1,0 +1,126 @@
+"""The classification task's load-time checks: what its steps would otherwise reject after training."""
+from __future__ import annotations
+
+from pipeline.config_rules import check_names, set_fix as _set
+
+RNN_MODELS = ("lstm", "lstm_distilled")  # no transformer graph: transformer-only variants skip them
+COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
+# key -> (what a name there is, registries whose keys it must be): see pipeline.config_rules.REGISTRY_NAMES
+NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "student.arch": ("student architecture", ("distill.student:CLASSIFICATION_STUDENTS",)),
+    "data.source": ("data source", ("pipeline.data:SOURCES",)),
+    "quantize.models": ("model", ("distill.models:MODEL_NAMES",)),
+    "quantize.npu_variants": ("NPU variant", ("export.npu:NPU_VARIANTS",)),
+    "export.coreml_variants": ("Core ML variant", ("export.coreml:COREML_VARIANTS",)),
+    "export.coreml_shapes": ("Core ML shape mode", ("export.coreml:SHAPE_MODES",)),
+    "bench.targets": ("target", ("eval.targets:TARGETS",)),
+}
+
+
+def validate(cfg) -> str | None:
+    problem = check_names(cfg, NAMES)
+    for rule in (_layer_map_covers_the_student, _quantize_starts_from_fp32, _bench_lengths, _web_target,
+                 _bundle_choice_is_made, _classification_exports):
+        problem = problem or rule(cfg)
+    return problem
+
+
+def _layer_map_covers_the_student(cfg) -> str | None:
+    m, layers = cfg.distill.layer_map, cfg.student.layers
+    if m and len(m) != layers:
+        return (f"'distill.layer_map' has {len(m)} entries but 'student.layers' = {layers}: give one teacher layer "
+                f"per student layer, or leave it empty to spread them uniformly")
+    return None
+
+
+def _quantize_starts_from_fp32(cfg) -> str | None:
+    """The classification quantize stage makes every other ONNX variant from the fp32 export (the
+    generation stages always export fp32 themselves)."""
+    made = cfg.quantize.variants
+    if "fp32" not in made:
+        return f"quantize.variants = {made} lacks 'fp32': every other ONNX variant is made from the fp32 export; add it"
+    return None
+
+
+def _bench_lengths(cfg) -> str | None:
+    """The classification bench times every variant at headline_length, the sweep at seq_lengths."""
+    b = cfg.bench
+    if not b.seq_lengths or min(b.seq_lengths) < 3:
+        return (f"'bench.seq_lengths' = {b.seq_lengths}: give lengths of at least 3 tokens ([CLS] x [SEP]), e.g. "
+                f"{_set('bench.seq_lengths', sorted({16, 32, 64, 128, b.headline_length}))}")
+    if b.headline_length not in b.seq_lengths:
+        return (f"'bench.headline_length' = {b.headline_length} is not one of 'bench.seq_lengths' {b.seq_lengths}; "
+                f"pick one of them, e.g. {_set('bench.headline_length', sorted(b.seq_lengths)[len(b.seq_lengths) // 2])}")
+    return None
+
+
+def _web_target(cfg) -> str | None:
+    """The web bundle is chosen on bundle.web_target's rows: a browser target the bench times."""
+    b = cfg.bundle
+    from eval.browser import is_browser
+    from eval.targets import TARGETS
+
+    browsers = [n for n, t in TARGETS.items() if is_browser(t)]
+    if b.web_target not in browsers:
+        return (f"'bundle.web_target' = {b.web_target!r} is not a browser target; use one of {', '.join(browsers)}, "
+                f"e.g. {_set('bundle.web_target', browsers[0])}")
+    if b.web and b.web_target not in cfg.bench.targets:
+        return (f"'bundle.web_target' = {b.web_target!r} is not in 'bench.targets' {cfg.bench.targets}, so the web "
+                f"bundle would have no timings to choose on; add it: "
+                f"{_set('bench.targets', [*cfg.bench.targets, b.web_target])} (or --set bundle.web=false)")
+    return None
+
+
+def _bundle_choice_is_made(cfg) -> str | None:
+    """bundle.model / bundle.variant must name a file some stage makes with these settings."""
+    b, q, e = cfg.bundle, cfg.quantize, cfg.export
+    from distill.models import MODEL_NAMES
+    from export.registry import for_variant
+
+    if b.model != "auto" and b.model not in MODEL_NAMES:
+        return (f"'bundle.model' = {b.model!r} is not a model; choose auto or one of {', '.join(MODEL_NAMES)}, e.g. "
+                f"{_set('bundle.model', 'auto')}")
+    want = "student" if b.model == "auto" else b.model
+    if want not in q.models:
+        return (f"'bundle.model' = {b.model!r} ships the {want}, which 'quantize.models' {q.models} does not make; "
+                f"add it: {_set('quantize.models', [*q.models, want])}")
+    if not e.ort_variants:
+        return (f"'export.ort_variants' is empty: the bundle ships an .ort file; give at least one, e.g. "
+                f"{_set('export.ort_variants', ['fp32'])}")
+    if b.variant == "auto":
+        return None
+    if b.variant not in e.ort_variants:
+        return (f"'bundle.variant' = {b.variant!r}: no .ort file of it is made ('export.ort_variants' = "
+                f"{e.ort_variants}); pick one of those or let the bundle choose: {_set('bundle.variant', 'auto')}")
+    npu_student = want == "student" and cfg.student.arch == "npu"
+    if for_variant(b.variant).transformer_only and (want in RNN_MODELS or npu_student):
+        return (f"'bundle.variant' = {b.variant!r} is a fusion of BERT-family graphs: the {want} model has no such "
+                f"file; pick another variant or {_set('bundle.variant', 'auto')}")
+    return None
+
+
+def _classification_exports(cfg) -> str | None:
+    """The quantize and export stages' settings that need more than one key or a registry with a message."""
+    from pipeline.errors import PipelineError
+
+    q, e = cfg.quantize, cfg.export
+    if q.npu_variants and not q.npu_lengths:
+        return ("'quantize.npu_lengths' is empty but 'quantize.npu_variants' asks for NPU files; give the sequence "
+                f"lengths to export, e.g. {_set('quantize.npu_lengths', [16, 32, 64, 128])}, or "
+                f"{_set('quantize.npu_variants', [])}")
+    unknown = [v for v in e.ort_variants if v not in q.variants]
+    if unknown:
+        return (f"'export.ort_variants' names {unknown}, which 'quantize.variants' {q.variants} does not make; add "
+                f"them there ({_set('quantize.variants', [*q.variants, *unknown])}) or drop them")
+    bad = [m for m in e.coreml_models if m not in COREML_MODELS]
+    if bad:
+        return (f"'export.coreml_models' names {bad}; Core ML export is for {', '.join(COREML_MODELS)} (the teacher "
+                f"is the model too big to ship): {_set('export.coreml_models', [m for m in e.coreml_models if m not in bad])}")
+    if "optimized" in q.variants:
+        from export.optimize import fusion_options
+
+        try:
+            fusion_options("bert", q.skip_fusions)  # a misspelt fusion name
+        except PipelineError as err:
+            return str(err)
+    return None
