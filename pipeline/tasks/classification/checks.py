@@ -1,14 +1,13 @@
 """The classification task's load-time checks: what its steps would otherwise reject after training."""
 from __future__ import annotations
 
-from pipeline.config_rules import check_names, set_fix as _set
+from pipeline.config_rules import check_names, check_source, set_fix as _set
 
 RNN_MODELS = ("lstm", "lstm_distilled")  # no transformer graph: transformer-only variants skip them
 COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
 # key -> (what a name there is, registries whose keys it must be): see pipeline.config_rules.REGISTRY_NAMES
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "student.arch": ("student architecture", ("distill.student:CLASSIFICATION_STUDENTS",)),
-    "data.source": ("data source", ("pipeline.data:SOURCES",)),
     "quantize.models": ("model", ("distill.models:MODEL_NAMES",)),
     "quantize.npu_variants": ("NPU variant", ("export.npu:NPU_VARIANTS",)),
     "export.coreml_variants": ("Core ML variant", ("export.coreml:COREML_VARIANTS",)),
@@ -18,7 +17,7 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def validate(cfg) -> str | None:
-    problem = check_names(cfg, NAMES)
+    problem = check_names(cfg, NAMES) or check_source(cfg, "classification")
     for rule in (_layer_map_covers_the_student, _quantize_starts_from_fp32, _bench_lengths, _web_target,
                  _bundle_choice_is_made, _classification_exports):
         problem = problem or rule(cfg)

