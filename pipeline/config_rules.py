@@ -210,18 +210,6 @@ def check_names(cfg, names: dict[str, tuple[str, tuple[str, ...]]]) -> str | Non
     return None
 
 
-def check_source(cfg, task: str) -> str | None:
-    """data.source names a loader of the task (pipeline.data.SOURCES)."""
-    from pipeline.data import get_source
-    from pipeline.errors import PipelineError
-
-    try:
-        get_source(cfg.data.source, task)
-    except PipelineError as err:
-        return str(err)
-    return None
-
-
 def check_all(cfg) -> str | None:
     """The first problem as a message naming the key, or None. cfg is a pipeline.config.Config. The shared
     rules first, then the task's own (pipeline/tasks/<task>/checks.py)."""

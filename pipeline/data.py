@@ -37,11 +37,19 @@ def source(name: str, task: str = "classification"):
     return wrap
 
 
+def source_problem(name: str, task: str) -> str | None:
+    """Why data.source = name cannot be read for task (a load-time check), or None."""
+    if task in SOURCES.get(name, {}):
+        return None
+    known = [n for n, by in SOURCES.items() if task in by]
+    return f"unknown data.source '{name}' for run.task = '{task}'. Known: {', '.join(known)}"
+
+
 def get_source(name: str, task: str) -> Loader:
     """The loader of data.source = name for task; an unknown name lists those the task can read."""
-    if task not in SOURCES.get(name, {}):
-        known = [n for n, by in SOURCES.items() if task in by]
-        raise PipelineError(f"unknown data.source '{name}' for run.task = '{task}'. Known: {', '.join(known)}")
+    problem = source_problem(name, task)
+    if problem:
+        raise PipelineError(problem)
     return SOURCES[name][task]
 
 

@@ -137,6 +137,30 @@ def test_verify_bundle_passes_then_catches_changes(built, tmp_path):
         verify_bundle(changed)
 
 
+@pytest.mark.parametrize("edit,match", [
+    (lambda m: {**m, "files": list(m["files"])}, "'files' lists no files"),
+    (lambda m: {**m, "graph": "onnx/model_quantized.onnx"}, "'graph' needs a 'file'"),
+    (lambda m: {**m, "graph": {**m["graph"], "file": "../outside.onnx"}}, "climbs out with '..'"),
+    (lambda m: {**m, "special_ids": {"eos_token_id": "2"}}, "'special_ids' needs 'eos_token_id'"),
+    (lambda m: {**m, "files": {k: v for k, v in m["files"].items() if k != "tokenizer.json"}},
+     "'files' does not list tokenizer.json"),
+])
+def test_malformed_generation_metadata_is_one_error(built, tmp_path, edit, match):
+    """A generation bundle's metadata.json gets the same untrusted-input checks as a classification one: one
+    error naming the entry, never a traceback, and nothing run."""
+    from pipeline.cli import main
+
+    _, dist, _ = built
+    copy = shutil.copytree(dist, tmp_path / "copy")
+    meta = json.loads((copy / "metadata.json").read_text())
+    (copy / "metadata.json").write_text(json.dumps(edit(meta)))
+    from pipeline.verify import verify_bundle
+
+    with pytest.raises(PipelineError, match=match):
+        verify_bundle(copy)
+    assert main(["verify-bundle", str(copy)]) == 2
+
+
 def test_app_samples_name_the_shipped_graph(built):
     _, dist, _ = built
     meta = json.loads((dist / "metadata.json").read_text())

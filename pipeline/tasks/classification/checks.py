@@ -1,7 +1,8 @@
 """The classification task's load-time checks: what its steps would otherwise reject after training."""
 from __future__ import annotations
 
-from pipeline.config_rules import check_names, check_source, set_fix as _set
+from pipeline.config_rules import check_names, set_fix as _set
+from pipeline.data import source_problem
 
 RNN_MODELS = ("lstm", "lstm_distilled")  # no transformer graph: transformer-only variants skip them
 COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
@@ -17,7 +18,7 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def validate(cfg) -> str | None:
-    problem = check_names(cfg, NAMES) or check_source(cfg, "classification")
+    problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "classification")
     for rule in (_layer_map_covers_the_student, _quantize_starts_from_fp32, _bench_lengths, _web_target,
                  _bundle_choice_is_made, _classification_exports):
         problem = problem or rule(cfg)

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import pipeline.tasks.generation.data  # noqa: F401  (registers the generation data sources)
-from pipeline.config_rules import check_names, check_source, set_fix as _set
+from pipeline.config_rules import check_names, set_fix as _set
+from pipeline.data import source_problem
 
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quantize.models": ("model", ("pipeline.tasks.generation:LM_FOLDERS",)),
@@ -10,7 +11,7 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def validate(cfg) -> str | None:
-    problem = check_names(cfg, NAMES) or check_source(cfg, "generation")
+    problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation")
     for rule in (_prompts_given, _generation_settings, _lm_bundle_choice_is_made):
         problem = problem or rule(cfg)
     return problem
