@@ -169,7 +169,9 @@ def _web_ctx(tmp_path, **bundle):
     from pipeline.task import StageContext
 
     cfg = config_from_dict({"bundle": bundle}, "t")
-    return StageContext(cfg, "web-bundle", tmp_path, tmp_path, stages_web.DEPS)
+    from pipeline.stage import STAGES
+
+    return StageContext(cfg, "web-bundle", tmp_path, tmp_path, STAGES["web-bundle"].deps)
 
 
 def test_web_target_must_be_a_browser_target(tmp_path):

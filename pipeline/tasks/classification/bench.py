@@ -13,7 +13,6 @@ from pipeline.task import StageContext
 from pipeline.tasks.classification import MODEL_FOLDERS
 
 log = logging.getLogger("pocketformer")
-BENCH_DEPS = ("data", "teacher", "distill", "baseline", "eval", "quantize", "export")
 
 
 def stage_bench(ctx: StageContext) -> dict:

@@ -9,7 +9,6 @@ from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
 from pipeline.task import StageContext
 
-DEPS = ("data", "quantize", "export", "report")
 
 
 def _skip(ctx: StageContext, reason: str) -> dict:
