@@ -12,7 +12,8 @@ SCHEMA_VERSION = 1
 
 
 def quality_key(rows: list[dict]) -> str:
-    """The quality metric the rows carry: accuracy (classification) or perplexity (generation)."""
+    """The quality metric the rows carry: accuracy (classification) or perplexity (generation). Only for bench
+    files written before the bench recorded its task's metric ("quality_metric")."""
     if any(r.get("accuracy") is not None for r in rows):
         return "accuracy"
     if any(r.get("perplexity") is not None for r in rows):
@@ -128,7 +129,7 @@ def build_results(doc: dict) -> dict:
     """bench/latency.json -> results.json (adds vs_teacher ratios, the goals and the quality metric)."""
     rows = [dict(r) for r in doc["rows"]]
     length = doc["plan"]["headline_length"]
-    metric = quality_key(rows)
+    metric = doc.get("quality_metric") or quality_key(rows)  # the task's metric (pipeline/tasks/<task>/)
     targets = list(doc.get("targets", {}))
     _ratios(rows, metric, targets, length)
     return {

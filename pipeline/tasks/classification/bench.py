@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.data import read_labels, read_split
 from pipeline.task import StageContext
-from pipeline.tasks.classification import MODEL_FOLDERS
+from pipeline.tasks.classification import MODEL_FOLDERS, TASK
 
 log = logging.getLogger("pocketformer")
 
@@ -69,6 +69,7 @@ def stage_bench(ctx: StageContext) -> dict:
     shutil.rmtree(ctx.out / "scratch", ignore_errors=True)  # fixed-shape copies: reproducible, not results
 
     doc = {
+        "task": TASK.name, "quality_metric": TASK.quality,
         "machine": machine,
         "versions": library_versions(),
         "threads": threads,

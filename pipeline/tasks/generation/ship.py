@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.tasks.generation import LM_FOLDERS
+from pipeline.tasks.generation import LM_FOLDERS, TASK
 from pipeline.tasks.generation.common import check_prompt, held_out_windows, load_lm, ort_lm
 from pipeline.tasks.common import threads
 from pipeline.task import StageContext
@@ -244,7 +244,7 @@ def stage_bench(ctx: StageContext) -> dict:
             row["latency"][name_t] = {"status": "skipped", "reason": reason}
         rows.append(row)
     result = {"machine": machine_info(sorted({decode_threads(t) for t in targets})),
-              "versions": library_versions(), "task": "generation", "quality_metric": "perplexity",
+              "versions": library_versions(), "task": TASK.name, "quality_metric": TASK.quality,
               "threads": {t.name: decode_threads(t) for t in targets},
               "targets": {t.name: {"runtime": "onnxruntime", "provider": "CPUExecutionProvider",
                                    "threads": decode_threads(t), "precision": "as the file (fp32 / int8)",
