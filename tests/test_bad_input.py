@@ -36,7 +36,7 @@ def write(path, text: str | bytes):
 
 def test_config_not_utf8_is_one_error_naming_the_line(tmp_path):
     p = write(tmp_path / "c.toml", b'[run]\nname = "caf\xe9"\n')
-    with pytest.raises(PipelineError, match=r"not UTF-8 text \(byte 16, line 2\).*save it as UTF-8"):
+    with pytest.raises(PipelineError, match=r"not UTF-8 text \(byte 17, line 2\).*save it as UTF-8"):
         load_config(p)
 
 
