@@ -210,3 +210,15 @@ def test_encode_is_silent_and_the_stage_reports_its_truncations(tmp_path, caplog
         hf_log.removeHandler(handler)
     assert summary == {"done": True, "truncated": {"training texts": {"texts": 3, "truncated": 2, "max_length": 6}}}
     assert "distill: 2 text(s) longer than max_length were truncated (training texts: 2 of 3 at 6 tokens)" in caplog.text
+
+
+def test_cli_data_stage_prints_one_line_and_writes_nothing(tmp_path, capsys):
+    rows = ROWS[:]
+    rows[2] = "fine, really,neg"
+    csv_path = write(tmp_path / "d.csv", "\ufefft,y\n" + "\n".join(rows) + "\n")
+    cfg = write(tmp_path / "c.toml", f'[run]\nruns_dir = "{tmp_path / "runs"}"\n[data]\nsource = "csv"\n'
+                                     f'train_path = "{csv_path}"\ntext_column = "t"\nlabel_column = "y"\n')
+    assert main(["data", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "row 3 (line 4) has 3 fields" in err[0]
+    assert not (tmp_path / "runs" / "demo" / "data" / "split.json").exists()
