@@ -24,7 +24,7 @@ def train_rnn(model: RNNClassifier, tok, texts: list[str], labels: list[int], b:
               seed: int, desc: str, teacher_logits: np.ndarray | None = None, temperature: float = 2.0,
               opts: TrainOptions = TrainOptions()) -> dict:
     """Gold labels only when teacher_logits is None; else distillation (labels[i] = -1: teacher only)."""
-    ids, truncated = encode(tok, texts, max_length)
+    ids, truncated = encode(tok, texts, max_length, where="baseline texts")
     lengths = [len(s) for s in ids]
     y = torch.tensor(labels)
     tl = None if teacher_logits is None else torch.from_numpy(teacher_logits).float()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -14,16 +15,36 @@ import torch
 from pipeline.errors import PipelineError
 
 
+_tally: dict[str, dict] | None = None  # where -> {"texts", "truncated", "max_length"} while a stage counts
+
+
+@contextmanager
+def truncation_tally() -> Iterator[dict[str, dict]]:
+    """Count the texts every encode() inside cuts, per `where`: a stage reports them once (log line and summary)."""
+    global _tally
+    outer, _tally = _tally, {}
+    try:
+        yield _tally
+    finally:
+        _tally = outer
+
+
 def encode(tokenizer, texts: Sequence[str], max_length: int, on_too_long: str = "truncate",
            where: str = "data") -> tuple[list[list[int]], int]:
     """Token ids per text (with special tokens), cut to max_length. Returns (ids, number truncated)."""
-    ids = tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
+    # verbose=False silences the library's "Token indices sequence length is longer than the specified maximum
+    # sequence length ... will result in indexing errors": every text is cut below, the count is reported instead
+    ids = tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
     too_long = [i for i, seq in enumerate(ids) if len(seq) > max_length]
     if too_long and on_too_long == "error":
         i = too_long[0]
         raise PipelineError(f"{where}: {len(too_long)} text(s) are longer than max_length={max_length} tokens, "
                             f"e.g. #{i + 1} has {len(ids[i])} tokens ({texts[i][:60]!r}...). Raise teacher.max_length "
                             f"or set teacher.on_too_long = \"truncate\"")
+    if _tally is not None:
+        entry = _tally.setdefault(where, {"texts": 0, "truncated": 0, "max_length": max_length})
+        entry["texts"] += len(ids)
+        entry["truncated"] += len(too_long)
     if too_long:
         # keep the final [SEP]/</s> so the model sees a well-formed sequence
         ids = [seq if len(seq) <= max_length else seq[: max_length - 1] + seq[-1:] for seq in ids]

@@ -44,7 +44,7 @@ def distill_student(student: nn.Module, teacher: HFLogits | None, tok, texts: li
                     teacher_logits: np.ndarray, d: DistillSection, layer_map: list[int], max_length: int,
                     seed: int, opts: TrainOptions = TrainOptions()) -> dict:
     """labels[i] = -1 marks an augmented text (teacher target only)."""
-    ids, truncated = encode(tok, texts, max_length)
+    ids, truncated = encode(tok, texts, max_length, where="distillation texts")
     lengths = [len(s) for s in ids]
     y = torch.tensor(labels)
     tl = torch.from_numpy(teacher_logits).float()

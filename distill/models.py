@@ -123,7 +123,7 @@ def predict_logits(model: nn.Module, tokenizer, texts: Sequence[str], max_length
 
     model.eval()
     dev = next(model.parameters()).device
-    ids, _ = encode(tokenizer, texts, max_length)
+    ids, _ = encode(tokenizer, texts, max_length, where=desc or "scored texts")
     pad_id = tokenizer.pad_token_id or 0
     batches = bucketed_batches([len(s) for s in ids], batch_size, None)
     if shard and D.enabled():

@@ -44,7 +44,13 @@ class DataSection:
     max_validation: int = 0
     max_test: int = 0
     on_empty_text: str = "error"  # error | drop
-    encoding_errors: str = "replace"  # how undecodable bytes in text files are handled
+    # Bytes that are not UTF-8 in csv / jsonl / text files: "replace" (by U+FFFD) or "ignore" them (warned with
+    # counts per file, recorded in split.json), or refuse the file ("strict"). A file that is mostly such bytes
+    # (binary data) is refused either way.
+    encoding_errors: str = "replace"
+    # Field separator of csv files: one character (";" for what spreadsheets write in many locales, "\t"), or
+    # "auto" to let csv.Sniffer tell from the first lines.
+    delimiter: str = ","
     # Labels that differ only in case, surrounding space or number spelling ("Positive" / "positive",
     # 1 / 1.0) are one class written two ways: "merge" them into the most frequent spelling (warned and
     # recorded in split.json), stop with an "error", or "keep" them as separate classes.
@@ -501,10 +507,16 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     source = "<defaults>"
     if path:
         p = Path(path)
+        if p.is_dir():
+            raise PipelineError(f"config file {p} is a folder; give a .toml file (e.g. configs/demo.toml)")
         if not p.is_file():
             raise PipelineError(f"config file {p} does not exist; pick one from configs/ (e.g. configs/demo.toml)")
-        try:
-            raw = tomllib.loads(p.read_text())
+        try:  # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the TOML
+            raw = tomllib.loads(p.read_bytes().decode("utf-8-sig"))
+        except UnicodeDecodeError as e:
+            line = p.read_bytes()[: e.start].count(b"\n") + 1
+            raise PipelineError(f"{p}: not UTF-8 text (byte {e.start}, line {line}); TOML files are UTF-8: save it "
+                                f"as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
         except tomllib.TOMLDecodeError as e:
             raise PipelineError(f"{p}: not valid TOML ({e})") from None
         source = str(p)
@@ -519,6 +531,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
 
 _CHOICES = {
     ("data", "on_empty_text"): ("error", "drop"),
+    ("data", "encoding_errors"): ("replace", "ignore", "strict"),
     ("teacher", "on_too_long"): ("truncate", "error"),
     ("student", "init"): ("random", "teacher-pca", "teacher-layers"),
     ("student", "vocab"): ("teacher", "training"),
@@ -544,6 +557,10 @@ def validate(cfg: Config) -> None:
     if problem:
         raise PipelineError(f"{cfg.source}: {problem}")
     _validate_sizes(cfg)
+    delim = cfg.data.delimiter
+    if delim != "auto" and (len(delim) != 1 or delim in "\"\r\n"):
+        raise PipelineError(f"{cfg.source}: 'data.delimiter' = {delim!r}: give one character (\",\", \";\", \"\\t\") "
+                            f"other than a quote or a line break, or \"auto\"")
     bad = [n for n in cfg.quantize.npu_lengths if not 3 <= n <= cfg.student.max_length]
     if bad and cfg.student.arch == "npu" and cfg.quantize.npu_variants:
         raise PipelineError(f"{cfg.source}: 'quantize.npu_lengths' has {bad}: every length must lie in "

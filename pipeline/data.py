@@ -7,9 +7,7 @@ texts removed because another split has them).
 """
 from __future__ import annotations
 
-import csv
 import importlib.util
-import io
 import json
 import logging
 import random
@@ -18,8 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 from pipeline.config import Config, DataSection
-from pipeline.data_clean import (check_rows, dedupe_across_splits, label_text, merge_label_variants, shared_texts,
-                                 text_value)
+from pipeline.data_csv import read_rows
+from pipeline.data_clean import (check_label_column, check_rows, dedupe_across_splits, label_text,
+                                 merge_label_variants, shared_texts, text_value)
+from pipeline.data_files import check_file, decoding_notes, read_text
 from pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -62,32 +62,26 @@ def _rows_to_examples(rows: list[dict], d: DataSection, where: str) -> list[Exam
             raise PipelineError(f"{where}: no column '{col}' (data.{key}). Columns found: "
                                 f"{', '.join(sorted(map(str, columns)))}. Set data.{key} to one of them")
     check_rows(rows, d.text_column, d.label_column, where)
+    check_label_column(rows, d.text_column, d.label_column, where)
     return [{"text": text_value(row.get(d.text_column)), "label": label_text(row.get(d.label_column))} for row in rows]
 
 
-def _read_text(path: Path, d: DataSection) -> str:
-    if not path.is_file():
-        raise PipelineError(f"data file {path} does not exist; check the data.*_path settings")
-    return path.read_bytes().decode("utf-8", errors=d.encoding_errors)
-
-
 def read_csv(path: Path, d: DataSection) -> list[Example]:
-    try:
-        rows = list(csv.DictReader(io.StringIO(_read_text(path, d), newline="")))
-    except csv.Error as e:
-        raise PipelineError(f"{path}: malformed CSV ({e})") from None
+    rows = read_rows(read_text(path, d, "a CSV file"), path, d.delimiter)
     return _rows_to_examples(rows, d, str(path))
 
 
 def read_jsonl(path: Path, d: DataSection) -> list[Example]:
     rows = []
-    for n, line in enumerate(_read_text(path, d).splitlines(), 1):
+    for n, line in enumerate(read_text(path, d, "a JSON Lines file").splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise PipelineError(f"{path}:{n}: not valid JSON ({e.msg}); each line must be one JSON object") from None
+            hint = (f" ({path.name} looks like CSV: set data.source = \"csv\")"
+                    if n == 1 and path.suffix.lower() in (".csv", ".tsv") else "")
+            raise PipelineError(f"{path}:{n}: not valid JSON ({e.msg}); each line must be one JSON object{hint}") from None
         if not isinstance(row, dict):
             raise PipelineError(f"{path}:{n}: expected a JSON object per line, got {type(row).__name__}")
         rows.append(row)
@@ -95,8 +89,7 @@ def read_jsonl(path: Path, d: DataSection) -> list[Example]:
 
 
 def read_parquet(path: Path, d: DataSection) -> list[Example]:
-    if not path.is_file():
-        raise PipelineError(f"data file {path} does not exist; check the data.*_path settings")
+    check_file(path)
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -241,11 +234,27 @@ def hold_out(splits: dict, d: DataSection, seed: int, split_fn, what: str) -> li
     return made
 
 
+def too_small(splits: dict, d: DataSection, total: int, unit: str) -> None:
+    """Train or test left empty by the hold-out fractions: one error with the size and the settings that did it."""
+    for s, empty_fix in (("test", "data.test_path, or raise data.test_fraction"),
+                         ("train", "lower data.test_fraction / data.validation_fraction")):
+        if not splits[s]:
+            raise PipelineError(
+                f"the {s} split is empty: the data is too small to split ({total} {unit} after cleaning; "
+                f"data.test_fraction = {d.test_fraction:g} and data.validation_fraction = {d.validation_fraction:g} "
+                f"leave train {len(splits['train'])}, validation {len(splits['validation'])}, test "
+                f"{len(splits['test'])}). Give more {unit}, {empty_fix}")
+    if not splits["validation"] and d.validation_fraction > 0 and not d.validation_path:
+        log.warning("WARNING: the validation split is empty: data.validation_fraction = %g of %d %s rounds to none; "
+                    "training runs without a validation score", d.validation_fraction, total, unit)
+
+
 def build_splits(cfg: Config) -> dict:
     """Load, clean, split and cap. Returns {"train": [...], "validation": [...], "test": [...], "info": {...}}."""
     d = cfg.data
     load = get_source(d.source, "classification")
-    splits = {s: load(d, s) for s in ("train", "validation", "test")}
+    with decoding_notes() as undecodable:
+        splits = {s: load(d, s) for s in ("train", "validation", "test")}
     dropped = {}
     for s in splits:
         splits[s], dropped[s] = clean(splits[s], d, f"{d.source} {s} data")
@@ -253,7 +262,9 @@ def build_splits(cfg: Config) -> dict:
         raise PipelineError(f"the training data from data.source '{d.source}' is empty after cleaning")
     merges = merge_label_variants(splits, d.label_variants)
     seed = cfg.run.seed
+    total = sum(len(v) for v in splits.values())
     made = hold_out(splits, d, seed, stratified_split, "the data, stratified")
+    too_small(splits, d, total, "examples")
     removed = dedupe_across_splits(splits, d.dedupe_across_splits)
     if not splits["train"]:
         raise PipelineError("every training text is also in the test or validation split, so none is left for "
@@ -278,6 +289,7 @@ def build_splits(cfg: Config) -> dict:
         "how": made or ["splits as given"],
         "dropped_empty": dropped,
         "label_merges": merges,
+        "undecodable": undecodable,
         "dedupe_across_splits": {"enabled": d.dedupe_across_splits, "removed": removed,
                                  "shared_texts": shared_texts(splits)},
         "counts": {s: len(v) for s, v in splits.items()},

@@ -57,6 +57,24 @@ def check_rows(rows: list[dict], text_col: str, label_col: str, where: str) -> N
                             f"the texts as strings")
 
 
+def check_label_column(rows: list[dict], text_col: str, label_col: str, where: str) -> None:
+    """A label column that holds free text (the text column named as the label column, or the two swapped) would
+    make every text its own class: refuse when it has more distinct values than half the rows and most of them
+    are several words long."""
+    values = [label_text(r[label_col]) for r in rows]
+    distinct = set(values)
+    if len(rows) < 8 or len(distinct) * 2 <= len(rows):
+        return
+    wordy = sum(1 for v in distinct if len(v.split()) > 2)
+    if wordy * 2 <= len(distinct):
+        return
+    example = max(distinct, key=len)[:60]
+    raise PipelineError(f"{where}: the label column '{label_col}' (data.label_column) has {len(distinct)} distinct "
+                        f"values in {len(rows)} rows, most of them several words long (e.g. {example!r}): it looks like "
+                        f"free text, not labels. Set data.label_column to the column of class names and "
+                        f"data.text_column (now '{text_col}') to the text column")
+
+
 def _variant_key(name: str) -> str:
     """What two spellings of one label share: case-folded, and numbers in one form (1, 1.0, 1e0 -> 1)."""
     try:

@@ -73,7 +73,7 @@ NO_ALTERNATIVE = {"classification": {"run.task"},
                   "generation": {"run.task", "student.arch", "teacher.fine_tune"}}
 # Alternatives tried first (strings and lists have no generic "another value").
 ALTERNATIVES = {
-    "data.source": ["csv", "text"], "data.on_empty_text": ["error", "drop"], "data.encoding_errors": ["strict"],
+    "data.source": ["csv", "text"], "data.on_empty_text": ["error", "drop"], "data.encoding_errors": ["strict"], "data.delimiter": [";"],
     "data.label_variants": ["keep"], "teacher.on_too_long": ["error"], "student.arch": ["npu"],
     "student.init": ["random"], "student.max_positions": [256], "distill.layer_map": [[2, 3, 4, 5]], "student.vocab": ["teacher", "training"], "baseline.cell": ["gru"],
     "baseline.distill_loss": ["kl"], "baseline.vocab": ["training"], "train.precision": ["bf16"],

@@ -1,11 +1,48 @@
 """What the steps of every task share: thread settings, training options and the report step."""
 from __future__ import annotations
 
+import functools
 import json
+import logging
 
 from pipeline.config import Config
 from pipeline.errors import PipelineError
 from pipeline.task import StageContext
+
+
+log = logging.getLogger(__name__)
+_LONG_SEQUENCE = "Token indices sequence length is longer than the specified maximum sequence length"
+
+
+def _drop_long_sequence_warning(record: logging.LogRecord) -> bool:
+    """transformers warns once per tokenizer about a text longer than the model's positions "will result in
+    indexing errors", although every caller cuts it (to max_length, or into windows): a false alarm."""
+    return not str(record.msg).startswith(_LONG_SEQUENCE)
+
+
+def reports_truncation(step):
+    """Wrap a step: the library's long-sequence false alarm is dropped, and the texts encode() cut to max_length
+    are reported once, as one log line and `truncated` in the stage summary ({where: counts})."""
+    @functools.wraps(step)
+    def run(ctx: StageContext) -> dict:
+        from distill.batching import truncation_tally
+
+        hf_log = logging.getLogger("transformers.tokenization_utils_base")
+        hf_log.addFilter(_drop_long_sequence_warning)
+        try:
+            with truncation_tally() as tally:
+                summary = step(ctx)
+        finally:
+            hf_log.removeFilter(_drop_long_sequence_warning)
+        cut = {where: c for where, c in tally.items() if c["truncated"]}
+        if cut:
+            log.info("%s: %d text(s) longer than max_length were truncated (%s)", ctx.name,
+                     sum(c["truncated"] for c in cut.values()),
+                     "; ".join(f"{w}: {c['truncated']} of {c['texts']} at {c['max_length']} tokens" for w, c in cut.items()))
+        if tally and isinstance(summary, dict):
+            summary["truncated"] = dict(tally)  # every tokenized set, with its count of cut texts (0 included)
+        return summary
+    return run
 
 
 def threads(cfg: Config) -> None:

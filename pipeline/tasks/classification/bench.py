@@ -11,10 +11,12 @@ import numpy as np
 from pipeline.data import read_labels, read_split
 from pipeline.task import StageContext
 from pipeline.tasks.classification import MODEL_FOLDERS, TASK
+from pipeline.tasks.common import reports_truncation
 
 log = logging.getLogger("pocketformer")
 
 
+@reports_truncation
 def stage_bench(ctx: StageContext) -> dict:
     """Latency, memory and FLOPs of every model variant on every target (plus the Optimum peer).
 

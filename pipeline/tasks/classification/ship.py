@@ -17,7 +17,7 @@ from pipeline.errors import PipelineError
 from pipeline.task import StageContext
 from pipeline.tasks.classification import MODEL_FOLDERS
 from pipeline.tasks.classification.train import _xy
-from pipeline.tasks.common import threads
+from pipeline.tasks.common import reports_truncation, threads
 
 log = logging.getLogger("pocketformer")
 
@@ -50,6 +50,7 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
 
 
+@reports_truncation
 def stage_quantize(ctx: StageContext) -> dict:
     """ONNX fp32 / optimized / int8 / fp16 files per model, each checked and scored on the test split.
 
@@ -157,6 +158,7 @@ def _check_cell(check: dict) -> str:
         f"{check['tolerance']:g})"
 
 
+@reports_truncation
 def stage_export(ctx: StageContext) -> dict:
     """ORT mobile-format files and Core ML packages, each checked against its source.
 

@@ -10,7 +10,7 @@ from pipeline.config import student_positions, student_serving_length
 from pipeline.data import build_splits, read_labels, read_split, write_jsonl
 from pipeline.task import StageContext
 from pipeline.tasks.classification import MODEL_FOLDERS
-from pipeline.tasks.common import threads, train_options
+from pipeline.tasks.common import reports_truncation, threads, train_options
 
 
 def stage_data(ctx: StageContext) -> dict:
@@ -29,6 +29,7 @@ def _xy(data_dir, split: str, labels: list[str]) -> tuple[list[str], list[int]]:
     return [r["text"] for r in rows], [index[r["label"]] for r in rows]
 
 
+@reports_truncation
 def stage_teacher(ctx: StageContext) -> dict:
     """Fine-tune the pretrained encoder into a classifier; writes teacher/model (HF folder)."""
     from distill.models import predict_logits, save_model
@@ -57,6 +58,7 @@ def stage_teacher(ctx: StageContext) -> dict:
     return summary
 
 
+@reports_truncation
 def stage_logits(ctx: StageContext) -> dict:
     """Augment the training texts and cache the teacher's logits on all of them (the teacher runs once)."""
     from distill.augment import Augmenter
@@ -88,6 +90,7 @@ def _distill_set(logits_dir, labels: list[str]) -> tuple[list[str], list[int], n
     return [r["text"] for r in rows], y, np.load(logits_dir / "teacher_logits.npy")
 
 
+@reports_truncation
 def stage_distill(ctx: StageContext) -> dict:
     """Build the student from the teacher and distil it; writes distill/student (HF folder)."""
     from distill.distiller import distill_student
@@ -137,6 +140,7 @@ def _student_embedding(s, student, tok, texts: list[str]) -> dict:
     return info
 
 
+@reports_truncation
 def stage_baseline(ctx: StageContext) -> dict:
     """Train the RNN baseline on gold labels, and the same RNN distilled from the teacher."""
     from distill.baseline import build_rnn, train_rnn
@@ -181,6 +185,7 @@ def stage_baseline(ctx: StageContext) -> dict:
 
 
 
+@reports_truncation
 def stage_eval(ctx: StageContext) -> dict:
     """Accuracy and macro-F1 on the held-out test split for every model; writes accuracy.json/.md."""
     from distill.models import count_params, load_model, predict_logits

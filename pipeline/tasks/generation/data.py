@@ -19,7 +19,8 @@ import numpy as np
 
 from pipeline.config import Config, DataSection
 from pipeline.errors import PipelineError
-from pipeline.data import get_source, hold_out, hub_split, source
+from pipeline.data import get_source, hold_out, hub_split, source, too_small
+from pipeline.data_files import check_file, decoding_notes, read_text
 
 Doc = dict  # {"name": str, "text": str}
 TEXT_SUFFIXES = (".txt", ".md", ".text")
@@ -44,7 +45,7 @@ def strip_markdown(text: str) -> str:
 
 
 def _read(path: Path, d: DataSection) -> str:
-    text = path.read_bytes().decode("utf-8", errors=d.encoding_errors)
+    text = read_text(path, d, "a text file")
     return strip_markdown(text) if path.suffix == ".md" else text
 
 
@@ -56,8 +57,7 @@ def read_documents(path_text: str, d: DataSection) -> list[Doc]:
         if not files:
             raise PipelineError(f"{path} holds no {'/'.join(TEXT_SUFFIXES)} files; point data.*_path at text files")
         return [{"name": p.relative_to(path).as_posix(), "text": _read(p, d)} for p in files]
-    if not path.is_file():
-        raise PipelineError(f"data file {path} does not exist; check the data.*_path settings")
+    check_file(path)
     return [{"name": path.name, "text": _read(path, d)}]
 
 
@@ -124,7 +124,8 @@ def build_lm_splits(cfg: Config) -> dict:
     """Load, clean and split documents. Returns {"train", "validation", "test": [Doc], "info": {...}}."""
     d = cfg.data
     load = get_source(d.source, "generation")
-    splits = {s: load(d, s) for s in ("train", "validation", "test")}
+    with decoding_notes() as undecodable:
+        splits = {s: load(d, s) for s in ("train", "validation", "test")}
     dropped = {}
     for s, docs in splits.items():
         kept = [{"name": doc["name"], "text": doc["text"].strip() + "\n"} for doc in docs if doc["text"].strip()]
@@ -143,16 +144,15 @@ def build_lm_splits(cfg: Config) -> dict:
         # too few documents to hold any out whole: cut them into contiguous blocks first
         splits["train"] = [b for doc in splits["train"] for b in _blocks(doc, cfg.lm.split_blocks)]
         made.append(f"documents cut into up to {cfg.lm.split_blocks} contiguous blocks each")
+    total = sum(len(v) for v in splits.values())
     made += hold_out(splits, d, seed, split_documents, "documents")
-    for s in ("train", "test"):
-        if not splits[s]:
-            raise PipelineError(f"the {s} split has no documents: give more documents (files or plays), or "
-                                f"data.{s}_path")
+    too_small(splits, d, total, "documents (or blocks of them)")
     info = {
         "source": d.source,
         "seed": seed,
         "how": made or ["splits as given"],
         "dropped_empty": dropped,
+        "undecodable": undecodable,
         "documents": {s: [doc["name"] for doc in v] for s, v in splits.items()},
         "characters": {s: sum(len(doc["text"]) for doc in v) for s, v in splits.items()},
     }
@@ -163,7 +163,9 @@ def token_stream(tokenizer, docs: list[Doc], sep_id: int) -> np.ndarray:
     """Every document tokenized (no special tokens) and joined with sep_id after each.  (N_tokens,) int64."""
     out: list[int] = []
     for doc in docs:
-        out += tokenizer(doc["text"], add_special_tokens=False)["input_ids"] + [sep_id]
+        # verbose=False: the "longer than the specified maximum sequence length" warning is a false alarm here,
+        # the stream is cut into lm.context_length windows
+        out += tokenizer(doc["text"], add_special_tokens=False, verbose=False)["input_ids"] + [sep_id]
     return np.asarray(out, dtype=np.int64)
 
 

@@ -1,0 +1,64 @@
+"""CSV rows with the checks csv.DictReader leaves out: the delimiter (data.delimiter, "auto" sniffs it), a
+duplicate header column, a row with more fields than the header (an unquoted comma inside a text would
+otherwise shift the fields and turn a piece of text into a label), and a file that is not CSV at all.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+from pathlib import Path
+
+from pipeline.errors import PipelineError
+
+SNIFF_DELIMITERS = ",;\t|"
+
+
+def _delimiter(text: str, setting: str, path: Path) -> str:
+    if setting != "auto":
+        return setting
+    sample = "\n".join(text.splitlines()[:50])
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=SNIFF_DELIMITERS).delimiter
+    except csv.Error:
+        raise PipelineError(f"{path}: data.delimiter = \"auto\" could not tell the delimiter from the first lines; set it "
+                            f"explicitly, e.g. data.delimiter = \";\" (or \"\\t\" for tab-separated files)") from None
+
+
+def _not_csv(header: list[str], text: str, path: Path, delimiter: str) -> None:
+    """A JSONL file read as CSV, or a file separated by something other than data.delimiter."""
+    first = text.lstrip()[:1]
+    if first in ("{", "["):
+        raise PipelineError(f"{path} looks like JSON (its first line starts with {first!r}), not CSV: set "
+                            f"data.source = \"jsonl\" (one JSON object per line)")
+    if len(header) == 1:
+        for other in (d for d in SNIFF_DELIMITERS if d != delimiter):
+            if other in header[0]:
+                raise PipelineError(f"{path}: the header {header[0]!r} is one column when split at {delimiter!r}; the "
+                                    f"file looks {other!r}-separated: set data.delimiter = {other!r} (or \"auto\")")
+
+
+def read_rows(text: str, path: Path, delimiter: str) -> list[dict]:
+    """Rows of a CSV text as dicts keyed by the header; one error per structural problem, with its row."""
+    delim = _delimiter(text, delimiter, path)
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delim)
+        header = list(reader.fieldnames or [])
+        _not_csv(header, text, path, delim)
+        dupes = [name for name, n in Counter(header).items() if n > 1]
+        if dupes:
+            cols = ", ".join(f"'{name}' (columns {', '.join(str(i + 1) for i, h in enumerate(header) if h == name)})"
+                             for name in dupes)
+            raise PipelineError(f"{path}: the header names a column twice: {cols}; the later one would silently win. "
+                                f"Rename or remove the duplicate")
+        rows = []
+        for n, row in enumerate(reader, 1):
+            extra = row.get(None)
+            if extra is not None:  # DictReader's restkey: fields past the header
+                raise PipelineError(f"{path}: row {n} (line {reader.line_num}) has {len(header) + len(extra)} fields, "
+                                    f"the header {len(header)}: a text with an unquoted {delim!r}? Quote that field "
+                                    f"(\"like{delim} this\"), or check data.delimiter")
+            rows.append(row)
+    except csv.Error as e:
+        raise PipelineError(f"{path}: malformed CSV ({e})") from None
+    return rows
