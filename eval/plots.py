@@ -286,7 +286,9 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
         ax.set_ylabel("p50 latency (ms, log scale)")
         proxy = " - host proxy" if results["targets"].get(t, {}).get("proxy") else ""
         ax.set_title(f"{t}{proxy}")
-    fig.legend(list(labels.values()), list(labels), loc="lower center", ncol=ncol, fontsize=7.5, frameon=False)
+    order = {m: i for i, m in enumerate(_models([r for _, lines in sweeps for r, _, _ in lines]))}
+    keys = sorted(labels, key=lambda k: (order.get(k.split()[0], 99), k.split()[-1], "optimum" in k, k))
+    fig.legend([labels[k] for k in keys], keys, loc="lower center", ncol=ncol, fontsize=7.5, frameon=False)
     fig.suptitle("p50 latency vs sequence length: attention cost grows ~n\u00b2, an LSTM's ~n "
                  "(line style: fp32 solid, int8-dynamic dashed, int8-static dotted, Optimum dash-dot)", fontsize=10)
     return _finish(fig, out / "latency_vs_length.png", legend_in)
@@ -304,7 +306,7 @@ def size_vs_quality(results: dict, out: Path) -> Path | None:
     off = {id(r) for r in off_peers(rows, metric)}
     lo, hi = _y_range([r[metric] for r in rows if id(r) not in off] or [r[metric] for r in rows])
     plt = _plt()
-    legend_in = 0.75
+    legend_in = 0.5
     fig, ax = plt.subplots(figsize=(9.0, 4.6 + legend_in))
     pts = [(r["size_bytes"] / 2**20, r[metric], r) for r in rows]
     for x, y, r in pts:
