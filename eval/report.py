@@ -6,7 +6,7 @@ import base64
 import html
 from pathlib import Path
 
-from eval.plots import all_plots
+from eval.plots import all_plots, off_peers
 from eval.rows import p50
 
 Block = tuple  # ("h1"|"h2"|"p", text) | ("list", [str]) | ("table", headers, rows) | ("img", Path, alt)
@@ -152,6 +152,24 @@ def _head_to_head(res: dict) -> list[Block]:
                   "alternates, so machine drift hits both alike. ratio = median of the per-round p50 ratios "
                   "(ours / Optimum; below 1 = ours faster); the range is the lowest and highest round." + note),
             ("table", ["target", "ours", "Optimum", "ours p50 ms", "Optimum p50 ms", "ratio", "rounds range"], rows)]
+
+
+def _peer_caveat(res: dict) -> list[Block]:
+    """Peer rows whose quality is far from ours (eval.plots.off_peers): timed, but not a working model."""
+    metric = res["quality_metric"]
+    off = off_peers(res["rows"], metric)
+    if not off:
+        return []
+    ours = {r["model"]: r[metric] for r in res["rows"] if r.get("source") != "optimum" and r.get(metric) is not None
+            and r["variant"] == "fp32"}
+    vals = sorted({f"{r[metric]:.3f}" for r in off})
+    models = sorted({r["model"] for r in off})
+    ref = ", ".join(f"{m} {ours[m]:.3f}" for m in models if m in ours)
+    return [("p", f"Caveat on Optimum's rows: their {metric} is {' / '.join(vals)} ({', '.join(models)}; ours: "
+                  f"{ref or 'see the summary'}), so their files do not compute what ours do. One known cause, a "
+                  "restricted-vocabulary student (student.vocab = \"training\"): Optimum's exporter writes the "
+                  "transformers model without the in-graph id -> row table, so its files read the wrong embedding "
+                  "rows. They are the same architecture, so the timings compare; their quality does not, and the plots draw them off scale.")]
 
 
 def _browser_cross(res: dict) -> list[Block]:
@@ -352,11 +370,15 @@ def _skipped(res: dict) -> list[Block]:
 
 
 def blocks(res: dict, plots: dict[str, Path]) -> list[Block]:
-    captions = {"quality_vs_latency": "Quality vs latency per target; the Pareto front is circled.",
+    caveat = " Optimum's rows sit off scale in a grey band: see the caveat above." \
+        if off_peers(res["rows"], res["quality_metric"]) else ""
+    captions = {"quality_vs_latency": "Quality vs latency per target; the Pareto front is circled and numbered."
+                + caveat,
                 "latency_vs_length": "Latency vs sequence length: transformers vs LSTMs.",
-                "size_vs_quality": "File size vs quality, every model and variant."}
+                "size_vs_quality": "File size vs quality, every model and variant." + caveat}
     imgs: list[Block] = [("h2", "Plots")] + [("img", p, captions[k]) for k, p in plots.items()]
-    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _head_to_head(res) + _browser_cross(res) + _summary(res)
+    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _head_to_head(res) + _peer_caveat(res)
+            + _browser_cross(res) + _summary(res)
             + _sweeps(res) + _npu(res)
             + _generation(res) + (imgs if plots else []) + _skipped(res))
 

@@ -6,11 +6,50 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 
 from pipeline.errors import PipelineError
 
 DEFAULT_CONFIG = "configs/demo.toml"
+# The Makefile hands CONFIG and SET over in these (never pasted into a shell line); --config and --set win.
+ENV_CONFIG = "POCKETFORMER_CONFIG"
+ENV_SET = "POCKETFORMER_SET"
+# SET holds space-separated section.key=value items; a new item starts only where whitespace is followed by
+# `section.key=`, so a value keeps its own spaces and quotes: bench.targets=["host-cpu", "mobile-cpu"]
+_NEXT_ITEM = re.compile(r"\s+(?=[A-Za-z_][\w-]*\.[A-Za-z_][\w-]*\s*=)")
+
+log = logging.getLogger(__name__)
+
+
+def split_sets(text: str) -> list[str]:
+    """SET's items, one --set each (see _NEXT_ITEM); text with no section.key= stays one item and fails there."""
+    text = text.strip()
+    return _NEXT_ITEM.split(text) if text else []
+
+
+def env_settings(environ=os.environ) -> tuple[str | None, list[str]]:
+    """The config path and --set items the environment gives (POCKETFORMER_CONFIG, POCKETFORMER_SET)."""
+    return environ.get(ENV_CONFIG) or None, split_sets(environ.get(ENV_SET, ""))
+
+
+def env_argv(environ=os.environ) -> list[str]:
+    """The same as --config/--set arguments, for tools with their own parser (make bench-ddp)."""
+    config, sets = env_settings(environ)
+    return ["--config", config or DEFAULT_CONFIG] + [a for s in sets for a in ("--set", s)]
+
+
+def _apply_env(args: argparse.Namespace) -> None:
+    """--config defaults to $POCKETFORMER_CONFIG, then configs/demo.toml; $POCKETFORMER_SET's items go
+    before the command line's --set, so those win."""
+    if not hasattr(args, "overrides"):
+        return
+    config, sets = env_settings()
+    if args.config is None:
+        args.config = config or DEFAULT_CONFIG
+    if sets:
+        log.info("%s: %s", ENV_SET, " ".join(f"--set {s}" for s in sets))
+    args.overrides = sets + args.overrides
 
 
 def _stages():
@@ -20,9 +59,10 @@ def _stages():
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=DEFAULT_CONFIG, help=f"run config (TOML), default {DEFAULT_CONFIG}")
+    p.add_argument("--config", default=None,
+                   help=f"run config (TOML), default ${ENV_CONFIG} or else {DEFAULT_CONFIG}")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override one config value, e.g. --set distill.epochs=2 (repeatable)")
+                   help=f"override one config value, e.g. --set distill.epochs=2 (repeatable; after ${ENV_SET}'s)")
     p.add_argument("--force", action="store_true", help="re-run the named stage even if it is up to date")
 
 
@@ -45,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify.add_cli(sub)
     phone.add_cli(sub)
+    for p in sub.choices.values():  # every --config (phone-bench's too) falls back to the environment
+        if p.get_default("config") is not None:
+            p.set_defaults(config=None)
     return parser
 
 
@@ -57,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return verify.main(argv)
     args = build_parser().parse_args(argv)
+    _apply_env(args)
     try:
         from pipeline.config import dumps, load_config
         from pipeline.stage import STAGES, run, statuses
