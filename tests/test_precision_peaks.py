@@ -102,3 +102,11 @@ def test_int8_probe_runs_the_kernel_our_int8_files_run():
     out = int8_matmul_peaks([1], size=64, seconds=0.05)
     assert out["peak_gops_int8"]["1"] > 0
     assert "DynamicQuantizeMatMul (CPUExecutionProvider)" in out["kernels"]
+
+
+def test_report_cell_names_the_peak():
+    from eval.report import _gflops_cell
+
+    assert _gflops_cell({"gflops": 185.0, "peak_fraction": 0.4625, "peak": "int8"}) == "185.0 (46.2% of int8)"
+    assert _gflops_cell({"gflops": 50.0, "peak_fraction": 0.5, "peak": "fp32"}) == "50.0 (50.0% of fp32)"
+    assert _gflops_cell({"gflops": 50.0}) == "50.0 (-)"
