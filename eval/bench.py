@@ -23,8 +23,8 @@ from eval import latency as L
 from eval.browser import is_browser
 from eval.browser_bench import measure_browser
 from eval.flops import row_flops
-from eval.machine import peak_for
 from eval.npu import check_onnx, coreml_readiness, fix_shapes, get_device, load_devices, roofline_ms
+from eval.peaks import row_peak
 from eval.plan import Point, plan_point
 from eval.targets import TARGETS, Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
     resolved_threads, unavailable
@@ -108,11 +108,14 @@ def _graph_check(path: Path, n: int, formula: int) -> dict:
     return {"seq_len": n, "graph_flops": g, "ratio_to_formula": g / formula}
 
 
-def _gflops(entry: dict, flops: int | None, batch: int, peak: float | None) -> None:
+def _gflops(entry: dict, flops: int | None, batch: int, peak: tuple[float | None, str | None]) -> None:
+    """gflops, and peak_fraction against the peak of the row's own arithmetic (eval/peaks.py), named in
+    `peak` ("fp32" or "int8")."""
     if flops and entry.get("p50_ms"):
         entry["gflops"] = flops * batch / (entry["p50_ms"] / 1e3) / 1e9
-        if peak:
-            entry["peak_fraction"] = entry["gflops"] / peak
+        if peak[0]:
+            entry["peak_fraction"] = entry["gflops"] / peak[0]
+            entry["peak"] = peak[1]
 
 
 class Bench:
@@ -166,7 +169,7 @@ class Bench:
     def measure(self, t: Target, row: dict, point: Point) -> dict:
         threads = resolved_threads(t)
         flops = {n: row_flops(self.models.folders, row, n) for n in point.lengths}
-        peak = peak_for(self.machine["peak_gflops_fp32"], threads)
+        peak = row_peak(row["variant"], row["format"], t.name, self.machine, threads)
         out: dict = {}
         with L.PeakRSS() as rss:
             bind, provider = self.runner(t, row, threads)

@@ -15,7 +15,7 @@ from eval import latency as L
 from eval.browser import chromium_path, is_browser, row_key, run_job, unavailable_reason
 from eval.browser_cross import cross_check
 from eval.flops import row_flops
-from eval.machine import peak_for
+from eval.peaks import row_peak
 from eval.plan import plan_point
 from eval.targets import Target, resolved_threads
 
@@ -86,7 +86,8 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
         if "error" in timed:
             out[k] = {"status": "failed", "reason": f"onnxruntime-web: {timed['error']}"}
             continue
-        peak = peak_for(bench.machine["peak_gflops_fp32"], n_threads)
+        # native peaks of the row's arithmetic: WASM reaches a fraction of them
+        peak, kind = row_peak(row["variant"], row["format"], t.name, bench.machine, n_threads)
         entry: dict = {}
         for n in p.lengths:
             entry[str(n)] = L.summarize(timed[str(n)])
@@ -94,7 +95,7 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
             if flops:
                 entry[str(n)]["gflops"] = flops / (entry[str(n)]["p50_ms"] / 1e3) / 1e9
                 if peak:
-                    entry[str(n)]["peak_fraction"] = entry[str(n)]["gflops"] / peak
+                    entry[str(n)].update(peak_fraction=entry[str(n)]["gflops"] / peak, peak=kind)
         for n, reason in p.skipped_lengths.items():
             entry[n] = _skip(reason)
         entry["session"] = {"provider": "onnxruntime-web wasm", "threads": n_threads, "runtime": runtime,

@@ -2,9 +2,12 @@
 achieved GFLOP/s is compared against), measured in the same run as the models."""
 from __future__ import annotations
 
+import logging
 import platform
 import time
 from pathlib import Path
+
+log = logging.getLogger("pocketformer")
 
 
 def cpu_name() -> str:
@@ -16,16 +19,41 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def cpu_flags() -> list[str]:
-    """The SIMD features that decide which int8/fp32 kernels ORT picks."""
+# the features shown in the report and read by the kernel and precision choices (x86 "flags" and ARM
+# "Features" names as /proc/cpuinfo writes them)
+REPORTED_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx_vnni_int8", "avx512_bf16",
+                  "avx_ne_convert", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16", "amx_fp16",
+                  "asimddp", "i8mm", "bf16", "sve", "fphp", "asimdhp")
+
+
+def parse_cpu_flags(cpuinfo: str) -> set[str]:
+    """Every feature on the first "flags" (x86) or "Features" (ARM) line of a /proc/cpuinfo text."""
+    for line in cpuinfo.splitlines():
+        key = line.split(":", 1)[0].strip()
+        if key in ("flags", "Features") and ":" in line:
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def all_cpu_flags() -> set[str]:
+    """This machine's CPU features (empty where there is no /proc/cpuinfo, e.g. macOS)."""
     info = Path("/proc/cpuinfo")
-    if not info.is_file():
-        return []
-    for line in info.read_text(errors="replace").splitlines():
-        if line.startswith("flags"):
-            keep = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16", "avx512_fp16")
-            return [f for f in line.split(":", 1)[1].split() if f in keep]
-    return []
+    return parse_cpu_flags(info.read_text(errors="replace")) if info.is_file() else set()
+
+
+def cpu_flags() -> list[str]:
+    """The SIMD features that decide which int8/fp32/bf16 kernels ORT and PyTorch pick, in a fixed order."""
+    have = all_cpu_flags()
+    return [f for f in REPORTED_FLAGS if f in have]
+
+
+def has_fp16_units(flags: set[str] | list[str], machine: str) -> bool:
+    """fp16 arithmetic in hardware (AVX512-FP16, AMX-FP16; ARM's half-precision SIMD). Without it ORT's CPU
+    provider runs an fp16 graph's MatMuls in fp32 (it inserts casts), so fp16 rows meet the fp32 peak."""
+    f = set(flags)
+    if machine.lower() in ("arm64", "aarch64"):
+        return "asimdhp" in f
+    return bool(f & {"avx512_fp16", "amx_fp16"})
 
 
 def matmul_peak_gflops(threads: int, size: int = 1024, seconds: float = 0.5) -> float:
@@ -75,6 +103,7 @@ def machine_info(thread_counts: list[int]) -> dict:
         "logical_cores": os.cpu_count(),
         "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu_flags": cpu_flags(),
+        "fp16_units": has_fp16_units(all_cpu_flags(), platform.machine()),
         # other work on the machine skews every number; recorded so a noisy run can be recognised
         "load_average_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         # the 1-minute load average still counts the pipeline's own training that just ended; CPU use
@@ -82,7 +111,29 @@ def machine_info(thread_counts: list[int]) -> dict:
         "cpu_busy_percent": other_cpu_percent(),
         "peak_gflops_fp32": {str(t): round(matmul_peak_gflops(t), 1) for t in sorted(set(thread_counts))},
         "peak_probe": "best of repeated 1024x1024 fp32 torch.mm over 0.5 s, per thread count",
+        **int8_peak_info(thread_counts),
     }
+
+
+def int8_peak_info(thread_counts: list[int]) -> dict:
+    """The int8 peak (eval/int8_peak.py), the kernels that ran it and whether the CPU has VNNI. A probe that
+    cannot run leaves int8 rows without a peak fraction and says why (never the fp32 peak instead)."""
+    from eval.int8_peak import SIZE, has_vnni, int8_matmul_peaks, mlas_int8_kernel
+
+    flags = all_cpu_flags()
+    kernels = {"mlas": mlas_int8_kernel(flags, platform.machine()),
+               "mlas_source": "inferred from the CPU flags by MLAS's dispatch order (onnxruntime does not report it)",
+               "vnni": has_vnni(flags)}
+    try:
+        probe = int8_matmul_peaks(thread_counts)
+    except Exception as e:  # an onnxruntime that cannot build or run the graph
+        log.warning("[bench] int8 matmul peak probe failed: %s; int8 rows get no %% of peak", e)
+        return {"peak_gops_int8": {}, "peak_probe_int8": f"failed: {type(e).__name__}: {str(e)[:200]}",
+                "int8_kernels": kernels}
+    return {"peak_gops_int8": probe["peak_gops_int8"],
+            "peak_probe_int8": f"best of repeated {SIZE}x{SIZE}x{SIZE} MatMul quantized by onnxruntime's "
+                               f"quantize_dynamic (int8 weights), onnxruntime CPU provider, over 0.5 s, per thread count",
+            "int8_kernels": {"ort_ops": probe["kernels"], **kernels}}
 
 
 def peak_for(peaks: dict[str, float], threads: int) -> float | None:

@@ -26,6 +26,14 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
+def _gflops_cell(point: dict) -> str:
+    """GFLOP/s (% of the peak of the row's own arithmetic, named: fp32 or int8; eval/peaks.py)."""
+    if point.get("peak_fraction") is None:
+        return f"{point['gflops']:.1f} (-)"
+    # documents from before per-arithmetic peaks divided every row by the fp32 peak
+    return f"{point['gflops']:.1f} ({_pct(point['peak_fraction'])} of {point.get('peak', 'fp32')})"
+
+
 def _num(v, digits: int = 4) -> str:
     if v is None:
         return "-"
@@ -49,6 +57,14 @@ def _name(r: dict) -> list[str]:
 def _header(res: dict) -> list[Block]:
     m = res["machine"]
     peaks = ", ".join(f"{t} thread(s): {g} GFLOP/s" for t, g in m["peak_gflops_fp32"].items())
+    if m.get("peak_gops_int8"):
+        k = m.get("int8_kernels", {})
+        peaks += (f". int8 peak ({m['peak_probe_int8']}): "
+                  + ", ".join(f"{t} thread(s): {g} GOP/s" for t, g in m["peak_gops_int8"].items())
+                  + f"; kernels: {', '.join(k.get('ort_ops', [])) or '?'} on MLAS {k.get('mlas', '?')} "
+                    f"({'with' if k.get('vnni') else 'no'} VNNI; {k.get('mlas_source', '')})")
+    elif m.get("peak_probe_int8"):
+        peaks += f". int8 peak: {m['peak_probe_int8']}"
     v = res["versions"]
     plan = res["plan"]
     proxies = [t for t, d in res["targets"].items() if d.get("proxy")]
@@ -232,14 +248,16 @@ def _summary(res: dict) -> list[Block]:
         for t, measured in targets:
             cells += [_cell(r, t, L), _x(vs.get("speedup", {}).get(t))] if measured else [_cell(r, t, L)]
         point = r["latency"].get("host-cpu", {}).get(str(L), {})
-        cells.append(f"{point['gflops']:.1f} ({_pct(point.get('peak_fraction'))})" if "gflops" in point else "-")
+        cells.append(_gflops_cell(point) if "gflops" in point else "-")
         rows.append(cells)
     return [("h2", f"Summary at {L} tokens, batch 1"),
             ("p", f"'smaller' and 'faster' are ratios against the fp32 teacher (size: its PyTorch checkpoint; speed: "
                   f"the fp32 teacher in the same format on the same target). Retention = {metric} / the teacher's"
                   f"{' (perplexity: teacher / row)' if metric != 'accuracy' else ''}. '-' = not run on that target "
-                  f"(reasons under Skipped). GFLOP/s = formula FLOPs / p50; int8 rows are compared with the fp32 "
-                  f"matmul peak. Targets with nothing measured or estimated are left out of this table."),
+                  f"(reasons under Skipped). GFLOP/s = formula FLOPs / p50 (GOP/s for int8 rows), as a share of "
+                  f"the matmul peak of the row's own arithmetic, named in the cell: fp32 and fp16 rows (no fp16 "
+                  f"units) against the fp32 peak, int8 rows against the int8 peak (both under Machine); '-' = "
+                  f"no peak measured for it. Targets with nothing measured or estimated are left out of this table."),
             ("table", head, rows)] + _flops_check(res)
 
 
@@ -265,7 +283,7 @@ def _sweeps(res: dict) -> list[Block]:
             tp = entry.get(f"throughput_b{B}") if isinstance(entry, dict) else None
             if tp and "p50_ms" in tp:
                 rows.append(_name(r) + [t, _ms(tp["p50_ms"]), f"{tp['sequences_per_s']:.1f}",
-                                        f"{tp.get('gflops', 0):.1f} ({_pct(tp.get('peak_fraction'))})"])
+                                        _gflops_cell(tp) if "gflops" in tp else "-"])
     if rows:
         out += [("h2", f"Throughput: batch {B} at {res['plan']['headline_length']} tokens"),
                 ("table", ["model", "variant", "format", "target", "p50 ms / batch", "sequences/s",

@@ -301,6 +301,15 @@ def test_results_follow_the_schema_and_ratios(benched):
     assert validate_results(res) == []
     assert res["quality_metric"] == "accuracy" and res["threads"]["mobile-cpu"] == 1
     assert set(res["machine"]["peak_gflops_fp32"]) >= {"1"}
+    assert set(res["machine"]["peak_gops_int8"]) == set(res["machine"]["peak_gflops_fp32"])
+    assert "DynamicQuantizeMatMul (CPUExecutionProvider)" in res["machine"]["int8_kernels"]["ort_ops"]
+    # every timed point is divided by the peak of its own arithmetic (eval/peaks.py)
+    for r in res["rows"]:
+        for t in ("host-cpu", "mobile-cpu"):
+            for k, point in r["latency"].get(t, {}).items():
+                if isinstance(point, dict) and "peak_fraction" in point:
+                    want = "int8" if "int8" in r["variant"] else "fp32"
+                    assert point["peak"] == want, (r["model"], r["variant"], r["format"], t, k)
     ort = _rows(res, "student", "fp32", "ort")
     assert ort["accuracy"] == 0.85 and ort["accuracy_from"] == "onnx"
     st, te = _rows(res, "student", "fp32", "pytorch"), _rows(res, "teacher", "fp32", "pytorch")

@@ -188,9 +188,9 @@ def test_auto_precision_follows_the_hardware(monkeypatch):
     from pipeline.config import config_from_dict
 
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    monkeypatch.setattr(eval.machine, "cpu_flags", lambda: ["avx2", "fma"])
+    monkeypatch.setattr(eval.machine, "all_cpu_flags", lambda: {"avx2", "fma"})
     assert resolve_precision("auto") == "fp32"
-    monkeypatch.setattr(eval.machine, "cpu_flags", lambda: ["avx2", "avx512_bf16", "amx_bf16"])
+    monkeypatch.setattr(eval.machine, "all_cpu_flags", lambda: {"avx2", "avx512_bf16", "amx_bf16"})
     assert resolve_precision("auto") == "bf16"
     assert resolve_precision("fp32") == "fp32" and resolve_precision("bf16") == "bf16"
     cfg = config_from_dict({"train": {"precision": "auto"}, "lm": {"teacher_precision": "auto"}}, "t")

@@ -1,0 +1,111 @@
+"""The int8 matrix-multiply peak int8 rows are compared against: a square fp32 MatMul quantized the way our
+int8-dynamic files are (onnxruntime's quantize_dynamic: int8 weights, activations quantized on the fly),
+timed with onnxruntime's CPU provider at the bench's thread counts. ORT fuses it into the same
+DynamicQuantizeMatMul kernel our files run, on MLAS's integer GEMM for this CPU.
+
+ORT reports which op kernel ran (its profiler, read once below) but not which MLAS code path that kernel
+dispatched to; that is chosen from the CPU's features as MLAS does (onnxruntime/core/mlas/lib/platform.cpp)
+and recorded as inferred.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+SIZE = 1024
+
+
+def _quantized_matmul(folder: Path, size: int) -> Path:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    w = np.random.default_rng(0).standard_normal((size, size)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "int8_peak",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [size, size])],
+                              [numpy_helper.from_array(w, "w")])
+    src, out = folder / "fp32.onnx", folder / "int8.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    logging.disable(logging.WARNING)  # quantize_dynamic's "consider pre-processing" note on a one-node graph
+    try:
+        quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8)
+    finally:
+        logging.disable(logging.NOTSET)
+    return out
+
+
+def _session(path: Path, threads: int, profile_prefix: str | None = None):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    if profile_prefix:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile_prefix
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _kernels_run(path: Path, x, folder: Path) -> list[str]:
+    """'op (provider)' of every node ORT's profiler saw run: which fused kernel the int8 graph became."""
+    sess = _session(path, 1, str(folder / "profile"))
+    sess.run(None, {"x": x})
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    return sorted({f"{e['args']['op_name']} ({e['args'].get('provider', '?')})" for e in events
+                   if e.get("cat") == "Node" and "op_name" in e.get("args", {})})
+
+
+def int8_matmul_peaks(thread_counts: list[int], size: int = SIZE, seconds: float = 0.5) -> dict:
+    """{"peak_gops_int8": {threads: best GOP/s}, "kernels": [op (provider), ...]} of a size x size x size
+    dynamically quantized MatMul (2 size^3 integer ops per call) run by onnxruntime."""
+    import numpy as np
+
+    x = np.random.default_rng(1).standard_normal((size, size)).astype(np.float32)
+    peaks = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _quantized_matmul(Path(tmp), size)
+        kernels = _kernels_run(path, x, Path(tmp))
+        for t in sorted(set(thread_counts)):
+            sess = _session(path, t)
+            for _ in range(2):  # warm-up: weight prepacking, thread pool start
+                sess.run(None, {"x": x})
+            best = float("inf")
+            start = time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                t0 = time.perf_counter()
+                sess.run(None, {"x": x})
+                best = min(best, time.perf_counter() - t0)
+            peaks[str(t)] = round(2 * size ** 3 / best / 1e9, 1)
+    return {"peak_gops_int8": peaks, "kernels": kernels}
+
+
+def mlas_int8_kernel(flags: set[str] | list[str], machine: str) -> str:
+    """The MLAS integer-GEMM code path (u8 activations x s8 weights) this CPU gets, by MLAS's own order of
+    checks. AMX needs an ORT build with it and the kernel's permission for AMX state; assumed granted."""
+    f = set(flags)
+    if machine.lower() in ("arm64", "aarch64"):
+        if "i8mm" in f:
+            return "NEON I8MM (SMMLA/UMMLA)"
+        return "NEON UDOT" if "asimddp" in f else "NEON"
+    if {"amx_int8", "amx_tile"} <= f:
+        return "AMX"
+    if "avx512_vnni" in f:
+        return "AVX512-VNNI"
+    if {"avx512bw", "avx512f"} <= f:
+        return "AVX512 core (no VNNI)"
+    if "avx_vnni" in f:
+        return "AVX-VNNI"
+    if "avx2" in f:
+        return "AVX2 (no VNNI)"
+    return "SSE4.1"
+
+
+def has_vnni(flags: set[str] | list[str]) -> bool:
+    """Integer dot-product instructions (one instruction per 4 int8 multiply-adds)."""
+    return bool(set(flags) & {"avx512_vnni", "avx_vnni", "amx_int8", "asimddp", "i8mm"})
