@@ -54,11 +54,11 @@ def threads(cfg: Config) -> None:
 
 def train_options(ctx: StageContext, phase: str = ""):
     """The [train] settings plus where this stage keeps resumable checkpoints."""
-    from distill.precision import resolve_precision
+    from distill.precision import choose_precision
     from distill.train import TrainOptions
 
     t = ctx.cfg.train
-    return TrainOptions(grad_accum=t.grad_accum, precision=resolve_precision(t.precision), checkpoint_every=t.checkpoint_every,
+    return TrainOptions(grad_accum=t.grad_accum, precision=choose_precision(t.precision, "train.precision").precision, checkpoint_every=t.checkpoint_every,
                         checkpoint_dir=ctx.resume_dir / phase if phase else ctx.resume_dir, key=ctx.key)
 
 

@@ -52,7 +52,7 @@ def stage_logits(ctx: StageContext) -> dict:
     from distill import distributed as D
     from distill.teacher import eos_id, load_causal_folder
     from distill.vocab import VocabMap
-    from distill.precision import resolve_precision
+    from distill.precision import choose_precision
     from pipeline.tasks.generation.data import split_windows, windows
     from tqdm.auto import tqdm
 
@@ -71,7 +71,8 @@ def stage_logits(ctx: StageContext) -> dict:
     starts = list(range(0, len(win), bs))
     part: dict[int, tuple] = {}  # batch start -> (top-k ids, top-k logits, summed NLL)
     on = next(teacher.parameters()).device.type
-    precision = resolve_precision(lm.teacher_precision)
+    choice = choose_precision(lm.teacher_precision, "lm.teacher_precision")  # logged with its reason
+    precision = choice.precision
     # under torchrun each rank scores every W-th batch and the pieces are merged (distill/distributed.py)
     with torch.no_grad(), torch.autocast(on, dtype=torch.bfloat16, enabled=precision == "bf16"):
         for i in tqdm(D.shard(starts), desc="teacher top-k logits", unit="batch", mininterval=2.0,
@@ -97,7 +98,7 @@ def stage_logits(ctx: StageContext) -> dict:
     vmap.save(ctx.out)
     n_tok = win.shape[0] * lm.context_length
     return {"train_tokens": int(len(tokens)), "windows": int(len(win)), "extra_windows": int(len(extra)),
-            "scored_tokens": int(n_tok), "top_k": k, "teacher_precision": precision,
+            "scored_tokens": int(n_tok), "top_k": k, "teacher_precision": precision, "teacher_precision_reason": choice.reason,
             "student_vocab": vmap.size, "teacher_vocab": vmap.teacher_vocab,
             "teacher_train_perplexity": float(np.exp(nll / n_tok)),
             "teacher_batches_per_rank": [len(p) for p in shares]}
