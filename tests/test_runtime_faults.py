@@ -173,3 +173,98 @@ def test_read_only_folders_with_chmod(monkeypatch, tmp_path):
             P.publish(src, ro / "dist" / "r")
     finally:
         ro.chmod(0o755)
+
+
+# ---- generation: a tiny vocabulary, too few windows, a context beyond the teacher's positions ----------------
+
+from test_gpt_pipeline import corpus, gen_cfg, tiny_llama_dir  # noqa: E402,F401  (module fixtures, reused)
+
+
+def test_pca_start_over_a_vocabulary_smaller_than_the_student_width():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from distill.student import build_llama
+    from distill.vocab import VocabMap
+    from pipeline.config import StudentSection
+
+    torch.manual_seed(0)
+    teacher = LlamaForCausalLM(LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                           num_attention_heads=2, num_key_value_heads=1))
+    vmap = VocabMap.build(torch.tensor([3, 5, 7, 9, 3]).numpy(), 40, restrict=True, always=(0,))
+    assert vmap.size == 6  # five kept ids and "other", fewer than student.hidden
+    s = StudentSection(arch="llama", layers=1, hidden=16, heads=2, ffn=32, init="teacher-pca")
+    student = build_llama(s, teacher, vmap, 32)  # crashed in torch.pca_lowrank (q=16 > 6 rows) before
+    w = student.model.embed_tokens.weight.detach()
+    assert w.shape == (6, 16) and torch.isfinite(w).all()
+    assert w[:, 6:].abs().max() == 0 and w[:, :5].abs().sum(0).min() > 0  # 6 directions at most, then zeros
+    # the full-size case is unchanged: same numbers as before for a vocabulary of at least student.hidden rows
+    from distill.embeddings import pca_rows
+
+    torch.manual_seed(1)
+    big = torch.randn(50, 32)
+    torch.manual_seed(2)
+    got = pca_rows(big, 16)
+    torch.manual_seed(2)
+    mean = big.mean(0)
+    _, _, v = torch.pca_lowrank(big - mean, q=16, center=False, niter=4)
+    ref = (big - mean) @ v[:, :16]
+    assert torch.equal(got, ref * (0.02 / ref.std()))
+
+
+def test_tiny_vocabulary_distills_and_says_what_pca_did(tmp_path, tiny_llama_dir, caplog):
+    from pipeline.manifest import read_manifest
+    from pipeline.stage import run
+
+    small = tmp_path / "small"
+    small.mkdir()
+    for i in range(6):
+        (small / f"p{i}.txt").write_text("ROMEO : my love .\n" * 60)
+    d = gen_cfg(tmp_path, small, tiny_llama_dir, distill__epochs=1.0, lm__extra_windows=0, lm__teacher_windows=0)
+    cfg = config_from_dict(d, "tiny-gen")
+    with caplog.at_level("WARNING", logger="pocketformer"):
+        run(cfg, ["distill"])
+    rows = read_manifest(cfg.run_dir / "logits")["summary"]["student_vocab"]
+    assert rows < 16
+    note = read_manifest(cfg.run_dir / "distill")["summary"]["init_note"]
+    assert f"restricted vocabulary has {rows} rows, fewer than student.hidden = 16" in note
+    assert f"{16 - rows} zero columns" in note and "lm.restrict_vocab = false" in note
+    assert note in caplog.text
+
+
+def test_fewer_windows_than_asked_are_warned_and_recorded(tmp_path, corpus, tiny_llama_dir, caplog):
+    from pipeline.manifest import read_manifest
+    from pipeline.stage import run
+
+    cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, lm__teacher_windows=5000,
+                                   lm__extra_windows=3000), "tiny-gen")
+    with caplog.at_level("WARNING", logger="pocketformer"):
+        run(cfg, ["logits"])
+    s = read_manifest(cfg.run_dir / "logits")["summary"]
+    n = s["windows"]
+    assert 0 < n < 5000 and s["extra_windows"] == 0  # every window went to the teacher: none left over
+    assert s["windows_asked"] == {"teacher_windows": 5000, "extra_windows": 3000}
+    short = s["window_shortfall"]
+    assert len(short) == 2
+    assert short[0].startswith(f"lm.teacher_windows = 5000, but the training split holds {n} windows")
+    assert short[1].startswith(f"lm.extra_windows = 3000, but only 0 windows were left after the {n}")
+    assert all(line in caplog.text for line in short)
+
+
+def test_enough_windows_record_no_shortfall():
+    from pipeline.tasks.generation.train import window_shortfall
+
+    assert window_shortfall(48, 32, 48, 32, 16) == []
+    assert window_shortfall(200, 0, 0, 0, 16) == []  # 0 = all of them
+    assert window_shortfall(48, 90, 48, -1, 16) == []  # -1 = the rest
+
+
+def test_context_beyond_the_teachers_positions_is_refused(tmp_path, corpus, tiny_llama_dir):
+    from pipeline.stage import run
+
+    cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, lm__context_length=300, lm__max_cache=512,
+                                   lm__teacher_windows=2, lm__extra_windows=0), "tiny-gen")
+    with pytest.raises(PipelineError, match=r"lm.context_length = 300, but the teacher \(llama\) has positions for "
+                                            r"256 tokens only .*Set lm.context_length <= 256"):
+        run(cfg, ["logits"])
+    assert not (cfg.run_dir / "logits").exists() and not (cfg.run_dir / ".logits.partial").exists()
