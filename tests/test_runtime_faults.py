@@ -268,3 +268,101 @@ def test_context_beyond_the_teachers_positions_is_refused(tmp_path, corpus, tiny
                                             r"256 tokens only .*Set lm.context_length <= 256"):
         run(cfg, ["logits"])
     assert not (cfg.run_dir / "logits").exists() and not (cfg.run_dir / ".logits.partial").exists()
+
+
+# ---- quality gates on too few texts ------------------------------------------------------------------------
+
+def _one_text_run(tmp_path: Path, check_samples: int = 16):
+    """A run folder whose data stage holds a test split of one text (and what the gates read first)."""
+    import json
+
+    from pipeline.data import write_jsonl
+
+    d = {"run": {"runs_dir": str(tmp_path / "runs"), "name": "r", "threads": 1},
+         "quantize": {"check_samples": check_samples}}
+    cfg = config_from_dict(d, "cfg")
+    data = cfg.run_dir / "data"
+    data.mkdir(parents=True)
+    (data / "labels.json").write_text(json.dumps(["negative", "positive"]))
+    write_jsonl(data / "test.jsonl", [{"text": "a fine movie", "label": "positive"}])
+    return cfg
+
+
+def _ctx(cfg, name: str):
+    from pipeline.stage import STAGES
+    from pipeline.task import StageContext
+
+    out = cfg.run_dir / f".{name}.partial"
+    out.mkdir(parents=True, exist_ok=True)
+    return StageContext(cfg, name, out, cfg.run_dir, STAGES[name].deps)
+
+
+def test_argmax_and_diff_checks_refuse_fewer_texts_than_check_samples(tiny_bert_dir):
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from export.checks import argmax_check, check_inputs, max_abs_diff_check
+
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    fn = lambda ids, mask: np.zeros((ids.shape[0], 2), np.float32)  # noqa: E731
+    msg = (r"would be decided on 1 test text\(s\), but quantize.check_samples = 16 needs at least 16.*bigger test "
+           r"split.*set quantize.check_samples <= 1")
+    with pytest.raises(PipelineError, match=msg):
+        check_inputs(tok, ["good"], 16, wanted=16)
+    # inputs built without the minimum, then checked with it: the checks themselves refuse
+    inputs = check_inputs(tok, ["good"], 16)
+    inputs.wanted = 16
+    with pytest.raises(PipelineError, match=msg):
+        argmax_check(fn, fn, inputs, 0.9, "student int8", fatal=False)
+    with pytest.raises(PipelineError, match=msg):
+        max_abs_diff_check(fn, fn, inputs, 1e-4, "student fp32")
+    ok = check_inputs(tok, ["good"] * 16, 16, wanted=16)
+    r = argmax_check(fn, fn, ok, 0.9, "student int8")
+    assert r["passed"] and r["texts"] == 16 and r["check_samples"] == 16
+    assert max_abs_diff_check(fn, fn, ok, 1e-4, "x")["texts"] == 16
+
+
+def test_quantize_and_export_refuse_a_test_split_smaller_than_check_samples(tmp_path):
+    import json
+
+    from pipeline.tasks.classification.ship import stage_export, stage_quantize
+
+    cfg = _one_text_run(tmp_path)
+    with pytest.raises(PipelineError, match=r"the quantize stage's checks would be decided on 1 test text\(s\), "
+                                            r"but quantize.check_samples = 16"):
+        stage_quantize(_ctx(cfg, "quantize"))
+    (cfg.run_dir / "quantize").mkdir()
+    (cfg.run_dir / "quantize" / "variants.json").write_text(json.dumps([]))
+    with pytest.raises(PipelineError, match=r"the export stage's checks would be decided on 1 test text\(s\)"):
+        stage_export(_ctx(cfg, "export"))
+
+
+def test_agreement_gates_need_enough_texts_for_their_share():
+    from export.checks import agreement_texts
+
+    assert [agreement_texts(m) for m in (0.0, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0)] == [1, 2, 10, 20, 100, 100, 100]
+
+
+def test_web_bundle_refuses_a_one_text_tokenizer_gate(tmp_path, monkeypatch):
+    import json
+
+    import export.bundle as EB
+    from export import web_bundle as W
+    from pipeline.tasks.classification.web import stage_web_bundle
+
+    cfg = _one_text_run(tmp_path)
+    tok = cfg.run_dir / "quantize" / "student" / "tokenizer"
+    tok.mkdir(parents=True)
+    (tok / "vocab.txt").write_text("[PAD]\n[UNK]\n")
+    (tok / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer"}))
+    (cfg.run_dir / "quantize" / "variants.json").write_text("[]")
+    for stage, name in (("export", "variants.json"), ("report", "results.json")):
+        (cfg.run_dir / stage).mkdir()
+        (cfg.run_dir / stage / name).write_text("[]" if stage == "export" else "{}")
+    monkeypatch.setattr(W, "runtime_missing", lambda: None)
+    monkeypatch.setattr(EB, "choose", lambda *a, **k: {"model": "student", "variant": "int8-dynamic", "format": "ort",
+                                                        "file": "export/student/int8-dynamic.ort", "choice": {}})
+    with pytest.raises(PipelineError, match=r"the web bundle's tokenizer agreement check would be decided on 1 test "
+                                            r"text\(s\), but bundle.min_agreement = 0.99 needs at least 100.*lower "
+                                            r"bundle.min_agreement"):
+        stage_web_bundle(_ctx(cfg, "web-bundle"))
