@@ -53,14 +53,14 @@ def test_full_disk_while_publishing_a_bundle_names_its_size_and_removes_the_copy
     (src / "model" / "m.onnx").write_bytes(b"w" * 3000)
     (src / "metadata.json").write_text("{}")
     dest = tmp_path / "dist" / "run"
-    real = shutil.copy2
+    real = shutil.copyfile
 
-    def copy2(s, d, *a, **k):
-        if str(s).endswith("m.onnx"):
+    def copyfile(s, d, *a, **k):  # the write of one file's bytes fills the disk
+        if os.fspath(s).endswith("m.onnx"):
             raise OSError(errno.ENOSPC, "No space left on device", str(d))
         return real(s, d, *a, **k)
 
-    monkeypatch.setattr(shutil, "copy2", copy2)
+    monkeypatch.setattr(shutil, "copyfile", copyfile)
     with pytest.raises(PipelineError) as e:
         P.publish(src, dest)
     msg = str(e.value)
@@ -79,7 +79,7 @@ def test_other_copy_failures_keep_their_traceback(monkeypatch, tmp_path):
     def broken(s, d, *a, **k):
         raise OSError(errno.EIO, "Input/output error", str(s))
 
-    monkeypatch.setattr(shutil, "copy2", broken)
+    monkeypatch.setattr(shutil, "copyfile", broken)
     with pytest.raises(OSError, match="Input/output error") as e:
         P.publish(src, tmp_path / "dist" / "r")
     assert not isinstance(e.value, PipelineError)
