@@ -116,7 +116,8 @@ def stage_bundle(ctx: StageContext) -> dict:
     pair = predict(ort_runner(pair_session), tokenizer, texts, max_length, 1)  # (N, C)
     text_session = ort_session(string_path, max(cfg.run.threads, 1), custom_ops=True, fix=None)  # as an app does
     check = {**agreement(predict_strings(text_session, texts), pair), "minimum": b.min_agreement,
-             "needed_texts": needed, "split": "test", "token_ids_differ": token_id_mismatches(string_path, tokenizer, texts, max_length)}
+             "needed_texts": needed, "split": "test",
+             "token_ids_differ": token_id_mismatches(string_path, tokenizer, texts, max_length)}
     if check["agreement"] < b.min_agreement:
         raise PipelineError(f"the string-in model {string_path.name} agrees with tokenizer + model on only "
                             f"{check['agreement']:.2%} of {len(texts)} test texts (bundle.min_agreement = "
