@@ -89,17 +89,29 @@ def compact_from(full: nn.Embedding, vmap: VocabMap | None, dim: int, pad_id: in
     return emb
 
 
+def pca_components(rows: int, k: int) -> int:
+    """Principal directions pca_rows can take from a table of `rows` rows for a k-wide student: at most one per
+    row (a generation corpus's restricted vocabulary can be smaller than student.hidden)."""
+    return min(k, rows)
+
+
 def pca_rows(weight: torch.Tensor, k: int) -> torch.Tensor:
     """A teacher embedding table (V, D) -> (V, k): its rows projected on their top-k principal directions,
-    rescaled to std 0.02 (BERT's and Llama's init std). pca_lowrank draws from torch's RNG."""
+    rescaled to std 0.02 (BERT's and Llama's init std). pca_lowrank draws from torch's RNG.
+
+    With fewer rows than k (V < k) only V directions exist: the table gets those and zero columns after them
+    (training fills them; the tied output head reads them as zero until then)."""
     if k > weight.shape[1]:
         raise PipelineError(f"student.init = 'teacher-pca' needs student.hidden <= teacher hidden "
                             f"({weight.shape[1]}); use 'random'")
     w = weight.detach().float()
+    q = pca_components(w.shape[0], k)
     mean = w.mean(0)
-    _, _, v = torch.pca_lowrank(w - mean, q=k, center=False, niter=4)
-    proj = (w - mean) @ v[:, :k]  # (V, k)
-    return proj * (0.02 / proj.std())
+    _, _, v = torch.pca_lowrank(w - mean, q=q, center=False, niter=4)
+    proj = (w - mean) @ v[:, :q]  # (V, q)
+    std = proj.std() if proj.numel() > 1 else proj.new_tensor(0.0)
+    proj = proj * (0.02 / std) if std > 0 else proj
+    return proj if q == k else torch.nn.functional.pad(proj, (0, k - q))  # (V, k)
 
 
 def compact_embeddings(model: nn.Module, vmap: VocabMap | None, dim: int, pad_id: int | None) -> CompactEmbedding:

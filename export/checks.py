@@ -6,6 +6,7 @@ order in batches of 8, so every batch mixes lengths and carries right padding, a
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -22,13 +23,44 @@ Batch = tuple[np.ndarray, np.ndarray]  # input_ids (B, T) int64, attention_mask 
 class CheckInputs:
     batches: list[Batch]
     description: str
+    texts: int = 0  # how many test texts the batches hold
+    wanted: int = 0  # quantize.check_samples: a check on fewer texts refuses to pass (0 = no minimum)
 
 
-def check_inputs(tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 8, seed: int = 0) -> CheckInputs:
+# An agreement gate (bundle.min_agreement) passes on a share of the test split. Its rule for how many texts it
+# needs: enough that one text weighs no more than the share it lets disagree, 1 / (1 - minimum) texts (0.99
+# -> 100, 0.9 -> 10, 0.5 -> 2), and never more than AGREEMENT_TEXTS_CAP (a minimum of 1.0, every text, or
+# 0.999 would ask for a test split larger than most). "100% of 1 text" passed a 99% gate before.
+AGREEMENT_TEXTS_CAP = 100
+
+
+def agreement_texts(minimum: float) -> int:
+    """The test texts an agreement gate with this minimum share needs before it may pass."""
+    if minimum >= 1:
+        return AGREEMENT_TEXTS_CAP
+    return min(AGREEMENT_TEXTS_CAP, max(1, math.ceil(1 / (1 - minimum) - 1e-9)))
+
+
+def require_texts(n: int, needed: int, gate: str, setting: str, fix: str) -> None:
+    """Refuse a gate that would be decided on fewer test texts than it was set to need."""
+    if n < needed:
+        raise PipelineError(f"{gate} would be decided on {n} test text(s), but {setting} needs at least {needed}: "
+                            f"a pass on so few texts says nothing. Use a bigger test split (data.test_fraction, "
+                            f"data.test_path), or {fix}")
+
+
+def require_check_samples(n: int, wanted: int, what: str = "the export checks") -> None:
+    require_texts(n, wanted, what, f"quantize.check_samples = {wanted}", f"set quantize.check_samples <= {n}")
+
+
+def check_inputs(tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 8, seed: int = 0,
+                 wanted: int = 0) -> CheckInputs:
+    """The check batches of texts; wanted (quantize.check_samples) is the fewest texts a check may pass on."""
     from distill.batching import encode, pad
 
     if not texts:
         raise PipelineError("export checks need test texts, but the test split is empty; set data.test_fraction > 0")
+    require_check_samples(len(texts), wanted)
     ids, _ = encode(tokenizer, texts, max_length)
     pad_id = tokenizer.pad_token_id or 0
     by_len = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -44,7 +76,7 @@ def check_inputs(tokenizer, texts: Sequence[str], max_length: int, batch_size: i
     n_padded = sum(1 for x, m in batches if x.shape[0] > 1 and (m == 0).any())
     desc = (f"{len(ids)} test texts, {min(lengths)}-{max(lengths)} tokens: {len(singles)} alone (batch 1), "
             f"{len(batches) - len(singles)} batches of up to {batch_size} ({n_padded} with padding)")
-    return CheckInputs(batches, desc)
+    return CheckInputs(batches, desc, len(ids), wanted)
 
 
 def ort_runner(session) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
@@ -71,11 +103,18 @@ def _all_logits(fn, inputs: CheckInputs) -> np.ndarray:
     return np.concatenate([fn(x, m) for x, m in inputs.batches])  # (N, C)
 
 
+def _counted(inputs: CheckInputs, what: str) -> dict:
+    """The texts a check saw (recorded with its result); fewer than quantize.check_samples refuses it."""
+    require_check_samples(inputs.texts, inputs.wanted, f"the check of {what}")
+    return {"texts": inputs.texts, "check_samples": inputs.wanted}
+
+
 def max_abs_diff_check(fn, ref_fn, inputs: CheckInputs, atol: float, what: str) -> dict:
+    counted = _counted(inputs, what)
     got, ref = _all_logits(fn, inputs), _all_logits(ref_fn, inputs)
     value = float(np.abs(got - ref).max()) if np.isfinite(got).all() else float("inf")
     result = {"kind": "max_abs_diff", "value": value, "tolerance": atol, "passed": value <= atol,
-              "inputs": inputs.description}
+              "inputs": inputs.description, **counted}
     if not result["passed"]:
         raise PipelineError(f"{what}: max abs difference of logits {value:.3g} exceeds the tolerance {atol:g} "
                             f"(quantize.lossless_atol) on {inputs.description}")
@@ -86,10 +125,11 @@ def argmax_check(fn, ref_fn, inputs: CheckInputs, minimum: float, what: str,
                  ref_name: str = "the fp32 PyTorch model", fatal: bool = True) -> dict:
     """Argmax agreement with the reference. Below the minimum: a PipelineError, or with fatal=False a
     result with passed False and the message as `reason` (a lossy file that is recorded and not used)."""
+    counted = _counted(inputs, what)  # too few texts is the test split's problem, not the file's: always raised
     got, ref = _all_logits(fn, inputs), _all_logits(ref_fn, inputs)
     agree = float((got.argmax(-1) == ref.argmax(-1)).mean())
     result = {"kind": "argmax_agreement", "value": agree, "tolerance": minimum, "passed": agree >= minimum,
-              "inputs": inputs.description, "max_abs_diff": float(np.abs(got - ref).max())}
+              "inputs": inputs.description, "max_abs_diff": float(np.abs(got - ref).max()), **counted}
     if not result["passed"]:
         reason = (f"{what}: argmax agrees with {ref_name} on only {agree:.1%} of {inputs.description}; the "
                   f"minimum is {minimum:.1%} (quantize.min_argmax_agreement)")

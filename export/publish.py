@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from export.hashing import sha256_file
+from pipeline.errors import disk_error, tree_bytes
 
 METADATA = "metadata.json"
 
@@ -40,24 +41,57 @@ def stale_temps(dest: Path) -> list[Path]:
                   if (m := pattern.fullmatch(p.name)) and not _pid_alive(int(m.group(2))))
 
 
+class _CopyFailed(Exception):
+    """An OSError of one file's copy, carried past copytree (which would fold it into a shutil.Error whose
+    errno is lost, so a full disk could not be told from any other failure)."""
+
+    def __init__(self, error: OSError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _copy_file(src: str, dst: str) -> str:
+    try:
+        return shutil.copy2(src, dst)
+    except OSError as e:
+        raise _CopyFailed(e) from e
+
+
 def publish(src: Path, dest: Path) -> Path:
     """Copy src to dest so that dest is only ever absent, the old bundle or the complete new one: the copy is
     made in a hidden sibling folder and renamed into place (an interrupted run leaves no half bundle, and the
-    next run removes what a killed one left)."""
+    next run removes what a killed one left). A full disk or a read-only bundle.dist_dir is one
+    PipelineError naming the folder (and, for a full disk, the bundle's size and the free space)."""
+    try:
+        _publish(src, dest)
+    except _CopyFailed as e:
+        _raise_disk(e.error, src, dest)
+    except OSError as e:
+        _raise_disk(e, src, dest)
+    return dest
+
+
+def _raise_disk(e: OSError, src: Path, dest: Path) -> None:
+    err = disk_error(e, dest, "bundle.dist_dir", tree_bytes(src), "(the bundle's size)")
+    if err is None:
+        raise e  # not a disk problem: a bug keeps its traceback
+    raise err from e
+
+
+def _publish(src: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     for stale in stale_temps(dest):
         shutil.rmtree(stale, ignore_errors=True)
     tmp = dest.parent / _temp_name(dest, "partial")
     old = dest.parent / _temp_name(dest, "old")
     try:
-        shutil.copytree(src, tmp)
+        shutil.copytree(src, tmp, copy_function=_copy_file)
         if dest.exists():
             dest.rename(old)
         tmp.rename(dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     shutil.rmtree(old, ignore_errors=True)
-    return dest
 
 
 def published_differs(src: Path, dest: Path) -> str | None:

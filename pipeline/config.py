@@ -200,6 +200,7 @@ class QuantizeSection:
     # fixed shapes only. With student.arch = "npu", lengths must lie in 3..student.max_length.
     npu_variants: list[str] = field(default_factory=lambda: ["nnapi-int8", "coreml-int8w"])
     npu_lengths: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
+    # test texts every exported file is checked on; a test split with fewer refuses the check (export/checks.py)
     check_samples: int = 64
     lossless_atol: float = 1e-4
     # A lossy file (int8, fp16) whose argmax agrees with its source on fewer check texts than this is
@@ -324,7 +325,8 @@ class BundleSection:
     variant: str = "auto"
     # auto choice: accuracy points (fraction) a faster variant may give up against the best one
     accuracy_window: float = 0.01
-    # the string-in model must agree with tokenizer + model on at least this share of the test split
+    # the string-in model must agree with tokenizer + model on at least this share of the test split; a
+    # share m means something on 1 / (1 - m) texts or more (at most 100 asked for: export/checks.py)
     min_agreement: float = 0.99
     sample_texts: int = 8  # test texts stored with their expected labels for verify-bundle
     dist_dir: str = "dist"  # the published copy: <dist_dir>/<run name>/

@@ -3,7 +3,80 @@
 The CLI prints these as a single line (no traceback): the message must name the problem and the fix.
 Anything else that escapes is a bug and keeps its traceback.
 """
+import errno as _errno
+import os as _os
+import shutil as _shutil
 
 
 class PipelineError(Exception):
     """A user-facing error: bad config, bad data, missing artifact, unsupported model."""
+
+
+# Disk problems while a folder is written: a full disk and a folder we may not write are the user's to fix
+# (free space, another folder, permissions), so they become one PipelineError naming the folder and the
+# setting that chose it, instead of an OSError traceback from deep inside a writer.
+NO_SPACE = frozenset({_errno.ENOSPC, _errno.EDQUOT})
+NOT_WRITABLE = frozenset({_errno.EACCES, _errno.EPERM, _errno.EROFS})
+
+
+def tree_bytes(path) -> int:
+    """Bytes of the files under path (a file's own size; 0 when it is gone or unreadable)."""
+    try:
+        if _os.path.isfile(path):
+            return _os.path.getsize(path)
+        total = 0
+        for root, _, files in _os.walk(path):
+            for f in files:
+                try:
+                    total += _os.lstat(_os.path.join(root, f)).st_size
+                except OSError:
+                    pass
+        return total
+    except OSError:
+        return 0
+
+
+def free_bytes(path) -> int | None:
+    """Free bytes on the disk that holds path (or its nearest existing parent); None when unknown."""
+    p = _os.path.abspath(path)
+    while not _os.path.exists(p) and _os.path.dirname(p) != p:
+        p = _os.path.dirname(p)
+    try:
+        return _shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "an unknown amount"
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"  # unreachable
+
+
+def disk_error(exc: BaseException, folder, setting: str, needed: int | None = None,
+               needed_note: str = "") -> "PipelineError | None":
+    """One PipelineError for a full disk (ENOSPC, EDQUOT) or a folder that cannot be written (EACCES, EPERM,
+    EROFS) while `folder` was written; None for any other error (a bug keeps its traceback).
+
+    setting: the config key that chose the folder (run.runs_dir, bundle.dist_dir). needed: the bytes the
+    write needs (needed_note says how it was counted, e.g. "at least, what it had written")."""
+    if not isinstance(exc, OSError) or exc.errno is None:
+        return None
+    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(folder) else ""
+    if exc.errno in NO_SPACE:
+        need = f"it needs {human_bytes(needed)}{' ' + needed_note if needed_note else ''}, " if needed is not None \
+            else ""
+        return PipelineError(
+            f"no space left on the device while writing {folder}{where}: {need}{human_bytes(free_bytes(folder))} "
+            f"free there. Free some space on that disk, or point {setting} at a disk with room (nothing "
+            f"half-written was left)")
+    if exc.errno in NOT_WRITABLE or isinstance(exc, PermissionError):
+        return PipelineError(
+            f"cannot write {folder}{where}: {exc.strerror or 'permission denied'} (a read-only disk, or a folder "
+            f"this user may not write). Point {setting} at a writable folder, or make it writable "
+            f"(chmod u+w / chown)")
+    return None

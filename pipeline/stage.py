@@ -4,11 +4,12 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pipeline.config import Config, read_keys
-from pipeline.errors import PipelineError
+from pipeline.errors import NO_SPACE, PipelineError, disk_error, tree_bytes
 from pipeline.hashcache import HashCache
 from pipeline.lock import run_lock
 from pipeline.manifest import content_key, outputs_intact, read_manifest, sha256_json, write_manifest
@@ -128,6 +129,18 @@ def statuses(cfg: Config, names: list[str]) -> dict[str, tuple[bool, str]]:
     return out
 
 
+@contextmanager
+def _writing(folder) -> Iterator[None]:
+    """A full disk or a read-only runs folder while the runner writes folder: one PipelineError naming it."""
+    try:
+        yield
+    except OSError as e:
+        err = disk_error(e, folder, "run.runs_dir")
+        if err is None:
+            raise
+        raise err from e
+
+
 def run_stage(cfg: Config, name: str) -> dict | None:
     from distill import distributed as D
 
@@ -142,7 +155,8 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
 
     stage = STAGES[name]
     run_dir = cfg.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with _writing(run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
     for dep in stage.deps:
         if read_manifest(run_dir / dep) is None:
             raise PipelineError(f"stage '{name}' needs stage '{dep}' first: run `python -m pipeline {dep} "
@@ -163,22 +177,33 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
         D.barrier()  # rank 0 has written and renamed the stage folder
         return None
     tmp = run_dir / f".{name}.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)  # left by an interrupted run; never reused
-    tmp.mkdir(parents=True)
+    with _writing(tmp):
+        if tmp.exists():
+            shutil.rmtree(tmp)  # left by an interrupted run; never reused
+        tmp.mkdir(parents=True)
     started = time.time()
     try:
         ctx = StageContext(cfg, name, tmp, run_dir, stage.deps, key, _graph())
         summary = implementation(cfg, name)(ctx) or {}
         manifest = write_manifest(tmp, stage=name, config=relevant, config_hash=chash, inputs=inputs,
                                   summary=summary, started=started)
+    except BaseException as e:
+        written = tree_bytes(tmp)  # what the stage had written when it failed: a full disk needs at least this
+        shutil.rmtree(tmp, ignore_errors=True)
+        # only a full disk is translated here: a permission error inside a stage may be a file it reads
+        if isinstance(e, OSError) and e.errno in NO_SPACE:
+            raise disk_error(e, tmp, "run.runs_dir", written, f"at least (what stage '{name}' had written "
+                                                              f"when the disk filled)") from e
+        raise
+    final = run_dir / name
+    try:
+        with _writing(final):
+            if final.exists():
+                shutil.rmtree(final)
+            tmp.rename(final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    final = run_dir / name
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
     cache = HashCache(run_dir)  # the manifest's hashes are fresh: the next status need not hash again
     for rel, meta in manifest["outputs"].items():
         cache.remember(final / rel, meta["sha256"])

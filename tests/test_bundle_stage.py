@@ -248,3 +248,24 @@ def test_string_model_disagreement_fails_the_stage(built, monkeypatch):
         run(config_from_dict(d, "cfg"), ["bundle"], force=("bundle",))
     assert (Path(cfg.bundle.dist_dir) / "tiny" / "metadata.json").read_text() == before
     assert (cfg.run_dir / "bundle" / "metadata.json").is_file()  # the finished stage folder was kept
+
+
+def test_string_model_gate_refuses_a_test_split_too_small_for_its_share(built, monkeypatch):
+    """"100% on 1 test text" passed bundle.min_agreement = 0.99 before: the gate now needs 1 / (1 - 0.99) = 100
+    texts, says so before anything is built, and the published bundle stays the previous one."""
+    import pipeline.tasks.classification.bundle as B
+    from pipeline.config import config_from_dict
+    from pipeline.errors import PipelineError
+    from pipeline.stage import run
+
+    d, cfg = built
+    meta = _meta(cfg)
+    assert meta["string_model_check"]["texts"] == 120 and meta["string_model_check"]["needed_texts"] == 100
+    before = (Path(cfg.bundle.dist_dir) / "tiny" / "metadata.json").read_text()
+    real = B.read_split
+    monkeypatch.setattr(B, "read_split", lambda folder, split: real(folder, split)[:1])
+    with pytest.raises(PipelineError, match=r"the string-in model's agreement check would be decided on 1 test "
+                                            r"text\(s\), but bundle.min_agreement = 0.99 needs at least 100: .*"
+                                            r"bigger test split .*lower bundle.min_agreement"):
+        run(config_from_dict(d, "cfg"), ["bundle"], force=("bundle",))
+    assert (Path(cfg.bundle.dist_dir) / "tiny" / "metadata.json").read_text() == before

@@ -63,7 +63,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     from eval.metrics import scores
     from export.app_samples import classification_readme, write_samples
     from export.bundle import choose, coreml_row, finish, io_spec, latency_for, normalisation
-    from export.checks import ort_runner, predict
+    from export.checks import agreement_texts, ort_runner, predict, require_texts
     from export.npu_bundle import add_npu_files
     from export.ort_session import ort_session
     from export.padding import allowed_lengths
@@ -85,6 +85,13 @@ def stage_bundle(ctx: StageContext) -> dict:
     if onnx_row is None:
         raise PipelineError(f"quantize/variants.json has no {name} {variant} .onnx (the source of its .ort); run "
                             f"`python -m pipeline quantize --config {cfg.source}`")
+    # the string-in model's gate needs enough test texts to mean its share (export/checks.py agreement_texts);
+    # checked before anything is copied or built
+    test = read_split(ctx.input("data"), "test")
+    needed = agreement_texts(b.min_agreement)
+    require_texts(len(test), needed, "the string-in model's agreement check",
+                  f"bundle.min_agreement = {b.min_agreement:g}", "lower bundle.min_agreement (a minimum m needs "
+                  "1 / (1 - m) texts, at most 100)")
     out, stem = ctx.out, f"{name}-{variant}"
     tok_src = ctx.input("quantize") / name / "tokenizer"
     max_length = json.loads((tok_src / "pocketformer.json").read_text())["max_length"]
@@ -102,7 +109,6 @@ def stage_bundle(ctx: StageContext) -> dict:
         _copy(ctx.run_dir / cm["file"], out / "model" / f"{name}-{cm['variant']}.mlpackage")
 
     # the string-in model must label the test split as tokenizer + model do
-    test = read_split(ctx.input("data"), "test")
     texts = [r["text"] for r in test]
     pair_session = ort_session(out / "model" / f"{stem}.onnx", cfg.run.threads)
     # batch 1, as an app calls it: dynamic int8 quantizes activations per call, so a padded batch would give
@@ -110,7 +116,8 @@ def stage_bundle(ctx: StageContext) -> dict:
     pair = predict(ort_runner(pair_session), tokenizer, texts, max_length, 1)  # (N, C)
     text_session = ort_session(string_path, max(cfg.run.threads, 1), custom_ops=True, fix=None)  # as an app does
     check = {**agreement(predict_strings(text_session, texts), pair), "minimum": b.min_agreement,
-             "split": "test", "token_ids_differ": token_id_mismatches(string_path, tokenizer, texts, max_length)}
+             "needed_texts": needed, "split": "test",
+             "token_ids_differ": token_id_mismatches(string_path, tokenizer, texts, max_length)}
     if check["agreement"] < b.min_agreement:
         raise PipelineError(f"the string-in model {string_path.name} agrees with tokenizer + model on only "
                             f"{check['agreement']:.2%} of {len(texts)} test texts (bundle.min_agreement = "

@@ -32,7 +32,12 @@ def _load(ctx: StageContext, name: str, fmt: str):
 
 
 def _check_texts(ctx: StageContext, n: int) -> list[str]:
+    """The first quantize.check_samples test texts; a test split with fewer refuses the stage before any work
+    (a gate passed on 1 text said "agreement 1.0" against check_samples = 16)."""
+    from export.checks import require_check_samples
+
     texts = [r["text"] for r in read_split(ctx.input("data"), "test")]
+    require_check_samples(len(texts), n, f"the {ctx.name} stage's checks")
     return texts[:n] if n > 0 else texts
 
 
@@ -95,7 +100,7 @@ def stage_quantize(ctx: StageContext) -> dict:
         for meta in ("labels.json", "pocketformer.json", "vocab_map.json"):  # label order; kind, max_length;
             if (m.folder / meta).is_file():  # the kept ids of a restricted vocabulary (distill/vocab.py)
                 shutil.copy2(m.folder / meta, folder / "tokenizer" / meta)
-        inputs = check_inputs(m.tokenizer, check_texts, m.max_length)
+        inputs = check_inputs(m.tokenizer, check_texts, m.max_length, wanted=q.check_samples)
         ref = torch_runner(m.model)
         params = count_params(m.model)
         job = ExportJob(name, m, folder, q, cfg.export, calibration_texts=calibration)
@@ -210,7 +215,8 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
             tok_dir = ctx.input("quantize") / model / "tokenizer"
             max_len = json.loads((tok_dir / "pocketformer.json").read_text())["max_length"]
             tok = AutoTokenizer.from_pretrained(tok_dir)
-            inputs_for[model] = (check_inputs(tok, check_texts, max_len), tok, max_len)
+            inputs = check_inputs(tok, check_texts, max_len, wanted=cfg.quantize.check_samples)
+            inputs_for[model] = (inputs, tok, max_len)
         inputs, tok, max_len = inputs_for[model]
         got = ort_runner(ort_session(out, cfg.run.threads))
         want = ort_runner(ort_session(src, cfg.run.threads))
@@ -261,7 +267,7 @@ def _export_coreml(ctx: StageContext, check_texts: list[str]) -> list[dict]:
     rows = []
     for name in e.coreml_models:
         m = _load(ctx, name, "coreml")
-        inputs = check_inputs(m.tokenizer, check_texts, m.max_length)
+        inputs = check_inputs(m.tokenizer, check_texts, m.max_length, wanted=cfg.quantize.check_samples)
         ref = torch_runner(m.model)
         # the traced module replaces finfo.min with a finite fill (and the RNN's gather by a permutation):
         # it must still compute the PyTorch model's logits

@@ -34,7 +34,7 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     from eval.browser import unavailable_reason
     from export import web_bundle as W
     from export.bundle import choose, finish, io_spec, latency_for, normalisation, write_metadata
-    from export.checks import ort_runner, predict
+    from export.checks import agreement_texts, ort_runner, predict, require_texts
     from export.ort_session import ort_session
 
     cfg, b = ctx.cfg, ctx.cfg.bundle  # web_target is a timed browser target: checked when the config loads
@@ -56,6 +56,12 @@ def stage_web_bundle(ctx: StageContext) -> dict:
         # the page's tokenizer (web/demo/wordpiece.mjs) is BERT's WordPiece; other families would mislabel
         return _skip(ctx, f"the page's JavaScript tokenizer is BERT WordPiece and {name}'s tokenizer is "
                           f"{tok_class or 'not one (no vocab.txt)'}; set bundle.web = false to silence this")
+    # the JavaScript tokenizer's gate needs enough test texts to mean its share (export/checks.py)
+    texts = [r["text"] for r in read_split(ctx.input("data"), "test")]
+    needed = agreement_texts(b.min_agreement)
+    require_texts(len(texts), needed, "the web bundle's tokenizer agreement check",
+                  f"bundle.min_agreement = {b.min_agreement:g}", "lower bundle.min_agreement (a minimum m needs "
+                  "1 / (1 - m) texts, at most 100)")
     out, rel = ctx.out, f"model/{row['model']}-{row['variant']}.{row['format']}"
     (out / "model").mkdir()
     shutil.copy2(ctx.run_dir / row["file"], out / rel)
@@ -68,10 +74,9 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     norm = normalisation(tokenizer, max_length)
 
     # the page's tokenizer against the Python one, on the whole test split
-    texts = [r["text"] for r in read_split(ctx.input("data"), "test")]
     py_ids = [tokenizer(t, truncation=True, max_length=max_length)["input_ids"] for t in texts]
     tok_check = W.tokenizer_check(W.js_token_ids(out / "tokenizer" / "vocab.txt", norm, texts), py_ids, texts,
-                                  b.min_agreement)
+                                  b.min_agreement) | {"needed_texts": needed}
     if tok_check["agreement"] < b.min_agreement:
         raise PipelineError(f"the web bundle's JavaScript tokenizer (web/demo/wordpiece.mjs) gives the Python "
                             f"tokenizer's ids on only {tok_check['agreement']:.2%} of {len(texts)} test texts "

@@ -7,6 +7,7 @@ pipeline/tasks/generation/ship.py, the bundle in bundle.py.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +15,14 @@ import torch
 
 from pipeline.config import Config
 from pipeline.data import write_jsonl
+from pipeline.errors import PipelineError
 from pipeline.tasks.generation import LM_FOLDERS
 from pipeline.tasks.generation.common import checkpoint_size, held_out_windows, load_lm, stream
 from pipeline.task import StageContext
 from pipeline.tasks.common import threads, train_options
+
+log = logging.getLogger("pocketformer")
+
 
 def stage_data(ctx: StageContext) -> dict:
     """Load plain-text documents, strip markup, split by document; writes train/validation/test.jsonl."""
@@ -59,11 +64,15 @@ def stage_logits(ctx: StageContext) -> dict:
     cfg, lm = ctx.cfg, ctx.cfg.lm
     threads(cfg)
     teacher, tok = load_causal_folder(ctx.input("teacher") / "model")
+    check_context(lm.context_length, teacher.config)
     sep = eos_id(tok, teacher)
     tokens = stream(tok, ctx.input("data"), "train", sep)
     vmap = VocabMap.build(tokens, teacher.config.vocab_size, lm.restrict_vocab, always=(sep,))
     win, extra = split_windows(windows(tokens, lm.context_length, "training split"), lm.teacher_windows,
                                lm.extra_windows)  # (N, T + 1), (M, T + 1)
+    short = window_shortfall(len(win), len(extra), lm.teacher_windows, lm.extra_windows, lm.context_length)
+    for note in short:
+        log.warning("[logits] %s", note)
     k = min(lm.top_k, teacher.config.vocab_size)
     ids = np.zeros((len(win), lm.context_length, k), dtype=np.int32)
     vals = np.zeros((len(win), lm.context_length, k), dtype=np.float16)
@@ -101,7 +110,33 @@ def stage_logits(ctx: StageContext) -> dict:
             "scored_tokens": int(n_tok), "top_k": k, "teacher_precision": precision, "teacher_precision_reason": choice.reason,
             "student_vocab": vmap.size, "teacher_vocab": vmap.teacher_vocab,
             "teacher_train_perplexity": float(np.exp(nll / n_tok)),
-            "teacher_batches_per_rank": [len(p) for p in shares]}
+            "teacher_batches_per_rank": [len(p) for p in shares],
+            "windows_asked": {"teacher_windows": lm.teacher_windows, "extra_windows": lm.extra_windows},
+            "window_shortfall": short}
+
+
+def check_context(context_length: int, tcfg) -> None:
+    """lm.context_length must fit the teacher's position table: beyond it a RoPE teacher scores positions it
+    never saw (and a learned table fails with an index error), so its top-k would be no target."""
+    positions = getattr(tcfg, "max_position_embeddings", None)
+    if positions and context_length > positions:
+        raise PipelineError(f"lm.context_length = {context_length}, but the teacher ({tcfg.model_type}) has "
+                            f"positions for {positions} tokens only (max_position_embeddings). Set "
+                            f"lm.context_length <= {positions}")
+
+
+def window_shortfall(scored: int, extra: int, want_scored: int, want_extra: int, context: int) -> list[str]:
+    """Why the training split gave fewer windows than lm.teacher_windows / lm.extra_windows ask for (0 and -1
+    ask for all there are): one line per setting short, with the numbers and the fix."""
+    out = []
+    fix = f"Give more training text or lower lm.context_length ({context})"
+    if want_scored > 0 and scored < want_scored:
+        out.append(f"lm.teacher_windows = {want_scored}, but the training split holds {scored} windows of "
+                   f"lm.context_length + 1 tokens: the teacher scored {scored}. {fix}, or lower lm.teacher_windows")
+    if want_extra > 0 and extra < want_extra:
+        out.append(f"lm.extra_windows = {want_extra}, but only {extra} windows were left after the "
+                   f"{scored} teacher-scored ones: {extra} extra windows used. {fix}, or lower lm.extra_windows")
+    return out
 
 
 def _training_windows(logits_dir: Path, vmap) -> np.ndarray:
@@ -122,6 +157,22 @@ def _model_meta(folder: Path, kind: str, cfg: Config) -> None:
         {"kind": kind, "context_length": cfg.lm.context_length, "max_positions": cfg.lm.max_cache}, indent=2))
 
 
+def _pca_note(cfg: Config, rows: int) -> str | None:
+    """What teacher-pca did over a restricted vocabulary smaller than student.hidden (warned and recorded in
+    the distill summary): it has fewer principal directions than the student has columns."""
+    from distill.embeddings import pca_components
+
+    hidden = cfg.student.hidden
+    n = pca_components(rows, hidden)
+    if cfg.student.init != "teacher-pca" or n == hidden:
+        return None
+    note = (f"student.init = 'teacher-pca': the restricted vocabulary has {rows} rows, fewer than student.hidden = "
+            f"{hidden}, so the embedding starts from {n} principal directions and {hidden - n} zero columns. For a "
+            f"full PCA start give more training text, set lm.restrict_vocab = false, or lower student.hidden")
+    log.warning("[distill] %s", note)
+    return note
+
+
 def stage_distill(ctx: StageContext) -> dict:
     """Build the small decoder student over the restricted vocabulary and distil it from the cached
     top-k; writes distill/student (HF folder + vocab_map.json)."""
@@ -140,6 +191,9 @@ def stage_distill(ctx: StageContext) -> dict:
     student = build_student(cfg.student, teacher, vmap, max(cfg.lm.max_cache, cfg.lm.context_length), task="generation")
     win, ids, vals = _student_targets(ctx.input("logits"), vmap)
     summary = distill_lm(student, win, ids, vals, cfg.distill, cfg.run.seed, train_options(ctx))
+    note = _pca_note(cfg, vmap.size)
+    if note:
+        summary["init_note"] = note
     folder = ctx.out / "student"
     student.save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
