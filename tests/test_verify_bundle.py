@@ -151,7 +151,7 @@ def test_paths_outside_the_bundle_are_refused(copy, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda m: m.update(schema_version=1), r"schema_version 1, this verify-bundle reads 2 .*re-runs the stage"),
+    (lambda m: m.update(schema_version=1), r"schema_version 1, this verify-bundle reads 3 .*re-runs the stage"),
     (lambda m: m.update(files={}), "'files' lists no files"),
     (lambda m: m.pop("files"), "'files' lists no files"),
     (lambda m: m.update(files=["labels.json"]), "'files' lists no files"),

@@ -26,18 +26,13 @@ def published_check(cfg, manifest: dict) -> str | None:
     """Why the bundle stage must re-run although its folder is up to date: it was written in an older bundle
     format, or its published copy (the summary's dist path) is missing or differs, or a killed copy left a
     temporary folder (publish removes those)."""
-    from export.bundle import SCHEMA_VERSION
+    from export.bundle import stale_schema
 
     dist = manifest.get("summary", {}).get("dist")
     if not dist:
         return None  # nothing was published
-    try:
-        schema = json.loads((cfg.run_dir / "bundle" / "metadata.json").read_text()).get("schema_version")
-    except (OSError, ValueError):
-        schema = None
-    if schema != SCHEMA_VERSION:
-        return f"its bundle has schema {schema}, this code writes {SCHEMA_VERSION}"
-    return published_differs(cfg.run_dir / "bundle", Path(dist))
+    return stale_schema(cfg.run_dir / "bundle") or \
+        published_differs(cfg.run_dir / "bundle", Path(dist))
 
 
 def vocabulary(tok_dir: Path) -> dict:
@@ -153,7 +148,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     # verify-bundle run with dynamic shapes
     npu = add_npu_files(ctx.run_dir, ctx.input("quantize"), name, out)
     dist = Path(b.dist_dir) / cfg.run.name
-    meta = {"run": cfg.run.name, "task": "classification", "dist_path": str(dist),
+    meta = {"run": cfg.run.name, "task": "classification", "kind": "app", "dist_path": str(dist),
             "model": {"name": name, "variant": variant, "choice": row["choice"]},
             "models": models, "max_length": max_length, "labels": labels,
             "vocabulary": vocabulary(tok_src),

@@ -15,7 +15,8 @@ import numpy as np
 
 from pipeline.errors import PipelineError
 from pipeline.tasks.classification.replay import ORT_FORMATS
-from pipeline.verify_bundle_meta import check_metadata, load_samples, resolve
+from pipeline.verify_bundle_meta import (bundle_kind, check_metadata, cross_check, load_samples, require_digest,
+                                         resolve)
 
 # Each file is compared with its own reference (same file, batch 1, one thread, stored at full float32
 # precision), so what is left is the CPU: ORT picks kernels by instruction set, and an int8-dynamic file
@@ -61,10 +62,46 @@ def _runtime_advice(meta: dict) -> str:
             f"differ more than measured on any CPU so far; report these figures with the CPU model")
 
 
-def compare(bundle: Path, meta: dict, samples: list[dict], key: str, rows: list[list[float]]) -> dict:
-    """One file's logits against its own reference; labels must agree up to the tolerance (a near tie
-    at build time may resolve either way on another CPU, a clear difference may not)."""
-    rel = meta["models"][key]["file"]
+def diagnose(meta: dict, samples: list[dict], rel: str, got: np.ndarray, ref: np.ndarray, allowed: np.ndarray,
+             i: int) -> str:
+    """Why a file's logits miss its reference, from the evidence at hand (the file's sha256 matched):
+    - the reference disagrees with the other files' references of the same sample (the same model through
+      other kernels, <= 4e-3 apart) while the file agrees with them, or with the stored probabilities it was
+      rounded into: samples.json was edited;
+    - the file misses on most samples by far more than the bound: it is another model (a file from another
+      run with metadata.json's hashes rewritten);
+    - otherwise the runtime: another onnxruntime version, or this CPU's kernels."""
+    n = len(samples)
+    off = (np.abs(got - ref) > allowed).any(axis=1)  # (N,) samples beyond the bound
+    for k in np.flatnonzero(off):
+        s = samples[k]
+        twins = [np.asarray(v, dtype=np.float64) for r, v in s["reference_logits"].items()
+                 if r != rel and isinstance(v, list) and len(v) == got.shape[1]]
+        twins_agree = bool(twins) and all(np.abs(t - got[k]).max() <= 2 * allowed[k].max() for t in twins)
+        twins_differ = bool(twins) and all(np.abs(t - ref[k]).max() > 2 * allowed[k].max() for t in twins)
+        probs = s.get("probabilities")
+        rounded_from = None
+        if isinstance(probs, list) and len(probs) == got.shape[1]:
+            soft = np.exp(ref[k] - ref[k].max())
+            rounded_from = bool(np.abs(soft / soft.sum() - np.asarray(probs, dtype=np.float64)).max() < 1e-4)
+        if (twins_agree and twins_differ) or rounded_from is False:
+            return (f"the file is intact (sha256 matches) but the reference logits of sample {k + 1} in "
+                    f"{meta['samples_file']} were edited ("
+                    + ("the other files' references of that sample agree with the file" if twins_agree else
+                       "they no longer give the stored probabilities")
+                    + f"): samples.json edited: restore it from the build's runs/<run>/ folder or rebuild the "
+                      f"bundle with `make bundle`")
+    if off.sum() > n / 2 and float((np.abs(got - ref) / allowed).max()) > 10:
+        return (f"the file is intact (sha256 matches metadata.json) but misses its reference logits on "
+                f"{int(off.sum())} of {n} samples, by up to {float(np.abs(got - ref).max()):.3g}: it is not the model "
+                f"these references were made with (a file from another run, with metadata.json's hashes "
+                f"rewritten?); restore it from the build's runs/<run>/ folder or rebuild the bundle with `make bundle`")
+    return _runtime_advice(meta)
+
+
+def compare(bundle: Path, meta: dict, samples: list[dict], rel: str, rows: list[list[float]]) -> dict:
+    """One file's logits against its own reference (samples' reference_logits[rel]); labels must agree up to
+    the tolerance (a near tie at build time may resolve either way on another CPU, a clear difference may not)."""
     labels = meta["labels"]
     got = np.asarray(rows, dtype=np.float64)  # (N, C)
     ref = np.asarray([s["reference_logits"][rel] for s in samples], dtype=np.float64)  # (N, C)
@@ -79,7 +116,7 @@ def compare(bundle: Path, meta: dict, samples: list[dict], key: str, rows: list[
         raise PipelineError(f"{bundle}: {rel} logit {labels[j]} of sample {i + 1} is {got[i, j]:.7g}, its reference "
                             f"is {ref[i, j]:.7g} (difference {abs(got[i, j] - ref[i, j]):.4e}, allowed "
                             f"{allowed[i, j]:.4e} = {LOGIT_ATOL:g} + {LOGIT_RTOL:g} x |reference|); "
-                            f"{_runtime_advice(meta)}")
+                            f"{diagnose(meta, samples, rel, got, ref, allowed, int(i))}")
     index = {lab: c for c, lab in enumerate(labels)}
     for n, s in enumerate(samples):
         want = index[s["expected_label"]]
@@ -113,9 +150,23 @@ def _coreml(bundle: Path, meta: dict, samples: list[dict]) -> dict:
 
 
 def verify(bundle: Path, files: dict) -> dict:
-    """Steps 3 and 4 on a bundle whose files check_files has hashed; raises PipelineError on the first failure,
-    returns a summary (with the lines verify-bundle prints) otherwise."""
+    """A classification bundle whose files check_files has hashed, by its metadata's kind: the app bundle
+    here, the web bundle in verify_web.py. Raises PipelineError on the first failure, returns a summary (with
+    the lines verify-bundle prints) otherwise."""
+    _, kind = bundle_kind(bundle, files["meta"])
+    if kind == "web":
+        from pipeline.tasks.classification.verify_web import verify_web
+
+        return verify_web(bundle, files)
+    return verify_app(bundle, files)
+
+
+def verify_app(bundle: Path, files: dict) -> dict:
+    """The app bundle: metadata against its digest and its files, every ONNX Runtime file's replay, the NPU
+    files (npu_verify.py), Core ML on macOS."""
     meta = check_metadata(bundle, files["meta"])
+    cross_check(bundle, meta)
+    require_digest(bundle, meta)
     samples = load_samples(bundle, meta)
 
     runnable = {k: v for k, v in meta["models"].items() if v["format"] in ORT_FORMATS}
@@ -123,7 +174,7 @@ def verify(bundle: Path, files: dict) -> dict:
     summary = {"bundle": str(bundle), "files_checked": files["checked"], "unlisted_files": files["unlisted"],
                "samples": len(samples), "models": {}}
     for key in runnable:
-        summary["models"][key] = compare(bundle, meta, samples, key, got[key])
+        summary["models"][key] = compare(bundle, meta, samples, runnable[key]["file"], got[key])
     summary["models"]["coreml"] = _coreml(bundle, meta, samples)
     for key, spec in meta["models"].items():
         if key not in summary["models"]:
