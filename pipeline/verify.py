@@ -46,9 +46,9 @@ def check_files(bundle: Path) -> dict:
 
 def _changed(meta: dict, rel: str, digest: str) -> str:
     """What a file whose sha256 differs from metadata.json's is, as far as the hashes tell."""
-    twin = next((r for r, info in meta["files"].items() if r != rel and info["sha256"] == digest), None)
-    if twin:
-        return f"was replaced by a copy of {twin} (its sha256 is that file's, not its own)"
+    twins = sorted(r for r, info in meta["files"].items() if r != rel and info["sha256"] == digest)
+    if twins:
+        return f"was replaced by a copy of {' = '.join(twins)} (its sha256 is that file's, not its own)"
     run = meta.get("run")
     return (f"is not the file this bundle{f' (run {run!r})' if isinstance(run, str) else ''} was built with: its "
             f"sha256 matches no file metadata.json lists, so it was edited, damaged, or comes from another run")

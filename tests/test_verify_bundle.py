@@ -242,3 +242,108 @@ def test_verify_runs_with_only_onnxruntime_installed(copy, tmp_path):
     # the guard was live: onnxruntime-extensions tried its optional onnx import, and was refused
     assert "onnx" in blocked
     assert not blocked & {"torch", "transformers", "tokenizers", "coremltools", "optimum", "distill", "eval"}, blocked
+
+
+# --- 3. metadata.json is covered; what a mismatch is blamed on -----------------------------------------------
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.update(max_length=64),
+     r"max_length is 64, text_normalisation\.max_length is 32: metadata\.json was edited"),
+    (lambda m: (m.update(max_length=64), m["text_normalisation"].update(max_length=64)),
+     r"max_length is 64, the model was trained at 32 \(tokenizer/pocketformer\.json\): metadata\.json was edited"),
+    (lambda m: m["text_normalisation"].update(lowercase=False),
+     r"text_normalisation\.lowercase is False, tokenizer/tokenizer_config\.json has do_lower_case = True: "
+     r"metadata\.json was edited"),
+    (lambda m: m.update(labels=m["labels"][::-1], label_map={str(i): x for i, x in enumerate(m["labels"][::-1])}),
+     r"'labels' is \[.*\], labels\.json says \[.*\]: metadata\.json was edited"),
+    # nothing to cross-check it against: the digest catches it
+    (lambda m: m["string_model_check"].update(minimum=0.5), r"metadata\.json was edited after the build"),
+])
+def test_edited_metadata_fails_naming_the_edit(copy, capsys, change, message):
+    """Apps read labels, max_length and the lowercasing from metadata.json, which no sha256 covered: each of
+    these edits passed verify-bundle before metadata.json carried its digest."""
+    meta = json.loads((copy / "metadata.json").read_text())
+    change(meta)
+    (copy / "metadata.json").write_text(json.dumps(meta, indent=2))
+    rc, out, err = _cli(copy, capsys)
+    assert rc == 2 and re.search(message, err) and "bundle OK" not in out, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_metadata_edits_with_a_recomputed_digest_still_cross_check(copy):
+    """An edited max_length whose digest was recomputed (a tool rewriting metadata.json) still disagrees with
+    the tokenizer the model was trained with."""
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+
+    meta = json.loads((copy / "metadata.json").read_text())
+    meta.update(max_length=16)
+    meta["text_normalisation"].update(max_length=16)
+    _rehash(copy, meta)
+    with pytest.raises(PipelineError, match=r"max_length is 16, the model was trained at 32"):
+        verify_bundle(copy)
+
+
+def test_edited_reference_logits_are_named_as_such(copy):
+    """One reference logit edited (hashes rewritten): the file is intact and the other files' references of
+    that sample agree with it, so samples.json is blamed, not the CPU's kernels."""
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+
+    meta = json.loads((copy / "metadata.json").read_text())
+    samples = json.loads((copy / "samples.json").read_text())
+    rel = meta["models"]["string_onnx"]["file"]
+    samples[3]["reference_logits"][rel][1] += 0.05
+    (copy / "samples.json").write_text(json.dumps(samples))
+    _rehash(copy, meta)
+    with pytest.raises(PipelineError, match=rf"{re.escape(rel)} logit \w+ of sample 4 .*the reference logits of "
+                                            r"sample 4 in samples\.json were edited .*samples\.json edited: "
+                                            r"restore it") as e:
+        verify_bundle(copy)
+    assert "kernels" not in str(e.value) and "pip install onnxruntime" not in str(e.value)
+
+
+def test_a_model_file_from_another_bundle_is_named_as_such(built, copy):
+    """The teacher's .ort copied over the shipped one: the hashes say it matches no file of this bundle (another
+    run); with the hashes rewritten, its logits are off on most samples, so it is another model, not a CPU."""
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+
+    _, cfg = built
+    meta = json.loads((copy / "metadata.json").read_text())
+    rows = json.loads((cfg.run_dir / "export" / "variants.json").read_text())
+    teacher = next(r for r in rows if r["format"] == "ort" and r["model"] == "teacher")
+    rel = meta["models"]["ort"]["file"]
+    shutil.copy2(cfg.run_dir / teacher["file"], copy / rel)
+    with pytest.raises(PipelineError, match=rf"{re.escape(rel)} is not the file this bundle \(run 'tiny'\) was built "
+                                            r"with: its sha256 matches no file metadata\.json lists, so it was "
+                                            r"edited, damaged, or comes from another run"):
+        verify_bundle(copy)
+    _rehash(copy, meta)
+    with pytest.raises(PipelineError, match=r"misses its reference logits on \d+ of 8 samples.*not the model these "
+                                            r"references were made with \(a file from another run") as e:
+        verify_bundle(copy)
+    assert "kernels" not in str(e.value)
+    # a copy of another file of the bundle says which
+    onnx = meta["models"]["onnx"]["file"]
+    shutil.copy2(copy / onnx, copy / meta["models"]["string_onnx"]["file"])
+    _rehash(copy, json.loads((copy / "metadata.json").read_text()))
+    meta2 = json.loads((copy / "metadata.json").read_text())
+    meta2["files"][meta["models"]["string_onnx"]["file"]] = meta["files"][meta["models"]["string_onnx"]["file"]]
+    (copy / "metadata.json").write_text(json.dumps(meta2))
+    with pytest.raises(PipelineError, match=r"was replaced by a copy of (\S+ = )?\S+ \(its sha256") as e:
+        verify_bundle(copy)
+    assert onnx in str(e.value)
+
+
+def test_bundle_says_its_kind_and_verify_dispatches_on_it(copy, capsys):
+    meta = json.loads((copy / "metadata.json").read_text())
+    assert (meta["task"], meta["kind"]) == ("classification", "app")
+    meta["kind"] = "web"  # the app bundle read as a web bundle: its shape is wrong, said as such
+    _rehash(copy, meta)
+    rc, _, err = _cli(copy, capsys)
+    assert rc == 2 and "'model' needs 'file' and 'format'" in err
+    meta.pop("kind")
+    _rehash(copy, meta)
+    rc, _, err = _cli(copy, capsys)
+    assert rc == 2 and "'kind' must be one of app, web (it is None)" in err
