@@ -106,7 +106,7 @@ def load_samples(bundle: Path, meta: dict) -> list[dict]:
         if not ok:
             raise PipelineError(f"{where}: sample {n} needs 'text', 'token_ids' (integers), 'expected_label' (one of "
                                 f"{meta['labels']}) and 'reference_logits'; {_REBUILD}")
-        for rel in need_refs:
+        for rel in {*need_refs, *s["reference_logits"]}:  # the models' files, and NPU files where a sample fits
             row = s["reference_logits"].get(rel)
             if not (isinstance(row, list) and len(row) == n_labels
                     and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)):
@@ -185,3 +185,30 @@ def cross_check(bundle: Path, meta: dict, tok_dir: str = "tokenizer") -> None:
             raise PipelineError(f"{bundle}/{METADATA}: max_length is {max_length}, beyond the tokenizer's "
                                 f"model_max_length {limit} ({conf}): metadata.json was edited; restore it or "
                                 f"{_REBUILD}")
+
+
+def check_npu(bundle: Path, meta: dict) -> None:
+    """An npu student's static NPU files (metadata "npu", export/npu_bundle.py): each variant's per-length
+    files and lookup file, named with their inputs and outputs, must be listed in 'files' so their sha256 is
+    checked (they sit outside "models", which the samples run with dynamic shapes)."""
+    npu = meta.get("npu")
+    if npu is None:
+        return
+    need(isinstance(npu, dict) and len(npu) > 0, bundle, "'npu' names no NPU variant")
+    files = meta["files"]
+    for name, entry in npu.items():
+        where = f"npu.{name}"
+        need(isinstance(entry, dict) and isinstance(entry.get("files"), dict) and len(entry["files"]) > 0, bundle,
+             f"{where}.files names no file")
+        need(isinstance(entry.get("pad_id", 0), int), bundle, f"{where}.pad_id must be an integer")
+        specs = {f"{where}.files.{n}": spec for n, spec in entry["files"].items()}
+        need(all(str(n).isdigit() for n in entry["files"]), bundle, f"{where}.files must be keyed by length")
+        if entry.get("lookup") is not None:
+            specs[f"{where}.lookup"] = entry["lookup"]
+        for key, spec in specs.items():
+            need(isinstance(spec, dict), bundle, f"{key} must name a file")
+            for io in ("inputs", "outputs"):
+                need(isinstance(spec.get(io), list) and len(spec[io]) > 0
+                     and all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in spec[io]),
+                     bundle, f"{key}.{io} must list named tensors")
+            _listed(bundle, files, spec.get("file"), f"{key}.file")

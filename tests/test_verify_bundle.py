@@ -347,3 +347,100 @@ def test_bundle_says_its_kind_and_verify_dispatches_on_it(copy, capsys):
     _rehash(copy, meta)
     rc, _, err = _cli(copy, capsys)
     assert rc == 2 and "'kind' must be one of app, web (it is None)" in err
+
+
+# --- 4. an npu student's NPU files ------------------------------------------------------------------------
+
+@pytest.fixture
+def npu_copy(copy, tmp_path):
+    """The tiny bundle carrying an npu student's static NPU files (both provider variants, lengths 16 and 32),
+    as export/npu_bundle.py adds them, with their reference logits stored as the bundle stage stores them."""
+    import torch
+
+    from distill.npu_student import NpuStudent, NpuStudentConfig
+    from export.npu import NPU_VARIANTS, write_variant
+    from export.npu_bundle import add_npu_files
+    from pipeline.tasks.classification.replay import npu_logits
+
+    meta = json.loads((copy / "metadata.json").read_text())
+    samples = json.loads((copy / "samples.json").read_text())
+    torch.manual_seed(0)
+    student = NpuStudent(NpuStudentConfig(vocab_size=64, num_labels=len(meta["labels"]), hidden_size=32,
+                                          num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                          max_position_embeddings=64)).eval()
+    run, rows = tmp_path / "run", []
+    for name, v in NPU_VARIANTS.items():
+        made = write_variant(student, run / "quantize" / "student" / "npu", name, [16, 32], 17,
+                             [s["token_ids"] for s in samples], 0, "student")
+        rows.append({"model": "student", "variant": f"npu-{name}", "provider": v.provider, "lengths": [16, 32],
+                     "files": {str(n): p.relative_to(run).as_posix() for n, p in made["files"].items()},
+                     "lookup": made["lookup"].relative_to(run).as_posix() if made["lookup"] else None})
+    (run / "quantize" / "npu.json").write_text(json.dumps(rows))
+    meta["npu"] = add_npu_files(run, run / "quantize", "student", copy, pad_id=0)
+    for rel, got in npu_logits(copy, meta["npu"], samples).items():
+        for s, row in zip(samples, got):
+            if row is not None:
+                s["reference_logits"][rel] = row
+    (copy / "samples.json").write_text(json.dumps(samples))
+    _rehash(copy, meta)
+    return copy
+
+
+def test_npu_files_are_hashed_and_replayed(npu_copy, capsys):
+    meta = json.loads((npu_copy / "metadata.json").read_text())
+    npu_files = [f["file"] for e in meta["npu"].values() for f in e["files"].values()]
+    assert len(npu_files) == 4 and all(rel in meta["files"] for rel in npu_files)
+    rc, out, err = _cli(npu_copy, capsys)
+    assert rc == 0, err
+    for rel in npu_files:  # every length holds some sample (max_length 32), each against its own reference
+        assert re.search(rf"npu:{re.escape(rel)}: {re.escape(rel)}: [1-8]/8 samples fit its length, max \|logit - "
+                         r"reference\| \d\.\d{3}e[-+]\d\d", out), out
+
+
+def test_npu_files_outside_the_hashes_are_refused(npu_copy, capsys):
+    """An NPU file that metadata.json names but does not list (so no sha256 covers it), changed: refused, not
+    a "files not in metadata.json (not checked)" note and "bundle OK"."""
+    meta = json.loads((npu_copy / "metadata.json").read_text())
+    rel = meta["npu"]["nnapi-int8"]["files"]["16"]["file"]
+    data = bytearray((npu_copy / rel).read_bytes())
+    data[-1] ^= 1
+    (npu_copy / rel).write_bytes(bytes(data))
+    rc, _, err = _cli(npu_copy, capsys)
+    assert rc == 2 and re.search(rf"{re.escape(rel)} is not the file this bundle \(run 'tiny'\) was built with", err)
+    meta["files"].pop(rel)
+    (npu_copy / "metadata.json").write_text(json.dumps(meta))
+    rc, out, err = _cli(npu_copy, capsys)
+    assert rc == 2 and f"npu.nnapi-int8.files.16.file = {rel!r} is not in 'files', so its sha256 is unchecked" in err
+    assert "bundle OK" not in out
+
+
+def test_npu_reference_edits_and_swapped_files_are_named(npu_copy):
+    """An NPU file's reference logits edited (hashes rewritten): its other length reproduces the same
+    sample, so samples.json is blamed; the NNAPI 32-token file swapped for the Core ML one of that length
+    (another model, other inputs): its replay cannot even feed it."""
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+
+    meta = json.loads((npu_copy / "metadata.json").read_text())
+    samples = json.loads((npu_copy / "samples.json").read_text())
+    rel = meta["npu"]["coreml-int8w"]["files"]["32"]["file"]
+    k = next(i for i, s in enumerate(samples) if rel in s["reference_logits"])
+    samples[k]["reference_logits"][rel][0] += 0.5
+    (npu_copy / "samples.json").write_text(json.dumps(samples))
+    _rehash(npu_copy, meta)
+    with pytest.raises(PipelineError, match=rf"{re.escape(rel)} logit \w+ of sample {k + 1} .*the reference logits "
+                                            rf"of sample {k + 1} in samples\.json were edited \(another file's "
+                                            r"reference of that sample agrees with the file\): samples\.json edited"):
+        verify_bundle(npu_copy)
+    (npu_copy / "samples.json").write_text(json.dumps(_restore(samples, k, rel)))
+    nnapi = meta["npu"]["nnapi-int8"]["files"]["32"]["file"]
+    shutil.copy2(npu_copy / rel, npu_copy / nnapi)
+    _rehash(npu_copy, meta)
+    with pytest.raises(PipelineError, match=rf"{re.escape(nnapi)}: onnxruntime cannot run it with the inputs "
+                                            r"metadata\.json lists .*a file from another variant or run"):
+        verify_bundle(npu_copy)
+
+
+def _restore(samples: list[dict], k: int, rel: str) -> list[dict]:
+    samples[k]["reference_logits"][rel][0] -= 0.5
+    return samples

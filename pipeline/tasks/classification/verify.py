@@ -15,7 +15,7 @@ import numpy as np
 
 from pipeline.errors import PipelineError
 from pipeline.tasks.classification.replay import ORT_FORMATS
-from pipeline.verify_bundle_meta import (bundle_kind, check_metadata, cross_check, load_samples, require_digest,
+from pipeline.verify_bundle_meta import (bundle_kind, check_metadata, check_npu, cross_check, load_samples, require_digest,
                                          resolve)
 
 # Each file is compared with its own reference (same file, batch 1, one thread, stored at full float32
@@ -32,9 +32,11 @@ LOGIT_ATOL = 5e-3
 LOGIT_RTOL = 1e-3
 
 
-def predict_in_fresh_process(bundle: Path, models: dict, samples: list[dict], timeout_s: int = 300) -> dict:
-    """{model key: logits rows} from `python -m pipeline.tasks.classification.replay` (no training code loaded there)."""
-    plan = {"bundle": str(bundle.resolve()), "models": models,
+def predict_in_fresh_process(bundle: Path, models: dict, samples: list[dict], npu: dict | None = None,
+                             timeout_s: int = 300) -> tuple[dict, dict]:
+    """({model key: logits rows}, {NPU file: rows, None where a sample does not fit}) from `python -m
+    pipeline.tasks.classification.replay` (no training code loaded there)."""
+    plan = {"bundle": str(bundle.resolve()), "models": models, "npu": npu or {},
             "samples": [{"text": s["text"], "token_ids": s["token_ids"]} for s in samples]}
     proc = subprocess.run([sys.executable, "-m", "pipeline.tasks.classification.replay"], input=json.dumps(plan),
                           capture_output=True, text=True, timeout=timeout_s, cwd=Path(__file__).resolve().parents[3])
@@ -46,7 +48,7 @@ def predict_in_fresh_process(bundle: Path, models: dict, samples: list[dict], ti
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     if "error" in result:
         raise PipelineError(f"{bundle}: {result['error']}")
-    return result["logits"]
+    return result["logits"], result["npu"]
 
 
 def _runtime_advice(meta: dict) -> str:
@@ -65,9 +67,9 @@ def _runtime_advice(meta: dict) -> str:
 def diagnose(meta: dict, samples: list[dict], rel: str, got: np.ndarray, ref: np.ndarray, allowed: np.ndarray,
              i: int) -> str:
     """Why a file's logits miss its reference, from the evidence at hand (the file's sha256 matched):
-    - the reference disagrees with the other files' references of the same sample (the same model through
-      other kernels, <= 4e-3 apart) while the file agrees with them, or with the stored probabilities it was
-      rounded into: samples.json was edited;
+    - the file reproduces another file's reference of the same sample (the same model through other kernels,
+      <= 4e-3 apart, or an NPU file at another length) but not its own, or its own no longer gives the stored
+      probabilities it was rounded into (the web bundle): samples.json was edited;
     - the file misses on most samples by far more than the bound: it is another model (a file from another
       run with metadata.json's hashes rewritten);
     - otherwise the runtime: another onnxruntime version, or this CPU's kernels."""
@@ -77,17 +79,18 @@ def diagnose(meta: dict, samples: list[dict], rel: str, got: np.ndarray, ref: np
         s = samples[k]
         twins = [np.asarray(v, dtype=np.float64) for r, v in s["reference_logits"].items()
                  if r != rel and isinstance(v, list) and len(v) == got.shape[1]]
-        twins_agree = bool(twins) and all(np.abs(t - got[k]).max() <= 2 * allowed[k].max() for t in twins)
-        twins_differ = bool(twins) and all(np.abs(t - ref[k]).max() > 2 * allowed[k].max() for t in twins)
+        # another file's reference of this sample that the file reproduces now, while its own does not: the
+        # same model through other kernels or at another padded length (an NPU file's other lengths)
+        witness = any(np.abs(t - got[k]).max() <= 2 * allowed[k].max() < np.abs(t - ref[k]).max() for t in twins)
         probs = s.get("probabilities")
         rounded_from = None
         if isinstance(probs, list) and len(probs) == got.shape[1]:
             soft = np.exp(ref[k] - ref[k].max())
             rounded_from = bool(np.abs(soft / soft.sum() - np.asarray(probs, dtype=np.float64)).max() < 1e-4)
-        if (twins_agree and twins_differ) or rounded_from is False:
+        if witness or rounded_from is False:
             return (f"the file is intact (sha256 matches) but the reference logits of sample {k + 1} in "
                     f"{meta['samples_file']} were edited ("
-                    + ("the other files' references of that sample agree with the file" if twins_agree else
+                    + ("another file's reference of that sample agrees with the file" if witness else
                        "they no longer give the stored probabilities")
                     + f"): samples.json edited: restore it from the build's runs/<run>/ folder or rebuild the "
                       f"bundle with `make bundle`")
@@ -99,7 +102,8 @@ def diagnose(meta: dict, samples: list[dict], rel: str, got: np.ndarray, ref: np
     return _runtime_advice(meta)
 
 
-def compare(bundle: Path, meta: dict, samples: list[dict], rel: str, rows: list[list[float]]) -> dict:
+def compare(bundle: Path, meta: dict, samples: list[dict], rel: str, rows: list[list[float]],
+            labels_check: bool = True) -> dict:
     """One file's logits against its own reference (samples' reference_logits[rel]); labels must agree up to
     the tolerance (a near tie at build time may resolve either way on another CPU, a clear difference may not)."""
     labels = meta["labels"]
@@ -118,14 +122,35 @@ def compare(bundle: Path, meta: dict, samples: list[dict], rel: str, rows: list[
                             f"{allowed[i, j]:.4e} = {LOGIT_ATOL:g} + {LOGIT_RTOL:g} x |reference|); "
                             f"{diagnose(meta, samples, rel, got, ref, allowed, int(i))}")
     index = {lab: c for c, lab in enumerate(labels)}
-    for n, s in enumerate(samples):
+    for n, s in enumerate(samples if labels_check else []):
         want = index[s["expected_label"]]
         if got[n, want] < got[n].max() - 2 * allowed[n].max():
             p = labels[int(got[n].argmax())]
             raise PipelineError(f"{bundle}: {rel} labels sample {n + 1} ({s['text'][:60]!r}) {p}, samples.json "
                                 f"expects {s['expected_label']} (logits {np.array2string(got[n], precision=5)}); "
                                 f"samples.json was edited: restore it or rebuild the bundle with `make bundle`")
-    return {"file": rel, "labels_match": len(samples), "max_abs_logit_diff": worst}
+    checked = {"labels_match": len(samples)} if labels_check else {"samples_compared": len(samples)}
+    return {"file": rel, **checked, "max_abs_logit_diff": worst}
+
+
+def compare_npu(bundle: Path, meta: dict, samples: list[dict], rows: dict) -> dict:
+    """Each static NPU file against its own reference logits, on the samples that fit its length (labels are
+    not held to the shipped model's: an NPU variant is its own int8 model with its own accuracy)."""
+    out = {}
+    for rel, got in rows.items():
+        have = [n for n, s in enumerate(samples) if rel in s["reference_logits"]]
+        ran = [n for n, r in enumerate(got) if r is not None]
+        if have != ran:
+            n = next(iter(sorted(set(have) ^ set(ran))))
+            raise PipelineError(f"{bundle}: samples.json {'has' if n in have else 'lacks'} reference logits for {rel} "
+                                f"on sample {n + 1}, which {'does not fit' if n in have else 'fits'} its length: "
+                                f"samples.json was edited; restore it or rebuild the bundle with `make bundle`")
+        if not ran:
+            out[f"npu:{rel}"] = {"status": "not run", "reason": "no sample fits its length (sha256 checked)"}
+            continue
+        out[f"npu:{rel}"] = compare(bundle, meta, [samples[n] for n in ran], rel, [got[n] for n in ran],
+                                    labels_check=False)
+    return out
 
 
 def _coreml(bundle: Path, meta: dict, samples: list[dict]) -> dict:
@@ -163,19 +188,21 @@ def verify(bundle: Path, files: dict) -> dict:
 
 def verify_app(bundle: Path, files: dict) -> dict:
     """The app bundle: metadata against its digest and its files, every ONNX Runtime file's replay, the NPU
-    files (npu_verify.py), Core ML on macOS."""
+    files of an npu student (metadata "npu"), Core ML on macOS."""
     meta = check_metadata(bundle, files["meta"])
+    check_npu(bundle, meta)
     cross_check(bundle, meta)
     require_digest(bundle, meta)
     samples = load_samples(bundle, meta)
 
     runnable = {k: v for k, v in meta["models"].items() if v["format"] in ORT_FORMATS}
-    got = predict_in_fresh_process(bundle, runnable, samples)
+    got, npu_rows = predict_in_fresh_process(bundle, runnable, samples, meta.get("npu"))
     summary = {"bundle": str(bundle), "files_checked": files["checked"], "unlisted_files": files["unlisted"],
                "samples": len(samples), "models": {}}
     for key in runnable:
         summary["models"][key] = compare(bundle, meta, samples, runnable[key]["file"], got[key])
     summary["models"]["coreml"] = _coreml(bundle, meta, samples)
+    summary["models"].update(compare_npu(bundle, meta, samples, npu_rows))
     for key, spec in meta["models"].items():
         if key not in summary["models"]:
             summary["models"][key] = {"status": "not run", "reason": f"format '{spec['format']}' (sha256 checked)"}
@@ -190,7 +217,9 @@ def _lines(s: dict) -> list[str]:
             out.append(f"{key}: {m['status']} ({m['reason']})")
         else:
             diff = m["max_abs_logit_diff"]
-            out.append(f"{key}: {m['file']}: {m['labels_match']}/{s['samples']} sample labels match, "
+            what = (f"{m['labels_match']}/{s['samples']} sample labels match" if "labels_match" in m else
+                    f"{m['samples_compared']}/{s['samples']} samples fit its length")
+            out.append(f"{key}: {m['file']}: {what}, "
                        + ("labels only" if diff != diff else
                           f"max |logit - reference| {diff:.3e} (allowed {LOGIT_ATOL:g} + {LOGIT_RTOL:g} x |reference|)"))
     return out

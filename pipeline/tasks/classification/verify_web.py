@@ -141,7 +141,7 @@ def verify_web(bundle: Path, files: dict) -> dict:
     spec = meta["model"]
     # the replay feeds stored ids by name, as the app bundle's files are fed
     fed = [{**s, "token_ids": s["input_ids"]} for s in samples]
-    got = predict_in_fresh_process(bundle, {"web": spec}, fed)["web"]
+    got = predict_in_fresh_process(bundle, {"web": spec}, fed)[0]["web"]
     model = compare(bundle, meta, samples, spec["file"], got)
     page = check_page(bundle, samples, meta["labels"])
     lines = ["tokenizer: " + (f"{tokens['reason']} (skipped)" if "reason" in tokens else
