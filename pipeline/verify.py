@@ -50,8 +50,8 @@ def _changed(meta: dict, rel: str, digest: str) -> str:
     if twins:
         return f"was replaced by a copy of {' = '.join(twins)} (its sha256 is that file's, not its own)"
     run = meta.get("run")
-    return (f"is not the file this bundle{f' (run {run!r})' if isinstance(run, str) else ''} was built with: its "
-            f"sha256 matches no file metadata.json lists, so it was edited, damaged, or comes from another run")
+    return (f"was changed: it is not the file this bundle{f' (run {run!r})' if isinstance(run, str) else ''} was "
+            f"built with (its sha256 matches no file metadata.json lists): edited, damaged, or from another run")
 
 
 def verify_bundle(bundle: Path) -> dict:

@@ -315,9 +315,9 @@ def test_a_model_file_from_another_bundle_is_named_as_such(built, copy):
     teacher = next(r for r in rows if r["format"] == "ort" and r["model"] == "teacher")
     rel = meta["models"]["ort"]["file"]
     shutil.copy2(cfg.run_dir / teacher["file"], copy / rel)
-    with pytest.raises(PipelineError, match=rf"{re.escape(rel)} is not the file this bundle \(run 'tiny'\) was built "
-                                            r"with: its sha256 matches no file metadata\.json lists, so it was "
-                                            r"edited, damaged, or comes from another run"):
+    with pytest.raises(PipelineError, match=rf"{re.escape(rel)} was changed: it is not the file this bundle \(run "
+                                            r"'tiny'\) was built with \(its sha256 matches no file metadata\.json "
+                                            r"lists\): edited, damaged, or from another run"):
         verify_bundle(copy)
     _rehash(copy, meta)
     with pytest.raises(PipelineError, match=r"misses its reference logits on \d+ of 8 samples.*not the model these "
@@ -406,7 +406,7 @@ def test_npu_files_outside_the_hashes_are_refused(npu_copy, capsys):
     data[-1] ^= 1
     (npu_copy / rel).write_bytes(bytes(data))
     rc, _, err = _cli(npu_copy, capsys)
-    assert rc == 2 and re.search(rf"{re.escape(rel)} is not the file this bundle \(run 'tiny'\) was built with", err)
+    assert rc == 2 and re.search(rf"{re.escape(rel)} was changed: it is not the file this bundle \(run 'tiny'\)", err)
     meta["files"].pop(rel)
     (npu_copy / "metadata.json").write_text(json.dumps(meta))
     rc, out, err = _cli(npu_copy, capsys)

@@ -5,7 +5,7 @@ pipeline.verify has hashed every listed file:
 2. the page's tokenizer (the bundle's wordpiece.mjs in node, with metadata's text_normalisation) gives each
    sample's stored ids (skipped, with the reason, without node);
 3. the model file, run with onnxruntime in a fresh process on the stored ids, gives each sample's stored
-   reference logits (the app bundle's replay and tolerance, pipeline/tasks/classification/verify.py);
+   reference logits (the app bundle's replay and tolerance, logits_check.py);
 4. the page itself in headless Chromium labels every sample as stored (web/page_check.mjs, the driver the
    web-bundle stage uses; skipped, with the reason, without Chromium and web/node_modules).
 Needs no torch, transformers or onnx.
@@ -131,7 +131,7 @@ def check_page(bundle: Path, samples: list[dict], labels: list[str]) -> dict:
 
 
 def verify_web(bundle: Path, files: dict) -> dict:
-    from pipeline.tasks.classification.verify import LOGIT_ATOL, LOGIT_RTOL, compare, predict_in_fresh_process
+    from pipeline.tasks.classification.logits_check import LOGIT_ATOL, LOGIT_RTOL, compare, predict_in_fresh_process
 
     meta = check_metadata(bundle, files["meta"])
     cross_check(bundle, meta)
