@@ -19,7 +19,10 @@ from export.hashing import sha256_file
 from pipeline.errors import PipelineError
 
 METADATA = "metadata.json"
-SCHEMA_VERSION = 2  # 2: samples.json holds token ids and reference logits per model file
+# 2: samples.json holds token ids and reference logits per model file; 3: metadata.json says its "kind" (app /
+# web) and carries metadata_sha256, a digest of itself, so an edited max_length or label list fails verify
+SCHEMA_VERSION = 3
+DIGEST_KEY = "metadata_sha256"
 CHOICE_TARGET = "mobile-cpu"
 # Core ML variant that pairs with an ONNX variant (same kind of weights) when the model has several
 COREML_FOR = {"int8-dynamic": "int8", "int8-static": "int8", "fp16": "fp16", "fp32": "fp16",
@@ -143,8 +146,29 @@ def file_hashes(folder: Path, skip: tuple[str, ...] = (METADATA,)) -> dict[str, 
             for p in sorted(folder.rglob("*")) if p.is_file() and p.relative_to(folder).as_posix() not in skip}
 
 
+def stale_schema(folder: Path) -> str | None:
+    """Why the bundle in folder must be rebuilt for this code's format (None when it is current)."""
+    try:
+        schema = json.loads((folder / METADATA).read_text()).get("schema_version")
+    except (OSError, ValueError, AttributeError):
+        schema = None
+    return None if schema == SCHEMA_VERSION else f"its bundle has schema {schema}, this code writes {SCHEMA_VERSION}"
+
+
+def metadata_digest(meta: dict) -> str:
+    """sha256 of metadata.json's content minus its files list (the files' own hashes cover them) and the digest
+    itself: key order and whitespace do not count, values do (apps read labels, max_length, lowercasing)."""
+    import hashlib
+
+    body = {k: v for k, v in meta.items() if k not in ("files", DIGEST_KEY)}
+    canon = json.dumps(json.loads(json.dumps(body)), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
 def write_metadata(folder: Path, meta: dict) -> dict:
+    meta = {k: v for k, v in meta.items() if k != DIGEST_KEY}
     meta = {**meta, "schema_version": SCHEMA_VERSION, "files": file_hashes(folder)}
+    meta[DIGEST_KEY] = metadata_digest(meta)
     (folder / METADATA).write_text(json.dumps(meta, indent=2))
     return meta
 

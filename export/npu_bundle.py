@@ -13,8 +13,9 @@ import shutil
 from pathlib import Path
 
 
-def add_npu_files(run_dir: Path, quantize_dir: Path, model: str, out: Path) -> dict | None:
-    """Copy model's NPU files into out/npu/ and return their metadata entry (None: the model has none)."""
+def add_npu_files(run_dir: Path, quantize_dir: Path, model: str, out: Path, pad_id: int = 0) -> dict | None:
+    """Copy model's NPU files into out/npu/ and return their metadata entry (None: the model has none).
+    pad_id: the tokenizer's, which fills the ids up to a file's length (verify-bundle pads with it too)."""
     from export.bundle import io_spec
     from export.ort_session import ort_session
 
@@ -43,8 +44,9 @@ def add_npu_files(run_dir: Path, quantize_dir: Path, model: str, out: Path) -> d
                        "accuracy": r.get("accuracy"), "accuracy_note": r.get("accuracy_note"),
                        "readiness": {n: _summary(c.get(r["provider"], {}).get("as_is", {}))
                                      for n, c in r.get("readiness", {}).items()},
-                       "how_to_call": "pad the token ids (and the 0/1 mask) to the shortest length listed that "
-                                      "holds the text; batch 1"}
+                       "pad_id": pad_id,
+                       "how_to_call": "pad the token ids (with pad_id, and the 0/1 mask) to the shortest length "
+                                      "listed that holds the text; batch 1"}
     return entry
 
 

@@ -1,9 +1,11 @@
 """`python -m pipeline verify-bundle DIR`: check a bundle on any machine.
 
 1. metadata.json is well formed, lists at least one file, and every path it names stays inside the bundle;
-2. every listed file exists with its size and sha256 (a changed file fails, naming it);
-3. the bundle's task (metadata.json "task", classification when absent) replays its samples with the shipped
-   files in a fresh process and compares them with what the build stored (pipeline/tasks/<task>/verify.py).
+2. every listed file exists with its size and sha256 (a changed file fails, naming it, and saying when it is a
+   copy of another listed file or matches none: a file from another run);
+3. the bundle's task and kind (metadata.json "task" and "kind": app / web) pick the checks: the task's verify
+   (pipeline/tasks/<task>/verify.py) checks metadata.json against its own digest and the bundle's files, then
+   replays the samples with the shipped files in a fresh process and compares them with what the build stored.
 Needs no torch, transformers or onnx (tests/test_verify_bundle.py runs it with those imports blocked).
 """
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sys
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.verify_bundle_meta import METADATA, load_metadata, resolve
+from pipeline.verify_bundle_meta import METADATA, bundle_kind, load_metadata, resolve
 
 
 def check_files(bundle: Path) -> dict:
@@ -24,20 +26,32 @@ def check_files(bundle: Path) -> dict:
     meta = load_metadata(bundle)
     if meta.get("schema_version") != SCHEMA_VERSION:
         raise PipelineError(f"{bundle}: metadata.json has schema_version {meta.get('schema_version')!r}, this "
-                            f"verify-bundle reads {SCHEMA_VERSION} (per-file reference logits); rebuild the bundle "
-                            f"with `make bundle`, which re-runs the stage for an older schema")
+                            f"verify-bundle reads {SCHEMA_VERSION} (a digest of metadata.json, its kind); rebuild "
+                            f"the bundle with `make bundle`, which re-runs the stage for an older schema (a web "
+                            f"bundle: `python -m pipeline web-bundle --force`)")
+    restore = "restore it from the build's runs/<run>/ folder or re-publish with `make bundle`"
     for rel, info in meta["files"].items():
         path = resolve(bundle, rel, "files")
         if not path.is_file():
-            raise PipelineError(f"{bundle}: {rel} is missing; restore it from the build's runs/<run>/bundle/ or "
-                                f"re-publish with `make bundle` (it rebuilds dist/<run> when the copy differs)")
-        if path.stat().st_size != info["bytes"] or sha256_file(path) != info["sha256"]:
-            raise PipelineError(f"{bundle}: {rel} was changed (sha256 does not match metadata.json); restore it "
-                                f"from the build's runs/<run>/bundle/ or re-publish with `make bundle`")
+            raise PipelineError(f"{bundle}: {rel} is missing; {restore} (it rebuilds dist/<run> when the copy "
+                                f"differs)")
+        digest = sha256_file(path)
+        if path.stat().st_size != info["bytes"] or digest != info["sha256"]:
+            raise PipelineError(f"{bundle}: {rel} {_changed(meta, rel, digest)}; {restore}")
     listed = set(meta["files"])
     extra = sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*")
                    if p.is_file() and p.name != METADATA and p.relative_to(bundle).as_posix() not in listed)
     return {"meta": meta, "checked": len(listed), "unlisted": extra}
+
+
+def _changed(meta: dict, rel: str, digest: str) -> str:
+    """What a file whose sha256 differs from metadata.json's is, as far as the hashes tell."""
+    twins = sorted(r for r, info in meta["files"].items() if r != rel and info["sha256"] == digest)
+    if twins:
+        return f"was replaced by a copy of {' = '.join(twins)} (its sha256 is that file's, not its own)"
+    run = meta.get("run")
+    return (f"was changed: it is not the file this bundle{f' (run {run!r})' if isinstance(run, str) else ''} was "
+            f"built with (its sha256 matches no file metadata.json lists): edited, damaged, or from another run")
 
 
 def verify_bundle(bundle: Path) -> dict:
@@ -46,7 +60,7 @@ def verify_bundle(bundle: Path) -> dict:
 
     bundle = Path(bundle)
     files = check_files(bundle)
-    task = files["meta"].get("task", "classification")
+    task, _ = bundle_kind(bundle, files["meta"])  # the task's verify dispatches on the kind
     if task not in TASKS or TASKS[task].verify is None:
         raise PipelineError(f"{bundle}/{METADATA}: 'task' is {task!r}, which verify-bundle cannot replay (known: "
                             f"{', '.join(t for t in TASKS if TASKS[t].verify)}); rebuild the bundle with `make bundle`")
@@ -54,7 +68,7 @@ def verify_bundle(bundle: Path) -> dict:
 
 
 def add_cli(subparsers) -> None:
-    p = subparsers.add_parser("verify-bundle", help="check an app bundle: hashes, models load, sample outputs match")
+    p = subparsers.add_parser("verify-bundle", help="check a bundle (app or web): hashes, metadata, models load, sample outputs match")
     p.add_argument("bundle", help="bundle folder, e.g. dist/demo")
 
 

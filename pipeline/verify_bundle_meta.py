@@ -106,10 +106,109 @@ def load_samples(bundle: Path, meta: dict) -> list[dict]:
         if not ok:
             raise PipelineError(f"{where}: sample {n} needs 'text', 'token_ids' (integers), 'expected_label' (one of "
                                 f"{meta['labels']}) and 'reference_logits'; {_REBUILD}")
-        for rel in need_refs:
+        for rel in {*need_refs, *s["reference_logits"]}:  # the models' files, and NPU files where a sample fits
             row = s["reference_logits"].get(rel)
             if not (isinstance(row, list) and len(row) == n_labels
                     and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)):
                 raise PipelineError(f"{where}: sample {n} has no reference logits ({n_labels} numbers) for {rel}; "
                                     f"{_REBUILD}")
     return samples
+
+
+KINDS = ("app", "web")  # metadata.json "kind": the phone app bundle, or the browser bundle (dist/<run>-web)
+
+
+def bundle_kind(bundle: Path, meta: dict) -> tuple[str, str]:
+    """(task, kind) as metadata.json states them: verify-bundle dispatches on these, never on which keys exist."""
+    task, kind = meta.get("task"), meta.get("kind")
+    need(isinstance(task, str), bundle, "'task' must name the bundle's task (classification, generation)")
+    need(kind in KINDS, bundle, f"'kind' must be one of {', '.join(KINDS)} (it is {kind!r})")
+    return task, kind
+
+
+def require_digest(bundle: Path, meta: dict) -> None:
+    """metadata.json's own digest (export.bundle.metadata_digest): an app reads labels, max_length and the
+    lowercasing from it, so an edit there must fail as a changed model file does."""
+    from export.bundle import DIGEST_KEY, metadata_digest
+
+    stored = meta.get(DIGEST_KEY)
+    if stored != metadata_digest(meta):
+        why = "has no digest" if not isinstance(stored, str) else "was edited after the build (its content no " \
+              "longer matches its " + DIGEST_KEY + ")"
+        raise PipelineError(f"{bundle}/{METADATA} {why}; restore it from the build's runs/<run>/ folder or "
+                            f"{_REBUILD}")
+
+
+def _json_file(bundle: Path, rel: str) -> object:
+    try:
+        return json.loads((bundle / rel).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PipelineError(f"{bundle}/{rel} is unreadable ({e}); {_REBUILD}") from None
+
+
+def cross_check(bundle: Path, meta: dict, tok_dir: str = "tokenizer") -> None:
+    """A classification bundle's metadata against its own (hashed) files: labels.json, the tokenizer's
+    pocketformer.json and tokenizer_config.json. Names the field that disagrees."""
+    files = meta["files"]
+    if "labels.json" in files:
+        labels = _json_file(bundle, "labels.json")
+        if labels != meta["labels"]:
+            raise PipelineError(f"{bundle}/{METADATA}: 'labels' is {meta['labels']}, labels.json says {labels}: "
+                                f"metadata.json was edited; restore it or {_REBUILD}")
+    max_length = meta.get("max_length")
+    need(isinstance(max_length, int) and not isinstance(max_length, bool) and max_length > 0, bundle,
+         "'max_length' must be a positive integer")
+    norm = meta.get("text_normalisation")
+    need(isinstance(norm, dict) and isinstance(norm.get("lowercase"), bool), bundle,
+         "'text_normalisation' needs 'lowercase' (true or false)")
+    if norm.get("max_length", max_length) != max_length:
+        raise PipelineError(f"{bundle}/{METADATA}: max_length is {max_length}, text_normalisation.max_length is "
+                            f"{norm['max_length']}: metadata.json was edited; restore it or {_REBUILD}")
+    own = f"{tok_dir}/pocketformer.json"
+    if own in files:
+        trained = _json_file(bundle, own)
+        if isinstance(trained, dict) and trained.get("max_length") not in (None, max_length):
+            raise PipelineError(f"{bundle}/{METADATA}: max_length is {max_length}, the model was trained at "
+                                f"{trained['max_length']} ({own}): metadata.json was edited; restore it or "
+                                f"{_REBUILD}")
+    conf = f"{tok_dir}/tokenizer_config.json"
+    if conf in files:
+        tc = _json_file(bundle, conf)
+        tc = tc if isinstance(tc, dict) else {}
+        lower = tc.get("do_lower_case")
+        if isinstance(lower, bool) and lower != norm["lowercase"]:
+            raise PipelineError(f"{bundle}/{METADATA}: text_normalisation.lowercase is {norm['lowercase']}, "
+                                f"{conf} has do_lower_case = {lower}: metadata.json was edited; restore it or "
+                                f"{_REBUILD}")
+        limit = tc.get("model_max_length")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit < max_length:
+            raise PipelineError(f"{bundle}/{METADATA}: max_length is {max_length}, beyond the tokenizer's "
+                                f"model_max_length {limit} ({conf}): metadata.json was edited; restore it or "
+                                f"{_REBUILD}")
+
+
+def check_npu(bundle: Path, meta: dict) -> None:
+    """An npu student's static NPU files (metadata "npu", export/npu_bundle.py): each variant's per-length
+    files and lookup file, named with their inputs and outputs, must be listed in 'files' so their sha256 is
+    checked (they sit outside "models", which the samples run with dynamic shapes)."""
+    npu = meta.get("npu")
+    if npu is None:
+        return
+    need(isinstance(npu, dict) and len(npu) > 0, bundle, "'npu' names no NPU variant")
+    files = meta["files"]
+    for name, entry in npu.items():
+        where = f"npu.{name}"
+        need(isinstance(entry, dict) and isinstance(entry.get("files"), dict) and len(entry["files"]) > 0, bundle,
+             f"{where}.files names no file")
+        need(isinstance(entry.get("pad_id", 0), int), bundle, f"{where}.pad_id must be an integer")
+        specs = {f"{where}.files.{n}": spec for n, spec in entry["files"].items()}
+        need(all(str(n).isdigit() for n in entry["files"]), bundle, f"{where}.files must be keyed by length")
+        if entry.get("lookup") is not None:
+            specs[f"{where}.lookup"] = entry["lookup"]
+        for key, spec in specs.items():
+            need(isinstance(spec, dict), bundle, f"{key} must name a file")
+            for io in ("inputs", "outputs"):
+                need(isinstance(spec.get(io), list) and len(spec[io]) > 0
+                     and all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in spec[io]),
+                     bundle, f"{key}.{io} must list named tensors")
+            _listed(bundle, files, spec.get("file"), f"{key}.file")

@@ -89,4 +89,4 @@ def test_generation_runs_publish_nothing_and_old_schemas_rebuild(built, monkeypa
     import export.bundle
 
     monkeypatch.setattr(export.bundle, "SCHEMA_VERSION", export.bundle.SCHEMA_VERSION + 1)
-    assert published_check(cfg, manifest) == "its bundle has schema 2, this code writes 3"
+    assert published_check(cfg, manifest) == "its bundle has schema 3, this code writes 4"

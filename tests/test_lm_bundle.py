@@ -229,3 +229,24 @@ def test_fp32_variant_ships_model_onnx_and_verifies(built, tmp_path):
     assert not (dist / "onnx" / "model_quantized.onnx").exists()
     assert verify_bundle(dist)["runtimes"]["onnxruntime"]["samples_match"] == len(PROMPTS)
     assert run(config_from_dict(d, "tiny-gen-bundle"), ["bundle"]) == ["bundle"]  # back to the int8 bundle
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda m: m["special_ids"].update(eos_token_id=m["special_ids"]["eos_token_id"] + 1),
+     r"special_ids\.eos_token_id is \d+, genai_config\.json says \d+: metadata\.json was edited"),
+    (lambda m: m["model"].update(perplexity=1.0), r"metadata\.json was edited after the build"),
+    (lambda m: m.update(kind="web"), r"'kind' is 'web': the generation task publishes app bundles only"),
+])
+def test_edited_generation_metadata_is_named(built, tmp_path, edit, match):
+    """metadata.json is covered by its digest and checked against genai_config.json: before, an edited eos id
+    or any other field passed verify-bundle."""
+    from pipeline.verify import verify_bundle
+
+    _, dist, _ = built
+    copy = shutil.copytree(dist, tmp_path / "copy")
+    meta = json.loads((copy / "metadata.json").read_text())
+    assert (meta["task"], meta["kind"]) == ("generation", "app")
+    edit(meta)
+    (copy / "metadata.json").write_text(json.dumps(meta, indent=2))
+    with pytest.raises(PipelineError, match=match):
+        verify_bundle(copy)

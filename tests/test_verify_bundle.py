@@ -151,7 +151,7 @@ def test_paths_outside_the_bundle_are_refused(copy, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda m: m.update(schema_version=1), r"schema_version 1, this verify-bundle reads 2 .*re-runs the stage"),
+    (lambda m: m.update(schema_version=1), r"schema_version 1, this verify-bundle reads 3 .*re-runs the stage"),
     (lambda m: m.update(files={}), "'files' lists no files"),
     (lambda m: m.pop("files"), "'files' lists no files"),
     (lambda m: m.update(files=["labels.json"]), "'files' lists no files"),
@@ -242,3 +242,205 @@ def test_verify_runs_with_only_onnxruntime_installed(copy, tmp_path):
     # the guard was live: onnxruntime-extensions tried its optional onnx import, and was refused
     assert "onnx" in blocked
     assert not blocked & {"torch", "transformers", "tokenizers", "coremltools", "optimum", "distill", "eval"}, blocked
+
+
+# --- 3. metadata.json is covered; what a mismatch is blamed on -----------------------------------------------
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.update(max_length=64),
+     r"max_length is 64, text_normalisation\.max_length is 32: metadata\.json was edited"),
+    (lambda m: (m.update(max_length=64), m["text_normalisation"].update(max_length=64)),
+     r"max_length is 64, the model was trained at 32 \(tokenizer/pocketformer\.json\): metadata\.json was edited"),
+    (lambda m: m["text_normalisation"].update(lowercase=False),
+     r"text_normalisation\.lowercase is False, tokenizer/tokenizer_config\.json has do_lower_case = True: "
+     r"metadata\.json was edited"),
+    (lambda m: m.update(labels=m["labels"][::-1], label_map={str(i): x for i, x in enumerate(m["labels"][::-1])}),
+     r"'labels' is \[.*\], labels\.json says \[.*\]: metadata\.json was edited"),
+    # nothing to cross-check it against: the digest catches it
+    (lambda m: m["string_model_check"].update(minimum=0.5), r"metadata\.json was edited after the build"),
+])
+def test_edited_metadata_fails_naming_the_edit(copy, capsys, change, message):
+    """Apps read labels, max_length and the lowercasing from metadata.json, which no sha256 covered: each of
+    these edits passed verify-bundle before metadata.json carried its digest."""
+    meta = json.loads((copy / "metadata.json").read_text())
+    change(meta)
+    (copy / "metadata.json").write_text(json.dumps(meta, indent=2))
+    rc, out, err = _cli(copy, capsys)
+    assert rc == 2 and re.search(message, err) and "bundle OK" not in out, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_metadata_edits_with_a_recomputed_digest_still_cross_check(copy):
+    """An edited max_length whose digest was recomputed (a tool rewriting metadata.json) still disagrees with
+    the tokenizer the model was trained with."""
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+
+    meta = json.loads((copy / "metadata.json").read_text())
+    meta.update(max_length=16)
+    meta["text_normalisation"].update(max_length=16)
+    _rehash(copy, meta)
+    with pytest.raises(PipelineError, match=r"max_length is 16, the model was trained at 32"):
+        verify_bundle(copy)
+
+
+def test_edited_reference_logits_are_named_as_such(copy):
+    """One reference logit edited (hashes rewritten): the file is intact and the other files' references of
+    that sample agree with it, so samples.json is blamed, not the CPU's kernels."""
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+
+    meta = json.loads((copy / "metadata.json").read_text())
+    samples = json.loads((copy / "samples.json").read_text())
+    rel = meta["models"]["string_onnx"]["file"]
+    samples[3]["reference_logits"][rel][1] += 0.05
+    (copy / "samples.json").write_text(json.dumps(samples))
+    _rehash(copy, meta)
+    with pytest.raises(PipelineError, match=rf"{re.escape(rel)} logit \w+ of sample 4 .*the reference logits of "
+                                            r"sample 4 in samples\.json were edited .*samples\.json edited: "
+                                            r"restore it") as e:
+        verify_bundle(copy)
+    assert "kernels" not in str(e.value) and "pip install onnxruntime" not in str(e.value)
+
+
+def test_a_model_file_from_another_bundle_is_named_as_such(built, copy):
+    """The teacher's .ort copied over the shipped one: the hashes say it matches no file of this bundle (another
+    run); with the hashes rewritten, its logits are off on most samples, so it is another model, not a CPU."""
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+
+    _, cfg = built
+    meta = json.loads((copy / "metadata.json").read_text())
+    rows = json.loads((cfg.run_dir / "export" / "variants.json").read_text())
+    teacher = next(r for r in rows if r["format"] == "ort" and r["model"] == "teacher")
+    rel = meta["models"]["ort"]["file"]
+    shutil.copy2(cfg.run_dir / teacher["file"], copy / rel)
+    with pytest.raises(PipelineError, match=rf"{re.escape(rel)} was changed: it is not the file this bundle \(run "
+                                            r"'tiny'\) was built with \(its sha256 matches no file metadata\.json "
+                                            r"lists\): edited, damaged, or from another run"):
+        verify_bundle(copy)
+    _rehash(copy, meta)
+    with pytest.raises(PipelineError, match=r"misses its reference logits on \d+ of 8 samples.*not the model these "
+                                            r"references were made with \(a file from another run") as e:
+        verify_bundle(copy)
+    assert "kernels" not in str(e.value)
+    # a copy of another file of the bundle says which
+    onnx = meta["models"]["onnx"]["file"]
+    shutil.copy2(copy / onnx, copy / meta["models"]["string_onnx"]["file"])
+    _rehash(copy, json.loads((copy / "metadata.json").read_text()))
+    meta2 = json.loads((copy / "metadata.json").read_text())
+    meta2["files"][meta["models"]["string_onnx"]["file"]] = meta["files"][meta["models"]["string_onnx"]["file"]]
+    (copy / "metadata.json").write_text(json.dumps(meta2))
+    with pytest.raises(PipelineError, match=r"was replaced by a copy of (\S+ = )?\S+ \(its sha256") as e:
+        verify_bundle(copy)
+    assert onnx in str(e.value)
+
+
+def test_bundle_says_its_kind_and_verify_dispatches_on_it(copy, capsys):
+    meta = json.loads((copy / "metadata.json").read_text())
+    assert (meta["task"], meta["kind"]) == ("classification", "app")
+    meta["kind"] = "web"  # the app bundle read as a web bundle: its shape is wrong, said as such
+    _rehash(copy, meta)
+    rc, _, err = _cli(copy, capsys)
+    assert rc == 2 and "'model' needs 'file' and 'format'" in err
+    meta.pop("kind")
+    _rehash(copy, meta)
+    rc, _, err = _cli(copy, capsys)
+    assert rc == 2 and "'kind' must be one of app, web (it is None)" in err
+
+
+# --- 4. an npu student's NPU files ------------------------------------------------------------------------
+
+@pytest.fixture
+def npu_copy(copy, tmp_path):
+    """The tiny bundle carrying an npu student's static NPU files (both provider variants, lengths 16 and 32),
+    as export/npu_bundle.py adds them, with their reference logits stored as the bundle stage stores them."""
+    import torch
+
+    from distill.npu_student import NpuStudent, NpuStudentConfig
+    from export.npu import NPU_VARIANTS, write_variant
+    from export.npu_bundle import add_npu_files
+    from pipeline.tasks.classification.replay import npu_logits
+
+    meta = json.loads((copy / "metadata.json").read_text())
+    samples = json.loads((copy / "samples.json").read_text())
+    torch.manual_seed(0)
+    student = NpuStudent(NpuStudentConfig(vocab_size=64, num_labels=len(meta["labels"]), hidden_size=32,
+                                          num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                          max_position_embeddings=64)).eval()
+    run, rows = tmp_path / "run", []
+    for name, v in NPU_VARIANTS.items():
+        made = write_variant(student, run / "quantize" / "student" / "npu", name, [16, 32], 17,
+                             [s["token_ids"] for s in samples], 0, "student")
+        rows.append({"model": "student", "variant": f"npu-{name}", "provider": v.provider, "lengths": [16, 32],
+                     "files": {str(n): p.relative_to(run).as_posix() for n, p in made["files"].items()},
+                     "lookup": made["lookup"].relative_to(run).as_posix() if made["lookup"] else None})
+    (run / "quantize" / "npu.json").write_text(json.dumps(rows))
+    meta["npu"] = add_npu_files(run, run / "quantize", "student", copy, pad_id=0)
+    for rel, got in npu_logits(copy, meta["npu"], samples).items():
+        for s, row in zip(samples, got):
+            if row is not None:
+                s["reference_logits"][rel] = row
+    (copy / "samples.json").write_text(json.dumps(samples))
+    _rehash(copy, meta)
+    return copy
+
+
+def test_npu_files_are_hashed_and_replayed(npu_copy, capsys):
+    meta = json.loads((npu_copy / "metadata.json").read_text())
+    npu_files = [f["file"] for e in meta["npu"].values() for f in e["files"].values()]
+    assert len(npu_files) == 4 and all(rel in meta["files"] for rel in npu_files)
+    rc, out, err = _cli(npu_copy, capsys)
+    assert rc == 0, err
+    for rel in npu_files:  # every length holds some sample (max_length 32), each against its own reference
+        assert re.search(rf"npu:{re.escape(rel)}: {re.escape(rel)}: [1-8]/8 samples fit its length, max \|logit - "
+                         r"reference\| \d\.\d{3}e[-+]\d\d", out), out
+
+
+def test_npu_files_outside_the_hashes_are_refused(npu_copy, capsys):
+    """An NPU file that metadata.json names but does not list (so no sha256 covers it), changed: refused, not
+    a "files not in metadata.json (not checked)" note and "bundle OK"."""
+    meta = json.loads((npu_copy / "metadata.json").read_text())
+    rel = meta["npu"]["nnapi-int8"]["files"]["16"]["file"]
+    data = bytearray((npu_copy / rel).read_bytes())
+    data[-1] ^= 1
+    (npu_copy / rel).write_bytes(bytes(data))
+    rc, _, err = _cli(npu_copy, capsys)
+    assert rc == 2 and re.search(rf"{re.escape(rel)} was changed: it is not the file this bundle \(run 'tiny'\)", err)
+    meta["files"].pop(rel)
+    (npu_copy / "metadata.json").write_text(json.dumps(meta))
+    rc, out, err = _cli(npu_copy, capsys)
+    assert rc == 2 and f"npu.nnapi-int8.files.16.file = {rel!r} is not in 'files', so its sha256 is unchecked" in err
+    assert "bundle OK" not in out
+
+
+def test_npu_reference_edits_and_swapped_files_are_named(npu_copy):
+    """An NPU file's reference logits edited (hashes rewritten): its other length reproduces the same
+    sample, so samples.json is blamed; the NNAPI 32-token file swapped for the Core ML one of that length
+    (another model, other inputs): its replay cannot even feed it."""
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+
+    meta = json.loads((npu_copy / "metadata.json").read_text())
+    samples = json.loads((npu_copy / "samples.json").read_text())
+    rel = meta["npu"]["coreml-int8w"]["files"]["32"]["file"]
+    k = next(i for i, s in enumerate(samples) if rel in s["reference_logits"])
+    samples[k]["reference_logits"][rel][0] += 0.5
+    (npu_copy / "samples.json").write_text(json.dumps(samples))
+    _rehash(npu_copy, meta)
+    with pytest.raises(PipelineError, match=rf"{re.escape(rel)} logit \w+ of sample {k + 1} .*the reference logits "
+                                            rf"of sample {k + 1} in samples\.json were edited \(another file's "
+                                            r"reference of that sample agrees with the file\): samples\.json edited"):
+        verify_bundle(npu_copy)
+    (npu_copy / "samples.json").write_text(json.dumps(_restore(samples, k, rel)))
+    nnapi = meta["npu"]["nnapi-int8"]["files"]["32"]["file"]
+    shutil.copy2(npu_copy / rel, npu_copy / nnapi)
+    _rehash(npu_copy, meta)
+    with pytest.raises(PipelineError, match=rf"{re.escape(nnapi)}: onnxruntime cannot run it with the inputs "
+                                            r"metadata\.json lists .*a file from another variant or run"):
+        verify_bundle(npu_copy)
+
+
+def _restore(samples: list[dict], k: int, rel: str) -> list[dict]:
+    samples[k]["reference_logits"][rel][0] -= 0.5
+    return samples

@@ -26,18 +26,13 @@ def published_check(cfg, manifest: dict) -> str | None:
     """Why the bundle stage must re-run although its folder is up to date: it was written in an older bundle
     format, or its published copy (the summary's dist path) is missing or differs, or a killed copy left a
     temporary folder (publish removes those)."""
-    from export.bundle import SCHEMA_VERSION
+    from export.bundle import stale_schema
 
     dist = manifest.get("summary", {}).get("dist")
     if not dist:
         return None  # nothing was published
-    try:
-        schema = json.loads((cfg.run_dir / "bundle" / "metadata.json").read_text()).get("schema_version")
-    except (OSError, ValueError):
-        schema = None
-    if schema != SCHEMA_VERSION:
-        return f"its bundle has schema {schema}, this code writes {SCHEMA_VERSION}"
-    return published_differs(cfg.run_dir / "bundle", Path(dist))
+    return stale_schema(cfg.run_dir / "bundle") or \
+        published_differs(cfg.run_dir / "bundle", Path(dist))
 
 
 def vocabulary(tok_dir: Path) -> dict:
@@ -69,7 +64,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     from export.padding import allowed_lengths
     from export.string_model import agreement, build_string_model, predict_strings, token_id_mismatches
     from pipeline.manifest import library_versions
-    from pipeline.tasks.classification.replay import run_models
+    from pipeline.tasks.classification.replay import npu_logits, run_models
 
     cfg, b = ctx.cfg, ctx.cfg.bundle  # its settings were checked when the config loaded (config_rules.py)
     export_rows = json.loads((ctx.input("export") / "variants.json").read_text())
@@ -152,15 +147,17 @@ def stage_bundle(ctx: StageContext) -> dict:
     samples = [{"text": t, "token_ids": [int(v) for v in ids], "expected_label": labels[int(pair[i].argmax())],
                 "gold_label": test[i]["label"]}
                for i, (t, ids) in enumerate(zip(texts[:n], encode(tokenizer, texts[:n], max_length)[0]))]
+    # an npu student's static per-length NPU files: listed apart from `models`, whose files run with dynamic
+    # shapes; each gets its own reference logits on the samples that fit its length (padded with pad_id)
+    npu = add_npu_files(ctx.run_dir, ctx.input("quantize"), name, out, pad_id=tokenizer.pad_token_id or 0)
     refs = run_models(out, models, samples)
+    npu_refs = npu_logits(out, npu or {}, samples)
     for i, s in enumerate(samples):
         s["reference_logits"] = {models[k]["file"]: rows[i] for k, rows in refs.items()}
+        s["reference_logits"].update({rel: rows[i] for rel, rows in npu_refs.items() if rows[i] is not None})
     (out / "samples.json").write_text(json.dumps(samples, indent=2))
-    # an npu student's static per-length NPU files: listed apart from `models`, whose files the samples and
-    # verify-bundle run with dynamic shapes
-    npu = add_npu_files(ctx.run_dir, ctx.input("quantize"), name, out)
     dist = Path(b.dist_dir) / cfg.run.name
-    meta = {"run": cfg.run.name, "task": "classification", "dist_path": str(dist),
+    meta = {"run": cfg.run.name, "task": "classification", "kind": "app", "dist_path": str(dist),
             "model": {"name": name, "variant": variant, "choice": row["choice"]},
             "models": models, "max_length": max_length, "labels": labels,
             "vocabulary": vocabulary(tok_src),

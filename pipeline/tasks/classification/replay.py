@@ -51,15 +51,25 @@ def ort_logits(path: Path, spec: dict, samples: list[dict], threads: int = 1) ->
 
     sess = ort_session(path, threads, custom_ops=takes_text(spec), name=spec["file"],  # the in-graph tokenizer op
                        fix="restore the file or rebuild the bundle with `make bundle`")
-    out = output_name(spec)
     rows = []
     for s in samples:
         if takes_text(spec):
             feed = {spec["inputs"][0]["name"]: np.array([s["text"]], dtype=object)}  # (1,)
         else:
             feed = _token_feed(spec, s["token_ids"])
-        rows.append(np.asarray(sess.run([out], feed)[0], dtype=np.float32).reshape(-1).tolist())  # (C,)
+        rows.append(np.asarray(_run(sess, spec, feed), dtype=np.float32).reshape(-1).tolist())  # (C,)
     return rows
+
+
+def _run(sess, spec: dict, feed: dict) -> np.ndarray:
+    """One call; a file that does not take what its metadata entry says is named, never a traceback."""
+    try:
+        return sess.run([output_name(spec)], feed)[0]
+    except Exception as e:  # onnxruntime raises its own types (InvalidArgument, Fail, ValueError)
+        raise PipelineError(f"{spec['file']}: onnxruntime cannot run it with the inputs metadata.json lists "
+                            f"({str(e).splitlines()[0][:200]}): the file does not match its metadata entry (a file "
+                            f"from another variant or run?); restore it or rebuild the bundle with `make bundle`") \
+            from None
 
 
 def coreml_logits(path: Path, spec: dict, samples: list[dict]) -> list[list[float]]:
@@ -79,6 +89,59 @@ def coreml_logits(path: Path, spec: dict, samples: list[dict]) -> list[list[floa
     return rows
 
 
+def _padded(ids: list[int], n: int, pad_id: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    x = np.full((1, n), pad_id, dtype=dtype)  # (1, n)
+    x[0, :len(ids)] = ids
+    m = np.zeros((1, n), dtype=dtype)  # (1, n): 1 on the ids, 0 on the padding
+    m[0, :len(ids)] = 1
+    return x, m
+
+
+def _dtype(spec: dict, name: str):
+    t = next((i.get("type") for i in spec["inputs"] if i["name"] == name), "tensor(int32)")
+    return np.int64 if t == "tensor(int64)" else np.int32
+
+
+def npu_logits(bundle: Path, npu: dict, samples: list[dict]) -> dict[str, list[list[float] | None]]:
+    """{file: logits row per sample, None where the sample is longer than the file's length} of every static
+    NPU file of metadata.json's "npu" (export/npu_bundle.py): each sample alone, its ids and 0/1 mask padded
+    with the entry's pad_id to the file's length, through the variant's lookup file first when it has one
+    (embeddings in). Every file that holds a sample runs it, so each length is checked, not just the shortest."""
+    from export.ort_session import ort_session
+
+    fix = "restore the file or rebuild the bundle with `make bundle`"
+    out: dict[str, list[list[float] | None]] = {}
+    for name, entry in npu.items():
+        pad = entry.get("pad_id", 0)
+        lookup = entry.get("lookup")
+        look = ort_session(bundle / lookup["file"], 1, name=lookup["file"], fix=fix) if lookup else None
+        for n, spec in entry["files"].items():
+            sess = ort_session(bundle / spec["file"], 1, name=spec["file"], fix=fix)
+            rows: list[list[float] | None] = []
+            for s in samples:
+                ids = s["token_ids"]
+                if len(ids) > int(n):
+                    rows.append(None)
+                    continue
+                feed = {}
+                for i in spec["inputs"]:
+                    x, m = _padded(ids, int(n), pad, _dtype(spec, i["name"]))
+                    if i["name"] == "attention_mask":
+                        feed[i["name"]] = m
+                    elif i["name"] == "input_ids":
+                        feed[i["name"]] = x
+                    elif look is not None:  # the embeddings the lookup file makes of the padded ids
+                        lx, _ = _padded(ids, int(n), pad, _dtype(lookup, "input_ids"))
+                        feed[i["name"]] = look.run(None, {lookup["inputs"][0]["name"]: lx})[0]
+                    else:
+                        raise PipelineError(f"{spec['file']}: input '{i['name']}' needs the variant's lookup file, "
+                                            f"which npu.{name} does not name; {fix}")
+                got = _run(sess, spec, feed)
+                rows.append(np.asarray(got, dtype=np.float32).reshape(-1).tolist())  # (C,)
+            out[spec["file"]] = rows
+    return out
+
+
 def run_models(bundle: Path, models: dict, samples: list[dict]) -> dict:
     """{model key: logits rows} for every onnxruntime file of models (metadata.json's "models")."""
     return {key: ort_logits(bundle / spec["file"], spec, samples)
@@ -88,7 +151,8 @@ def run_models(bundle: Path, models: dict, samples: list[dict]) -> dict:
 if __name__ == "__main__":  # the fresh-process half of verify-bundle: plan on stdin, logits on stdout
     plan = json.loads(sys.stdin.read())
     try:
-        result = {"logits": run_models(Path(plan["bundle"]), plan["models"], plan["samples"])}
+        result = {"logits": run_models(Path(plan["bundle"]), plan["models"], plan["samples"]),
+                  "npu": npu_logits(Path(plan["bundle"]), plan.get("npu") or {}, plan["samples"])}
     except PipelineError as e:
         result = {"error": str(e)}
     print(json.dumps(result))

@@ -5,90 +5,37 @@ with labels that agree; on macOS the Core ML package, fed ids padded by export.p
 labels (skipped elsewhere, with the reason). Needs no torch, transformers or onnx."""
 from __future__ import annotations
 
-import importlib.metadata
-import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.errors import PipelineError
+from pipeline.tasks.classification.logits_check import (LOGIT_ATOL, LOGIT_RTOL, compare,  # noqa: F401
+                                                        predict_in_fresh_process)
 from pipeline.tasks.classification.replay import ORT_FORMATS
-from pipeline.verify_bundle_meta import check_metadata, load_samples, resolve
-
-# Each file is compared with its own reference (same file, batch 1, one thread, stored at full float32
-# precision), so what is left is the CPU: ORT picks kernels by instruction set, and an int8-dynamic file
-# re-quantizes activations per call, so a float difference upstream can flip the rounding of one quantized
-# activation and move a logit by one quantization step. Measured on the demo bundle (student int8-dynamic,
-# 1000 test texts, AVX2 EPYC; `python -m tools.bundle_tolerance --run runs/demo --texts 1000`): the same
-# model through other kernels (the .ort, or the .onnx with graph optimizations off) differed from the .onnx
-# by 0 on the median text, <= 1.75e-3 on 99%, 4.05e-3 at most (logits up to 2.06); the nearest wrong file
-# (the student's fp32 twin) by 9.8e-3 on the median text and more than this bound on 77% of texts, so it
-# passes all 8 samples with probability ~1e-5. The .ort held to the .onnx's logits at 1e-3 (the old check)
-# fails on the 1% of texts beyond 1.75e-3. Only this AVX2 CPU was measured.
-LOGIT_ATOL = 5e-3
-LOGIT_RTOL = 1e-3
+from pipeline.verify_bundle_meta import (bundle_kind, check_metadata, check_npu, cross_check, load_samples,
+                                         require_digest, resolve)
 
 
-def predict_in_fresh_process(bundle: Path, models: dict, samples: list[dict], timeout_s: int = 300) -> dict:
-    """{model key: logits rows} from `python -m pipeline.tasks.classification.replay` (no training code loaded there)."""
-    plan = {"bundle": str(bundle.resolve()), "models": models,
-            "samples": [{"text": s["text"], "token_ids": s["token_ids"]} for s in samples]}
-    proc = subprocess.run([sys.executable, "-m", "pipeline.tasks.classification.replay"], input=json.dumps(plan),
-                          capture_output=True, text=True, timeout=timeout_s, cwd=Path(__file__).resolve().parents[3])
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:400]
-        raise PipelineError(f"{bundle}: running the models in a fresh process failed ({last}); install "
-                            f"onnxruntime and onnxruntime-extensions (pip install onnxruntime "
-                            f"onnxruntime-extensions)")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "error" in result:
-        raise PipelineError(f"{bundle}: {result['error']}")
-    return result["logits"]
-
-
-def _runtime_advice(meta: dict) -> str:
-    built = meta.get("versions", {}).get("onnxruntime", "?")
-    try:
-        here = importlib.metadata.version("onnxruntime")
-    except importlib.metadata.PackageNotFoundError:
-        here = "?"
-    if built != here:
-        return (f"the file is intact (sha256 matches), so this onnxruntime {here} computes it differently from "
-                f"{built}, which built the bundle: check it with `pip install onnxruntime=={built}`")
-    return (f"the file is intact (sha256 matches) and onnxruntime is the build's {built}: this CPU's kernels "
-            f"differ more than measured on any CPU so far; report these figures with the CPU model")
-
-
-def compare(bundle: Path, meta: dict, samples: list[dict], key: str, rows: list[list[float]]) -> dict:
-    """One file's logits against its own reference; labels must agree up to the tolerance (a near tie
-    at build time may resolve either way on another CPU, a clear difference may not)."""
-    rel = meta["models"][key]["file"]
-    labels = meta["labels"]
-    got = np.asarray(rows, dtype=np.float64)  # (N, C)
-    ref = np.asarray([s["reference_logits"][rel] for s in samples], dtype=np.float64)  # (N, C)
-    if got.shape != ref.shape:
-        raise PipelineError(f"{bundle}: {rel} gives logits of shape {got.shape[1:]}, its reference in samples.json "
-                            f"has {ref.shape[1:]}; rebuild the bundle with `make bundle`")
-    allowed = LOGIT_ATOL + LOGIT_RTOL * np.abs(ref)  # (N, C)
-    excess = np.abs(got - ref) - allowed
-    i, j = np.unravel_index(int(np.argmax(excess)), excess.shape)
-    worst = float(np.abs(got - ref).max())
-    if excess[i, j] > 0:
-        raise PipelineError(f"{bundle}: {rel} logit {labels[j]} of sample {i + 1} is {got[i, j]:.7g}, its reference "
-                            f"is {ref[i, j]:.7g} (difference {abs(got[i, j] - ref[i, j]):.4e}, allowed "
-                            f"{allowed[i, j]:.4e} = {LOGIT_ATOL:g} + {LOGIT_RTOL:g} x |reference|); "
-                            f"{_runtime_advice(meta)}")
-    index = {lab: c for c, lab in enumerate(labels)}
-    for n, s in enumerate(samples):
-        want = index[s["expected_label"]]
-        if got[n, want] < got[n].max() - 2 * allowed[n].max():
-            p = labels[int(got[n].argmax())]
-            raise PipelineError(f"{bundle}: {rel} labels sample {n + 1} ({s['text'][:60]!r}) {p}, samples.json "
-                                f"expects {s['expected_label']} (logits {np.array2string(got[n], precision=5)}); "
-                                f"samples.json was edited: restore it or rebuild the bundle with `make bundle`")
-    return {"file": rel, "labels_match": len(samples), "max_abs_logit_diff": worst}
+def compare_npu(bundle: Path, meta: dict, samples: list[dict], rows: dict) -> dict:
+    """Each static NPU file against its own reference logits, on the samples that fit its length (labels are
+    not held to the shipped model's: an NPU variant is its own int8 model with its own accuracy)."""
+    out = {}
+    for rel, got in rows.items():
+        have = [n for n, s in enumerate(samples) if rel in s["reference_logits"]]
+        ran = [n for n, r in enumerate(got) if r is not None]
+        if have != ran:
+            n = next(iter(sorted(set(have) ^ set(ran))))
+            raise PipelineError(f"{bundle}: samples.json {'has' if n in have else 'lacks'} reference logits for {rel} "
+                                f"on sample {n + 1}, which {'does not fit' if n in have else 'fits'} its length: "
+                                f"samples.json was edited; restore it or rebuild the bundle with `make bundle`")
+        if not ran:
+            out[f"npu:{rel}"] = {"status": "not run", "reason": "no sample fits its length (sha256 checked)"}
+            continue
+        out[f"npu:{rel}"] = compare(bundle, meta, [samples[n] for n in ran], rel, [got[n] for n in ran],
+                                    labels_check=False)
+    return out
 
 
 def _coreml(bundle: Path, meta: dict, samples: list[dict]) -> dict:
@@ -113,18 +60,34 @@ def _coreml(bundle: Path, meta: dict, samples: list[dict]) -> dict:
 
 
 def verify(bundle: Path, files: dict) -> dict:
-    """Steps 3 and 4 on a bundle whose files check_files has hashed; raises PipelineError on the first failure,
-    returns a summary (with the lines verify-bundle prints) otherwise."""
+    """A classification bundle whose files check_files has hashed, by its metadata's kind: the app bundle
+    here, the web bundle in verify_web.py. Raises PipelineError on the first failure, returns a summary (with
+    the lines verify-bundle prints) otherwise."""
+    _, kind = bundle_kind(bundle, files["meta"])
+    if kind == "web":
+        from pipeline.tasks.classification.verify_web import verify_web
+
+        return verify_web(bundle, files)
+    return verify_app(bundle, files)
+
+
+def verify_app(bundle: Path, files: dict) -> dict:
+    """The app bundle: metadata against its digest and its files, every ONNX Runtime file's replay, the NPU
+    files of an npu student (metadata "npu"), Core ML on macOS."""
     meta = check_metadata(bundle, files["meta"])
+    check_npu(bundle, meta)
+    cross_check(bundle, meta)
+    require_digest(bundle, meta)
     samples = load_samples(bundle, meta)
 
     runnable = {k: v for k, v in meta["models"].items() if v["format"] in ORT_FORMATS}
-    got = predict_in_fresh_process(bundle, runnable, samples)
+    got, npu_rows = predict_in_fresh_process(bundle, runnable, samples, meta.get("npu"))
     summary = {"bundle": str(bundle), "files_checked": files["checked"], "unlisted_files": files["unlisted"],
                "samples": len(samples), "models": {}}
     for key in runnable:
-        summary["models"][key] = compare(bundle, meta, samples, key, got[key])
+        summary["models"][key] = compare(bundle, meta, samples, runnable[key]["file"], got[key])
     summary["models"]["coreml"] = _coreml(bundle, meta, samples)
+    summary["models"].update(compare_npu(bundle, meta, samples, npu_rows))
     for key, spec in meta["models"].items():
         if key not in summary["models"]:
             summary["models"][key] = {"status": "not run", "reason": f"format '{spec['format']}' (sha256 checked)"}
@@ -139,7 +102,9 @@ def _lines(s: dict) -> list[str]:
             out.append(f"{key}: {m['status']} ({m['reason']})")
         else:
             diff = m["max_abs_logit_diff"]
-            out.append(f"{key}: {m['file']}: {m['labels_match']}/{s['samples']} sample labels match, "
+            what = (f"{m['labels_match']}/{s['samples']} sample labels match" if "labels_match" in m else
+                    f"{m['samples_compared']}/{s['samples']} samples fit its length")
+            out.append(f"{key}: {m['file']}: {what}, "
                        + ("labels only" if diff != diff else
                           f"max |logit - reference| {diff:.3e} (allowed {LOGIT_ATOL:g} + {LOGIT_RTOL:g} x |reference|)"))
     return out

@@ -36,6 +36,8 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     from export.bundle import choose, finish, io_spec, latency_for, normalisation, write_metadata
     from export.checks import agreement_texts, ort_runner, predict, require_texts
     from export.ort_session import ort_session
+    from pipeline.manifest import library_versions
+    from pipeline.tasks.classification.replay import run_models
 
     cfg, b = ctx.cfg, ctx.cfg.bundle  # web_target is a timed browser target: checked when the config loads
     if not b.web:
@@ -92,11 +94,17 @@ def stage_web_bundle(ctx: StageContext) -> dict:
                 "probabilities": [round(float(v), 6) for v in probs[i]],
                 "logits": [round(float(v), 6) for v in logits[i]], "input_ids": py_ids[i]}
                for i, t in enumerate(sample_texts)]
+    spec = io_spec(session)
+    # each sample's full-precision logits of the shipped file through the replay verify-bundle runs (batch 1,
+    # one thread, the stored ids), as the app bundle stores them: verify-bundle compares the file against these
+    refs = run_models(out, {"web": {"file": rel, "format": fmt, **spec}},
+                      [{"text": s["text"], "token_ids": s["input_ids"]} for s in samples])["web"]
+    for s, r in zip(samples, refs):
+        s["reference_logits"] = {rel: r}
     (out / "samples.json").write_text(json.dumps(samples, indent=2))
 
-    spec = io_spec(session)
     dist = Path(b.dist_dir) / f"{cfg.run.name}-web"
-    meta = {"run": cfg.run.name, "task": "classification", "dist_path": str(dist),
+    meta = {"run": cfg.run.name, "task": "classification", "kind": "web", "dist_path": str(dist),
             "model": {"name": name, "variant": variant, "format": fmt, "file": rel, "output": "logits",
                       "choice": row["choice"], **spec},
             "labels": labels, "label_map": {str(i): lab for i, lab in enumerate(labels)}, "max_length": max_length,
@@ -106,7 +114,7 @@ def stage_web_bundle(ctx: StageContext) -> dict:
             "headline_length": results.get("plan", {}).get("headline_length"),
             "latency": latency_for(results, name, variant, fmt),
             "runtime": {"onnxruntime-web": W.ort_web_version(), "backend": "wasm", "threads": 1},
-            "tokenizer_check": tok_check, "samples_file": "samples.json"}
+            "tokenizer_check": tok_check, "samples_file": "samples.json", "versions": library_versions()}
     meta = write_metadata(out, meta)  # the page reads metadata.json, so it exists before the page check
     browser_why = unavailable_reason(cfg.bench.browser_executable)
     if browser_why:

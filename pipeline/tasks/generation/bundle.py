@@ -21,10 +21,14 @@ AUTO_ORDER = ("int8-dynamic", "fp32")
 
 
 def published_check(cfg, manifest: dict) -> str | None:
-    """Why the bundle stage must re-run although its folder is up to date: its published copy is missing or
-    differs (the generation bundle has no schema version of its own)."""
+    """Why the bundle stage must re-run although its folder is up to date: it was written in an older bundle
+    format (export/bundle.py SCHEMA_VERSION), or its published copy is missing or differs."""
+    from export.bundle import stale_schema
+
     dist = manifest.get("summary", {}).get("dist")
-    return published_differs(cfg.run_dir / "bundle", Path(dist)) if dist else None
+    if not dist:
+        return None  # nothing was published
+    return stale_schema(cfg.run_dir / "bundle") or published_differs(cfg.run_dir / "bundle", Path(dist))
 
 
 def choose_variant(onnx_rows: list[dict], model: str, variant: str, source: str) -> dict:
@@ -109,7 +113,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     (out / "samples.json").write_text(json.dumps(samples, indent=2))
 
     dist = Path(b.dist_dir) / cfg.run.name
-    meta = {"run": cfg.run.name, "task": "generation", "dist_path": str(dist),
+    meta = {"run": cfg.run.name, "task": "generation", "kind": "app", "dist_path": str(dist),
             "model": {"name": "student", "variant": variant, "params": row.get("params"),
                       "perplexity": row.get("perplexity"), "choice": f"bundle.variant = {b.variant}"},
             "graph": {"file": graph_rel, "transformers_js_dtype": H.JS_DTYPE[variant], **shape,

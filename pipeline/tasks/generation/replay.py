@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.verify_bundle_meta import need, resolve
+from pipeline.verify_bundle_meta import bundle_kind, need, require_digest, resolve
 
 METADATA = "metadata.json"
 REQUIRED = ("genai_config.json", "tokenizer.json", "config.json", "samples.json")
@@ -35,7 +35,26 @@ def check_metadata(bundle: Path, meta: dict) -> dict:
     ids = meta.get("special_ids")
     need(isinstance(ids, dict) and _is_int(ids.get("eos_token_id")), bundle, "'special_ids' needs 'eos_token_id'")
     need(meta.get("samples_file") == "samples.json", bundle, "'samples_file' must be samples.json")
+    _cross_check(bundle, meta)
     return meta
+
+
+def _cross_check(bundle: Path, meta: dict) -> None:
+    """metadata.json against genai_config.json (hashed), which the runtimes read: the same graph file, special
+    ids and context length, else one of them was edited."""
+    try:
+        model = json.loads((bundle / "genai_config.json").read_text())["model"]
+        theirs = {"graph.file": model["decoder"]["filename"], "graph.context_length": model.get("context_length"),
+                  **{f"special_ids.{k}": model.get(k) for k in meta["special_ids"]}}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise PipelineError(f"{bundle}/genai_config.json is unreadable ({e!r}); rebuild the bundle with "
+                            f"`make bundle`") from None
+    ours = {"graph.file": meta["graph"]["file"], "graph.context_length": meta["graph"].get("context_length"),
+            **{f"special_ids.{k}": v for k, v in meta["special_ids"].items()}}
+    for key, v in ours.items():
+        if v is not None and theirs.get(key) is not None and v != theirs[key]:
+            raise PipelineError(f"{bundle}/{METADATA}: {key} is {v!r}, genai_config.json says {theirs[key]!r}: "
+                                f"metadata.json was edited; restore it or rebuild the bundle with `make bundle`")
 
 
 def _is_int(v: object) -> bool:
@@ -137,7 +156,10 @@ def in_fresh_process(bundle: Path, timeout_s: int = 300) -> dict:
 def verify(bundle: Path, files: dict) -> dict:
     """The replay on a bundle whose files pipeline.verify.check_files has hashed; raises PipelineError on the
     first failure, returns a summary (with the lines verify-bundle prints) otherwise."""
+    _, kind = bundle_kind(bundle, files["meta"])
+    need(kind == "app", bundle, f"'kind' is {kind!r}: the generation task publishes app bundles only")
     meta = check_metadata(bundle, files["meta"])
+    require_digest(bundle, meta)
     samples = load_samples(bundle)
     got = in_fresh_process(bundle)
     for s, ids in zip(samples, got["token_ids"]):
