@@ -6,6 +6,7 @@ import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from pipeline.config import Config, read_keys
@@ -49,15 +50,24 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "Results table, speed-ups, NPU readiness and plots from the bench"),
     Stage("bundle", (*_TRAIN, "quantize", "export", "report"),
           "The app bundle of the chosen model, checked, published to <bundle.dist_dir>/<run>/",
-          check=lambda cfg, manifest: _published(cfg, manifest)),
+          check=lambda cfg, manifest: _published(cfg.run_dir / "bundle", manifest)),
     Stage("web-bundle", ("data", "quantize", "export", "report"),
-          "The browser bundle with its demo page, published to <bundle.dist_dir>/<run>-web/"),
+          "The browser bundle with its demo page, published to <bundle.dist_dir>/<run>-web/",
+          check=lambda cfg, manifest: _published(cfg.run_dir / "web-bundle", manifest)),
 )}
 
 
-def _published(cfg: Config, manifest: dict) -> str | None:
-    check = task_of(cfg).published_check
-    return check(cfg, manifest) if check else None
+def _published(folder, manifest: dict) -> str | None:
+    """Why a bundle stage must re-run although its folder is up to date: it was written in an older bundle
+    format, or its published copy (the summary's dist path) is missing or differs, or a killed copy left a
+    temporary folder (publish removes those)."""
+    from export.bundle import stale_schema
+    from export.publish import published_differs
+
+    dist = manifest.get("summary", {}).get("dist")
+    if not dist:
+        return None  # nothing was published (a task without this bundle writes only a README)
+    return stale_schema(folder) or published_differs(folder, Path(dist))
 
 
 def implementation(cfg: Config, name: str) -> Callable[[StageContext], dict[str, Any]]:

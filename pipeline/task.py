@@ -96,9 +96,6 @@ class Task:
     models: Mapping[str, tuple[str, str]]
     quality: str  # the quality column eval writes and the report ranks by: "accuracy" | "perplexity"
     steps: Mapping[str, Step]
-    # Why the bundle must re-run although its folder is up to date (its published copy is missing or
-    # differs, or was written in an older format): (config, the bundle stage's manifest) -> reason or None
-    published_check: Callable[[Config, dict], str | None] | None = None
     # verify-bundle's replay for this task's bundles: (bundle folder, check_files' result) -> summary with the
     # "lines" it prints; chosen by metadata.json's "task"
     verify: Callable[[Path, dict], dict] | None = None

@@ -78,9 +78,13 @@ def test_publish_removes_dead_copies_and_keeps_live_ones(tmp_path):
 
 
 def test_generation_runs_publish_nothing_and_old_schemas_rebuild(built, monkeypatch):
-    from pipeline.tasks.classification.bundle import published_check
+    from pipeline.stage import STAGES
 
     _, cfg = built
+
+    def published_check(cfg, manifest):
+        return STAGES["bundle"].check(cfg, manifest)
+
     assert published_check(cfg, {"summary": {"skipped": "app bundles are built for classification"}}) is None
     manifest = json.loads((cfg.run_dir / "bundle" / "manifest.json").read_text())
     assert manifest["summary"]["dist"] == str(Path(cfg.bundle.dist_dir) / "tiny")
@@ -90,3 +94,8 @@ def test_generation_runs_publish_nothing_and_old_schemas_rebuild(built, monkeypa
 
     monkeypatch.setattr(export.bundle, "SCHEMA_VERSION", export.bundle.SCHEMA_VERSION + 1)
     assert published_check(cfg, manifest) == "its bundle has schema 3, this code writes 4"
+    # the web bundle is held to the same rule: a web bundle of an older format (or none) is rebuilt, and one
+    # that published nothing (a task without a web bundle) is not
+    assert STAGES["web-bundle"].check(cfg, {"summary": {"dist": str(cfg.run_dir / "nowhere")}}).startswith(
+        "its bundle has schema")
+    assert STAGES["web-bundle"].check(cfg, {"summary": {"skipped": "no web bundle"}}) is None

@@ -49,7 +49,6 @@ TASK = Task(
                             "bundle.accuracy_window", "bundle.min_agreement", "bundle.sample_texts",
                             "bundle.dist_dir", "bench.browser_executable")),
     },
-    published_check=lazy(f"{_HERE}.bundle:published_check"),
     verify=lazy(f"{_HERE}.verify:verify"),
     validate=lazy(f"{_HERE}.checks:validate"),
 )

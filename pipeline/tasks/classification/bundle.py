@@ -10,7 +10,6 @@ import numpy as np
 
 from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
-from export.publish import published_differs
 from pipeline.task import StageContext
 
 
@@ -20,19 +19,6 @@ def _copy(src: Path, dst: Path) -> None:
         shutil.copytree(src, dst)
     else:
         shutil.copy2(src, dst)
-
-
-def published_check(cfg, manifest: dict) -> str | None:
-    """Why the bundle stage must re-run although its folder is up to date: it was written in an older bundle
-    format, or its published copy (the summary's dist path) is missing or differs, or a killed copy left a
-    temporary folder (publish removes those)."""
-    from export.bundle import stale_schema
-
-    dist = manifest.get("summary", {}).get("dist")
-    if not dist:
-        return None  # nothing was published
-    return stale_schema(cfg.run_dir / "bundle") or \
-        published_differs(cfg.run_dir / "bundle", Path(dist))
 
 
 def vocabulary(tok_dir: Path) -> dict:

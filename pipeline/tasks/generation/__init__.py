@@ -50,7 +50,6 @@ TASK = Task(
                         "lm.sample_tokens")),
         "web-bundle": Step(lazy("pipeline.tasks.classification.web:skip_web_bundle")),
     },
-    published_check=lazy(f"{_HERE}.bundle:published_check"),
     verify=lazy(f"{_HERE}.replay:verify"),
     validate=lazy(f"{_HERE}.checks:validate"),
     # the packaged plays, the teacher used as pretrained, a Llama decoder student and no distilled LSTM, so a

@@ -10,7 +10,6 @@ from pathlib import Path
 import torch
 
 from pipeline.errors import PipelineError
-from export.publish import published_differs
 from pipeline.tasks.generation import LM_FOLDERS
 from pipeline.tasks.generation.common import check_prompt, load_lm, ort_lm
 from pipeline.tasks.common import threads
@@ -18,17 +17,6 @@ from pipeline.task import StageContext
 
 # the shipped variant when bundle.variant = "auto": int8 first (a quarter of the size, faster on phones)
 AUTO_ORDER = ("int8-dynamic", "fp32")
-
-
-def published_check(cfg, manifest: dict) -> str | None:
-    """Why the bundle stage must re-run although its folder is up to date: it was written in an older bundle
-    format (export/bundle.py SCHEMA_VERSION), or its published copy is missing or differs."""
-    from export.bundle import stale_schema
-
-    dist = manifest.get("summary", {}).get("dist")
-    if not dist:
-        return None  # nothing was published
-    return stale_schema(cfg.run_dir / "bundle") or published_differs(cfg.run_dir / "bundle", Path(dist))
 
 
 def choose_variant(onnx_rows: list[dict], model: str, variant: str, source: str) -> dict:
