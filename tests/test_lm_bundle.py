@@ -161,6 +161,21 @@ def test_malformed_generation_metadata_is_one_error(built, tmp_path, edit, match
     assert main(["verify-bundle", str(copy)]) == 2
 
 
+def test_corrupt_tokenizer_is_named(built, tmp_path):
+    """A tokenizer.json the tokenizers library cannot parse (hashes rewritten, so the sha256 check passes) is one
+    error naming the file, not a failed child process."""
+    from export.bundle import write_metadata
+    from pipeline.verify import verify_bundle
+
+    _, dist, _ = built
+    bad = shutil.copytree(dist, tmp_path / "bad")
+    (bad / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "nonsense"')
+    meta = json.loads((bad / "metadata.json").read_text())
+    write_metadata(bad, {k: v for k, v in meta.items() if k != "files"})
+    with pytest.raises(PipelineError, match=r"tokenizer.json cannot be read .* the bundle's tokenizer is corrupt"):
+        verify_bundle(bad)
+
+
 def test_app_samples_name_the_shipped_graph(built):
     _, dist, _ = built
     meta = json.loads((dist / "metadata.json").read_text())

@@ -135,7 +135,12 @@ def _child(bundle: Path) -> dict:
     meta = json.loads((bundle / METADATA).read_text())
     samples = json.loads((bundle / meta["samples_file"]).read_text())
     eos = meta["special_ids"]["eos_token_id"]
-    tok = Tokenizer.from_file(str(bundle / "tokenizer.json"))
+    try:
+        tok = Tokenizer.from_file(str(bundle / "tokenizer.json"))
+    except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
+        return {"error": f"tokenizer.json cannot be read by the tokenizers library ({str(e)[:200]}): the bundle's "
+                         f"tokenizer is corrupt; restore it from the build's runs/<run>/bundle/ or rebuild the "
+                         f"bundle with `make bundle`"}
     prompts = [s["prompt_ids"] for s in samples]
     n = [s["max_new_tokens"] for s in samples]
     return {"token_ids": [tok.encode(s["prompt"], add_special_tokens=False).ids for s in samples],
@@ -150,7 +155,10 @@ def in_fresh_process(bundle: Path, timeout_s: int = 300) -> dict:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:400]
         raise PipelineError(f"{bundle}: running the decoder in a fresh process failed ({last}); install onnxruntime "
                             f"and tokenizers, or rebuild the bundle with `make bundle`")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "error" in result:
+        raise PipelineError(f"{bundle}: {result['error']}")
+    return result
 
 
 def verify(bundle: Path, files: dict) -> dict:
