@@ -81,8 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=stage.doc)
         _common(p)
     from pipeline import phone
+    from pipeline import search
     from pipeline import verify
 
+    search.add_cli(sub, _common)
     verify.add_cli(sub)
     phone.add_cli(sub)
     for p in sub.choices.values():  # every --config (phone-bench's too) falls back to the environment
@@ -111,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
 
             return {"verify-bundle": verify.run_cli, "phone-bench": phone.run_cli}[args.command](args)
         cfg = load_config(args.config, args.overrides)
+        if args.command == "search":
+            from pipeline import search
+
+            return search.run_cli(cfg, args)
         if args.command == "show-config":
             print(dumps(cfg))
             return 0

@@ -1,0 +1,79 @@
+"""Student search spaces (a registry keyed by name): which classification student shapes the search
+(pipeline/search.py) may sample, and how one Optuna trial turns into a [student] section.
+
+Every parameter has the same choices in every trial of a study (Optuna's TPE needs a fixed distribution per
+name), so widths that must agree are sampled as ratios: heads always divide hidden (every hidden below is a
+multiple of every head count), ffn = hidden * ffn_ratio, embedding_dim = hidden * embedding_ratio (0 = off).
+vocab_size_max is sampled only when vocab = "training" (a conditional parameter, which TPE handles).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from pipeline.config import StudentSection
+from pipeline.errors import PipelineError
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    layers: tuple[int, ...]
+    hidden: tuple[int, ...]
+    heads: tuple[int, ...]
+    ffn_ratio: tuple[int, ...]
+    embedding_ratio: tuple[float, ...]  # 0.0 = no factorized embedding
+    vocab: tuple[str, ...]  # "teacher" | "training"
+    vocab_size_max: tuple[int, ...]  # the cap when vocab = "training"
+    arch: tuple[str, ...]  # distill.student.STUDENTS keys serving classification
+    description: str = ""
+
+
+SPACES: dict[str, SearchSpace] = {
+    "default": SearchSpace(layers=(1, 2, 3, 4, 6), hidden=(64, 128, 192, 256, 384), heads=(2, 4, 8),
+                           ffn_ratio=(2, 4), embedding_ratio=(0.0, 0.5, 0.25), vocab=("teacher", "training"),
+                           vocab_size_max=(4096, 8192, 16384), arch=("bert", "npu"),
+                           description="phone-sized encoders: 1-6 layers, 64-384 wide"),
+    # seconds per trial on a laptop core: for tests and a first look at a new dataset
+    "tiny": SearchSpace(layers=(1, 2), hidden=(16, 32), heads=(2, 4), ffn_ratio=(2, 4), embedding_ratio=(0.0, 0.5),
+                        vocab=("teacher", "training"), vocab_size_max=(16, 32), arch=("bert", "npu"),
+                        description="1-2 layers, 16-32 wide (tests, quick looks)"),
+}
+
+
+def get_space(name: str) -> SearchSpace:
+    if name not in SPACES:
+        raise PipelineError(f"unknown search space '{name}' (--space). Known: {', '.join(SPACES)}")
+    space = SPACES[name]
+    bad = [h for h in space.hidden for n in space.heads if h % n]
+    if bad:  # a registry entry written wrong, caught before any trial
+        raise PipelineError(f"search space '{name}': hidden sizes {sorted(set(bad))} are not divisible by every "
+                            f"head count {space.heads}")
+    return space
+
+
+def sample_student(trial, space: SearchSpace, base: StudentSection) -> StudentSection:
+    """One [student] section from the trial's choices; what the space does not sample (init, max_length,
+    max_positions) stays as in the user's config."""
+    hidden = trial.suggest_categorical("hidden", list(space.hidden))
+    vocab = trial.suggest_categorical("vocab", list(space.vocab))
+    cap = trial.suggest_categorical("vocab_size_max", list(space.vocab_size_max)) if vocab == "training" \
+        else base.vocab_size_max
+    emb = int(hidden * trial.suggest_categorical("embedding_ratio", list(space.embedding_ratio)))
+    s = dataclasses.replace(
+        base, arch=trial.suggest_categorical("arch", list(space.arch)),
+        layers=trial.suggest_categorical("layers", list(space.layers)), hidden=hidden,
+        heads=trial.suggest_categorical("heads", list(space.heads)),
+        ffn=hidden * trial.suggest_categorical("ffn_ratio", list(space.ffn_ratio)),
+        embedding_dim=emb, vocab=vocab, vocab_size_max=cap)
+    if s.init == "teacher-layers":  # copying teacher layers needs the teacher's own width: not searchable
+        s = dataclasses.replace(s, init="teacher-pca")
+    return s
+
+
+SHAPE_KEYS = ("arch", "layers", "hidden", "heads", "ffn", "embedding_dim", "vocab", "vocab_size_max", "init",
+              "max_length", "max_positions")
+
+
+def shape_of(s: StudentSection) -> dict:
+    """The [student] settings that decide a student's graph (its latency and file size)."""
+    return {k: getattr(s, k) for k in SHAPE_KEYS}

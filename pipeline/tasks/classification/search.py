@@ -1,0 +1,168 @@
+"""The classification side of the student search (pipeline/search.py runs the study): measuring one student
+shape on a target before any training, and distilling a feasible one on a short schedule with its validation
+accuracy reported per rung. Reads data/, teacher/model and logits/ of a finished run; never the test split.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.config import StudentSection, student_positions
+from pipeline.data import read_labels
+from pipeline.errors import PipelineError
+
+log = logging.getLogger("pocketformer")
+VARIANT = "int8-dynamic"  # the file a phone app ships by default: its size and latency decide feasibility
+# targets the search can time: ONNX Runtime on this host's CPU (the rest need a device or a browser)
+SEARCH_TARGETS = ("mobile-cpu", "host-cpu")
+
+
+def check_target(name: str):
+    from eval.targets import get_target
+
+    t = get_target(name)
+    if name not in SEARCH_TARGETS:
+        raise PipelineError(f"search --target {name}: the search times candidates with ONNX Runtime on this host's "
+                            f"CPU, which only {', '.join(SEARCH_TARGETS)} are; pick one of those")
+    return t
+
+
+class Candidates:
+    """The finished run's teacher, texts and cached logits, loaded once for every trial of a search."""
+
+    def __init__(self, cfg, target: str, cache_path: Path):
+        from distill.models import load_model
+        from pipeline.tasks.classification.train import _distill_set, _xy
+
+        self.cfg = cfg
+        self.target = check_target(target)
+        run = cfg.run_dir
+        self.labels = read_labels(run / "data")
+        self.teacher = load_model(run / "teacher" / "model", "teacher")
+        self.texts, self.y, self.teacher_logits = _distill_set(run / "logits", self.labels)
+        self.val_texts, self.val_y = _xy(run / "data", "validation", self.labels)
+        if not self.val_texts:
+            raise PipelineError("the search scores candidates on the validation split, which is empty: raise "
+                                "data.validation_fraction (e.g. 0.1)")
+        self.cache_path = cache_path
+        self.cache: dict = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+
+    # --- building -----------------------------------------------------------------------------------
+    def build(self, s: StudentSection):
+        """A student of shape s (random weights unless s.init says otherwise), vocabulary applied."""
+        from distill.student import build_student, check_layer_map
+        from pipeline.tasks.classification.train import _student_embedding
+
+        t_layers = self.teacher.model.hf.config.num_hidden_layers
+        layer_map = check_layer_map([], s.layers, t_layers)
+        student = build_student(s, self.teacher.model, self.labels, layer_map)
+        _student_embedding(s, student, self.teacher.tokenizer, self.texts)
+        return student, layer_map
+
+    # --- measuring ----------------------------------------------------------------------------------
+    def length(self, s: StudentSection) -> int:
+        """bench.headline_length, cut to the student's position table."""
+        return min(self.cfg.bench.headline_length, student_positions(s))
+
+    def cache_key(self, shape: dict) -> str:
+        import onnxruntime
+
+        return json.dumps({"shape": shape, "variant": VARIANT, "target": self.target.name,
+                           "onnxruntime": onnxruntime.__version__, "length": self.length_of(shape)},
+                          sort_keys=True)
+
+    def length_of(self, shape: dict) -> int:
+        return min(self.cfg.bench.headline_length, shape["max_positions"] or max(shape["max_length"], 64))
+
+    def measure(self, s: StudentSection, shape: dict) -> dict:
+        """{latency_ms, size_bytes} of the int8-dynamic file of a random-weight student of this shape on the
+        target (batch 1, the headline length); cached per shape, variant, target and onnxruntime version."""
+        key = self.cache_key(shape)
+        if key in self.cache:
+            return {**self.cache[key], "cached": True}
+        from distill.train import seed_everything
+
+        seed_everything(self.cfg.run.seed)
+        student, _ = self.build(dataclasses.replace(s, init="random"))  # weights do not change the timing
+        with tempfile.TemporaryDirectory() as tmp:
+            path = self._int8_file(student, Path(tmp))
+            out = {"latency_ms": self._time(path, self.length(s)), "size_bytes": path.stat().st_size}
+        self.cache[key] = out
+        tmp_path = self.cache_path.with_suffix(".partial")
+        tmp_path.write_text(json.dumps(self.cache, indent=1, sort_keys=True))
+        os.replace(tmp_path, self.cache_path)  # a kill mid-write leaves the previous cache whole
+        return {**out, "cached": False}
+
+    def _int8_file(self, student, folder: Path) -> Path:
+        """The same chain the quantize stage runs: fp32 ONNX, the fused graph (transformers), int8-dynamic."""
+        from distill.models import LoadedModel
+        from export.registry import ExportJob, for_variant
+
+        kind = getattr(student, "kind", "hf")
+        loaded = LoadedModel(student.eval(), self.teacher.tokenizer, self.labels, kind, 0, folder)
+        q = self.cfg.quantize
+        chain = ["fp32"] + (["optimized"] if kind == "hf" and q.dynamic_source == "optimized" else []) + [VARIANT]
+        sources: dict[str, Path] = {}
+        for variant in chain:
+            job = ExportJob("candidate", loaded, folder / f"{variant}.onnx", q, self.cfg.export, variant=variant,
+                            sources=sources)
+            for_variant(variant).fn(job)
+            sources[variant] = job.out
+        return sources[VARIANT]
+
+    def _time(self, path: Path, length: int) -> float:
+        """p50 milliseconds of one batch-1 call at `length` tokens of validation text, on the target's threads."""
+        from eval.latency import Plan, make_batch, ort_runner, ort_session, summarize, time_calls, token_stream
+        from eval.targets import mobile_provider, resolved_threads
+
+        b = self.cfg.bench
+        tok = self.teacher.tokenizer
+        provider = mobile_provider() if self.target.name == "mobile-cpu" else "CPUExecutionProvider"
+        session = ort_session(path, resolved_threads(self.target), [provider])
+        stream = token_stream(tok, self.val_texts, length * 2)
+        ids, mask = make_batch(stream, length, 1, tok.cls_token_id, tok.sep_token_id)
+        call = ort_runner(session)(ids, mask)
+        plan = Plan(b.warmup, b.iterations, b.max_seconds_per_point, b.min_iterations)
+        return summarize(time_calls(call, plan))["p50_ms"]
+
+    # --- training -----------------------------------------------------------------------------------
+    def rungs(self, fraction: float) -> list[float]:
+        """The short schedule: fraction * distill.epochs, cut into rungs of at most one epoch each."""
+        total = max(self.cfg.distill.epochs * fraction, 1e-3)
+        n = max(1, math.ceil(total - 1e-9))
+        return [total / n] * n
+
+    def distill(self, s: StudentSection, fraction: float, report) -> float:
+        """Distil a student of shape s from the cached teacher logits (logit loss only: the teacher is not run)
+        for the short schedule; after each rung, report(rung, validation accuracy) may raise to stop it.
+        Each rung is one distill_student call (its learning-rate schedule restarts per rung)."""
+        from distill.distiller import distill_student
+        from distill.train import TrainOptions, seed_everything
+
+        cfg = self.cfg
+        seed_everything(cfg.run.seed)
+        student, layer_map = self.build(s)
+        acc = 0.0
+        for i, epochs in enumerate(self.rungs(fraction)):
+            d = dataclasses.replace(cfg.distill, epochs=epochs, hidden_weight=0.0, attention_weight=0.0)
+            distill_student(student, None, self.teacher.tokenizer, self.texts, self.y, self.teacher_logits, d,
+                            layer_map, s.max_length, cfg.run.seed + i, TrainOptions())
+            acc = self.validation_accuracy(student.cpu(), s)
+            report(i, acc)
+        return acc
+
+    def validation_accuracy(self, student, s: StudentSection) -> float:
+        from distill.models import predict_logits
+        from eval.metrics import scores
+
+        student.eval()
+        logits = predict_logits(student, self.teacher.tokenizer, self.val_texts, s.max_length,
+                                self.cfg.teacher.eval_batch_size)
+        return scores(logits, np.array(self.val_y), len(self.labels))["accuracy"]
