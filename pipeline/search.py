@@ -104,6 +104,13 @@ def _search(cfg, r: SearchRequest, space) -> dict:
             trial.set_user_attr("pruned_because", f"invalid student: {e}")
             _constrain(trial, 1.0, 1.0)
             raise optuna.TrialPruned() from None
+        twin = _trained_twin(study, trial)
+        if twin is not None:  # TPE may sample a shape again: same seed, same data, same score, so reuse it
+            for key in ("latency_ms", "size_bytes", "validation_accuracy_per_rung"):
+                trial.set_user_attr(key, twin.user_attrs.get(key))
+            trial.set_user_attr("same_as_trial", twin.number)
+            _constrain(trial, twin.user_attrs["latency_ms"] - r.budget_ms, 0.0)
+            return twin.value
         m = cands.measure(s, shape)
         trial.set_user_attr("latency_ms", m["latency_ms"])
         trial.set_user_attr("size_bytes", m["size_bytes"])
@@ -134,6 +141,16 @@ def _search(cfg, r: SearchRequest, space) -> dict:
     rows = write_outputs(study, out, r)
     best = best_config(cfg, study, out, r.target)
     return {"best_config": best, "trials": rows, "study": study.study_name}
+
+
+def _trained_twin(study, trial):
+    """An earlier complete trial with the same parameters, or None."""
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.params == trial.params:
+            return t
+    return None
 
 
 def _constrain(trial, latency_over_ms: float, size_over_mb: float) -> None:

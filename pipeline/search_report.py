@@ -19,7 +19,7 @@ def trial_rows(study) -> list[dict]:
                      "student": a.get("student"), "latency_ms": a.get("latency_ms"), "size_bytes": a.get("size_bytes"),
                      "validation_accuracy": t.value if t.state.name == "COMPLETE" else None,
                      "validation_accuracy_per_rung": a.get("validation_accuracy_per_rung", []),
-                     "pruned_because": a.get("pruned_because")})
+                     "pruned_because": a.get("pruned_because"), "same_as_trial": a.get("same_as_trial")})
     return rows
 
 
@@ -50,34 +50,53 @@ def write_outputs(study, out: Path, request) -> list[dict]:
 
 
 def pareto_plot(rows: list[dict], path: Path, request) -> Path:
-    """Complete trials as points (size = file size), the Pareto front as a line, the budget as a vertical rule;
-    trials pruned for their budget as grey crosses at accuracy 0 (they were never trained)."""
+    """Trained trials as points (area ~ int8 file size; the Pareto front edged in black and joined by a step
+    line), trials stopped by successive halving hollow at their last rung's accuracy, trials over budget as
+    grey crosses at accuracy 0 (never trained); the budget as a dashed vertical rule."""
     from eval.plots import _plt, pareto
 
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    done = [r for r in rows if r["validation_accuracy"] is not None]
-    over = [r for r in rows if r["latency_ms"] is not None and r["validation_accuracy"] is None]
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    # a re-sampled shape reuses its twin's score (same_as_trial): plotted once
+    done = [r for r in rows if r["validation_accuracy"] is not None and r.get("same_as_trial") is None]
+    halved = [r for r in rows if r["validation_accuracy"] is None and r["validation_accuracy_per_rung"]]
+    over = [r for r in rows if r["latency_ms"] is not None and r["validation_accuracy"] is None
+            and not r["validation_accuracy_per_rung"]]
+    sized = done + halved
+    top = max([r["size_bytes"] for r in sized] or [1]) or 1
+
+    def area(r: dict) -> float:
+        return 20 + 220 * r["size_bytes"] / top
+
     if done:
-        sizes = [r["size_bytes"] / 1e6 for r in done]
-        top = max(sizes) or 1.0
-        ax.scatter([r["latency_ms"] for r in done], [r["validation_accuracy"] for r in done],
-                   s=[20 + 180 * x / top for x in sizes], color="#d62728", alpha=0.7, zorder=3,
-                   label=f"trained (marker area ~ int8 size, largest {top:.2f} MB)")
         front = pareto([(r["latency_ms"], r["validation_accuracy"]) for r in done])
-        ax.plot([p[0] for p in front], [p[1] for p in front], color="black", lw=1, zorder=2, label="Pareto front")
+        on_front = set(front)
+        for edge, label, pick in (("none", f"trained (area ~ int8 size, largest {top / 1e6:.2f} MB)", False),
+                                  ("black", "trained, on the Pareto front", True)):
+            pts = [r for r in done if ((r["latency_ms"], r["validation_accuracy"]) in on_front) == pick]
+            ax.scatter([r["latency_ms"] for r in pts], [r["validation_accuracy"] for r in pts],
+                       s=[area(r) for r in pts], color="#d62728", alpha=0.7, zorder=3, edgecolors=edge,
+                       linewidths=1.2, label=label)
+        xs, ys = [p[0] for p in front], [p[1] for p in front]
+        ax.step(xs + [request.budget_ms], ys + ys[-1:], where="post", color="black", lw=1, zorder=2,
+                label="Pareto front (within budget)")
         for r in done:
             ax.annotate(f"#{r['number']}", (r["latency_ms"], r["validation_accuracy"]), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
+                        xytext=(4, 4), textcoords="offset points")
+    if halved:
+        ax.scatter([r["latency_ms"] for r in halved], [r["validation_accuracy_per_rung"][-1] for r in halved],
+                   s=[area(r) for r in halved], facecolors="none", edgecolors="#d62728", zorder=3,
+                   label="stopped early (successive halving; last rung)")
     if over:
         ax.scatter([r["latency_ms"] for r in over], [0.0] * len(over), marker="x", color="#7f7f7f", zorder=3,
-                   label="pruned before or during training (plotted at 0)")
+                   label="over budget: never trained (at 0)")
     ax.axvline(request.budget_ms, color="#1f77b4", ls="--", lw=1, label=f"budget {request.budget_ms:g} ms")
     ax.set_xlabel(f"p50 latency on {request.target}, ms (batch 1, int8-dynamic)")
     ax.set_ylabel("validation accuracy (short schedule)")
+    ax.set_ylim(-0.05, 1.05)
     ax.set_title(f"student search: {len(done)} trained of {len(rows)} trials")
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     tmp = path.with_name(path.stem + ".partial.png")
     fig.savefig(tmp, dpi=120)
     plt.close(fig)

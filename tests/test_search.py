@@ -71,6 +71,11 @@ def test_tiny_search_end_to_end(search_cfg, capsys):
     assert all(json.loads(k)["target"] == "host-cpu" and json.loads(k)["variant"] == "int8-dynamic" for k in cache)
 
 
+def _trained(rows: list[dict]) -> int:
+    """Trials that distilled a student (a re-sampled shape reuses its twin's score: same_as_trial)."""
+    return sum(t["status"] == "complete" and t["same_as_trial"] is None for t in rows)
+
+
 def test_search_resumes_its_study(search_cfg, distill_calls):
     from pipeline.search import SearchRequest, run_search
 
@@ -79,12 +84,12 @@ def test_search_resumes_its_study(search_cfg, distill_calls):
     first = run_search(cfg, r)["trials"]
     assert len(first) == 2
     trained_first = len(distill_calls)
-    assert trained_first == sum(t["status"] == "complete" for t in first)  # 1 rung each (2 epochs * 0.5)
+    assert trained_first == _trained(first)  # 1 rung each (2 epochs * 0.5)
     again = run_search(cfg, SearchRequest("mobile-cpu", 1000.0, trials=4, space="tiny", fraction=0.5))
     rows = again["trials"]
     assert len(rows) == 4
     assert rows[:2] == first  # the first two trials are kept as they were, not redone
-    assert len(distill_calls) - trained_first == sum(t["status"] == "complete" for t in rows[2:])
+    assert len(distill_calls) - trained_first == _trained(rows[2:])
     # the same command once more finds its trials done and trains nothing
     before = len(distill_calls)
     assert len(run_search(cfg, SearchRequest("mobile-cpu", 1000.0, trials=4, space="tiny", fraction=0.5))["trials"]) == 4
