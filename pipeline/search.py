@@ -90,7 +90,7 @@ def _search(cfg, r: SearchRequest, space) -> dict:
                                 direction="maximize", sampler=sampler, pruner=optuna.pruners.SuccessiveHalvingPruner(),
                                 load_if_exists=True)
     _fail_interrupted(study)
-    done = [t for t in study.trials if t.state.is_finished()]
+    done = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]  # failed ones run again
     todo = max(0, r.trials - len(done))
     log.info("search %s: %d trial(s) in the study, %d to run", study.study_name, len(done), todo)
 

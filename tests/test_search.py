@@ -120,3 +120,31 @@ def test_bad_search_arguments_are_one_error(search_cfg, capsys, argv, needle):
     assert main(["search", "--config", str(path), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and needle in err and err.count("\n") == 1
+
+
+def test_size_limit_prunes_before_training(search_cfg, distill_calls):
+    from pipeline.search import SearchRequest, run_search
+
+    _, cfg = search_cfg
+    result = run_search(cfg, SearchRequest("host-cpu", 1000.0, max_mb=1e-6, trials=2, space="tiny"))
+    assert distill_calls == [] and result["best_config"] is None
+    assert all(t["pruned_because"].startswith("over budget: size") for t in result["trials"])
+
+
+def test_a_trial_cut_off_by_a_kill_is_not_counted(search_cfg):
+    """A killed search leaves its trial RUNNING in study.db: the next run marks it failed and still runs
+    --trials finished ones."""
+    import optuna
+
+    from pipeline.search import NEEDS, SearchRequest, run_search, study_name
+    from pipeline.stage import run
+
+    _, cfg = search_cfg
+    r = SearchRequest("host-cpu", 0.0001, trials=2, space="tiny")  # over budget: no training, fast
+    run(cfg, NEEDS)  # the study's name hashes the logits
+    (cfg.run_dir / "search").mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(study_name=study_name(cfg, r), direction="maximize", load_if_exists=True,
+                                storage=f"sqlite:///{cfg.run_dir / 'search' / 'study.db'}")
+    study.ask()  # the trial a kill interrupted
+    rows = run_search(cfg, r)["trials"]
+    assert [t["status"] for t in rows] == ["fail", "pruned", "pruned"]
