@@ -80,6 +80,9 @@ def _search(cfg, r: SearchRequest, space) -> dict:
     from pipeline.search_report import best_config, write_outputs
     from pipeline.tasks.classification.search import Candidates
 
+    from pipeline.tasks.common import threads
+
+    threads(cfg)  # run.threads for the candidates' training, as in the distill stage
     out = cfg.run_dir / "search"
     out.mkdir(parents=True, exist_ok=True)
     cands = Candidates(cfg, r.target, out / "measurements.json")
