@@ -28,7 +28,7 @@ def check_files(bundle: Path) -> dict:
         raise PipelineError(f"{bundle}: metadata.json has schema_version {meta.get('schema_version')!r}, this "
                             f"verify-bundle reads {SCHEMA_VERSION} (a digest of metadata.json, its kind); rebuild "
                             f"the bundle with `make bundle`, which re-runs the stage for an older schema (a web "
-                            f"bundle: `python -m pipeline web-bundle --force`)")
+                            f"bundle: `make web-bundle`, which re-runs for an older schema too)")
     restore = "restore it from the build's runs/<run>/ folder or re-publish with `make bundle`"
     for rel, info in meta["files"].items():
         path = resolve(bundle, rel, "files")

@@ -23,7 +23,7 @@ from pipeline.tasks.classification.replay import ORT_FORMATS
 from pipeline.verify_bundle_meta import cross_check, need, require_digest, resolve
 
 PAGE = ("index.html", "app.mjs", "classifier.mjs", "wordpiece.mjs")  # what the page loads, hashed
-_REBUILD = "rebuild the web bundle with `python -m pipeline web-bundle --force`"
+_REBUILD = "rebuild the web bundle with `make web-bundle`"
 
 
 def check_metadata(bundle: Path, meta: dict) -> dict:
