@@ -62,6 +62,24 @@ def test_every_onnxruntime_file_has_its_own_reference(built, copy, capsys):
                      r"\(allowed 0\.005 \+ 0\.001 x \|reference\|\)", out), out
 
 
+def test_the_shipped_tokenizer_gives_the_stored_ids(copy, capsys):
+    """Apps tokenize with tokenizer/tokenizer.json: verify runs it on the samples (where the tokenizers library
+    is installed) and names it when its ids are not the ones the reference logits came from."""
+    rc, out, err = _cli(copy, capsys)
+    assert rc == 0 and "tokenizer: tokenizer/tokenizer.json gives the stored ids of 8/8 samples" in out, out + err
+    samples = json.loads((copy / "samples.json").read_text())
+    path = copy / "tokenizer" / "tokenizer.json"
+    tok = json.loads(path.read_text())
+    vocab = tok["model"]["vocab"]  # swap the ids of the first sample's first word piece and another token
+    first = next(t for t, i in vocab.items() if i == samples[0]["token_ids"][1])
+    other = next(t for t, i in vocab.items() if i not in samples[0]["token_ids"] and not t.startswith("["))
+    vocab[first], vocab[other] = vocab[other], vocab[first]
+    path.write_text(json.dumps(tok))
+    _rehash(copy, json.loads((copy / "metadata.json").read_text()))  # hashes pass: the ids must not
+    rc, out, err = _cli(copy, capsys)
+    assert rc == 2 and "tokenizer/tokenizer.json encodes sample 1" in err and "from token 2" in err, err
+
+
 def test_a_file_is_compared_with_its_own_reference_not_its_twins(built, copy):
     """The .ort swapped for the teacher's .ort, with its own references stored (samples where both models give
     the same label): it passes, though its logits are far from the .onnx's (today's main held every file to the
@@ -241,7 +259,9 @@ def test_verify_runs_with_only_onnxruntime_installed(copy, tmp_path):
     assert "onnxruntime" not in blocked and "numpy" not in blocked
     # the guard was live: onnxruntime-extensions tried its optional onnx import, and was refused
     assert "onnx" in blocked
-    assert not blocked & {"torch", "transformers", "tokenizers", "coremltools", "optimum", "distill", "eval"}, blocked
+    assert not blocked & {"torch", "transformers", "coremltools", "optimum", "distill", "eval"}, blocked
+    # the tokenizer check is optional: without the tokenizers library it is skipped, saying so
+    assert "tokenizer: skipped (the tokenizers library is not installed" in proc.stdout, proc.stdout
 
 
 # --- 3. metadata.json is covered; what a mismatch is blamed on -----------------------------------------------

@@ -79,11 +79,12 @@ def verify_app(bundle: Path, files: dict) -> dict:
     cross_check(bundle, meta)
     require_digest(bundle, meta)
     samples = load_samples(bundle, meta)
+    tokenizer = check_tokenizer(bundle, meta, samples)  # before the models: their inputs are these ids
 
     runnable = {k: v for k, v in meta["models"].items() if v["format"] in ORT_FORMATS}
     got, npu_rows = predict_in_fresh_process(bundle, runnable, samples, meta.get("npu"))
     summary = {"bundle": str(bundle), "files_checked": files["checked"], "unlisted_files": files["unlisted"],
-               "samples": len(samples), "models": {}}
+               "samples": len(samples), "tokenizer": tokenizer, "models": {}}
     for key in runnable:
         summary["models"][key] = compare(bundle, meta, samples, runnable[key]["file"], got[key])
     summary["models"]["coreml"] = _coreml(bundle, meta, samples)
@@ -95,8 +96,41 @@ def verify_app(bundle: Path, files: dict) -> dict:
     return summary
 
 
+def check_tokenizer(bundle: Path, meta: dict, samples: list[dict]) -> dict:
+    """tokenizer/tokenizer.json, as an app runs it (the `tokenizers` library, special tokens, truncation at
+    max_length), must give each sample's stored ids: those are what the reference logits were computed from.
+    Skipped, with the reason, where the library is not installed (verify needs only onnxruntime)."""
+    rel = "tokenizer/tokenizer.json"
+    if rel not in meta["files"]:
+        return {"status": "skipped", "reason": f"the bundle has no {rel}"}
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return {"status": "skipped", "reason": "the tokenizers library is not installed (pip install tokenizers)"}
+    try:
+        tok = Tokenizer.from_file(str(bundle / rel))
+    except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
+        raise PipelineError(f"{bundle}: {rel} cannot be read by the tokenizers library ({str(e)[:200]}); restore "
+                            f"it from the build's runs/<run>/bundle/ or rebuild the bundle with `make bundle`") from None
+    tok.no_padding()
+    tok.enable_truncation(meta["max_length"])
+    for n, s in enumerate(samples, 1):
+        ids = tok.encode(s["text"]).ids
+        if ids != s["token_ids"]:
+            at = next((i for i, (a, b) in enumerate(zip(ids, s["token_ids"])) if a != b), min(len(ids), len(s["token_ids"])))
+            raise PipelineError(f"{bundle}: {rel} encodes sample {n} ({s['text'][:60]!r}) differently from the ids "
+                                f"stored in samples.json (from token {at + 1}: {ids[at:at + 4]} instead of "
+                                f"{s['token_ids'][at:at + 4]}): the tokenizer is not the one the model was built "
+                                f"with; restore it or rebuild the bundle with `make bundle`")
+    return {"file": rel, "samples_match": len(samples)}
+
+
 def _lines(s: dict) -> list[str]:
     out = []
+    t = s.get("tokenizer")
+    if t:
+        out.append(f"tokenizer: {t['status']} ({t['reason']})" if "status" in t else
+                   f"tokenizer: {t['file']} gives the stored ids of {t['samples_match']}/{s['samples']} samples")
     for key, m in s["models"].items():
         if "status" in m:
             out.append(f"{key}: {m['status']} ({m['reason']})")
