@@ -61,20 +61,29 @@ def load_metadata(bundle: Path) -> dict:
 def check_metadata(bundle: Path, meta: dict) -> dict:
     """A classification bundle's labels, models and samples file, checked for the shape verify relies on."""
     files = meta["files"]
-    labels = meta.get("labels")
-    need(isinstance(labels, list) and len(labels) >= 2 and all(isinstance(x, str) for x in labels), bundle,
-          "'labels' must list the class names")
+    need_labels(bundle, meta)
     models = meta.get("models")
     need(isinstance(models, dict) and len(models) > 0, bundle, "'models' names no model")
     for key, spec in models.items():
         need(isinstance(spec, dict) and isinstance(spec.get("format"), str), bundle, f"models.{key} has no 'format'")
-        for io in ("inputs", "outputs"):
-            need(isinstance(spec.get(io), list) and len(spec[io]) > 0
-                  and all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in spec[io]),
-                  bundle, f"models.{key}.{io} must list named tensors")
+        need_io(bundle, spec, f"models.{key}")
         _listed(bundle, files, spec.get("file"), f"models.{key}.file")
     _listed(bundle, files, meta.get("samples_file"), "samples_file")
     return meta
+
+
+def need_labels(bundle: Path, meta: dict) -> None:
+    labels = meta.get("labels")
+    need(isinstance(labels, list) and len(labels) >= 2 and all(isinstance(x, str) for x in labels), bundle,
+         "'labels' must list the class names")
+
+
+def need_io(bundle: Path, spec: dict, where: str) -> None:
+    """A model entry's inputs and outputs: non-empty lists of named tensors."""
+    for io in ("inputs", "outputs"):
+        need(isinstance(spec.get(io), list) and len(spec[io]) > 0
+             and all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in spec[io]),
+             bundle, f"{where}.{io} must list named tensors")
 
 
 def _listed(bundle: Path, files: dict, rel: object, where: str) -> None:

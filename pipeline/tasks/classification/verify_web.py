@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 from pipeline.tasks.classification.replay import ORT_FORMATS
-from pipeline.verify_bundle_meta import cross_check, need, require_digest, resolve
+from pipeline.verify_bundle_meta import cross_check, need, need_io, need_labels, require_digest, resolve
 
 PAGE = ("index.html", "app.mjs", "classifier.mjs", "wordpiece.mjs")  # what the page loads, hashed
 _REBUILD = "rebuild the web bundle with `make web-bundle`"
@@ -29,16 +29,11 @@ _REBUILD = "rebuild the web bundle with `make web-bundle`"
 def check_metadata(bundle: Path, meta: dict) -> dict:
     """The web bundle's labels, model entry, tokenizer and samples file, checked for the shape verify reads."""
     files = meta["files"]
-    labels = meta.get("labels")
-    need(isinstance(labels, list) and len(labels) >= 2 and all(isinstance(x, str) for x in labels), bundle,
-         "'labels' must list the class names")
+    need_labels(bundle, meta)
     m = meta.get("model")
     need(isinstance(m, dict) and m.get("format") in ORT_FORMATS and isinstance(m.get("file"), str), bundle,
          f"'model' needs 'file' and 'format' (one of {', '.join(ORT_FORMATS)})")
-    for io in ("inputs", "outputs"):
-        need(isinstance(m.get(io), list) and len(m[io]) > 0
-             and all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in m[io]),
-             bundle, f"model.{io} must list named tensors")
+    need_io(bundle, m, "model")
     for rel, where in ((m["file"], "model.file"), (meta.get("samples_file"), "samples_file"),
                        ("tokenizer/vocab.txt", "the page's vocabulary"), *((p, "the page") for p in PAGE)):
         resolve(bundle, rel, where)
