@@ -1,0 +1,188 @@
+"""The Qualcomm HTP (Hexagon NPU) compiler as a real NPU check, on any Linux x86_64 host.
+
+onnxruntime-qnn (the QNN execution provider as an ONNX Runtime plugin, bundling Qualcomm's QAIRT SDK)
+compiles an ONNX graph for the HTP of a given Snapdragon chip on x86 and runs the compiled context binary on
+an HTP emulator. So unlike ORT's mobile usability checker (eval/npu.py, a heuristic over op lists), this is
+Qualcomm's own compiler accepting or refusing each node for each chip, and the emulator runs the compiled
+graph's arithmetic (its timings mean nothing for a phone: no latency is taken from it).
+
+Every compile and emulator run happens in a subprocess (eval/qnn_worker.py): the native code can abort the
+process (QNN_COMMON_ERROR_MEM_ALLOC, a segfault) and that must not take the pipeline down; its log is parsed
+here. Nothing here needs a phone.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import PipelineError
+
+INSTALL_HINT = ("pip install '.[qnn]'; wheels exist for Linux x86_64 (glibc >= 2.35) and Windows")
+EMULATOR_NOTE = ("compiled for the chip and run on QAIRT's x86 HTP emulator: the logits are the compiled "
+                 "graph's, its timings are not a phone's (no latency is taken from it)")
+
+
+@dataclass(frozen=True)
+class Chip:
+    soc_model: str  # QNN's SoC id (QNN SDK's SoC table)
+    htp_arch: str  # Hexagon architecture version (v73, v75, v79)
+    name: str  # the marketing name shown in the report
+
+
+# config key npu.chips names these; the QNN SoC table gives the ids
+CHIPS: dict[str, Chip] = {
+    "8gen2": Chip("43", "73", "Snapdragon 8 Gen 2"),
+    "8gen3": Chip("57", "75", "Snapdragon 8 Gen 3"),
+    "8elite": Chip("69", "79", "Snapdragon 8 Elite"),
+}
+DEFAULT_CHIPS = ["8gen2", "8gen3", "8elite"]
+
+
+def get_chip(name: str) -> Chip:
+    if name not in CHIPS:
+        raise PipelineError(f"unknown Snapdragon chip '{name}' in npu.chips. Known: {', '.join(CHIPS)}")
+    return CHIPS[name]
+
+
+def unavailable_reason() -> str | None:
+    """One line saying why the HTP compiler cannot run here, or None when it can."""
+    if importlib.util.find_spec("onnxruntime_qnn") is None:
+        return f"onnxruntime-qnn is not installed ({INSTALL_HINT})"
+    import onnxruntime as ort
+
+    if not hasattr(ort, "register_execution_provider_library"):
+        return f"onnxruntime {ort.__version__} cannot load plugin execution providers (onnxruntime-qnn needs >= 1.23)"
+    try:
+        import onnxruntime_qnn as q
+
+        missing = [p for p in (q.get_library_path(), q.get_qnn_htp_path()) if not Path(p).is_file()]
+    except Exception as e:  # noqa: BLE001 - a broken install, whatever it raises
+        return f"onnxruntime-qnn does not load ({type(e).__name__}: {e}; {INSTALL_HINT})"
+    if missing:
+        return f"onnxruntime-qnn lacks {Path(missing[0]).name} on {platform.system()} {platform.machine()} ({INSTALL_HINT})"
+    return None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_PREFIX = re.compile(r"^\S+ \S+ \[[EWIV]:onnxruntime:[^\]]*\] ")  # "date time [E:onnxruntime:, file:line Fn] "
+_UNSUPPORTED = re.compile(r"\{ name: ([^,]+), type: ([^ }]+) \}")
+_VALIDATE = re.compile(r"failed for node `([^`]+)` of type `([^`]+)` with error code (\d+)")
+_FUSION = re.compile(r"ValidateOnQnn failed for \w+ pattern")  # a fusion tried and dropped: not a refusal
+
+
+def parse_log(log: str) -> dict:
+    """ORT / QNN's log -> {"unsupported": [{"name", "type", "error_code"?}], "messages": [key lines]}.
+
+    The refusals are the nodes ORT lists as "Unsupported nodes in QNN EP" (QNN's validation error code
+    added where it names one); validation failures of fusion attempts (a Gelu pattern tried and dropped,
+    its Erf then refused on its own) are not nodes of the graph and are left out."""
+    nodes: dict[str, dict] = {}
+    codes: dict[str, int] = {}
+    messages: list[str] = []
+    for raw in log.splitlines():
+        line = _ANSI.sub("", raw).strip()
+        for name, kind in _UNSUPPORTED.findall(line):
+            nodes.setdefault(name, {"name": name, "type": kind})
+        if _FUSION.search(line):
+            continue
+        if m := _VALIDATE.search(line):
+            codes[m.group(1)] = int(m.group(3))
+        if "[E:" in line or _VALIDATE.search(line) or "error code" in line.lower():
+            text = _PREFIX.sub("", line)[:300]
+            if text not in messages:
+                messages.append(text)
+    for name, code in codes.items():
+        if name in nodes:
+            nodes[name]["error_code"] = code
+    return {"unsupported": list(nodes.values()), "messages": messages[:6]}
+
+
+def _worker(job: dict, timeout_s: float) -> tuple[dict | None, str]:
+    """Run one eval/qnn_worker.py job; (its result or None when the process died, its log)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        job = {**job, "result": str(Path(tmp) / "result.json")}
+        (Path(tmp) / "job.json").write_text(json.dumps(job))
+        try:
+            proc = subprocess.run([sys.executable, "-m", "eval.qnn_worker", str(Path(tmp) / "job.json")],
+                                  capture_output=True, text=True, timeout=timeout_s,
+                                  cwd=Path(__file__).resolve().parents[1])
+        except subprocess.TimeoutExpired as e:
+            return None, f"timed out after {timeout_s:.0f} s\n{e.stderr or ''}"
+        log = (proc.stdout or "") + "\n" + (proc.stderr or "")
+        result = Path(job["result"])
+        if proc.returncode != 0 or not result.is_file():
+            how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+            return None, f"the QNN process died ({how})\n{log}"
+        return json.loads(result.read_text()), log
+
+
+def context_files(ctx: Path) -> dict[str, int]:
+    """The context model and its binary (embed mode 0) -> size in bytes."""
+    return {p.name: p.stat().st_size for p in (ctx, ctx.with_name(ctx.stem + "_qnn.bin")) if p.is_file()}
+
+
+def compile_htp(onnx_path: Path, chip: str, out_dir: Path, name: str = "", timeout_s: float = 600) -> dict:
+    """Compile one fixed-shape ONNX file for a chip's HTP. Writes out_dir/<name>_ctx.onnx (+ _ctx_qnn.bin)
+    when it compiles. Returns {"chip", "compiled", "nodes_on_htp", "nodes_total", "htp_partitions",
+    "unsupported": [{"name", "type"}], "message": [the compiler's key lines], "compile_seconds",
+    "context": path or None, "context_files": {file: bytes}, "context_bytes"}."""
+    c = get_chip(chip)
+    ctx = Path(out_dir) / f"{name or Path(onnx_path).stem}_ctx.onnx"
+    job = {"kind": "compile", "onnx": str(onnx_path), "context": str(ctx),
+           "chip": {"soc_model": c.soc_model, "htp_arch": c.htp_arch}}
+    result, log = _worker(job, timeout_s)
+    parsed = parse_log(log)
+    if result is None:  # the compiler crashed: what its log says is all there is
+        first = log.strip().splitlines()[0] if log.strip() else "no output"
+        result = {"compiled": False, "error": first, "nodes_on_htp": None, "nodes_total": None,
+                  "htp_partitions": None, "cpu_nodes": [], "compile_seconds": None}
+    # The compiler's refusals are the nodes its log names (with QNN's error code where it gave one). The
+    # node counts come from the session that may fall back to the CPU; there ONNX Runtime also leaves the
+    # graph-edge QuantizeLinear / DequantizeLinear to the CPU, which the strict compile does take: a compiled
+    # graph runs every node on the HTP.
+    unsupported = parsed["unsupported"]
+    cpu_nodes = result.pop("cpu_nodes")
+    if result["compiled"]:
+        result["nodes_on_htp"] = result["nodes_total"]
+    error = [re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", result["error"])] if result.get("error") else []
+    message = error + parsed["messages"]
+    files = context_files(ctx) if result["compiled"] else {}
+    return {"chip": chip, "chip_name": c.name, "soc_model": c.soc_model, "htp_arch": c.htp_arch,
+            "compiled": bool(result["compiled"]), "nodes_on_htp": result["nodes_on_htp"],
+            "nodes_total": result["nodes_total"], "htp_partitions": result["htp_partitions"],
+            "unsupported": unsupported,
+            "cpu_nodes_with_fallback": [] if result["compiled"] else cpu_nodes, "message": list(dict.fromkeys(message))[:8],
+            "compile_seconds": result["compile_seconds"], "context": str(ctx) if files else None,
+            "context_files": files, "context_bytes": sum(files.values()) if files else None}
+
+
+def emulate(context: Path, onnx_path: Path, chip: str, feeds: list[dict[str, np.ndarray]],
+            timeout_s: float = 600) -> dict:
+    """The compiled context model on the HTP emulator against its source file on the CPU provider, on the
+    same feeds. Returns {"samples", "argmax_agreement", "max_abs_diff", "emulator_seconds_per_inference"}, or
+    {"error": ...} when the emulator process died."""
+    c = get_chip(chip)
+    with tempfile.TemporaryDirectory() as tmp:
+        arrays = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
+        np.savez(Path(tmp) / "feeds.npz", n=np.array(len(feeds)), **arrays)
+        job = {"kind": "emulate", "context": str(context), "onnx": str(onnx_path),
+               "chip": {"soc_model": c.soc_model, "htp_arch": c.htp_arch},
+               "feeds": str(Path(tmp) / "feeds.npz"), "logits": str(Path(tmp) / "logits.npz")}
+        result, log = _worker(job, timeout_s)
+        if result is None:
+            lines = parse_log(log)["messages"] or log.strip().splitlines()[:1]
+            return {"error": "; ".join(lines[:3])[:400]}
+        logits = np.load(job["logits"])
+        got, want = logits["emulator"], logits["cpu"]
+    return {"samples": len(feeds), "argmax_agreement": float(np.mean(got.argmax(-1) == want.argmax(-1))),
+            "max_abs_diff": float(np.max(np.abs(got - want))) if len(feeds) else 0.0,
+            "emulator_seconds_per_inference": result["emulator_seconds_per_inference"]}
