@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed-stamp
 LAUNCH  = $(if $(filter-out 1,$(NPROC)),$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC),$(BIN)/python)
 RUN     = HF_HUB_OFFLINE=$(OFFLINE) HF_DATASETS_OFFLINE=$(OFFLINE) TRANSFORMERS_VERBOSITY=error \
           $(LAUNCH) -m pipeline
-STAGES := data teacher logits distill baseline eval quantize export bench report bundle web-bundle
+STAGES := data teacher logits distill baseline eval quantize compile export bench report bundle web-bundle
 RUN_NAME ?= demo
 
 # SET and CONFIG reach the CLI through the environment (pipeline/cli.py reads POCKETFORMER_SET and

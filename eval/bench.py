@@ -289,6 +289,9 @@ class Bench:
         why = unavailable(t)
         if why:
             return {"status": "skipped", "reason": why}, None
+        if t.name == "qnn-htp":  # the compile stage's verdicts (compile/qnn.json) are its rows, in the NPU section
+            return {"status": "not measured here", "reason": "compiled for each chip and run on QAIRT's x86 HTP "
+                    "emulator (the compile stage): verdicts and numerics, no phone latency"}, None
         point = plan_point(t, row, self.b.seq_lengths, self.b.headline_length, self.b.sweep_variants,
                            self.models.max_positions(row["model"]))
         if isinstance(point, str):

@@ -144,6 +144,8 @@ def build_results(doc: dict) -> dict:
         "goals": _goals(rows, length, doc.get("seconds", {}).get("total"), metric, doc.get("head_to_head", []))
         + (browser_goals(rows, length, targets) if metric == "accuracy" else []),
         "head_to_head": doc.get("head_to_head", []),
+        # Qualcomm's HTP compiler per chip (compile/qnn.json through the bench): the NPU section leads with it
+        "qnn_htp": doc.get("qnn_htp"),
         "rows": rows,
     }
 

@@ -215,6 +215,20 @@ class QuantizeSection:
 
 
 @dataclass(frozen=True)
+class NpuSection:
+    """The compile stage (classification): Qualcomm's HTP compiler (onnxruntime-qnn, eval/qnn.py) on every
+    static QDQ file at every quantize.npu_lengths, for each chip; skipped with its reason where the
+    onnxruntime-qnn extra is not installed."""
+
+    # Snapdragon chips to compile for (registry eval.qnn.CHIPS: 8gen2, 8gen3, 8elite); [] = no compile
+    chips: list[str] = field(default_factory=lambda: ["8gen2", "8gen3", "8elite"])
+    # Test texts each compiled graph runs on the x86 HTP emulator (against the same file on the CPU
+    # provider). The emulator takes about 0.1-1 s per inference of a small encoder, so a sample, not the
+    # whole split; 0 = the whole test split.
+    emulator_samples: int = 32
+
+
+@dataclass(frozen=True)
 class ExportSection:
     ort_variants: list[str] = field(default_factory=lambda: ["fp32", "optimized", "int8-dynamic", "int8-static"])
     coreml_models: list[str] = field(default_factory=lambda: ["student", "lstm", "lstm_distilled"])
@@ -366,6 +380,7 @@ SECTIONS: dict[str, type] = {
     "baseline": BaselineSection,
     "train": TrainSection,
     "quantize": QuantizeSection,
+    "npu": NpuSection,
     "export": ExportSection,
     "bench": BenchSection,
     "lm": LMSection,
@@ -385,6 +400,7 @@ class Config:
     baseline: BaselineSection = field(default_factory=BaselineSection)
     train: TrainSection = field(default_factory=TrainSection)
     quantize: QuantizeSection = field(default_factory=QuantizeSection)
+    npu: NpuSection = field(default_factory=NpuSection)
     export: ExportSection = field(default_factory=ExportSection)
     bench: BenchSection = field(default_factory=BenchSection)
     lm: LMSection = field(default_factory=LMSection)

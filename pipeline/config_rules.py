@@ -60,6 +60,7 @@ RANGES: dict[str, Rule] = {
     "data.max_train": at_least(0),
     "data.max_validation": at_least(0),
     "data.max_test": at_least(0),
+    "npu.emulator_samples": at_least(0),  # 0 = the whole test split
     "data.label_variants": one_of("merge", "error", "keep"),
     "teacher.max_length": at_least(2),  # room for [CLS] and [SEP]
     "teacher.epochs": positive,
@@ -146,6 +147,7 @@ REGISTRY_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "export.ort_variants": ("ONNX variant", ("export.registry:ONNX_VARIANTS",)),
     "export.ort_target_platform": ("ORT platform", ("export.ort_format:PLATFORMS",)),
     "quantize.static_float": ("int8-static float part", ("export.quantize:STATIC_FLOAT",)),
+    "npu.chips": ("Snapdragon chip", ("eval.qnn:CHIPS",)),
 }
 
 

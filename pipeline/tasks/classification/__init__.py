@@ -32,6 +32,9 @@ TASK = Task(
                          ("baseline.*", "teacher.max_length", "distill.temperature", "train.*"), distributed=True),
         "eval": Step(lazy(f"{_HERE}.train:stage_eval"), ("teacher.eval_batch_size",)),
         "quantize": Step(lazy(f"{_HERE}.ship:stage_quantize"), ("quantize.*", "teacher.eval_batch_size")),
+        # the HTP compile (eval/qnn.py): every chip, every NPU length, the emulator's agreement gate
+        "compile": Step(lazy(f"{_HERE}.compile:stage_compile"),
+                        ("npu.*", "quantize.npu_lengths", "quantize.min_argmax_agreement")),
         "export": Step(lazy(f"{_HERE}.ship:stage_export"),
                        ("export.*", "quantize.check_samples", "quantize.lossless_atol",
                         "quantize.min_argmax_agreement", "teacher.eval_batch_size")),

@@ -88,8 +88,16 @@ def stage_bench(ctx: StageContext) -> dict:
         "seconds": {"peer_export": round(peer_seconds, 1), "total": round(time.time() - t0, 1)},
         "rows": results,
         "head_to_head": paired,
+        # the qnn-htp target's rows: Qualcomm's HTP compiler per chip (compile/qnn.json), verdicts, no latency
+        "qnn_htp": _qnn_htp(ctx),
     }
     (ctx.out / "latency.json").write_text(json.dumps(doc, indent=2))
     return {"rows": len(results), "seconds": doc["seconds"], "threads": threads,
             "head_to_head": {f"{p['ours']['variant']} {p['target']}": p.get("ratio") for p in paired},
             "peak_gflops_fp32": machine["peak_gflops_fp32"]}
+
+
+def _qnn_htp(ctx) -> dict:
+    """compile/qnn.json as the bench document carries it to the report ({"skipped": why} where it did not run)."""
+    path = ctx.input("compile") / "qnn.json"
+    return json.loads(path.read_text()) if path.is_file() else {"skipped": "the compile stage wrote no qnn.json"}

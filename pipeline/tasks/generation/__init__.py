@@ -35,6 +35,7 @@ TASK = Task(
                          ("quantize.models", "quantize.variants", "quantize.opset", "quantize.per_channel",
                           "lm.quantize_teacher", "lm.check_tokens", "lm.prompts", "lm.eval_windows",
                           "lm.context_length")),
+        "compile": Step(lazy("pipeline.tasks.classification.compile:skip_compile")),
         "export": Step(lazy(f"{_HERE}.ship:stage_export"),
                        ("export.ort_variants", "export.ort_target_platform", "export.ort_disabled_optimizers",
                         "export.coreml_models", "export.coreml_variants", "export.coreml_target",

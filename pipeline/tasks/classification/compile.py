@@ -1,0 +1,186 @@
+"""Stage wiring for compile: Qualcomm's HTP compiler (eval/qnn.py) on every static QDQ file the quantize
+stage wrote, for every chip in npu.chips and every length in quantize.npu_lengths, each compiled graph run
+on the x86 HTP emulator against the same file on ONNX Runtime's CPU provider.
+
+Files compiled: quantize/<model>/int8-static.onnx and every quantize variant whose name contains "w8a16"
+(students and LSTMs; fixed to [1, length] with eval.npu.fix_shapes), and every per-length file of the npu
+student (quantize/npu.json). Writes compile/qnn.json and the context models
+compile/qnn/<model>/<chip>/<variant>-<length>_ctx.onnx (+ _ctx_qnn.bin). A graph the compiler takes but whose
+emulator logits disagree with the CPU's (argmax agreement below quantize.min_argmax_agreement) is recorded
+as "failed: disagrees" and never shipped. Where onnxruntime-qnn is missing, qnn.json records why.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.data import read_split
+from pipeline.task import StageContext
+
+log = logging.getLogger("pocketformer")
+QNN_JSON = "qnn.json"
+CONTEXT_FOLDER = "qnn"
+# the models whose files are compiled: what ships to a phone (the teacher does not)
+MODELS = ("student", "lstm", "lstm_distilled")
+
+
+def _skip(ctx: StageContext, reason: str) -> dict:
+    (ctx.out / QNN_JSON).write_text(json.dumps({"skipped": reason, "rows": []}, indent=2))
+    print(f"[compile] skipped: {reason}")
+    return {"skipped": reason}
+
+
+def skip_compile(ctx: StageContext) -> dict:
+    """The generation task: a decoder with a growing KV cache has dynamic shapes the HTP compiler rejects."""
+    return _skip(ctx, "generation runs a growing KV cache (dynamic shapes); the HTP compile covers "
+                      "classification's fixed-shape files only")
+
+
+def jobs(quantize: Path, lengths: list[int]) -> list[dict]:
+    """(model, variant, length, source file, its kind) for every file to compile, from quantize/'s records."""
+    out = []
+    for r in json.loads((quantize / "variants.json").read_text()):
+        v = r["variant"]
+        if r["model"] in MODELS and r["format"] == "onnx" and r.get("status") != "failed" and \
+                (v == "int8-static" or "w8a16" in v):
+            tok = quantize / r["model"] / "tokenizer"
+            max_len = json.loads((tok / "pocketformer.json").read_text()).get("max_length") \
+                if (tok / "pocketformer.json").is_file() else None
+            for n in lengths:
+                out.append({"model": r["model"], "variant": v, "length": n, "src": quantize.parent / r["file"],
+                            "fix": True, "lookup": None, "tokenizer": tok,
+                            "too_long": bool(max_len and n > max_len), "max_length": max_len})
+    npu = quantize / "npu.json"
+    for r in json.loads(npu.read_text()) if npu.is_file() else []:
+        for n, f in sorted(r["files"].items(), key=lambda kv: int(kv[0])):
+            out.append({"model": r["model"], "variant": r["variant"], "length": int(n), "src": quantize.parent / f,
+                        "fix": False, "lookup": quantize.parent / r["lookup"] if r.get("lookup") else None,
+                        "tokenizer": quantize / r["model"] / "tokenizer", "too_long": False, "max_length": None})
+    return out
+
+
+def feeds(job: dict, onnx_path: Path, texts: list[str]) -> list[dict[str, np.ndarray]]:
+    """Each text alone as an app would send it: tokenized, cut to the file's length, padded to it; inputs in
+    the file's own dtypes (the npu student's int32 ids; looked-up embeddings where it takes those)."""
+    import onnx
+    from transformers import AutoTokenizer
+
+    from distill.batching import encode
+    from export.ort_session import ort_session
+
+    tok = AutoTokenizer.from_pretrained(job["tokenizer"])
+    n, pad_id = job["length"], tok.pad_token_id or 0
+    ids, _ = encode(tok, texts, n)
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    types = {i.name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type) for i in model.graph.input}
+    lookup = ort_session(job["lookup"], 1) if job["lookup"] is not None else None
+    out = []
+    for s in ids:
+        x = np.full((1, n), pad_id, dtype=np.int64)
+        x[0, :len(s)] = s[:n]
+        m = (x != pad_id).astype(np.int64)
+        m[0, :len(s)] = 1
+        feed = {"input_ids": x, "attention_mask": m, "token_type_ids": np.zeros_like(x)}
+        if "embeddings" in types:
+            name = lookup.get_inputs()[0].name
+            want = np.int32 if "int32" in lookup.get_inputs()[0].type else np.int64
+            feed["embeddings"] = lookup.run(None, {name: x.astype(want)})[0]
+        out.append({k: feed[k].astype(t) for k, t in types.items()})
+    return out
+
+
+def stage_compile(ctx: StageContext) -> dict:
+    """Compile every static QDQ file for every chip (eval/qnn.py) and check it on the HTP emulator.
+
+    Reads quantize/variants.json, quantize/npu.json, their .onnx files, quantize/<model>/tokenizer/ and
+    data/test.jsonl. Writes compile/qnn.json and compile/qnn/<model>/<chip>/<variant>-<length>_ctx.onnx
+    (+ _ctx_qnn.bin)."""
+    from eval.npu import fix_shapes
+    from eval.qnn import EMULATOR_NOTE, compile_htp, emulate, get_chip, unavailable_reason
+
+    cfg, q = ctx.cfg, ctx.cfg.quantize
+    chips = list(dict.fromkeys(cfg.npu.chips))
+    for c in chips:
+        get_chip(c)  # checked when the config loads too
+    if not chips:
+        return _skip(ctx, "npu.chips is empty")
+    why = unavailable_reason()
+    if why:
+        log.warning("[compile] the HTP compile is skipped: %s", why)
+        return _skip(ctx, why)
+    todo = jobs(ctx.input("quantize"), sorted(set(q.npu_lengths)))
+    texts = [r["text"] for r in read_split(ctx.input("data"), "test")]
+    sample = texts[: cfg.npu.emulator_samples] if cfg.npu.emulator_samples else texts
+    rel = lambda p: f"{ctx.name}/{Path(p).relative_to(ctx.out).as_posix()}"  # noqa: E731
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for job in todo:
+            base = {"model": job["model"], "variant": job["variant"], "length": job["length"],
+                    "file": Path(job["src"]).relative_to(ctx.run_dir).as_posix(),
+                    "fixed_shape": [1, job["length"]] if job["fix"] else "as written"}
+            if job["too_long"]:
+                for c in chips:
+                    rows.append({**base, "chip": c, "status": "skipped", "compiled": False,
+                                 "reason": f"{job['length']} tokens is past {job['model']}'s max_length "
+                                           f"({job['max_length']})"})
+                continue
+            src = fix_shapes(job["src"], Path(tmp) / f"{job['model']}-{job['variant']}-{job['length']}.onnx", 1,
+                             job["length"]) if job["fix"] else Path(job["src"])
+            inputs = None
+            for c in chips:
+                folder = ctx.out / CONTEXT_FOLDER / job["model"] / c
+                rec = compile_htp(src, c, folder, f"{job['variant']}-{job['length']}")
+                row = {**base, **rec}
+                if rec["context"]:
+                    row["context"] = rel(rec["context"])
+                if rec["compiled"]:
+                    inputs = inputs if inputs is not None else feeds(job, src, sample)
+                    num = emulate(Path(rec["context"]), src, c, inputs)
+                    row["emulator"] = num
+                    if "error" in num:
+                        row["status"] = "failed: emulator"
+                        row["reason"] = f"the compiled graph did not run on the HTP emulator: {num['error']}"
+                    elif num["argmax_agreement"] < q.min_argmax_agreement:
+                        row["status"] = "failed: disagrees"
+                        row["reason"] = (f"on the HTP emulator its argmax agrees with the same file on the CPU "
+                                         f"on only {num['argmax_agreement']:.1%} of {num['samples']} test texts; "
+                                         f"the minimum is {q.min_argmax_agreement:.1%} "
+                                         f"(quantize.min_argmax_agreement): never shipped")
+                    else:
+                        row["status"] = "passed"
+                else:
+                    row["status"] = "not compiled"
+                rows.append(row)
+                print(f"[compile] {job['model']} {job['variant']} @{job['length']} {c}: {row['status']}, "
+                      f"{row['nodes_on_htp']}/{row['nodes_total']} nodes on the HTP"
+                      + (f", unsupported: {', '.join(sorted({u['type'] for u in rec['unsupported']}))}"
+                         if rec["unsupported"] else "")
+                      + (f", emulator agreement {row['emulator']['argmax_agreement']:.3f}"
+                         if "argmax_agreement" in row.get("emulator", {}) else ""))
+    doc = {"compiler": _versions(), "chips": {c: get_chip(c).name for c in chips},
+           "emulator_note": EMULATOR_NOTE,
+           "numerics": f"logits of the first {len(sample)} test texts (each alone, cut or padded to the file's "
+                       f"length) on the HTP emulator vs the same file on ONNX Runtime's CPU provider",
+           "min_argmax_agreement": q.min_argmax_agreement, "rows": rows}
+    (ctx.out / QNN_JSON).write_text(json.dumps(doc, indent=2))
+    for r in rows:
+        if r["status"].startswith("failed"):
+            log.warning("[compile] %s %s @%s %s: %s", r["model"], r["variant"], r["length"], r["chip"], r["reason"])
+    return {"rows": len(rows), "compiled": sum(bool(r["compiled"]) for r in rows),
+            "passed": sum(r["status"] == "passed" for r in rows), "emulator_samples": len(sample)}
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("onnxruntime", "onnxruntime-qnn"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
