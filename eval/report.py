@@ -335,9 +335,10 @@ def _npu(res: dict) -> list[Block]:
             c = npu["coreml"]
             cm_rows.append(_name(r)[:2] + [str(c["ops"]), "yes" if c["ane_ready"] else "no",
                                            "; ".join(c["ane_blockers"]) or "none", est_cell])
-    out: list[Block] = [("h2", "Edge NPU readiness")]
+    out: list[Block] = [("h2", "Edge NPU readiness")] + _qnn_htp(res)
     if onnx_rows:
-        out += [("p", f"Every ONNX variant at [1, {L}] tokens (a fixed-shape copy; the npu-* rows are the npu "
+        out += [("p", f"HEURISTIC (ONNX Runtime's mobile usability checker, op lists, nothing compiled): every "
+                      f"ONNX variant at [1, {L}] tokens (a fixed-shape copy; the npu-* rows are the npu "
                       f"student's static files as written, each made for one provider), checked by ONNX Runtime's "
                       f"mobile usability checker: nodes the provider takes / all nodes, in how many partitions "
                       f"(each partition boundary is a CPU hand-over; unsupported ops run on the CPU). Only the "
@@ -351,9 +352,40 @@ def _npu(res: dict) -> list[Block]:
                 ("table", ["model", "variant", "ops", "Neural Engine ready", "blockers", f"latency at {L} (ms)"],
                  cm_rows)]
     if source:
-        out.append(("p", "* ESTIMATE, not a measurement: roofline lower bound max(FLOPs / peak ops, weight bytes "
+        out.append(("p", "* ESTIMATE, not a measurement (latency column above): roofline lower bound max(FLOPs / peak ops, weight bytes "
                          f"/ memory bandwidth) for {source} Real NPUs reach a fraction of peak, so expect more."))
     return out if len(out) > 1 else []
+
+
+def _qnn_htp(res: dict) -> list[Block]:
+    """Qualcomm's HTP compiler per chip (compile/qnn.json via the bench): the verdict that leads the section."""
+    doc = res.get("qnn_htp")
+    if not doc:
+        return []
+    if doc.get("skipped"):
+        return [("p", f"Qualcomm HTP compiler: not run ({doc['skipped']}).")]
+    rows = []
+    for r in doc["rows"]:
+        emu = r.get("emulator") or {}
+        unsup = r.get("unsupported") or []
+        ops = ", ".join(f"{t} x{n}" if n > 1 else t for t, n in
+                        sorted({u["type"]: sum(v["type"] == u["type"] for v in unsup) for u in unsup}.items()))
+        verdict = {"passed": "yes", "not compiled": "no"}.get(r["status"], r["status"])
+        rows.append([r["model"], r["variant"], str(r["length"]), r.get("chip_name", r["chip"]), verdict,
+                     f"{r['nodes_on_htp']}/{r['nodes_total']}" if r.get("nodes_total") else "",
+                     ops or ("" if r["status"] == "skipped" else "none"),
+                     f"{r['context_bytes']:,}" if r.get("context_bytes") else "",
+                     f"{emu['argmax_agreement']:.1%} of {emu['samples']}" if "argmax_agreement" in emu else "",
+                     f"{emu['max_abs_diff']:.3g}" if "max_abs_diff" in emu else ""])
+    versions = ", ".join(f"{k} {v}" for k, v in (doc.get("compiler") or {}).items() if v)
+    return [("p", f"COMPILER VERDICT: Qualcomm's HTP compiler ({versions}) on every static QDQ file, for each "
+                  f"chip: compiled means every node runs on the Hexagon NPU (CPU fallback disabled); nodes on "
+                  f"the HTP / all nodes come from a session allowed to fall back. Each compiled graph ran on "
+                  f"QAIRT's x86 HTP emulator against the same file on the CPU: {doc.get('numerics', '')}; a "
+                  f"graph below {doc.get('min_argmax_agreement', 0):.0%} agreement is marked failed and never "
+                  f"shipped. Emulator: {doc.get('emulator_note', '')}."),
+            ("table", ["model", "variant", "length", "chip", "compiled", "nodes on HTP / all", "unsupported ops",
+                       "context bytes", "emulator agreement", "max abs diff"], rows)]
 
 
 def _generation(res: dict) -> list[Block]:
