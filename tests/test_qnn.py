@@ -1,0 +1,172 @@
+"""The Qualcomm HTP compiler check (eval/qnn.py) and the compile stage: a tiny uint8 QDQ model compiled for
+an HTP and run on the emulator against the CPU, a model with a node the HTP refuses, the stage's qnn.json
+rows, and the skip where onnxruntime-qnn is missing. Compile and emulator tests skip where it is absent."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eval import qnn
+
+MISSING = qnn.unavailable_reason()
+needs_qnn = pytest.mark.skipif(MISSING is not None, reason=f"HTP compiler unavailable: {MISSING}")
+
+
+def tiny_qdq(path: Path, extra_erf: bool = False) -> Path:
+    """A float MatMul + Add + Relu (+ Erf, which the HTP refuses on its own) quantized to uint8 QDQ."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "B"], ["a"], name="add"),
+             helper.make_node("Relu", ["a"], ["r" if extra_erf else "logits"], name="relu")]
+    if extra_erf:
+        nodes.append(helper.make_node("Erf", ["r"], ["logits"], name="my_erf"))
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 8])],
+                              [numpy_helper.from_array(rng.normal(size=(16, 8)).astype(np.float32), "W"),
+                               numpy_helper.from_array(rng.normal(size=(8,)).astype(np.float32), "B")])
+    fp32 = path.with_suffix(".fp32.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(fp32))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": rng.normal(size=(1, 16)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(str(fp32), str(path), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QUInt8)
+    return path
+
+
+def test_chip_registry_and_config_check():
+    from pipeline.config import config_from_dict
+    from pipeline.errors import PipelineError
+
+    assert (qnn.CHIPS["8gen3"].soc_model, qnn.CHIPS["8gen3"].htp_arch) == ("57", "75")
+    assert qnn.DEFAULT_CHIPS == ["8gen2", "8gen3", "8elite"]
+    with pytest.raises(PipelineError, match="unknown Snapdragon chip 'sd865' in 'npu.chips'.*8gen2, 8gen3, 8elite"):
+        config_from_dict({"npu": {"chips": ["8gen3", "sd865"]}})
+
+
+def test_parse_log_names_refused_nodes_not_fusion_attempts():
+    log = ("\x1b[1;31m2026-11-24 14:33:54.9 [E:onnxruntime:, qnn_execution_provider.cc:2453 GetCapabilityImpl] "
+           "Unsupported nodes in QNN EP: { name: emb/Gather, type: Gather }{ name: l0/Erf, type: Erf }\x1b[m\n"
+           "2026 [W:onnxruntime:, x.cc:1 F] QNN.backendValidateOpConfig() failed for node `emb/Gather` of type "
+           "`Gather` with error code 3110\n"
+           "2026 [W:onnxruntime:, x.cc:1 F] [GeluFusion] ValidateOnQnn failed for GELU pattern (target Erf='l0/Erf'):"
+           " QNN.backendValidateOpConfig() failed for node `l0/Div` of type `Gelu` with error code 3110\n")
+    got = qnn.parse_log(log)
+    assert got["unsupported"] == [{"name": "emb/Gather", "type": "Gather", "error_code": 3110},
+                                  {"name": "l0/Erf", "type": "Erf"}]
+    assert not any("Gelu" in m for m in got["messages"])
+    assert got["messages"][0].startswith("Unsupported nodes in QNN EP")
+
+
+@needs_qnn
+def test_tiny_qdq_compiles_and_the_emulator_agrees_with_the_cpu(tmp_path):
+    model = tiny_qdq(tmp_path / "tiny.onnx")
+    rec = qnn.compile_htp(model, "8gen3", tmp_path / "ctx", "tiny-16")
+    assert rec["compiled"] is True and rec["unsupported"] == []
+    assert rec["nodes_on_htp"] == rec["nodes_total"] > 0
+    assert set(rec["context_files"]) == {"tiny-16_ctx.onnx", "tiny-16_ctx_qnn.bin"}
+    assert rec["context_bytes"] == sum(p.stat().st_size for p in (tmp_path / "ctx").iterdir())
+    feeds = [{"x": np.random.default_rng(i).normal(size=(1, 16)).astype(np.float32)} for i in range(8)]
+    num = qnn.emulate(Path(rec["context"]), model, "8gen3", feeds)
+    assert num["samples"] == 8 and num["argmax_agreement"] >= 0.875
+    assert 0 <= num["max_abs_diff"] < 0.5  # uint8 QDQ on the HTP vs ORT's CPU QDQ kernels
+
+
+@needs_qnn
+def test_a_refused_node_gives_compiled_false_and_names_it(tmp_path):
+    rec = qnn.compile_htp(tiny_qdq(tmp_path / "erf.onnx", extra_erf=True), "8gen2", tmp_path / "ctx")
+    assert rec["compiled"] is False and rec["context"] is None and rec["context_files"] == {}
+    assert {"name": "my_erf", "type": "Erf"} in rec["unsupported"]
+    assert any("fallback to CPU EP has been explicitly disabled" in m for m in rec["message"])
+    assert rec["nodes_on_htp"] < rec["nodes_total"]
+
+
+def test_a_crashing_compiler_is_a_record_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.setattr(qnn, "_worker", lambda job, timeout_s: (None, "the QNN process died (signal 6)\n"
+                                                                      "QNN_COMMON_ERROR_MEM_ALLOC"))
+    rec = qnn.compile_htp(tmp_path / "x.onnx", "8elite", tmp_path)
+    assert rec["compiled"] is False and rec["message"][0] == "the QNN process died (signal 6)"
+
+
+def _fixture_run(tmp_path: Path) -> Path:
+    """A run folder with what the compile stage reads: data/test.jsonl, quantize/variants.json + one
+    tokenizer, and a tiny QDQ file standing in for the student's int8-static (its input is x, fed zeros)."""
+    run = tmp_path / "run"
+    (run / "data").mkdir(parents=True)
+    (run / "data" / "test.jsonl").write_text("".join(json.dumps({"text": f"text {i}", "label": "a"}) + "\n"
+                                                     for i in range(4)))
+    q = run / "quantize" / "student"
+    (q / "tokenizer").mkdir(parents=True)
+    tiny_qdq(q / "int8-static.onnx")
+    (run / "quantize" / "variants.json").write_text(json.dumps([
+        {"model": "student", "variant": "int8-static", "format": "onnx", "status": "passed",
+         "file": "quantize/student/int8-static.onnx"},
+        {"model": "teacher", "variant": "int8-static", "format": "onnx", "status": "passed",
+         "file": "quantize/teacher/int8-static.onnx"}]))
+    return run
+
+
+def _ctx(run: Path, cfg):
+    from pipeline.task import StageContext
+
+    (run / "compile").mkdir()
+    return StageContext(cfg, "compile", run / "compile", run, ("data", "quantize"))
+
+
+@needs_qnn
+def test_the_stage_writes_a_row_per_file_length_and_chip(tmp_path, monkeypatch):
+    from pipeline.config import config_from_dict
+    from pipeline.tasks.classification import compile as C
+
+    run = _fixture_run(tmp_path)
+    monkeypatch.setattr("eval.npu.fix_shapes", lambda src, dst, b, n: Path(src))  # the tiny graph is [1, 16]
+    monkeypatch.setattr(C, "feeds", lambda job, path, texts: [{"x": np.full((1, 16), i / 4, np.float32)}
+                                                              for i in range(len(texts))])
+    cfg = config_from_dict({"quantize": {"npu_lengths": [16]}, "npu": {"chips": ["8gen2", "8elite"],
+                                                                       "emulator_samples": 3}})
+    summary = C.stage_compile(_ctx(run, cfg))
+    doc = json.loads((run / "compile" / "qnn.json").read_text())
+    assert summary["rows"] == 2 and summary["emulator_samples"] == 3
+    assert [(r["model"], r["variant"], r["length"], r["chip"]) for r in doc["rows"]] == \
+        [("student", "int8-static", 16, "8gen2"), ("student", "int8-static", 16, "8elite")]  # no teacher
+    for r in doc["rows"]:
+        assert r["status"] == "passed" and r["compiled"] and r["nodes_on_htp"] == r["nodes_total"]
+        assert r["emulator"]["samples"] == 3 and r["emulator"]["argmax_agreement"] >= 0.9
+        assert r["context"] == f"compile/qnn/student/{r['chip']}/int8-static-16_ctx.onnx"
+        assert (run / r["context"]).is_file() and r["context_bytes"] > 0 and r["compile_seconds"] >= 0
+    assert "timings are not a phone's" in doc["emulator_note"]
+
+
+def test_the_stage_records_why_when_onnxruntime_qnn_is_missing(tmp_path, monkeypatch, caplog):
+    from pipeline.config import config_from_dict
+    from pipeline.tasks.classification import compile as C
+
+    run = tmp_path / "run"
+    (run / "quantize").mkdir(parents=True)
+    (run / "data").mkdir()
+    why = "onnxruntime-qnn is not installed (pip install '.[qnn]'; wheels exist for Linux x86_64)"
+    monkeypatch.setattr(qnn, "unavailable_reason", lambda: why)
+    summary = C.stage_compile(_ctx(run, config_from_dict({})))
+    assert summary == {"skipped": why}
+    assert json.loads((run / "compile" / "qnn.json").read_text()) == {"skipped": why, "rows": []}
+    assert why in caplog.text
+
+
+def test_unavailable_reason_names_the_extra(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "onnxruntime_qnn" else real(n, *a))
+    assert qnn.unavailable_reason().startswith("onnxruntime-qnn is not installed (pip install '.[qnn]'")
