@@ -35,7 +35,9 @@ READERS = {
         "train.*": ("teacher", "distill", "baseline"),
         "quantize.*": ("quantize",), "quantize.opset": ("quantize", "bench"),
         "quantize.check_samples": ("quantize", "export"), "quantize.lossless_atol": ("quantize", "export"),
-        "quantize.min_argmax_agreement": ("quantize", "export"),
+        "quantize.min_argmax_agreement": ("quantize", "export", "compile"),
+        "quantize.npu_lengths": ("quantize", "compile"),
+        "npu.*": ("compile",),  # the HTP compile (pipeline/tasks/classification/compile.py)
         "export.*": ("export",), "export.coreml_lengths": ("export", "bundle"),
         "bench.*": ("bench",), "bench.browser_executable": ("bench", "web-bundle"),
         "bundle.*": CLS_SHIP, "bundle.web": ("web-bundle",), "bundle.web_target": ("web-bundle",),
@@ -90,6 +92,7 @@ ALTERNATIVES = {
     "lm.teacher_precision": ["bf16"], "lm.prompts": [["KING:"]],
     "bundle.model": ["student"], "bundle.variant": ["int8-dynamic", "fp32"], "bundle.web_target": ["browser-wasm-mt"],
     "phone.providers": [["cpu"]], "phone.threads": [[2]], "phone.compute_units": [["ALL"]],
+    "npu.chips": [["8gen3"]],
 }
 
 
