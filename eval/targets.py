@@ -47,13 +47,6 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            ("onnx", "coreml"), ("int8-static", "fp16", "int8", "palettized-4bit"),
            "static-QDQ int8 with fixed shapes, and the Core ML packages; readiness everywhere, latency only "
            "where an NPU runtime exists, else a roofline estimate", expects=(("onnx", "int8-static"),)),
-    # Qualcomm's HTP compiler (eval/qnn.py): verdicts per chip from the compile stage (compile/qnn.json),
-    # never timed (its x86 emulator's timings are not a phone's)
-    Target("qnn-htp", "onnxruntime-qnn (QNN EP, HTP backend)", "QNNExecutionProvider", 1, "int8 / int16 QDQ",
-           ("onnx", "onnx-npu"), ("int8-static", "*w8a16*", "npu-*"),
-           "the static QDQ files compiled for each Snapdragon HTP in npu.chips and run on QAIRT's x86 HTP "
-           "emulator: compiled or not, nodes on the HTP, emulator agreement; no latency",
-           proxy="compiled here for the chip and run on an emulator: verdicts and numerics, no latency"),
     Target("desktop-gpu", "onnxruntime CUDA EP, else pytorch", "CUDAExecutionProvider / cuda", 0, "fp16",
            ("onnx", "pytorch"), ("fp32", "fp16"),
            "ONNX Runtime's CUDA provider when onnxruntime-gpu is installed, else PyTorch CUDA in fp16"),
@@ -66,6 +59,13 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            ("onnx", "ort"), BROWSER_VARIANTS,
            "onnxruntime-web's WASM backend in Chromium on every host core (WASM threads; the page is served "
            "with COOP/COEP headers)"),
+    # Qualcomm's HTP compiler (eval/qnn.py): verdicts per chip from the compile stage (compile/qnn.json),
+    # never timed (its x86 emulator's timings are not a phone's)
+    Target("qnn-htp", "onnxruntime-qnn (QNN EP, HTP backend)", "QNNExecutionProvider", 1, "int8 / int16 QDQ",
+           ("onnx", "onnx-npu"), ("int8-static", "*w8a16*", "npu-*"),
+           "the static QDQ files compiled for each Snapdragon HTP in npu.chips and run on QAIRT's x86 HTP "
+           "emulator: compiled or not, nodes on the HTP, emulator agreement; no latency",
+           proxy="compiled here for the chip and run on an emulator: verdicts and numerics, no latency"),
 )}
 
 
