@@ -36,13 +36,14 @@ class Chip:
     soc_model: str  # QNN's SoC id (QNN SDK's SoC table)
     htp_arch: str  # Hexagon architecture version (v73, v75, v79)
     name: str  # the marketing name shown in the report
+    android_soc: str = ""  # android.os.Build.SOC_MODEL on phones with this chip (API 31+): how an app picks its file
 
 
 # config key npu.chips names these; the QNN SoC table gives the ids
 CHIPS: dict[str, Chip] = {
-    "8gen2": Chip("43", "73", "Snapdragon 8 Gen 2"),
-    "8gen3": Chip("57", "75", "Snapdragon 8 Gen 3"),
-    "8elite": Chip("69", "79", "Snapdragon 8 Elite"),
+    "8gen2": Chip("43", "73", "Snapdragon 8 Gen 2", "SM8550"),
+    "8gen3": Chip("57", "75", "Snapdragon 8 Gen 3", "SM8650"),
+    "8elite": Chip("69", "79", "Snapdragon 8 Elite", "SM8750"),
 }
 DEFAULT_CHIPS = ["8gen2", "8gen3", "8elite"]
 
@@ -186,3 +187,21 @@ def emulate(context: Path, onnx_path: Path, chip: str, feeds: list[dict[str, np.
     return {"samples": len(feeds), "argmax_agreement": float(np.mean(got.argmax(-1) == want.argmax(-1))),
             "max_abs_diff": float(np.max(np.abs(got - want))) if len(feeds) else 0.0,
             "emulator_seconds_per_inference": result["emulator_seconds_per_inference"]}
+
+
+def run_context(context: Path, chip: str, feeds: list[dict[str, np.ndarray]], timeout_s: float = 600) -> np.ndarray:
+    """Logits (N, C) of a compiled context model on the HTP emulator, one feed per call (verify-bundle's
+    replay of a shipped context binary). Raises PipelineError when the emulator process dies or refuses it."""
+    c = get_chip(chip)
+    with tempfile.TemporaryDirectory() as tmp:
+        arrays = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
+        np.savez(Path(tmp) / "feeds.npz", n=np.array(len(feeds)), **arrays)
+        job = {"kind": "emulate", "context": str(context), "onnx": None,
+               "chip": {"soc_model": c.soc_model, "htp_arch": c.htp_arch},
+               "feeds": str(Path(tmp) / "feeds.npz"), "logits": str(Path(tmp) / "logits.npz")}
+        result, log = _worker(job, timeout_s)
+        if result is None:
+            lines = parse_log(log)["messages"] or log.strip().splitlines()[:1]
+            raise PipelineError(f"{context}: the HTP emulator did not run it for {c.name}: "
+                                f"{'; '.join(lines[:3])[:300]}")
+        return np.load(job["logits"])["emulator"]

@@ -196,6 +196,34 @@ def cross_check(bundle: Path, meta: dict, tok_dir: str = "tokenizer") -> None:
                                 f"{_REBUILD}")
 
 
+def check_qnn(bundle: Path, meta: dict) -> None:
+    """The HTP context binaries (metadata "qnn", export/qnn_bundle.py): per chip, per length, the context model
+    and its binary, named with their inputs and outputs, both listed in 'files' so their sha256 is checked."""
+    qnn = meta.get("qnn")
+    if qnn is None:
+        return
+    need(isinstance(qnn, dict) and isinstance(qnn.get("shipped"), bool), bundle, "'qnn' must say whether it was shipped")
+    if not qnn["shipped"]:
+        return
+    need(isinstance(qnn.get("chips"), dict) and len(qnn["chips"]) > 0, bundle, "'qnn' is shipped but names no chip")
+    need(isinstance(qnn.get("pad_id", 0), int), bundle, "qnn.pad_id must be an integer")
+    files = meta["files"]
+    for chip, entry in qnn["chips"].items():
+        where = f"qnn.chips.{chip}"
+        need(isinstance(entry, dict) and isinstance(entry.get("files"), dict) and len(entry["files"]) > 0, bundle,
+             f"{where}.files names no file")
+        need(all(str(n).isdigit() for n in entry["files"]), bundle, f"{where}.files must be keyed by length")
+        for n, spec in entry["files"].items():
+            key = f"{where}.files.{n}"
+            need(isinstance(spec, dict), bundle, f"{key} must name a file")
+            for io in ("inputs", "outputs"):
+                need(isinstance(spec.get(io), list) and len(spec[io]) > 0
+                     and all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in spec[io]),
+                     bundle, f"{key}.{io} must list named tensors")
+            _listed(bundle, files, spec.get("file"), f"{key}.file")
+            _listed(bundle, files, spec.get("binary"), f"{key}.binary")
+
+
 def check_npu(bundle: Path, meta: dict) -> None:
     """An npu student's static NPU files (metadata "npu", export/npu_bundle.py): each variant's per-length
     files and lookup file, named with their inputs and outputs, must be listed in 'files' so their sha256 is

@@ -22,7 +22,9 @@ def write_samples(out: Path, meta: dict) -> None:
     gen = meta.get("task") == GEN
     name = "PocketformerGenerator" if gen else "PocketformerClassifier"
     for rel, text in ((f"android/{name}.kt", (android.generator if gen else android.classifier)(meta)),
-                      (f"ios/{name}.swift", (ios.generator if gen else ios.classifier)(meta))):
+                      (f"ios/{name}.swift", (ios.generator if gen else ios.classifier)(meta)),
+                      # the HTP context binaries, where the bundle ships them (metadata "qnn")
+                      ("android/PocketformerNpuClassifier.kt", "" if gen else android.npu_classifier(meta))):
         if text:
             (out / rel).parent.mkdir(exist_ok=True)
             (out / rel).write_text(text)

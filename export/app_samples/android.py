@@ -159,3 +159,157 @@ class PocketformerGenerator(context: Context) : AutoCloseable {{
     }}
 }}
 """
+
+
+def npu_classifier(meta: dict) -> str:
+    """The HTP context binaries of metadata "qnn" through ONNX Runtime's QNN execution provider
+    (onnxruntime-android-qnn), the chip picked by Build.SOC_MODEL, CPU fallback disabled; where the chip is
+    not one compiled for, or the provider does not load, the CPU .ort file, with a log line saying why.
+    Empty when the bundle ships no context binary."""
+    qnn = meta.get("qnn") or {}
+    if not qnn.get("shipped"):
+        return ""
+    ort_model = meta["models"]["ort"]
+    ort_asset = ort_model["file"].split("/")[-1]
+    ort_types = {i["name"]: i["type"] for i in ort_model["inputs"]}
+    ort_long = ort_types.get("input_ids") == "tensor(int64)"
+    chips = qnn["chips"]
+    soc_rows = ",\n".join(
+        f'        {kt_string(e["android_soc_model"])} to Chip({kt_string(c)}, listOf({", ".join(str(n) for n in e["lengths"])}), '
+        f'{kt_string(e["variant"])})' for c, e in chips.items() if e.get("android_soc_model"))
+    first = next(iter(chips.values()))
+    ctx_type = next(i["type"] for spec in first["files"].values() for i in spec["inputs"] if i["name"] == "input_ids")
+    ctx_long = ctx_type == "tensor(int64)"
+    labels = ", ".join(kt_string(label) for label in meta["labels"])
+    sample = meta["samples"][0] if meta.get("samples") else None
+    sample_ids = ", ".join(str(i) for i in sample["token_ids"]) if sample else ""
+    return f"""{header(meta)}
+// The NPU path: {meta['model']['name']} compiled by Qualcomm's HTP compiler for {', '.join(e['name'] for e in chips.values())}
+// (npu/qnn/<chip>/, EP-context models with their context binaries; each checked on the HTP emulator when the
+// bundle was built). Token ids in (the app's tokenizer: tokenizer/tokenizer.json), label out.
+// Gradle (app/build.gradle.kts):
+//   implementation("com.microsoft.onnxruntime:onnxruntime-android-qnn:{ort_version(meta)}")  // QNN EP + libQnnHtp.so
+// Copy npu/qnn/ and {ort_model['file']} into app/src/main/assets/ (keep the folder layout: a _ctx.onnx names
+// its _ctx_qnn.bin, which must sit beside it on disk). On any other phone this class runs {ort_asset} on the CPU.
+package com.example.pocketformer
+
+import ai.onnxruntime.OnnxTensor
+import ai.onnxruntime.OrtEnvironment
+import ai.onnxruntime.OrtSession
+import android.content.Context
+import android.os.Build
+import android.util.Log
+import java.io.File
+import java.nio.IntBuffer
+import java.nio.LongBuffer
+
+class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
+    private data class Chip(val folder: String, val lengths: List<Int>, val variant: String)
+
+    private val env = OrtEnvironment.getEnvironment()
+    private val npu = HashMap<Int, OrtSession>()  // length -> HTP session; empty on the CPU path
+    private var lengths: List<Int> = emptyList()
+    private val cpu: OrtSession?
+
+    init {{
+        val soc = if (Build.VERSION.SDK_INT >= 31) Build.SOC_MODEL else "unknown (API < 31)"
+        val chip = CHIPS[soc]
+        var why: String? = if (chip == null) "no context binary for SoC $soc (compiled for ${{CHIPS.keys}})" else null
+        if (chip != null) {{
+            try {{
+                for (n in chip.lengths) {{
+                    val options = OrtSession.SessionOptions()
+                    options.addConfigEntry("session.disable_cpu_ep_fallback", "1")  // all on the NPU, or not at all
+                    options.addQnn(mapOf("backend_path" to "libQnnHtp.so"))
+                    val ctxFile = copyAsset("npu/qnn/${{chip.folder}}/${{chip.variant}}-${{n}}_ctx.onnx")
+                    copyAsset("npu/qnn/${{chip.folder}}/${{chip.variant}}-${{n}}_ctx_qnn.bin")
+                    npu[n] = env.createSession(ctxFile.path, options)
+                }}
+                lengths = chip.lengths
+            }} catch (e: Exception) {{
+                why = "the QNN execution provider did not load the context binary: ${{e.message}}"
+                npu.values.forEach {{ it.close() }}
+                npu.clear()
+            }}
+        }}
+        cpu = if (npu.isEmpty()) {{
+            Log.i("pocketformer", "NPU path off, running {ort_asset} on the CPU: $why")
+            env.createSession(context.assets.open("{ort_model['file'].split('/')[-1]}").readBytes(), OrtSession.SessionOptions())
+        }} else {{
+            Log.i("pocketformer", "NPU path on: ${{chip!!.variant}} for $soc at lengths $lengths")
+            null
+        }}
+    }}
+
+    /** Assets are not files; the QNN provider opens the context binary by path, beside the .onnx. */
+    private fun copyAsset(path: String): File {{
+        val dst = File(context.filesDir, path)
+        if (!dst.exists()) {{
+            dst.parentFile!!.mkdirs()
+            context.assets.open(path).use {{ input -> dst.outputStream().use {{ input.copyTo(it) }} }}
+        }}
+        return dst
+    }}
+
+    /** Label index for one text's token ids ([CLS] ... [SEP], at most the longest length). */
+    fun classify(ids: IntArray): Int {{
+        val scores = if (npu.isNotEmpty()) runNpu(ids) else runCpu(ids)
+        return scores.indices.maxByOrNull {{ scores[it] }}!!
+    }}
+
+    private fun runNpu(ids: IntArray): FloatArray {{
+        // the shortest compiled length that holds the text; ids and mask padded with PAD_ID / 0
+        val n = lengths.firstOrNull {{ it >= ids.size }} ?: lengths.last()
+        val x = IntArray(n) {{ if (it < ids.size) ids[it] else PAD_ID }}
+        val m = IntArray(n) {{ if (it < ids.size) 1 else 0 }}
+        val shape = longArrayOf(1, n.toLong())
+{_kt_inputs(ctx_long, "x", "m", "shape", "npu[n]!!", 8)}
+    }}
+
+    private fun runCpu(ids: IntArray): FloatArray {{
+        val shape = longArrayOf(1, ids.size.toLong())
+        val m = IntArray(ids.size) {{ 1 }}
+{_kt_inputs(ort_long, "ids", "m", "shape", "cpu!!", 8)}
+    }}
+
+    override fun close() {{
+        npu.values.forEach {{ it.close() }}
+        cpu?.close()
+    }}
+
+    companion object {{
+        const val PAD_ID = {qnn.get('pad_id', 0)}
+        val LABELS = listOf({labels})
+        // Build.SOC_MODEL -> the chip's folder under npu/qnn/, its lengths and the variant compiled
+        private val CHIPS = mapOf(
+{soc_rows}
+        )
+
+        /** Replays the first text of samples.json (its stored token ids) and logs the label. */
+        fun demo(context: Context) {{
+            PocketformerNpuClassifier(context).use {{ c ->
+                val label = LABELS[c.classify(intArrayOf({sample_ids}))]
+                Log.i("pocketformer", "label=$label (samples.json expects {sample['expected_label'] if sample else ''})")
+            }}
+        }}
+    }}
+}}
+"""
+
+
+def _kt_inputs(long: bool, x: str, m: str, shape: str, session: str, indent: int) -> str:
+    """Kotlin that runs session on ids x and mask m (IntArrays) as int32 or int64 tensors; returns logits[0]."""
+    pad = " " * indent
+    if long:
+        make = (f"{pad}val xt = OnnxTensor.createTensor(env, LongBuffer.wrap(LongArray({x}.size) {{ {x}[it].toLong() }}), {shape})\n"
+                f"{pad}val mt = OnnxTensor.createTensor(env, LongBuffer.wrap(LongArray({m}.size) {{ {m}[it].toLong() }}), {shape})\n")
+    else:
+        make = (f"{pad}val xt = OnnxTensor.createTensor(env, IntBuffer.wrap({x}), {shape})\n"
+                f"{pad}val mt = OnnxTensor.createTensor(env, IntBuffer.wrap({m}), {shape})\n")
+    return (make + f"{pad}try {{\n"
+            f"{pad}    {session}.run(mapOf(\"input_ids\" to xt, \"attention_mask\" to mt)).use {{ r ->\n"
+            f"{pad}        @Suppress(\"UNCHECKED_CAST\")\n"
+            f"{pad}        return (r.get(0).value as Array<FloatArray>)[0]\n"
+            f"{pad}    }}\n"
+            f"{pad}}} finally {{\n"
+            f"{pad}    xt.close()\n{pad}    mt.close()\n{pad}}}")

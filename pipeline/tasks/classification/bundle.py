@@ -46,11 +46,12 @@ def stage_bundle(ctx: StageContext) -> dict:
     from export.bundle import choose, coreml_row, finish, io_spec, latency_for, normalisation
     from export.checks import agreement_texts, ort_runner, predict, require_texts
     from export.npu_bundle import add_npu_files
+    from export.qnn_bundle import add_qnn_files
     from export.ort_session import ort_session
     from export.padding import allowed_lengths
     from export.string_model import agreement, build_string_model, predict_strings, token_id_mismatches
     from pipeline.manifest import library_versions
-    from pipeline.tasks.classification.replay import npu_logits, run_models
+    from pipeline.tasks.classification.replay import npu_logits, qnn_logits, run_models
 
     cfg, b = ctx.cfg, ctx.cfg.bundle  # its settings were checked when the config loaded (config_rules.py)
     export_rows = json.loads((ctx.input("export") / "variants.json").read_text())
@@ -136,8 +137,14 @@ def stage_bundle(ctx: StageContext) -> dict:
     # an npu student's static per-length NPU files: listed apart from `models`, whose files run with dynamic
     # shapes; each gets its own reference logits on the samples that fit its length (padded with pad_id)
     npu = add_npu_files(ctx.run_dir, ctx.input("quantize"), name, out, pad_id=tokenizer.pad_token_id or 0)
+    # the HTP context binaries that compiled and agreed on the emulator (compile stage), per chip; their
+    # reference logits are the emulator's own, which verify-bundle reproduces where onnxruntime-qnn is installed
+    qnn = add_qnn_files(ctx.run_dir, ctx.input("compile"), name, out, fallback=models["ort"]["file"],
+                        pad_id=tokenizer.pad_token_id or 0)
     refs = run_models(out, models, samples)
     npu_refs = npu_logits(out, npu or {}, samples)
+    if qnn["shipped"]:
+        npu_refs.update(qnn_logits(out, qnn, samples))
     for i, s in enumerate(samples):
         s["reference_logits"] = {models[k]["file"]: rows[i] for k, rows in refs.items()}
         s["reference_logits"].update({rel: rows[i] for rel, rows in npu_refs.items() if rows[i] is not None})
@@ -157,6 +164,7 @@ def stage_bundle(ctx: StageContext) -> dict:
             "versions": library_versions()}
     if npu:
         meta["npu"] = npu
+    meta["qnn"] = qnn
     # hf/ (transformers.js, Optimum) and required_operators.config (reduced ONNX Runtime build)
     from export.client_files import add_client_files
     from pipeline.tasks.classification import MODEL_FOLDERS

@@ -142,6 +142,26 @@ def npu_logits(bundle: Path, npu: dict, samples: list[dict]) -> dict[str, list[l
     return out
 
 
+def qnn_logits(bundle: Path, qnn: dict, samples: list[dict]) -> dict[str, list[list[float] | None]]:
+    """{context file: logits row per sample, None where the sample is longer than the file's length} of every
+    HTP context binary of metadata.json's "qnn" (export/qnn_bundle.py), run on the HTP emulator
+    (onnxruntime-qnn) for its chip: each sample alone, ids and 0/1 mask padded with pad_id, as npu_logits."""
+    from eval.qnn import run_context
+
+    out: dict[str, list[list[float] | None]] = {}
+    pad = qnn.get("pad_id", 0)
+    for chip, entry in qnn.get("chips", {}).items():
+        for n, spec in entry["files"].items():
+            fits = [s for s in samples if len(s["token_ids"]) <= int(n)]
+            feeds = []
+            for s in fits:
+                x, m = _padded(s["token_ids"], int(n), pad, _dtype(spec, "input_ids"))
+                feeds.append({i["name"]: (m if i["name"] == "attention_mask" else x) for i in spec["inputs"]})
+            got = iter(run_context(bundle / spec["file"], chip, feeds).tolist() if feeds else [])
+            out[spec["file"]] = [next(got) if len(s["token_ids"]) <= int(n) else None for s in samples]
+    return out
+
+
 def run_models(bundle: Path, models: dict, samples: list[dict]) -> dict:
     """{model key: logits rows} for every onnxruntime file of models (metadata.json's "models")."""
     return {key: ort_logits(bundle / spec["file"], spec, samples)

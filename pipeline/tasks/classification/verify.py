@@ -14,7 +14,8 @@ from pipeline.errors import PipelineError
 from pipeline.tasks.classification.logits_check import (LOGIT_ATOL, LOGIT_RTOL, compare,  # noqa: F401
                                                         predict_in_fresh_process)
 from pipeline.tasks.classification.replay import ORT_FORMATS
-from pipeline.verify_bundle_meta import (bundle_kind, check_metadata, check_npu, cross_check, load_samples,
+from pipeline.verify_bundle_meta import (bundle_kind, check_metadata, check_npu, check_qnn, cross_check,
+                                         load_samples,
                                          require_digest, resolve)
 
 
@@ -36,6 +37,27 @@ def compare_npu(bundle: Path, meta: dict, samples: list[dict], rows: dict) -> di
         out[f"npu:{rel}"] = compare(bundle, meta, [samples[n] for n in ran], rel, [got[n] for n in ran],
                                     labels_check=False)
     return out
+
+
+def _qnn(bundle: Path, meta: dict, samples: list[dict]) -> dict:
+    """Each HTP context binary (metadata "qnn") re-run on the HTP emulator against its stored reference logits
+    (the emulator's own at build time) where onnxruntime-qnn is installed; sha256 only elsewhere."""
+    qnn = meta.get("qnn") or {}
+    if not qnn.get("shipped"):
+        return {}
+    from eval.qnn import unavailable_reason
+
+    why = unavailable_reason()
+    if why:
+        return {f"qnn:{spec['file']}": {"status": "not run", "reason": f"{why} (sha256 checked)"}
+                for entry in qnn["chips"].values() for spec in entry["files"].values()}
+    from pipeline.tasks.classification.replay import qnn_logits
+
+    return {f"qnn:{rel}": {"status": "not run", "reason": "no sample fits its length (sha256 checked)"}
+            if not any(r is not None for r in rows) else
+            compare(bundle, meta, [s for s, r in zip(samples, rows) if r is not None], rel,
+                    [r for r in rows if r is not None], labels_check=False)
+            for rel, rows in qnn_logits(bundle, qnn, samples).items()}
 
 
 def _coreml(bundle: Path, meta: dict, samples: list[dict]) -> dict:
@@ -76,6 +98,7 @@ def verify_app(bundle: Path, files: dict) -> dict:
     files of an npu student (metadata "npu"), Core ML on macOS."""
     meta = check_metadata(bundle, files["meta"])
     check_npu(bundle, meta)
+    check_qnn(bundle, meta)
     cross_check(bundle, meta)
     require_digest(bundle, meta)
     samples = load_samples(bundle, meta)
@@ -89,6 +112,7 @@ def verify_app(bundle: Path, files: dict) -> dict:
         summary["models"][key] = compare(bundle, meta, samples, runnable[key]["file"], got[key])
     summary["models"]["coreml"] = _coreml(bundle, meta, samples)
     summary["models"].update(compare_npu(bundle, meta, samples, npu_rows))
+    summary["models"].update(_qnn(bundle, meta, samples))
     for key, spec in meta["models"].items():
         if key not in summary["models"]:
             summary["models"][key] = {"status": "not run", "reason": f"format '{spec['format']}' (sha256 checked)"}
