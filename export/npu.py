@@ -106,7 +106,20 @@ def export_static(model: nn.Module, out: Path, length: int, variant: NpuVariant,
             emb = model.embed(ids).detach()
             _export(_FromEmbeddings(model), (emb, mask), raw, ["embeddings", "attention_mask"], ["logits"], opset)
         optimize_model(raw, out)
+    _widen_tables(out)
     return out
+
+
+def _widen_tables(path: Path) -> None:
+    """A compact embedding's int16 id -> row table as int32, its Cast gone (export/index_tables.py: the HTP's
+    Gather rejects 16-bit integer data)."""
+    import onnx
+
+    from export.index_tables import widen_index_tables
+
+    model = onnx.load(str(path))
+    if widen_index_tables(model):
+        onnx.save(model, str(path))
 
 
 def export_lookup(model: nn.Module, out: Path, opset: int) -> Path:
@@ -118,6 +131,7 @@ def export_lookup(model: nn.Module, out: Path, opset: int) -> Path:
         raw = Path(tmp) / "lookup.onnx"
         _export(_Lookup(model), (torch.full((1, 8), 5, dtype=torch.int32),), raw, ["input_ids"], ["embeddings"],
                 opset, dynamic={"input_ids": {1: "sequence"}, "embeddings": {1: "sequence"}})
+        _widen_tables(raw)
         quantize_dynamic(str(raw), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"])
     return out
 
