@@ -12,7 +12,10 @@ onnxruntime/tools/mobile_helpers/*.md, are what decide):
   with per-channel scales, written as Cast + Mul: ONNX Runtime folds those into float weights when it loads
   the model, before the graph is partitioned, and Core ML computes in fp16 on the Neural Engine anyway (its
   own int8 is weight compression too). Smaller download, float compute.
-The additive attention Add and the Softmax stay in float in the QDQ file: the -1e4 mask fill would
+- Qualcomm's HTP (the QNN provider) takes the nnapi-int8 file whole; `qnn-w8a16` is the same graph with uint8
+  weights and uint16 activations, Qualcomm's recommendation for transformers. Every file carries a compact
+  embedding's id table as int32 (export/index_tables.py: the HTP's Gather rejects 16-bit integer data).
+The additive attention Add and the Softmax stay in float in the QDQ files: the -1e4 mask fill would
 stretch a uint8 range over every real score (export/quantize.py, STATIC_OPS).
 """
 from __future__ import annotations
