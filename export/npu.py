@@ -12,7 +12,10 @@ onnxruntime/tools/mobile_helpers/*.md, are what decide):
   with per-channel scales, written as Cast + Mul: ONNX Runtime folds those into float weights when it loads
   the model, before the graph is partitioned, and Core ML computes in fp16 on the Neural Engine anyway (its
   own int8 is weight compression too). Smaller download, float compute.
-The additive attention Add and the Softmax stay in float in the QDQ file: the -1e4 mask fill would
+- Qualcomm's HTP (the QNN provider) takes the nnapi-int8 file whole; `qnn-w8a16` is the same graph with uint8
+  weights and uint16 activations, Qualcomm's recommendation for transformers. Every file carries a compact
+  embedding's id table as int32 (export/index_tables.py: the HTP's Gather rejects 16-bit integer data).
+The additive attention Add and the Softmax stay in float in the QDQ files: the -1e4 mask fill would
 stretch a uint8 range over every real score (export/quantize.py, STATIC_OPS).
 """
 from __future__ import annotations
@@ -36,6 +39,9 @@ class NpuVariant:
     lookup_in_graph: bool  # True: input_ids in; False: embeddings in, lookup.onnx beside it
     quantize: str  # "qdq" (weights and activations) | "weights" (int8 weights, float compute)
     description: str
+    activations: str = "uint8"  # qdq only: the activation type ("uint8" | "uint16")
+    weights: str = "int8"  # qdq only: the weight type ("int8" | "uint8")
+    per_channel: bool = True  # qdq only: one weight scale per output channel (else per tensor)
 
 
 NPU_VARIANTS = {
@@ -43,6 +49,13 @@ NPU_VARIANTS = {
                              "graph (Gather on int32 ids); for ONNX Runtime's NNAPI provider"),
     "coreml-int8w": NpuVariant("coreml_mlprogram", False, "weights", "int8 per-channel weights folded to float "
                                "at load, embeddings in (lookup.onnx runs on the CPU); for the CoreML provider"),
+    # Qualcomm's recommendation for transformers on the HTP: 16-bit activations keep the residual stream and
+    # the layer-norm statistics that uint8 rounds, 8-bit weights keep the size. Per-tensor uint8 weights:
+    # the HTP's per-channel (axis) encodings are for signed symmetric weights, and QNN's own w8a16 recipe
+    # (get_qnn_qdq_config) quantizes weights per tensor unless asked otherwise.
+    "qnn-w8a16": NpuVariant("qnn", True, "qdq", "uint8 weights, uint16 activations (QDQ), token lookup in the "
+                            "graph; for ONNX Runtime's QNN provider on Qualcomm's HTP (Snapdragon NPU)",
+                            activations="uint16", weights="uint8", per_channel=False),
 }
 LOOKUP_FILE = "lookup.onnx"
 
@@ -106,7 +119,20 @@ def export_static(model: nn.Module, out: Path, length: int, variant: NpuVariant,
             emb = model.embed(ids).detach()
             _export(_FromEmbeddings(model), (emb, mask), raw, ["embeddings", "attention_mask"], ["logits"], opset)
         optimize_model(raw, out)
+    _widen_tables(out)
     return out
+
+
+def _widen_tables(path: Path) -> None:
+    """A compact embedding's int16 id -> row table as int32, its Cast gone (export/index_tables.py: the HTP's
+    Gather rejects 16-bit integer data)."""
+    import onnx
+
+    from export.index_tables import widen_index_tables
+
+    model = onnx.load(str(path))
+    if widen_index_tables(model):
+        onnx.save(model, str(path))
 
 
 def export_lookup(model: nn.Module, out: Path, opset: int) -> Path:
@@ -118,6 +144,7 @@ def export_lookup(model: nn.Module, out: Path, opset: int) -> Path:
         raw = Path(tmp) / "lookup.onnx"
         _export(_Lookup(model), (torch.full((1, 8), 5, dtype=torch.int32),), raw, ["input_ids"], ["embeddings"],
                 opset, dynamic={"input_ids": {1: "sequence"}, "embeddings": {1: "sequence"}})
+        _widen_tables(raw)
         quantize_dynamic(str(raw), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"])
     return out
 
@@ -190,13 +217,17 @@ def pad_to(ids: Sequence[int], length: int, pad_id: int) -> tuple[np.ndarray, np
     return x, m
 
 
-def quantize_qdq(src: Path, out: Path, calib_ids: list[list[int]], length: int, pad_id: int, model_name: str) -> None:
-    """uint8-activation / int8 per-channel weight QDQ of a static file (the ops of export/quantize.py's
-    STATIC_OPS: weights and data movement; the mask Add and Softmax stay float)."""
+def quantize_qdq(src: Path, out: Path, calib_ids: list[list[int]], length: int, pad_id: int, model_name: str,
+                 variant: NpuVariant = NPU_VARIANTS["nnapi-int8"]) -> None:
+    """QDQ of a static file with the variant's types (nnapi-int8: uint8 activations, int8 per-channel weights)
+    over the ops of export/quantize.py's STATIC_OPS: weights and data movement; the mask Add and Softmax
+    stay float."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     from export.quantize import STATIC_OPS
+
+    qtypes = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8, "uint16": QuantType.QUInt16}
 
     if not calib_ids:
         raise PipelineError(f"{model_name} -> NPU int8: no calibration texts; the training split is empty")
@@ -204,8 +235,9 @@ def quantize_qdq(src: Path, out: Path, calib_ids: list[list[int]], length: int, 
         pre = Path(tmp) / "pre.onnx"
         quant_pre_process(str(src), str(pre))
         quantize_static(str(pre), str(out), _FixedCalibration(calib_ids, length, pad_id).reader(),
-                        quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8,
-                        weight_type=QuantType.QInt8, op_types_to_quantize=STATIC_OPS)
+                        quant_format=QuantFormat.QDQ, per_channel=variant.per_channel,
+                        activation_type=qtypes[variant.activations], weight_type=qtypes[variant.weights],
+                        op_types_to_quantize=STATIC_OPS)
 
 
 class NpuRunner:
@@ -265,7 +297,7 @@ def write_variant(model: nn.Module, folder: Path, name: str, lengths: list[int],
             out = folder / f"{name}-{n}.onnx"
             if v.quantize == "qdq":
                 quantize_qdq(fp32, out, [s[:n] for s in calib_ids if len(s) <= n] or [s[:n] for s in calib_ids],
-                             n, pad_id, model_name)
+                             n, pad_id, model_name, v)
             else:
                 details["int8_weights"] = int8_weights(fp32, out)
             files[n] = out
