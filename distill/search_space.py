@@ -121,3 +121,11 @@ def shape_of(s: StudentSection | BaselineSection) -> dict:
     if is_rnn(s):
         return {"arch": s.cell, **{k: getattr(s, k) for k in RNN_SHAPE_KEYS}}
     return {k: getattr(s, k) for k in SHAPE_KEYS}
+
+
+def config_keys(shape: dict) -> dict:
+    """A candidate's shape as the keys of its config section ([student], or [baseline] for an RNN: arch is
+    baseline.cell there)."""
+    if shape["arch"] in RNN_CELLS:
+        return {"cell" if k == "arch" else k: v for k, v in shape.items() if k != "max_length"}
+    return dict(shape)

@@ -154,7 +154,7 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None):
 def _objective(cfg, r: SearchRequest, space, study, cands):
     import optuna
 
-    from distill.search_space import is_rnn, sample_candidate, shape_of
+    from distill.search_space import config_keys, is_rnn, sample_candidate, shape_of
     from pipeline.config import config_from_dict
 
     worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -205,16 +205,6 @@ def _objective(cfg, r: SearchRequest, space, study, cands):
         return cands.distill(s, r.fraction, report)
 
     return objective
-
-
-def config_keys(shape: dict) -> dict:
-    """A candidate's shape as the keys of its config section ([student], or [baseline] for an RNN: arch is
-    baseline.cell there)."""
-    from distill.search_space import RNN_CELLS
-
-    if shape["arch"] in RNN_CELLS:
-        return {"cell" if k == "arch" else k: v for k, v in shape.items() if k != "max_length"}
-    return dict(shape)
 
 
 def _storage(url: str, *, shared: bool):

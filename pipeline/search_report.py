@@ -116,8 +116,7 @@ def best_config(cfg, study, out: Path, target: str) -> Path | None:
     if best is None:  # a file from an earlier search (another budget) would pass for this one's result
         path.unlink(missing_ok=True)
         return None
-    from distill.search_space import RNN_CELLS
-    from pipeline.search import config_keys
+    from distill.search_space import RNN_CELLS, config_keys
 
     data = cfg.to_dict()
     data.pop("search", None)
