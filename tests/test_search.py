@@ -134,6 +134,9 @@ def test_over_budget_prunes_before_training(search_cfg, distill_calls, capsys):
     (["--target", "edge-npu", "--budget-ms", "2"], "mobile-cpu, host-cpu"),
     (["--target", "mobile-cpu", "--budget-ms", "0"], "positive latency budget"),
     (["--target", "mobile-cpu", "--budget-ms", "2", "--space", "huge"], "unknown search space 'huge'"),
+    (["--budget-ms", "2"], "no target: give --target"),
+    (["--target", "mobile-cpu", "--budget-ms", "2", "--storage", "nowhere"], "is not a database URL"),
+    (["--target", "mobile-cpu", "--budget-ms", "2", "--worker"], "search --worker adds trials to a shared study"),
 ])
 def test_bad_search_arguments_are_one_error(search_cfg, capsys, argv, needle):
     from pipeline.cli import main
