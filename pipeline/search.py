@@ -216,8 +216,12 @@ def _storage(url: str, *, shared: bool):
     kw: dict = {"engine_kwargs": {"connect_args": {"timeout": 120}}} if url.startswith("sqlite") else {}
     if shared:
         kw.update(heartbeat_interval=30, grace_period=120)
+    import warnings
+
     try:
-        return optuna.storages.RDBStorage(url, **kw)
+        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5.0 (pinned): not the user's concern
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, **kw)
     except Exception as e:  # a bad URL, a missing driver, an unreachable server: SQLAlchemy's many errors
         raise PipelineError(f"search.storage {_redacted(url)!r}: cannot open the study's database "
                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); check the URL, "
