@@ -107,11 +107,13 @@ phone-bench: $(STAMP)
 	  $(if $(PERF_TEST),--perf-test "$$PERF_TEST") $(if $(SERIAL),--serial "$$SERIAL")
 
 # Student search (docs/search.md): make search TARGET=mobile-cpu BUDGET_MS=2 [MAX_MB=5] [TRIALS=20] [SPACE=tiny]
+# [STORAGE=<database URL shared by workers>] [WORKER=1]
 search: $(STAMP)
 	@if [ -z "$$TARGET" ] || [ -z "$$BUDGET_MS" ]; then \
 	  echo "error: make search needs TARGET and BUDGET_MS, e.g. make search TARGET=mobile-cpu BUDGET_MS=2" >&2; exit 2; fi
 	$(RUN) search --target "$$TARGET" --budget-ms "$$BUDGET_MS" $(if $(MAX_MB),--max-mb "$$MAX_MB") \
-	  $(if $(TRIALS),--trials "$$TRIALS") $(if $(SPACE),--space "$$SPACE")
+	  $(if $(TRIALS),--trials "$$TRIALS") $(if $(SPACE),--space "$$SPACE") \
+	  $(if $(STORAGE),--storage "$$STORAGE") $(if $(WORKER),--worker)
 
 status: $(STAMP)
 	$(RUN) status

@@ -1,17 +1,19 @@
 """Student search spaces (a registry keyed by name): which classification student shapes the search
-(pipeline/search.py) may sample, and how one Optuna trial turns into a [student] section.
+(pipeline/search.py) may sample, and how one Optuna trial turns into a [student] section, or a [baseline]
+section for a recurrent candidate (arch lstm / gru: the baseline stage's distilled RNN).
 
 Every parameter has the same choices in every trial of a study (Optuna's TPE needs a fixed distribution per
 name), so widths that must agree are sampled as ratios: heads always divide hidden (every hidden below is a
 multiple of every head count), ffn = hidden * ffn_ratio, embedding_dim = hidden * embedding_ratio (0 = off).
-vocab_size_max is sampled only when vocab = "training" (a conditional parameter, which TPE handles).
+vocab_size_max is sampled only when vocab = "training" (a conditional parameter, which TPE handles); the
+rnn_* parameters only for an RNN arch, the transformer ones only for a transformer arch.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-from pipeline.config import StudentSection
+from pipeline.config import BaselineSection, StudentSection
 from pipeline.errors import PipelineError
 
 
@@ -24,19 +26,32 @@ class SearchSpace:
     embedding_ratio: tuple[float, ...]  # 0.0 = no factorized embedding
     vocab: tuple[str, ...]  # "teacher" | "training"
     vocab_size_max: tuple[int, ...]  # the cap when vocab = "training"
-    arch: tuple[str, ...]  # distill.student.STUDENTS keys serving classification
+    arch: tuple[str, ...]  # distill.student.STUDENTS keys serving classification, or RNN_CELLS
     description: str = ""
+    # recurrent candidates (arch lstm / gru): [baseline] embed_dim, hidden, layers, bidirectional
+    rnn_layers: tuple[int, ...] = ()
+    rnn_hidden: tuple[int, ...] = ()
+    rnn_embed: tuple[int, ...] = ()
+    rnn_bidirectional: tuple[bool, ...] = (True, False)
+
+
+RNN_CELLS = ("lstm", "gru")  # baseline.cell values: a candidate with one of these arches is a distilled RNN
 
 
 SPACES: dict[str, SearchSpace] = {
     "default": SearchSpace(layers=(1, 2, 3, 4, 6), hidden=(64, 128, 192, 256, 384), heads=(2, 4, 8),
                            ffn_ratio=(2, 4), embedding_ratio=(0.0, 0.5, 0.25), vocab=("teacher", "training"),
-                           vocab_size_max=(4096, 8192, 16384), arch=("bert", "npu"),
-                           description="phone-sized encoders: 1-6 layers, 64-384 wide"),
+                           vocab_size_max=(4096, 8192, 16384), arch=("bert", "npu", "lstm", "gru"),
+                           rnn_layers=(1, 2), rnn_hidden=(64, 128, 256), rnn_embed=(64, 128),
+                           description="phone-sized encoders (1-6 layers, 64-384 wide) and distilled LSTM / GRU"),
     # seconds per trial on a laptop core: for tests and a first look at a new dataset
     "tiny": SearchSpace(layers=(1, 2), hidden=(16, 32), heads=(2, 4), ffn_ratio=(2, 4), embedding_ratio=(0.0, 0.5),
                         vocab=("teacher", "training"), vocab_size_max=(16, 32), arch=("bert", "npu"),
                         description="1-2 layers, 16-32 wide (tests, quick looks)"),
+    "tiny-rnn": SearchSpace(layers=(1,), hidden=(16,), heads=(2,), ffn_ratio=(2,), embedding_ratio=(0.0,),
+                            vocab=("teacher", "training"), vocab_size_max=(16, 32), arch=("lstm", "gru"),
+                            rnn_layers=(1, 2), rnn_hidden=(8, 16), rnn_embed=(8, 16),
+                            description="distilled LSTM / GRU only, 8-16 wide (tests, quick looks)"),
 }
 
 
@@ -48,7 +63,32 @@ def get_space(name: str) -> SearchSpace:
     if bad:  # a registry entry written wrong, caught before any trial
         raise PipelineError(f"search space '{name}': hidden sizes {sorted(set(bad))} are not divisible by every "
                             f"head count {space.heads}")
+    if any(a in RNN_CELLS for a in space.arch) and not (space.rnn_layers and space.rnn_hidden and space.rnn_embed):
+        raise PipelineError(f"search space '{name}': RNN arches need rnn_layers, rnn_hidden and rnn_embed")
     return space
+
+
+def is_rnn(s) -> bool:
+    return isinstance(s, BaselineSection)
+
+
+def sample_candidate(trial, space: SearchSpace, base: StudentSection, base_rnn: BaselineSection):
+    """A [student] section (transformer arch) or a [baseline] section (lstm / gru) from the trial's choices.
+    A space without RNN arches samples exactly as before they existed (same order, same numbers)."""
+    if not any(a in RNN_CELLS for a in space.arch):
+        return sample_student(trial, space, base)
+    arch = trial.suggest_categorical("arch", list(space.arch))
+    if arch not in RNN_CELLS:
+        return sample_student(trial, space, base)
+    vocab = trial.suggest_categorical("vocab", list(space.vocab))
+    cap = trial.suggest_categorical("vocab_size_max", list(space.vocab_size_max)) if vocab == "training" \
+        else base_rnn.vocab_size_max
+    return dataclasses.replace(
+        base_rnn, cell=arch, layers=trial.suggest_categorical("rnn_layers", list(space.rnn_layers)),
+        hidden=trial.suggest_categorical("rnn_hidden", list(space.rnn_hidden)),
+        embed_dim=trial.suggest_categorical("rnn_embed", list(space.rnn_embed)),
+        bidirectional=trial.suggest_categorical("rnn_bidirectional", list(space.rnn_bidirectional)),
+        vocab=vocab, vocab_size_max=cap)
 
 
 def sample_student(trial, space: SearchSpace, base: StudentSection) -> StudentSection:
@@ -70,10 +110,22 @@ def sample_student(trial, space: SearchSpace, base: StudentSection) -> StudentSe
     return s
 
 
+RNN_SHAPE_KEYS = ("embed_dim", "hidden", "layers", "bidirectional", "vocab", "vocab_size_max", "max_length")
 SHAPE_KEYS = ("arch", "layers", "hidden", "heads", "ffn", "embedding_dim", "vocab", "vocab_size_max", "init",
               "max_length", "max_positions")
 
 
-def shape_of(s: StudentSection) -> dict:
-    """The [student] settings that decide a student's graph (its latency and file size)."""
+def shape_of(s: StudentSection | BaselineSection) -> dict:
+    """The settings that decide a candidate's graph (its latency and file size): [student] keys, or for an RNN
+    "arch" (= baseline.cell) and [baseline] keys."""
+    if is_rnn(s):
+        return {"arch": s.cell, **{k: getattr(s, k) for k in RNN_SHAPE_KEYS}}
     return {k: getattr(s, k) for k in SHAPE_KEYS}
+
+
+def config_keys(shape: dict) -> dict:
+    """A candidate's shape as the keys of its config section ([student], or [baseline] for an RNN: arch is
+    baseline.cell there)."""
+    if shape["arch"] in RNN_CELLS:
+        return {"cell" if k == "arch" else k: v for k, v in shape.items() if k != "max_length"}
+    return dict(shape)

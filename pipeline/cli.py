@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show-config", help="print the fully resolved config")
     _common(p)
     for name, stage in _stages().items():
+        if stage.optional:  # an optional stage brings its own command and flags (search.add_cli below)
+            continue
         p = sub.add_parser(name, help=stage.doc)
         _common(p)
     from pipeline import phone
@@ -105,13 +107,17 @@ def main(argv: list[str] | None = None) -> int:
     _apply_env(args)
     try:
         from pipeline.config import dumps, load_config
-        from pipeline.stage import STAGES, run, statuses
+        from pipeline.stage import STAGES, default_targets, run, statuses
 
         if args.command in ("verify-bundle", "phone-bench"):
             from pipeline import phone
             from pipeline import verify
 
             return {"verify-bundle": verify.run_cli, "phone-bench": phone.run_cli}[args.command](args)
+        if args.command == "search":  # its flags are overrides of [search] keys (so its fingerprint has them)
+            from pipeline import search
+
+            args.overrides = args.overrides + search.flag_overrides(args)
         cfg = load_config(args.config, args.overrides)
         if args.command == "search":
             from pipeline import search
@@ -126,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:10s} {why}")
             return 0
         if args.command == "run":
-            targets = [args.until] if args.until else stages
+            targets = [args.until] if args.until else default_targets()
             force: tuple[str, ...] = tuple(targets) if args.force else ()
         else:
             targets = [args.command]

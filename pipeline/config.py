@@ -370,6 +370,23 @@ class PhoneSection:
     compute_units: list[str] = field(default_factory=lambda: ["CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE", "ALL"])
 
 
+@dataclass(frozen=True)
+class SearchSection:
+    """The student search (stage `search`, docs/search.md): run only when named (`python -m pipeline search`,
+    `make search`), never by `make all`. Its flags (--target, --budget-ms, ...) override these keys."""
+
+    target: str = ""  # where the budget applies: mobile-cpu | host-cpu; "" = not set (the search asks for it)
+    budget_ms: float = 0.0  # p50 latency limit on the target, batch 1, bench.headline_length; 0 = not set
+    max_mb: float = 0.0  # int8-dynamic file size limit in MB; 0 = none
+    trials: int = 20  # finished trials the study holds when the stage ends (a resumed study runs the rest)
+    space: str = "default"  # search space: a key of distill/search_space.py SPACES
+    fraction: float = 0.34  # share of distill.epochs (baseline.epochs for RNN candidates) a candidate trains
+    # Where the Optuna study lives: "" = SQLite in the run folder (kept across a kill); else any SQLAlchemy URL
+    # Optuna accepts (sqlite:////shared/study.db, postgresql://...), so `search --worker` processes on other
+    # machines add trials to the same study
+    storage: str = ""
+
+
 SECTIONS: dict[str, type] = {
     "run": RunSection,
     "data": DataSection,
@@ -386,6 +403,7 @@ SECTIONS: dict[str, type] = {
     "lm": LMSection,
     "bundle": BundleSection,
     "phone": PhoneSection,
+    "search": SearchSection,
 }
 
 
@@ -406,6 +424,7 @@ class Config:
     lm: LMSection = field(default_factory=LMSection)
     bundle: BundleSection = field(default_factory=BundleSection)
     phone: PhoneSection = field(default_factory=PhoneSection)
+    search: SearchSection = field(default_factory=SearchSection)
     source: str = ""  # the file it came from, for messages
 
     @property
@@ -469,6 +488,8 @@ def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
     ALWAYS_READ, sorted. An unknown section or key is a bug in the declaration (it would never re-run the
     stage): ValueError."""
     out = set(ALWAYS_READ)
+    if "*" in reads:  # every key of every section (a step whose output is the whole resolved config)
+        reads = tuple(SECTIONS)
     for entry in reads:
         section, _, key = entry.partition(".")
         if section not in SECTIONS:

@@ -148,6 +148,7 @@ REGISTRY_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "export.ort_target_platform": ("ORT platform", ("export.ort_format:PLATFORMS",)),
     "quantize.static_float": ("int8-static float part", ("export.quantize:STATIC_FLOAT",)),
     "npu.chips": ("Snapdragon chip", ("eval.qnn:CHIPS",)),
+    "search.space": ("search space", ("distill.search_space:SPACES",)),
 }
 
 
@@ -191,8 +192,14 @@ def _ort_optimizers(cfg) -> str | None:
     return None
 
 
+def _search(cfg) -> str | None:
+    from pipeline.search_checks import check  # the [search] section's rules live beside the search
+
+    return check(cfg)
+
+
 CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split_fractions_leave_training_data,
-                                              _prompts, _ort_optimizers]
+                                              _prompts, _ort_optimizers, _search]
 
 
 def _registry(ref: str):

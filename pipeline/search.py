@@ -1,23 +1,32 @@
-"""Student search under a latency (and size) budget on a target: `python -m pipeline search`.
+"""Student search under a latency (and size) budget on a target: the optional stage `search` (run only when
+named: `python -m pipeline search`, `make search`), after the teacher's logits are cached.
 
-Runs the stages the search reads (data, teacher, logits) through pipeline.stage.run, then an Optuna study
-kept in runs/<run>/search/study.db (a killed search resumes where it stopped). Each trial samples a student
-shape (distill/search_space.py), measures a random-weight copy of it on the target first (latency and
-int8-dynamic size, cached in search/measurements.json) and is pruned when over budget, before any training;
-a feasible one is distilled on a short schedule and scored on the validation split (never the test split).
-Outputs: search/trials.json, search/pareto.png, search/best-<target>.toml (pipeline/search_report.py).
-Not a stage of the run graph yet: it writes beside the stages' folders and holds the run's lock meanwhile.
+Its request is the [search] section (the CLI flags are overrides of those keys, so the stage's fingerprint has
+them). The Optuna study lives in SQLite under runs/<run>/.resume/search/ while the stage runs (a killed search
+resumes where it stopped) and is copied into search/ when it finishes; or in a shared database
+(search.storage), where `search --worker` processes on other machines add trials to the same study. Each
+trial samples a student (a transformer or a recurrent one, distill/search_space.py), measures a random-weight
+copy of it on the target first (latency and int8-dynamic size, cached in measurements.json) and is pruned when
+over budget, before any training; a feasible one is distilled from the cached teacher logits on a short
+schedule and scored on the validation split (never the test split). Outputs: search/trials.json,
+search/pareto.png, search/best-<target>.toml (pipeline/search_report.py), written by the stage alone.
 """
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass
+import os
+import shutil
+import socket
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pipeline.errors import PipelineError
 
 log = logging.getLogger("pocketformer")
-NEEDS = ["data", "teacher", "logits"]  # the stages whose outputs the search reads
+NEEDS = ["data", "teacher", "logits"]  # the stages whose outputs the search reads (its deps in the graph)
+# the stage's files that outlive a run of it: seeded into the next run's workspace (a larger --trials resumes)
+KEPT = ("study.db", "measurements.json")
 
 
 @dataclass(frozen=True)
@@ -25,84 +34,140 @@ class SearchRequest:
     target: str
     budget_ms: float
     max_mb: float = 0.0  # 0 = no size limit
-    trials: int = 20  # total trials in the study (a resumed study runs only the missing ones)
+    trials: int = 20  # total finished trials in the study (a resumed study runs only the missing ones)
     space: str = "default"
     fraction: float = 0.34  # share of distill.epochs each candidate trains for
+    storage: str = ""  # "" = SQLite in the run folder; else a shared SQLAlchemy URL
+
+
+def request_of(cfg) -> SearchRequest:
+    """cfg.search as a request; the keys left "not set" (target, budget) are one error naming the flag."""
+    s = cfg.search
+    if not s.target:
+        raise PipelineError("search: no target: give --target mobile-cpu (or host-cpu), or set search.target")
+    if not s.budget_ms > 0:
+        raise PipelineError("search: no latency budget: give --budget-ms (a positive latency budget in "
+                            "milliseconds), or set search.budget_ms")
+    return SearchRequest(s.target, s.budget_ms, s.max_mb, s.trials, s.space, s.fraction, s.storage)
 
 
 def check_request(r: SearchRequest) -> None:
-    from pipeline.tasks.classification.search import check_target
+    """The load-time checks (pipeline/search_checks.py) for a request built in code."""
+    from pipeline.search_checks import target_problem
 
-    check_target(r.target)
+    problem = target_problem(r.target)
+    if problem:
+        raise PipelineError(problem)
     if not r.budget_ms > 0:
         raise PipelineError(f"search --budget-ms {r.budget_ms}: give a positive latency budget in milliseconds")
-    if r.max_mb < 0:
-        raise PipelineError(f"search --max-mb {r.max_mb}: give a size limit in MB (> 0), or leave it out")
-    if r.trials < 1:
-        raise PipelineError(f"search --trials {r.trials}: give at least 1 trial")
-    if not 0 < r.fraction <= 1:
-        raise PipelineError(f"search --fraction {r.fraction}: give a share of distill.epochs in (0, 1]")
+    if r.max_mb < 0 or r.trials < 1 or not 0 < r.fraction <= 1:
+        raise PipelineError(f"search: --max-mb {r.max_mb:g} must be >= 0, --trials {r.trials} >= 1 and "
+                            f"--fraction {r.fraction:g} in (0, 1]")
 
 
 def study_name(cfg, r: SearchRequest) -> str:
     """One study per (target, budget, size limit, what a trial's score depends on): changing any of those
-    starts a fresh study in the same study.db; the same command resumes its own."""
+    starts a fresh study in the same storage; the same request resumes its own. In the run folder's own
+    SQLite the logits are keyed by their content; in a shared storage by the settings that make them (the
+    same on every machine: each machine caches its own logits)."""
+    from distill.search_space import get_space
     from pipeline.manifest import content_key, sha256_json
+    from pipeline.stage import STAGES, config_hash
 
-    basis = {"logits": content_key(cfg.run_dir / "logits"), "distill": cfg.section_dict("distill"),
+    upstream = ({n: config_hash(cfg, STAGES[n])[1] for n in NEEDS} if r.storage
+                else content_key(cfg.run_dir / "logits"))
+    basis = {"logits": upstream, "distill": cfg.section_dict("distill"), "baseline": cfg.section_dict("baseline"),
              "student": cfg.section_dict("student"), "teacher.eval_batch_size": cfg.teacher.eval_batch_size,
-             "seed": cfg.run.seed, "space": r.space, "fraction": r.fraction, "bench": cfg.section_dict("bench"),
-             "quantize": cfg.section_dict("quantize")}
+             "teacher.max_length": cfg.teacher.max_length, "seed": cfg.run.seed,
+             "space": [r.space, asdict(get_space(r.space))], "fraction": r.fraction,
+             "bench": cfg.section_dict("bench"), "quantize": cfg.section_dict("quantize")}
     return f"{r.target}-{r.budget_ms:g}ms-{r.max_mb:g}mb-{sha256_json(basis)[:12]}"
 
 
-def run_search(cfg, r: SearchRequest) -> dict:
-    """Run (or resume) the search; returns {"best_config", "trials", "study"}."""
-    from pipeline.lock import run_lock
-    from pipeline.stage import run
-
-    if cfg.run.task != "classification":
-        raise PipelineError(f"search: run.task = '{cfg.run.task}' is not searchable yet (classification only)")
-    check_request(r)
+# --- the stage ----------------------------------------------------------------------------------------------
+def stage_search(ctx) -> dict:
+    """The classification task's step for `search`: run (or resume) the study until it holds search.trials
+    finished trials, then write the outputs into the stage's folder."""
     from distill.search_space import get_space
-
-    space = get_space(r.space)  # an unknown space fails before any training
-    run(cfg, NEEDS)
-    with run_lock(cfg.run_dir, f"search of {cfg.source or 'a config'}"):
-        return _search(cfg, r, space)
-
-
-def _search(cfg, r: SearchRequest, space) -> dict:
-    import optuna
-
-    from distill.search_space import sample_student, shape_of
-    from pipeline.config import config_from_dict
     from pipeline.search_report import best_config, write_outputs
-    from pipeline.tasks.classification.search import Candidates
 
+    cfg = ctx.cfg
+    r = request_of(cfg)
+    space = get_space(r.space)
+    work = ctx.resume_dir  # kept across a kill, removed by the runner when the stage has finished
+    work.mkdir(parents=True, exist_ok=True)
+    for name in KEPT:  # the previous finished search's study and measurements: a larger --trials resumes it
+        if not (work / name).exists() and (ctx.run_dir / "search" / name).is_file():
+            shutil.copy2(ctx.run_dir / "search" / name, work / name)
+    url = r.storage or f"sqlite:///{work / 'study.db'}"
+    study = run_trials(cfg, r, space, url, work / "measurements.json")
+    rows = write_outputs(study, ctx.out, r)
+    best = best_config(cfg, study, ctx.out, r.target)
+    if (work / "measurements.json").is_file():
+        shutil.copy2(work / "measurements.json", ctx.out / "measurements.json")
+    if not r.storage:
+        _copy_sqlite(work / "study.db", ctx.out / "study.db")
+    finished = [t for t in rows if t["status"] in ("complete", "pruned")]
+    return {"study": study.study_name, "storage": "run folder" if not r.storage else _redacted(r.storage),
+            "trials": len(finished), "complete": sum(t["status"] == "complete" for t in rows),
+            "best_trial": json.loads((ctx.out / "trials.json").read_text())["best_trial"],
+            "best_config": best.name if best else None,
+            "workers": sorted({t["worker"] for t in rows if t.get("worker")})}
+
+
+def stage_not_searchable(ctx) -> dict:
+    """The generation task's step: no search yet (docs/search.md, "Not done yet")."""
+    raise PipelineError(f"search: run.task = '{ctx.cfg.run.task}' is not searchable yet (classification only)")
+
+
+def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None):
+    """Open (or resume) the study and run trials until it holds r.trials finished (complete or pruned) ones,
+    whoever ran them. Returns the study."""
+    import optuna
+    from optuna.study import MaxTrialsCallback
+    from optuna.trial import TrialState
+
+    from pipeline.tasks.classification.search import Candidates
     from pipeline.tasks.common import threads
 
+    check_request(r)
     threads(cfg)  # run.threads for the candidates' training, as in the distill stage
-    out = cfg.run_dir / "search"
-    out.mkdir(parents=True, exist_ok=True)
-    cands = Candidates(cfg, r.target, out / "measurements.json")
+    cands = Candidates(cfg, r.target, cache_path)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # constraints (trial.set_constraint, <= 0 feasible): TPE learns where the budget cuts the space
     sampler = optuna.samplers.TPESampler(seed=cfg.run.seed)
-    study = optuna.create_study(study_name=study_name(cfg, r), storage=f"sqlite:///{out / 'study.db'}",
-                                direction="maximize", sampler=sampler, pruner=optuna.pruners.SuccessiveHalvingPruner(),
-                                load_if_exists=True)
-    _fail_interrupted(study)
-    done = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]  # failed ones run again
-    todo = max(0, r.trials - len(done))
-    log.info("search %s: %d trial(s) in the study, %d to run", study.study_name, len(done), todo)
+    study = optuna.create_study(study_name=study_name(cfg, r), storage=_storage(url, shared=bool(r.storage)),
+                                direction="maximize", sampler=sampler,
+                                pruner=optuna.pruners.SuccessiveHalvingPruner(), load_if_exists=True)
+    if not r.storage:
+        _fail_interrupted(study)  # the run lock says no other process uses this study
+    finished = (TrialState.COMPLETE, TrialState.PRUNED)  # failed ones run again
+    done = len(study.get_trials(deepcopy=False, states=finished))
+    todo = max(0, r.trials - done)
+    log.info("search %s: %d trial(s) in the study, %d to run", study.study_name, done, todo)
+    if todo:
+        study.optimize(_objective(cfg, r, space, study, cands), n_trials=todo, catch=(),
+                       callbacks=[MaxTrialsCallback(r.trials, states=finished)])
+    return study
+
+
+def _objective(cfg, r: SearchRequest, space, study, cands):
+    import optuna
+
+    from distill.search_space import config_keys, is_rnn, sample_candidate, shape_of
+    from pipeline.config import config_from_dict
+
+    worker = f"{socket.gethostname()}:{os.getpid()}"
 
     def objective(trial) -> float:
-        s = sample_student(trial, space, cfg.student)
+        trial.set_user_attr("worker", worker)
+        s = sample_candidate(trial, space, cfg.student, cfg.baseline)
         shape = shape_of(s)
         trial.set_user_attr("student", shape)
-        try:  # the same load-time checks a run of this student would get
-            config_from_dict({**cfg.to_dict(), "student": {**cfg.section_dict("student"), **shape}}, "search")
+        section = "baseline" if is_rnn(s) else "student"
+        try:  # the same load-time checks a run of this candidate would get
+            config_from_dict({**cfg.to_dict(), section: {**cfg.section_dict(section), **config_keys(shape)}},
+                             "search")
         except PipelineError as e:
             trial.set_user_attr("pruned_because", f"invalid student: {e}")
             _constrain(trial, 1.0, 1.0)
@@ -139,11 +204,48 @@ def _search(cfg, r: SearchRequest, space) -> dict:
 
         return cands.distill(s, r.fraction, report)
 
-    if todo:
-        study.optimize(objective, n_trials=todo, catch=())
-    rows = write_outputs(study, out, r)
-    best = best_config(cfg, study, out, r.target)
-    return {"best_config": best, "trials": rows, "study": study.study_name}
+    return objective
+
+
+def _storage(url: str, *, shared: bool):
+    """Optuna's RDB storage for url. SQLite waits for a busy file instead of failing at once (workers write it
+    in turn); a shared storage keeps heartbeats, so a trial of a killed worker is failed by the next one after
+    the grace period (in the run folder's own SQLite the run lock says that at once: _fail_interrupted)."""
+    import optuna
+
+    kw: dict = {"engine_kwargs": {"connect_args": {"timeout": 120}}} if url.startswith("sqlite") else {}
+    if shared:
+        kw.update(heartbeat_interval=30, grace_period=120)
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5.0 (pinned): not the user's concern
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, **kw)
+    except Exception as e:  # a bad URL, a missing driver, an unreachable server: SQLAlchemy's many errors
+        raise PipelineError(f"search.storage {_redacted(url)!r}: cannot open the study's database "
+                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); check the URL, "
+                            f"the database server and its driver") from None
+
+
+def _redacted(url: str) -> str:
+    """url without a password (it lands in the manifest and in messages)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("://", 1)[0] + "://..."
+
+
+def _copy_sqlite(src: Path, dst: Path) -> None:
+    """A consistent copy of an SQLite file (the backup API: no half-written page even if a connection is open)."""
+    import sqlite3
+
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
+    b.close()
+    a.close()
 
 
 def _trained_twin(study, trial):
@@ -172,25 +274,77 @@ def _fail_interrupted(study) -> None:
         log.info("search: trial %d was interrupted; marked failed", t.number)
 
 
+# --- entry points -------------------------------------------------------------------------------------------
+def run_search(cfg, force: bool = False) -> dict:
+    """Run the stage `search` (and what it needs) through the runner; returns its manifest's summary."""
+    from pipeline.manifest import read_manifest
+    from pipeline.stage import run
+
+    if cfg.run.task != "classification":
+        raise PipelineError(f"search: run.task = '{cfg.run.task}' is not searchable yet (classification only)")
+    request_of(cfg)  # a missing target or budget fails before data, teacher and logits run
+    run(cfg, ["search"], force=("search",) if force else ())
+    return read_manifest(cfg.run_dir / "search")["summary"]
+
+
+def run_worker(cfg) -> dict:
+    """`search --worker`: add trials to the shared study (search.storage) until it holds search.trials finished
+    ones. Runs data, teacher and logits first where they are not up to date; writes nothing else in the run
+    folder (the stage, run once anywhere, writes the outputs)."""
+    from distill.search_space import get_space
+    from pipeline.stage import run, statuses
+
+    if cfg.run.task != "classification":
+        raise PipelineError(f"search: run.task = '{cfg.run.task}' is not searchable yet (classification only)")
+    r = request_of(cfg)
+    if not r.storage:
+        raise PipelineError("search --worker adds trials to a shared study: set search.storage to a database URL "
+                            "every worker reaches (e.g. --set search.storage='\"sqlite:////shared/study.db\"')")
+    space = get_space(r.space)
+    if not all(fresh for fresh, _ in statuses(cfg, NEEDS).values()):
+        run(cfg, NEEDS)
+    study = run_trials(cfg, r, space, r.storage, None)
+    return {"study": study.study_name, "trials": len(study.trials)}
+
+
+FLAGS = {"target": "target", "budget_ms": "budget_ms", "max_mb": "max_mb", "trials": "trials", "space": "space",
+         "fraction": "fraction", "storage": "storage"}  # argparse dest -> [search] key
+
+
+def flag_overrides(args) -> list[str]:
+    """The flags given, as --set overrides of [search] (after the config's and --set's, so they win)."""
+    return [f"search.{key}={json.dumps(getattr(args, dest))}" for dest, key in FLAGS.items()
+            if getattr(args, dest, None) is not None]
+
+
 def add_cli(sub, common) -> None:
     """common: the CLI's --config/--set/--force adder (passed in: pipeline.cli imports this module)."""
-    p = sub.add_parser("search", help="search student shapes under a latency budget on a target (runs data, "
-                                      "teacher and logits first); writes runs/<run>/search/")
+    p = sub.add_parser("search", help="the optional stage search: student shapes under a latency budget on a "
+                                      "target (runs data, teacher and logits first); writes runs/<run>/search/")
     common(p)
-    p.add_argument("--target", required=True, help="where the budget applies: mobile-cpu or host-cpu")
-    p.add_argument("--budget-ms", type=float, required=True, help="p50 latency limit, batch 1, bench.headline_length")
-    p.add_argument("--max-mb", type=float, default=0.0, help="int8-dynamic file size limit in MB (default: none)")
-    p.add_argument("--trials", type=int, default=20, help="trials in the study in total (a resumed one runs the rest)")
-    p.add_argument("--space", default="default", help="search space (distill/search_space.py SPACES)")
-    p.add_argument("--fraction", type=float, default=0.34, help="share of distill.epochs each candidate trains")
+    p.add_argument("--target", help="where the budget applies: mobile-cpu or host-cpu (search.target)")
+    p.add_argument("--budget-ms", type=float, help="p50 latency limit, batch 1, bench.headline_length "
+                                                   "(search.budget_ms)")
+    p.add_argument("--max-mb", type=float, help="int8-dynamic file size limit in MB (search.max_mb; default none)")
+    p.add_argument("--trials", type=int, help="finished trials in the study in total (search.trials, default 20)")
+    p.add_argument("--space", help="search space, distill/search_space.py SPACES (search.space)")
+    p.add_argument("--fraction", type=float, help="share of distill.epochs each candidate trains (search.fraction)")
+    p.add_argument("--storage", help="a shared study database, an SQLAlchemy URL (search.storage)")
+    p.add_argument("--worker", action="store_true", help="only add trials to the shared study (search.storage) "
+                                                         "until it holds --trials; the stage writes the outputs")
 
 
 def run_cli(cfg, args) -> int:
-    r = SearchRequest(args.target, args.budget_ms, args.max_mb, args.trials, args.space, args.fraction)
-    result = run_search(cfg, r)
-    best = result["best_config"]
-    if best is None:
-        print(f"search: no trial met the budget on {r.target}; see {cfg.run_dir / 'search' / 'trials.json'}")
+    if args.worker:
+        done = run_worker(cfg)
+        print(f"search worker: study {done['study']} holds {done['trials']} trial(s); run `search` without "
+              f"--worker (once, anywhere) to write the outputs")
+        return 0
+    summary = run_search(cfg, force=args.force)
+    folder = cfg.run_dir / "search"
+    if summary["best_config"] is None:
+        print(f"search: no trial met the budget on {cfg.search.target}; see {folder / 'trials.json'}")
         return 1
-    print(f"best student config: {best}\nrun it with: make all CONFIG={Path(best)}")
+    best = folder / summary["best_config"]
+    print(f"best student config: {best}\nrun it with: make all CONFIG={best}")
     return 0

@@ -19,7 +19,8 @@ def trial_rows(study) -> list[dict]:
                      "student": a.get("student"), "latency_ms": a.get("latency_ms"), "size_bytes": a.get("size_bytes"),
                      "validation_accuracy": t.value if t.state.name == "COMPLETE" else None,
                      "validation_accuracy_per_rung": a.get("validation_accuracy_per_rung", []),
-                     "pruned_because": a.get("pruned_because"), "same_as_trial": a.get("same_as_trial")})
+                     "pruned_because": a.get("pruned_because"), "same_as_trial": a.get("same_as_trial"),
+                     "worker": a.get("worker")})
     return rows
 
 
@@ -105,8 +106,9 @@ def pareto_plot(rows: list[dict], path: Path, request) -> Path:
 
 
 def best_config(cfg, study, out: Path, target: str) -> Path | None:
-    """search/best-<target>.toml: cfg (as resolved) with the best complete trial's [student]; None if no trial
-    completed. The file is checked with load_config before it is kept."""
+    """search/best-<target>.toml: cfg (as resolved) with the best complete trial's [student] (or, for an LSTM /
+    GRU, its [baseline] and bundle.model = "lstm_distilled"); None if no trial completed. The file is checked
+    with load_config before it is kept. The [search] section is left out: the search is not part of `make all`."""
     from pipeline.config import load_config
 
     best = best_trial(study)
@@ -114,8 +116,18 @@ def best_config(cfg, study, out: Path, target: str) -> Path | None:
     if best is None:  # a file from an earlier search (another budget) would pass for this one's result
         path.unlink(missing_ok=True)
         return None
+    from distill.search_space import RNN_CELLS, config_keys
+
     data = cfg.to_dict()
-    data["student"] = {**data["student"], **best.user_attrs["student"]}
+    data.pop("search", None)
+    shape = best.user_attrs["student"]
+    if shape["arch"] in RNN_CELLS:  # the baseline stage trains it; the bundle ships it
+        data["baseline"] = {**data["baseline"], **config_keys(shape)}
+        data["bundle"] = {**data["bundle"], "model": "lstm_distilled"}
+        if "lstm_distilled" not in data["quantize"]["models"]:
+            data["quantize"]["models"] = [*data["quantize"]["models"], "lstm_distilled"]
+    else:
+        data["student"] = {**data["student"], **config_keys(shape)}
     header = (f"# written by `python -m pipeline search --target {target}` from {cfg.source or 'a config'}: trial "
               f"#{best.number}, validation accuracy {best.value:.4f} after the short schedule, "
               f"{best.user_attrs.get('latency_ms', float('nan')):.3f} ms p50 on {target}, "

@@ -32,6 +32,9 @@ class Stage:
     # Extra freshness test for what a stage writes outside its folder (the bundle's published copy):
     # (config, the stage's manifest) -> why it must re-run, or None. Its manifest and files alone cannot tell.
     check: Callable[[Config, dict], str | None] | None = None
+    # Run only when named (its command, `run --until` it, or a target that needs it), never by a plain `run`
+    # / `make all`; `status` still shows it.
+    optional: bool = False
 
 
 _TRAIN = ("data", "teacher", "distill", "baseline")
@@ -56,7 +59,15 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("web-bundle", ("data", "quantize", "export", "report"),
           "The browser bundle with its demo page, published to <bundle.dist_dir>/<run>-web/",
           check=lambda cfg, manifest: _published(cfg.run_dir / "web-bundle", manifest)),
+    Stage("search", ("data", "teacher", "logits"),
+          "Student search under [search]'s latency budget on a target (docs/search.md); only when asked",
+          optional=True),
 )}
+
+
+def default_targets() -> list[str]:
+    """What a plain `run` (make all) runs: every stage but the optional ones."""
+    return [n for n, s in STAGES.items() if not s.optional]
 
 
 def _published(folder, manifest: dict) -> str | None:

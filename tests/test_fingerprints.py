@@ -68,8 +68,12 @@ READERS = {
         "lm.check_tokens": ("quantize", "export", "bundle"),
         **{f"lm.{k}": ("bench",) for k in ("bench_prompt_tokens", "bench_decode_tokens", "bench_iterations")},
         "bundle.model": ("bundle",), "bundle.variant": ("bundle",), "bundle.dist_dir": ("bundle",),
+        "search.*": ("search",),
     },
 }
+# Stages that read every key of a task (beside the table): classification's search writes best-<target>.toml,
+# the whole resolved config.
+READ_ALL = {"classification": {"search"}, "generation": set()}
 # Keys with no other valid value in a task's base config (run.task: every stage hashes it, checked below).
 NO_ALTERNATIVE = {"classification": {"run.task"},
                   "generation": {"run.task", "student.arch", "teacher.fine_tune"}}
@@ -93,6 +97,7 @@ ALTERNATIVES = {
     "bundle.model": ["student"], "bundle.variant": ["int8-dynamic", "fp32"], "bundle.web_target": ["browser-wasm-mt"],
     "phone.providers": [["cpu"]], "phone.threads": [[2]], "phone.compute_units": [["ALL"]],
     "npu.chips": [["8gen3"]],
+    "search.target": ["host-cpu"], "search.space": ["tiny"], "search.storage": ["sqlite:///other.db"],
 }
 
 
@@ -129,7 +134,7 @@ def _changed(raw: dict, section: str, key: str, value):
 def _readers(task: str, dotted: str, stages: list[str]):
     table = READERS[task]
     found = table.get(dotted, table.get(dotted.split(".")[0] + ".*", ()))
-    return set(stages) if found == ALL else set(found)
+    return (set(stages) if found == ALL else set(found)) | READ_ALL[task]
 
 
 def _expected(direct: set[str], STAGES) -> set[str]:

@@ -1,12 +1,27 @@
-"""The student search (pipeline/search.py): a tiny study end to end through the CLI, resuming a study, and
-candidates over the latency budget pruned before any training."""
+"""The student search (pipeline/search.py), the optional stage 'search': a tiny study end to end through the
+CLI, resuming a study (a larger --trials, a kill mid-search), candidates over the latency budget pruned before
+any training, recurrent candidates, and two worker processes on one shared study."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import tiny_run_config
+
+ROOT = Path(__file__).parents[1]
+
+
+def with_search(cfg, **kw):
+    """cfg with a [search] request (what the CLI's flags set)."""
+    from pipeline.config import SearchSection
+
+    return dataclasses.replace(cfg, search=SearchSection(**kw))
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +74,7 @@ def test_tiny_search_end_to_end(search_cfg, capsys):
     assert complete and all(0.0 <= t["validation_accuracy"] <= 1.0 for t in complete)
     assert all(len(t["validation_accuracy_per_rung"]) == 2 for t in complete)  # 2 epochs * 1.0 -> 2 rungs
     assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "manifest.json").read_text())["stage"] == "search"  # a stage like the others
     best = out / "best-host-cpu.toml"
     printed = capsys.readouterr().out
     assert str(best) in printed and f"make all CONFIG={best}" in printed
@@ -71,40 +87,46 @@ def test_tiny_search_end_to_end(search_cfg, capsys):
     assert all(json.loads(k)["target"] == "host-cpu" and json.loads(k)["variant"] == "int8-dynamic" for k in cache)
 
 
+def _rows(cfg) -> list[dict]:
+    return json.loads((cfg.run_dir / "search" / "trials.json").read_text())["trials"]
+
+
 def _trained(rows: list[dict]) -> int:
     """Trials that distilled a student (a re-sampled shape reuses its twin's score: same_as_trial)."""
     return sum(t["status"] == "complete" and t["same_as_trial"] is None for t in rows)
 
 
 def test_search_resumes_its_study(search_cfg, distill_calls):
-    from pipeline.search import SearchRequest, run_search
+    from pipeline.search import run_search
 
     _, cfg = search_cfg
-    r = SearchRequest("mobile-cpu", 1000.0, trials=2, space="tiny", fraction=0.5)
-    first = run_search(cfg, r)["trials"]
+    req = dict(target="mobile-cpu", budget_ms=1000.0, space="tiny", fraction=0.5)
+    run_search(with_search(cfg, trials=2, **req))
+    first = _rows(cfg)
     assert len(first) == 2
     trained_first = len(distill_calls)
     assert trained_first == _trained(first)  # 1 rung each (2 epochs * 0.5)
-    again = run_search(cfg, SearchRequest("mobile-cpu", 1000.0, trials=4, space="tiny", fraction=0.5))
-    rows = again["trials"]
+    assert run_search(with_search(cfg, trials=4, **req))["trials"] == 4  # another fingerprint: the stage re-runs
+    rows = _rows(cfg)
     assert len(rows) == 4
     assert rows[:2] == first  # the first two trials are kept as they were, not redone
     assert len(distill_calls) - trained_first == _trained(rows[2:])
-    # the same command once more finds its trials done and trains nothing
+    # the same request once more: the stage is up to date and trains nothing
     before = len(distill_calls)
-    assert len(run_search(cfg, SearchRequest("mobile-cpu", 1000.0, trials=4, space="tiny", fraction=0.5))["trials"]) == 4
+    assert run_search(with_search(cfg, trials=4, **req))["trials"] == 4
     assert len(distill_calls) == before
 
 
 def test_over_budget_prunes_before_training(search_cfg, distill_calls, capsys):
-    from pipeline.search import SearchRequest, run_search
+    from pipeline.search import run_search
 
     _, cfg = search_cfg
-    result = run_search(cfg, SearchRequest("mobile-cpu", 0.0001, trials=3, space="tiny"))
+    result = run_search(with_search(cfg, target="mobile-cpu", budget_ms=0.0001, trials=3, space="tiny"))
     assert distill_calls == []
     assert result["best_config"] is None
-    assert [t["status"] for t in result["trials"]] == ["pruned"] * 3
-    assert all(t["pruned_because"].startswith("over budget: latency") for t in result["trials"])
+    rows = _rows(cfg)
+    assert [t["status"] for t in rows] == ["pruned"] * 3
+    assert all(t["pruned_because"].startswith("over budget: latency") for t in rows)
     assert not (cfg.run_dir / "search" / "best-mobile-cpu.toml").exists()
 
 
@@ -112,6 +134,9 @@ def test_over_budget_prunes_before_training(search_cfg, distill_calls, capsys):
     (["--target", "edge-npu", "--budget-ms", "2"], "mobile-cpu, host-cpu"),
     (["--target", "mobile-cpu", "--budget-ms", "0"], "positive latency budget"),
     (["--target", "mobile-cpu", "--budget-ms", "2", "--space", "huge"], "unknown search space 'huge'"),
+    (["--budget-ms", "2"], "no target: give --target"),
+    (["--target", "mobile-cpu", "--budget-ms", "2", "--storage", "nowhere"], "is not a database URL"),
+    (["--target", "mobile-cpu", "--budget-ms", "2", "--worker"], "search --worker adds trials to a shared study"),
 ])
 def test_bad_search_arguments_are_one_error(search_cfg, capsys, argv, needle):
     from pipeline.cli import main
@@ -123,12 +148,12 @@ def test_bad_search_arguments_are_one_error(search_cfg, capsys, argv, needle):
 
 
 def test_size_limit_prunes_before_training(search_cfg, distill_calls):
-    from pipeline.search import SearchRequest, run_search
+    from pipeline.search import run_search
 
     _, cfg = search_cfg
-    result = run_search(cfg, SearchRequest("host-cpu", 1000.0, max_mb=1e-6, trials=2, space="tiny"))
+    result = run_search(with_search(cfg, target="host-cpu", budget_ms=1000.0, max_mb=1e-6, trials=2, space="tiny"))
     assert distill_calls == [] and result["best_config"] is None
-    assert all(t["pruned_because"].startswith("over budget: size") for t in result["trials"])
+    assert all(t["pruned_because"].startswith("over budget: size") for t in _rows(cfg))
 
 
 def test_a_trial_cut_off_by_a_kill_is_not_counted(search_cfg):
@@ -136,15 +161,115 @@ def test_a_trial_cut_off_by_a_kill_is_not_counted(search_cfg):
     --trials finished ones."""
     import optuna
 
-    from pipeline.search import NEEDS, SearchRequest, run_search, study_name
+    from pipeline.search import NEEDS, request_of, run_search, study_name
     from pipeline.stage import run
 
     _, cfg = search_cfg
-    r = SearchRequest("host-cpu", 0.0001, trials=2, space="tiny")  # over budget: no training, fast
+    cfg = with_search(cfg, target="host-cpu", budget_ms=0.0001, trials=2, space="tiny")  # over budget: fast
     run(cfg, NEEDS)  # the study's name hashes the logits
-    (cfg.run_dir / "search").mkdir(parents=True, exist_ok=True)
-    study = optuna.create_study(study_name=study_name(cfg, r), direction="maximize", load_if_exists=True,
-                                storage=f"sqlite:///{cfg.run_dir / 'search' / 'study.db'}")
+    work = cfg.run_dir / ".resume" / "search"
+    work.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(study_name=study_name(cfg, request_of(cfg)), direction="maximize",
+                                load_if_exists=True, storage=f"sqlite:///{work / 'study.db'}")
     study.ask()  # the trial a kill interrupted
-    rows = run_search(cfg, r)["trials"]
-    assert [t["status"] for t in rows] == ["fail", "pruned", "pruned"]
+    run_search(cfg)
+    assert [t["status"] for t in _rows(cfg)] == ["fail", "pruned", "pruned"]
+
+
+def test_search_is_an_optional_stage(search_cfg, capsys):
+    """`status` lists it, a plain run (make all) leaves it out, its fingerprint holds [search]."""
+    from pipeline.cli import main
+    from pipeline.stage import STAGES, config_hash, default_targets, order
+
+    path, cfg = search_cfg
+    assert "search" in STAGES and "search" not in default_targets()
+    assert order(["search"]) == ["data", "teacher", "logits", "search"]
+    assert main(["status", "--config", str(path)]) == 0
+    assert any(line.startswith("search ") for line in capsys.readouterr().out.splitlines())
+    a = config_hash(with_search(cfg, target="host-cpu", budget_ms=2.0), STAGES["search"])[1]
+    b = config_hash(with_search(cfg, target="host-cpu", budget_ms=3.0), STAGES["search"])[1]
+    assert a != b
+
+
+def test_a_killed_search_resumes_and_never_looks_finished(search_cfg, monkeypatch, distill_calls):
+    """Killed after its first trial: no search/ folder, manifest or .partial is left (a later reader sees 'not
+    run yet'); the study in .resume/search keeps the finished trial, and the next run only adds the rest."""
+    from pipeline.search import run_search
+    from pipeline.stage import status
+    from pipeline.tasks.classification.search import Candidates
+
+    _, cfg = search_cfg
+    cfg = with_search(cfg, target="host-cpu", budget_ms=1000.0, trials=3, space="tiny", fraction=0.5)
+    real = Candidates.measure
+    calls = []
+
+    def killed_on_second(self, s, shape):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # what Ctrl-C does mid-trial (SIGKILL: see the test above)
+        return real(self, s, shape)
+
+    monkeypatch.setattr(Candidates, "measure", killed_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(cfg)
+    assert not (cfg.run_dir / ".search.partial").exists()
+    assert status(cfg, "search")[0] is False
+    assert (cfg.run_dir / ".resume" / "search" / "study.db").is_file()
+    trained = len(distill_calls)
+    monkeypatch.setattr(Candidates, "measure", real)
+    summary = run_search(cfg)
+    assert summary["trials"] == 3 and status(cfg, "search") == (True, "up to date")
+    rows = _rows(cfg)
+    assert rows[0]["status"] == "complete" and rows[1]["status"] == "fail"  # the first kept, the killed one failed
+    assert len(distill_calls) - trained == _trained(rows[2:])
+    assert not (cfg.run_dir / ".resume" / "search").exists()  # spent: the study is in search/study.db now
+
+
+def test_recurrent_candidates(search_cfg):
+    """An LSTM / GRU candidate is measured on the target (int8-dynamic size, latency) and distilled from the
+    cached logits; the best config trains it in the baseline stage and ships it."""
+    from pipeline.config import load_config
+    from pipeline.search import run_search
+
+    _, cfg = search_cfg
+    summary = run_search(with_search(cfg, target="host-cpu", budget_ms=1000.0, trials=2, space="tiny-rnn",
+                                     fraction=0.5))
+    rows = _rows(cfg)
+    assert [t["status"] for t in rows] == ["complete", "complete"]
+    for t in rows:
+        assert t["student"]["arch"] in ("lstm", "gru") and t["latency_ms"] > 0 and t["size_bytes"] > 0
+        assert 0.0 <= t["validation_accuracy"] <= 1.0
+    best = load_config(cfg.run_dir / "search" / summary["best_config"])
+    top = rows[summary["best_trial"]]["student"]
+    assert best.baseline.cell == top["arch"] and best.baseline.hidden == top["hidden"]
+    assert best.baseline.layers == top["layers"] and best.bundle.model == "lstm_distilled"
+    assert best.student == cfg.student
+
+
+def test_two_workers_share_one_study(search_cfg, tmp_path, distill_calls):
+    """Two `search --worker` processes on one SQLite study: the trials of both land in it, neither writes the
+    stage's outputs; the stage then finds the study full and writes them once, training nothing."""
+    from pipeline.search import run_search
+
+    path, cfg = search_cfg
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    flags = ["--target", "host-cpu", "--budget-ms", "1000", "--trials", "6", "--space", "tiny", "--fraction",
+             "1.0", "--storage", url]
+    shutil_search = cfg.run_dir / "search"
+    before = (shutil_search / "manifest.json").read_bytes() if (shutil_search / "manifest.json").exists() else None
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "pipeline", "search", "--config", str(path), *flags, "--worker"]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    after = (shutil_search / "manifest.json").read_bytes() if (shutil_search / "manifest.json").exists() else None
+    assert after == before and not (cfg.run_dir / ".search.partial").exists()  # workers write no outputs
+    shared = with_search(cfg, target="host-cpu", budget_ms=1000.0, trials=6, space="tiny", fraction=1.0,
+                         storage=url)
+    summary = run_search(shared)
+    assert distill_calls == []  # the workers' trials filled the study
+    rows = _rows(cfg)
+    assert sum(t["status"] in ("complete", "pruned") for t in rows) >= 6
+    assert len(summary["workers"]) == 2 and len({t["worker"] for t in rows}) == 2  # both workers' trials
+    assert summary["storage"] == url and not (shutil_search / "study.db").exists()  # the study stays shared

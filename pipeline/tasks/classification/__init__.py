@@ -51,6 +51,9 @@ TASK = Task(
                            ("bundle.web", "bundle.web_target", "bundle.model", "bundle.variant",
                             "bundle.accuracy_window", "bundle.min_agreement", "bundle.sample_texts",
                             "bundle.dist_dir", "bench.browser_executable")),
+        # every section: best-<target>.toml is the whole resolved config with the best trial's shape (a change
+        # the study's name does not hash re-runs no trial, it only rewrites the outputs)
+        "search": Step(lazy("pipeline.search:stage_search"), ("*",)),
     },
     verify=lazy(f"{_HERE}.verify:verify"),
     validate=lazy(f"{_HERE}.checks:validate"),

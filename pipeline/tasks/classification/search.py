@@ -1,6 +1,7 @@
-"""The classification side of the student search (pipeline/search.py runs the study): measuring one student
-shape on a target before any training, and distilling a feasible one on a short schedule with its validation
-accuracy reported per rung. Reads data/, teacher/model and logits/ of a finished run; never the test split.
+"""The classification side of the student search (pipeline/search.py runs the study): measuring one candidate
+(a transformer student or a distilled LSTM / GRU) on a target before any training, and distilling a feasible
+one from the cached teacher logits on a short schedule with its validation accuracy reported per rung. Reads
+data/, teacher/model and logits/ of a finished run; never the test split.
 """
 from __future__ import annotations
 
@@ -14,33 +15,30 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.config import StudentSection, student_positions
+from pipeline.config import BaselineSection, StudentSection, student_positions
 from pipeline.data import read_labels
 from pipeline.errors import PipelineError
+from pipeline.search_checks import SEARCH_TARGETS, target_problem
 
 log = logging.getLogger("pocketformer")
 VARIANT = "int8-dynamic"  # the file a phone app ships by default: its size and latency decide feasibility
-# targets the search can time: ONNX Runtime on this host's CPU (the rest need a device or a browser)
-SEARCH_TARGETS = ("mobile-cpu", "host-cpu")
+Candidate = StudentSection | BaselineSection  # a [baseline] section: a distilled RNN (distill/search_space.py)
+__all__ = ["Candidates", "SEARCH_TARGETS", "check_target"]
 
 
 def check_target(name: str):
     from eval.targets import TARGETS
 
-    if name not in TARGETS:
-        raise PipelineError(f"search --target {name!r} is not a known target; the search takes "
-                            f"{', '.join(SEARCH_TARGETS)}")
-    t = TARGETS[name]
-    if name not in SEARCH_TARGETS:
-        raise PipelineError(f"search --target {name}: the search times candidates with ONNX Runtime on this host's "
-                            f"CPU, which only {', '.join(SEARCH_TARGETS)} are; pick one of those")
-    return t
+    problem = target_problem(name)
+    if problem:
+        raise PipelineError(problem)
+    return TARGETS[name]
 
 
 class Candidates:
     """The finished run's teacher, texts and cached logits, loaded once for every trial of a search."""
 
-    def __init__(self, cfg, target: str, cache_path: Path):
+    def __init__(self, cfg, target: str, cache_path: Path | None):
         from distill.models import load_model
         from pipeline.tasks.classification.train import _distill_set, _xy
 
@@ -54,12 +52,15 @@ class Candidates:
         if not self.val_texts:
             raise PipelineError("the search scores candidates on the validation split, which is empty: raise "
                                 "data.validation_fraction (e.g. 0.1)")
-        self.cache_path = cache_path
-        self.cache: dict = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+        self.cache_path = cache_path  # None: measurements kept in memory only (a worker of a shared study)
+        self.cache: dict = json.loads(cache_path.read_text()) if cache_path and cache_path.is_file() else {}
 
     # --- building -----------------------------------------------------------------------------------
-    def build(self, s: StudentSection):
-        """A student of shape s (random weights unless s.init says otherwise), vocabulary applied."""
+    def build(self, s: Candidate):
+        """A student of shape s (random weights unless s.init says otherwise), vocabulary applied; for an RNN
+        candidate the baseline stage's RNN (layer map None)."""
+        if isinstance(s, BaselineSection):
+            return self.build_rnn(s), None
         from distill.student import build_student, check_layer_map
         from pipeline.tasks.classification.train import _student_embedding
 
@@ -69,9 +70,31 @@ class Candidates:
         _student_embedding(s, student, self.teacher.tokenizer, self.texts)
         return student, layer_map
 
+    def build_rnn(self, b: BaselineSection):
+        """The baseline stage's RNN with settings b (its vocabulary map from the distillation texts)."""
+        from distill.baseline import build_rnn
+
+        tok = self.teacher.tokenizer
+        m = build_rnn(b, len(tok), len(self.labels), tok.pad_token_id or 0)
+        if b.vocab == "training":
+            from distill.vocab import training_vocab
+
+            vmap, _ = training_vocab(tok, self.texts, self.rnn_length(b), b.vocab_size_max)
+            m.restrict_vocab(vmap)
+        return m
+
+    def rnn_length(self, b: BaselineSection) -> int:
+        """The RNN's input length, as in the baseline stage: baseline.max_length, 0 = teacher.max_length."""
+        return b.max_length or self.cfg.teacher.max_length
+
+    def max_length(self, s: Candidate) -> int:
+        return self.rnn_length(s) if isinstance(s, BaselineSection) else s.max_length
+
     # --- measuring ----------------------------------------------------------------------------------
-    def length(self, s: StudentSection) -> int:
-        """bench.headline_length, cut to the student's position table."""
+    def length(self, s: Candidate) -> int:
+        """bench.headline_length, cut to the student's position table (an RNN has none: its max length)."""
+        if isinstance(s, BaselineSection):
+            return min(self.cfg.bench.headline_length, self.rnn_length(s))
         return min(self.cfg.bench.headline_length, student_positions(s))
 
     def cache_key(self, shape: dict) -> str:
@@ -82,9 +105,11 @@ class Candidates:
                           sort_keys=True)
 
     def length_of(self, shape: dict) -> int:
+        if "max_positions" not in shape:  # an RNN
+            return min(self.cfg.bench.headline_length, shape["max_length"] or self.cfg.teacher.max_length)
         return min(self.cfg.bench.headline_length, shape["max_positions"] or max(shape["max_length"], 64))
 
-    def measure(self, s: StudentSection, shape: dict) -> dict:
+    def measure(self, s: Candidate, shape: dict) -> dict:
         """{latency_ms, size_bytes} of the int8-dynamic file of a random-weight student of this shape on the
         target (batch 1, the headline length); cached per shape, variant, target and onnxruntime version."""
         key = self.cache_key(shape)
@@ -93,23 +118,27 @@ class Candidates:
         from distill.train import seed_everything
 
         seed_everything(self.cfg.run.seed)
-        student, _ = self.build(dataclasses.replace(s, init="random"))  # weights do not change the timing
+        random = s if isinstance(s, BaselineSection) else dataclasses.replace(s, init="random")
+        student, _ = self.build(random)  # weights do not change the timing
         with tempfile.TemporaryDirectory() as tmp:
-            path = self._int8_file(student, Path(tmp))
+            path = self._int8_file(student, Path(tmp), self.max_length(s))
             out = {"latency_ms": self._time(path, self.length(s)), "size_bytes": path.stat().st_size}
         self.cache[key] = out
+        if self.cache_path is None:
+            return {**out, "cached": False}
         tmp_path = self.cache_path.with_suffix(".partial")
         tmp_path.write_text(json.dumps(self.cache, indent=1, sort_keys=True))
         os.replace(tmp_path, self.cache_path)  # a kill mid-write leaves the previous cache whole
         return {**out, "cached": False}
 
-    def _int8_file(self, student, folder: Path) -> Path:
+    def _int8_file(self, student, folder: Path, max_length: int) -> Path:
         """The same chain the quantize stage runs: fp32 ONNX, the fused graph (transformers), int8-dynamic."""
+        from distill.lstm import RNNClassifier
         from distill.models import LoadedModel
         from export.registry import ExportJob, for_variant
 
-        kind = getattr(student, "kind", "hf")
-        loaded = LoadedModel(student.eval(), self.teacher.tokenizer, self.labels, kind, 0, folder)
+        kind = "rnn" if isinstance(student, RNNClassifier) else getattr(student, "kind", "hf")
+        loaded = LoadedModel(student.eval(), self.teacher.tokenizer, self.labels, kind, max_length, folder)
         q = self.cfg.quantize
         chain = ["fp32"] + (["optimized"] if kind == "hf" and q.dynamic_source == "optimized" else []) + [VARIANT]
         sources: dict[str, Path] = {}
@@ -142,7 +171,7 @@ class Candidates:
         n = max(1, math.ceil(total - 1e-9))
         return [total / n] * n
 
-    def distill(self, s: StudentSection, fraction: float, report) -> float:
+    def distill(self, s: Candidate, fraction: float, report) -> float:
         """Distil a student of shape s from the cached teacher logits (logit loss only: the teacher is not run)
         for the short schedule; after each rung, report(rung, validation accuracy) may raise to stop it.
         Each rung is one distill_student call (its learning-rate schedule restarts per rung)."""
@@ -151,6 +180,8 @@ class Candidates:
 
         cfg = self.cfg
         seed_everything(cfg.run.seed)
+        if isinstance(s, BaselineSection):
+            return self.distill_rnn(s, fraction, report)
         student, layer_map = self.build(s)
         acc = 0.0
         for i, epochs in enumerate(self.rungs(fraction)):
@@ -161,11 +192,29 @@ class Candidates:
             report(i, acc)
         return acc
 
-    def validation_accuracy(self, student, s: StudentSection) -> float:
+    def distill_rnn(self, b: BaselineSection, fraction: float, report) -> float:
+        """The baseline stage's distilled RNN (train_rnn with the teacher logits, baseline.distill_loss and
+        distill.temperature) for fraction * baseline.epochs, in rungs as distill()."""
+        from distill.baseline import train_rnn
+
+        cfg = self.cfg
+        model = self.build_rnn(b)
+        total = max(b.epochs * fraction, 1e-3)
+        n = max(1, math.ceil(total - 1e-9))
+        acc = 0.0
+        for i in range(n):
+            rung = dataclasses.replace(b, epochs=total / n)
+            train_rnn(model, self.teacher.tokenizer, self.texts, self.y, rung, self.rnn_length(b), cfg.run.seed + i,
+                      f"search: {b.cell}", teacher_logits=self.teacher_logits, temperature=cfg.distill.temperature)
+            acc = self.validation_accuracy(model.cpu(), b)
+            report(i, acc)
+        return acc
+
+    def validation_accuracy(self, student, s: Candidate) -> float:
         from distill.models import predict_logits
         from eval.metrics import scores
 
         student.eval()
-        logits = predict_logits(student, self.teacher.tokenizer, self.val_texts, s.max_length,
+        logits = predict_logits(student, self.teacher.tokenizer, self.val_texts, self.max_length(s),
                                 self.cfg.teacher.eval_batch_size)
         return scores(logits, np.array(self.val_y), len(self.labels))["accuracy"]

@@ -50,6 +50,7 @@ TASK = Task(
                        ("bundle.model", "bundle.variant", "bundle.dist_dir", "lm.prompts", "lm.check_tokens",
                         "lm.sample_tokens")),
         "web-bundle": Step(lazy("pipeline.tasks.classification.web:skip_web_bundle")),
+        "search": Step(lazy("pipeline.search:stage_not_searchable"), ("search.*",)),
     },
     verify=lazy(f"{_HERE}.replay:verify"),
     validate=lazy(f"{_HERE}.checks:validate"),

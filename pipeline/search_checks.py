@@ -1,0 +1,40 @@
+"""Load-time checks of the [search] section (the student search, pipeline/search.py): run by
+pipeline/config_rules.py with the other rules, so `show-config` rejects what `search` would. The search's
+CLI flags are --set overrides of these keys, so every message names the flag too."""
+from __future__ import annotations
+
+# targets the search can time: ONNX Runtime on this host's CPU (the rest need a device or a browser)
+SEARCH_TARGETS = ("mobile-cpu", "host-cpu")
+
+
+def target_problem(name: str) -> str | None:
+    from eval.targets import TARGETS
+
+    if name not in TARGETS:
+        return (f"search --target {name!r} ('search.target') is not a known target; the search takes "
+                f"{', '.join(SEARCH_TARGETS)}")
+    if name not in SEARCH_TARGETS:
+        return (f"search --target {name} ('search.target'): the search times candidates with ONNX Runtime on "
+                f"this host's CPU, which only {', '.join(SEARCH_TARGETS)} are; pick one of those")
+    return None
+
+
+def check(cfg) -> str | None:
+    """The first problem of cfg.search, or None. target "" and budget_ms 0 mean "not set": fine until the
+    search runs (pipeline/search.py asks for them then)."""
+    s = cfg.search
+    if s.target and (problem := target_problem(s.target)):
+        return problem
+    if s.budget_ms < 0:
+        return f"search --budget-ms {s.budget_ms:g} ('search.budget_ms'): give a positive latency budget in milliseconds"
+    if s.max_mb < 0:
+        return f"search --max-mb {s.max_mb:g} ('search.max_mb'): give a size limit in MB (> 0), or 0 for none"
+    if s.trials < 1:
+        return f"search --trials {s.trials} ('search.trials'): give at least 1 trial"
+    if not 0 < s.fraction <= 1:
+        return f"search --fraction {s.fraction:g} ('search.fraction'): give a share of distill.epochs in (0, 1]"
+    # search.space: REGISTRY_NAMES in pipeline/config_rules.py (the registry is imported by name there)
+    if s.storage and "://" not in s.storage:
+        return (f"'search.storage' = {s.storage!r} is not a database URL: give \"\" (SQLite in the run folder) or "
+                f"an SQLAlchemy URL such as \"sqlite:////shared/study.db\" or \"postgresql://user@host/db\"")
+    return None
