@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,7 @@ def stage_compile(ctx: StageContext) -> dict:
     (+ _ctx_qnn.bin)."""
     from eval.npu import fix_shapes
     from eval.qnn import EMULATOR_NOTE, compile_htp, emulate, get_chip, unavailable_reason
+    from eval.targets import host_threads
 
     cfg, q = ctx.cfg, ctx.cfg.quantize
     chips = list(dict.fromkeys(cfg.npu.chips))
@@ -130,37 +132,16 @@ def stage_compile(ctx: StageContext) -> dict:
                 continue
             src = fix_shapes(job["src"], Path(tmp) / f"{job['model']}-{job['variant']}-{job['length']}.onnx", 1,
                              job["length"]) if job["fix"] else Path(job["src"])
-            inputs = None
+            recs = {c: compile_htp(src, c, ctx.out / CONTEXT_FOLDER / job["model"] / c,
+                                   f"{job['variant']}-{job['length']}") for c in chips}
+            done = [c for c in chips if recs[c]["compiled"]]
+            inputs = feeds(job, src, sample) if done else []
+            # the emulator is slow (about a second per text at 64 tokens on one x86 core): one process per chip,
+            # as many at a time as this process has cores
+            with ThreadPoolExecutor(max(1, min(len(done), host_threads()))) as pool:
+                nums = dict(zip(done, pool.map(lambda c: emulate(Path(recs[c]["context"]), src, c, inputs), done)))
             for c in chips:
-                folder = ctx.out / CONTEXT_FOLDER / job["model"] / c
-                rec = compile_htp(src, c, folder, f"{job['variant']}-{job['length']}")
-                row = {**base, **rec}
-                if rec["context"]:
-                    row["context"] = rel(rec["context"])
-                if rec["compiled"]:
-                    inputs = inputs if inputs is not None else feeds(job, src, sample)
-                    num = emulate(Path(rec["context"]), src, c, inputs)
-                    row["emulator"] = num
-                    if "error" in num:
-                        row["status"] = "failed: emulator"
-                        row["reason"] = f"the compiled graph did not run on the HTP emulator: {num['error']}"
-                    elif num["argmax_agreement"] < q.min_argmax_agreement:
-                        row["status"] = "failed: disagrees"
-                        row["reason"] = (f"on the HTP emulator its argmax agrees with the same file on the CPU "
-                                         f"on only {num['argmax_agreement']:.1%} of {num['samples']} test texts; "
-                                         f"the minimum is {q.min_argmax_agreement:.1%} "
-                                         f"(quantize.min_argmax_agreement): never shipped")
-                    else:
-                        row["status"] = "passed"
-                else:
-                    row["status"] = "not compiled"
-                rows.append(row)
-                print(f"[compile] {job['model']} {job['variant']} @{job['length']} {c}: {row['status']}, "
-                      f"{row['nodes_on_htp']}/{row['nodes_total']} nodes on the HTP"
-                      + (f", unsupported: {', '.join(sorted({u['type'] for u in rec['unsupported']}))}"
-                         if rec["unsupported"] else "")
-                      + (f", emulator agreement {row['emulator']['argmax_agreement']:.3f}"
-                         if "argmax_agreement" in row.get("emulator", {}) else ""))
+                rows.append(_row(base, recs[c], nums.get(c), rel, q.min_argmax_agreement))
     doc = {"compiler": _versions(), "chips": {c: get_chip(c).name for c in chips},
            "emulator_note": EMULATOR_NOTE,
            "numerics": f"logits of the first {len(sample)} test texts (each alone, cut or padded to the file's "
@@ -172,6 +153,32 @@ def stage_compile(ctx: StageContext) -> dict:
             log.warning("[compile] %s %s @%s %s: %s", r["model"], r["variant"], r["length"], r["chip"], r["reason"])
     return {"rows": len(rows), "compiled": sum(bool(r["compiled"]) for r in rows),
             "passed": sum(r["status"] == "passed" for r in rows), "emulator_samples": len(sample)}
+
+
+def _row(base: dict, rec: dict, num: dict | None, rel, minimum: float) -> dict:
+    """One qnn.json row: the compile record, the emulator's numerics and the verdict; printed as one line."""
+    row = {**base, **rec}
+    if rec["context"]:
+        row["context"] = rel(rec["context"])
+    if num is None:
+        row["status"] = "not compiled"
+    else:
+        row["emulator"] = num
+        if "error" in num:
+            row["status"] = "failed: emulator"
+            row["reason"] = f"the compiled graph did not run on the HTP emulator: {num['error']}"
+        elif num["argmax_agreement"] < minimum:
+            row["status"] = "failed: disagrees"
+            row["reason"] = (f"on the HTP emulator its argmax agrees with the same file on the CPU on only "
+                             f"{num['argmax_agreement']:.1%} of {num['samples']} test texts; the minimum is "
+                             f"{minimum:.1%} (quantize.min_argmax_agreement): never shipped")
+        else:
+            row["status"] = "passed"
+    print(f"[compile] {row['model']} {row['variant']} @{row['length']} {row['chip']}: {row['status']}, "
+          f"{row['nodes_on_htp']}/{row['nodes_total']} nodes on the HTP"
+          + (f", unsupported: {', '.join(sorted({u['type'] for u in rec['unsupported']}))}" if rec["unsupported"] else "")
+          + (f", emulator agreement {num['argmax_agreement']:.3f}" if num and "argmax_agreement" in num else ""))
+    return row
 
 
 def _versions() -> dict:

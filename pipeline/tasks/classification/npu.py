@@ -60,7 +60,10 @@ def npu_rows(ctx: StageContext, name: str, loaded, test_texts: list[str], y: lis
                      "accuracy_note": f"each test text alone, padded to the shortest of {lengths} that holds it "
                                       f"(longer ones cut to {top} tokens)"})
         mine = readiness.get(str(top), {}).get(v.provider, {}).get("as_is", {})
+        # the usability checker has no section for every provider (none for QNN: the compile stage says)
+        where = (f"{v.provider} at {top}: {mine['supported_nodes']}/{mine['total_nodes']} nodes in "
+                 f"{mine.get('partitions')} partition(s)" if mine.get("total_nodes") is not None else
+                 f"{v.provider}: no usability-checker verdict (the compile stage compiles it)")
         print(f"[quantize] {name} npu {vname}: accuracy {sc['accuracy']:.4f}, argmax agreement {check['value']:.3f}, "
-              f"{v.provider} at {top}: {mine.get('supported_nodes')}/{mine.get('total_nodes')} nodes in "
-              f"{mine.get('partitions')} partition(s)")
+              f"{where}")
     return rows
