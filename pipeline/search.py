@@ -17,7 +17,7 @@ pipeline/tasks/classification/search.py, generation's in pipeline/tasks/generati
   METRIC, DIRECTION        the trial's score ("validation_accuracy", "maximize"; "validation_perplexity",
                            "minimize"): trials.json's column, Optuna's direction
   METRIC_NOTE, COST_NOTE,  what the score and `latency_ms` (the budgeted cost, in ms) mean, for trials.json,
-  COST_SHORT               the plot's axes and best-<target>.toml's header ("{target}" is filled in)
+  COST_SHORT, BUDGET_UNIT  the plot's axes and best-<target>.toml's header ("{target}" is filled in)
   MEASURED                 the measurement keys kept per trial (latency_ms and size_bytes first)
   space(name)              the task's search space of that name (distill/search_space.py)
   basis(cfg)               the task's settings a trial's score depends on beyond the shared ones (study name)

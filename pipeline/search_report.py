@@ -102,7 +102,7 @@ def pareto_plot(rows: list[dict], path: Path, request, searcher) -> Path:
     if over:
         ax.scatter([r["latency_ms"] for r in over], [worst] * len(over), marker="x", color="#7f7f7f", zorder=3,
                    label="over budget: never trained " + ("(at 0)" if higher else "(at the top)"))
-    ax.axvline(request.budget_ms, color="#1f77b4", ls="--", lw=1, label=f"budget {request.budget_ms:g} ms")
+    ax.axvline(request.budget_ms, color="#1f77b4", ls="--", lw=1, label=f"budget {request.budget_ms:g} {searcher.BUDGET_UNIT}")
     ax.set_xlabel(searcher.COST_NOTE.format(target=request.target))
     ax.set_ylabel(f"{metric.replace('_', ' ')} (short schedule{'' if higher else '; lower is better'})")
     if higher:

@@ -47,6 +47,7 @@ class Candidates:
     METRIC_NOTE = "validation accuracy (the test split is never read)"
     COST_NOTE = "p50 latency on {target}, ms (batch 1, int8-dynamic)"
     COST_SHORT = "ms p50 on {target}"
+    BUDGET_UNIT = "ms"
     MEASURED = ("latency_ms", "size_bytes")
 
     # --- the task's side of the search (pipeline/search.py) -----------------------------------------
