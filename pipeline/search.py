@@ -342,8 +342,8 @@ def add_cli(sub, common) -> None:
                                       "target (runs data, teacher and logits first); writes runs/<run>/search/")
     common(p)
     p.add_argument("--target", help="where the budget applies: mobile-cpu or host-cpu (search.target)")
-    p.add_argument("--budget-ms", type=float, help="p50 latency limit, batch 1, bench.headline_length "
-                                                   "(search.budget_ms)")
+    p.add_argument("--budget-ms", type=float, help="p50 latency limit, batch 1, bench.headline_length; for "
+                                                   "generation, ms per decode token (search.budget_ms)")
     p.add_argument("--max-mb", type=float, help="int8-dynamic file size limit in MB (search.max_mb; default none)")
     p.add_argument("--trials", type=int, help="finished trials in the study in total (search.trials, default 20)")
     p.add_argument("--space", help="search space, distill/search_space.py SPACES (search.space)")
