@@ -55,10 +55,26 @@ SPACES: dict[str, SearchSpace] = {
 }
 
 
-def get_space(name: str) -> SearchSpace:
-    if name not in SPACES:
-        raise PipelineError(f"unknown search space '{name}' (--space). Known: {', '.join(SPACES)}")
-    space = SPACES[name]
+# The generation task's spaces (run.task = "generation"): decoder shapes of the generation student registry
+# (arch "llama"); the vocabulary is the logits stage's restricted one (lm.restrict_vocab), so vocab,
+# vocab_size_max and embedding_ratio are not sampled. Same names as the classification spaces they mirror.
+LM_SPACES: dict[str, SearchSpace] = {
+    "default": SearchSpace(layers=(1, 2, 3, 4, 6), hidden=(64, 128, 192, 256, 384), heads=(2, 4, 8),
+                           ffn_ratio=(2, 3, 4), embedding_ratio=(), vocab=(), vocab_size_max=(), arch=("llama",),
+                           description="phone-sized decoders (1-6 layers, 64-384 wide, 2-8 heads)"),
+    "tiny": SearchSpace(layers=(1, 2), hidden=(16, 32), heads=(2, 4), ffn_ratio=(2, 4), embedding_ratio=(),
+                        vocab=(), vocab_size_max=(), arch=("llama",),
+                        description="decoders of 1-2 layers, 16-32 wide (tests, quick looks)"),
+}
+TASK_SPACES = {"classification": SPACES, "generation": LM_SPACES}
+
+
+def get_space(name: str, task: str = "classification") -> SearchSpace:
+    spaces = TASK_SPACES[task]
+    if name not in spaces:
+        raise PipelineError(f"unknown search space '{name}' (--space) for run.task = '{task}'. Known: "
+                            f"{', '.join(spaces)}")
+    space = spaces[name]
     bad = [h for h in space.hidden for n in space.heads if h % n]
     if bad:  # a registry entry written wrong, caught before any trial
         raise PipelineError(f"search space '{name}': hidden sizes {sorted(set(bad))} are not divisible by every "
@@ -66,6 +82,23 @@ def get_space(name: str) -> SearchSpace:
     if any(a in RNN_CELLS for a in space.arch) and not (space.rnn_layers and space.rnn_hidden and space.rnn_embed):
         raise PipelineError(f"search space '{name}': RNN arches need rnn_layers, rnn_hidden and rnn_embed")
     return space
+
+
+def sample_decoder(trial, space: SearchSpace, base: StudentSection) -> StudentSection:
+    """A generation [student] section (a decoder: arch, layers, hidden, heads, ffn) from the trial's choices;
+    init stays as in the user's config ("teacher-layers" becomes "teacher-pca": it needs the teacher's width)."""
+    hidden = trial.suggest_categorical("hidden", list(space.hidden))
+    s = dataclasses.replace(
+        base, arch=trial.suggest_categorical("arch", list(space.arch)),
+        layers=trial.suggest_categorical("layers", list(space.layers)), hidden=hidden,
+        heads=trial.suggest_categorical("heads", list(space.heads)),
+        ffn=hidden * trial.suggest_categorical("ffn_ratio", list(space.ffn_ratio)))
+    if s.init == "teacher-layers":
+        s = dataclasses.replace(s, init="teacher-pca")
+    return s
+
+
+DECODER_SHAPE_KEYS = ("arch", "layers", "hidden", "heads", "ffn", "init")  # what build_llama reads of [student]
 
 
 def is_rnn(s) -> bool:

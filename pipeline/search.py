@@ -10,6 +10,22 @@ copy of it on the target first (latency and int8-dynamic size, cached in measure
 over budget, before any training; a feasible one is distilled from the cached teacher logits on a short
 schedule and scored on the validation split (never the test split). Outputs: search/trials.json,
 search/pareto.png, search/best-<target>.toml (pipeline/search_report.py), written by the stage alone.
+
+The per-task interface: the engine here is the same for every task; what differs is the task's candidates
+class, bound as `Task.search` (pipeline/task.py; () -> the class): classification's in
+pipeline/tasks/classification/search.py, generation's in pipeline/tasks/generation/search.py. It has
+  METRIC, DIRECTION        the trial's score ("validation_accuracy", "maximize"; "validation_perplexity",
+                           "minimize"): trials.json's column, Optuna's direction
+  METRIC_NOTE, COST_NOTE,  what the score and `latency_ms` (the budgeted cost, in ms) mean, for trials.json,
+  COST_SHORT, BUDGET_UNIT  the plot's axes and best-<target>.toml's header ("{target}" is filled in)
+  MEASURED                 the measurement keys kept per trial (latency_ms and size_bytes first)
+  space(name)              the task's search space of that name (distill/search_space.py)
+  basis(cfg)               the task's settings a trial's score depends on beyond the shared ones (study name)
+  over_budget(m, budget)   the "over budget" text for a measurement over the budget
+  apply_best(data, shape)  the best shape written into the config dict of best-<target>.toml
+  Candidates(cfg, target, cache_path) with sample(trial, space) -> a config section, shape_of(s) -> dict,
+  section(s) -> its config section's name, measure(s, shape) -> {MEASURED...} before any training and
+  distill(s, fraction, report) -> the score after the short schedule (report(rung, score) per rung).
 """
 from __future__ import annotations
 
@@ -65,44 +81,54 @@ def check_request(r: SearchRequest) -> None:
                             f"--fraction {r.fraction:g} in (0, 1]")
 
 
-def study_name(cfg, r: SearchRequest) -> str:
+def searcher_of(cfg) -> type:
+    """The run's task's candidates class (Task.search), or one error when the task has no search."""
+    from pipeline.tasks import task_of
+
+    task = task_of(cfg)
+    if task.search is None:
+        raise PipelineError(f"search: run.task = '{cfg.run.task}' is not searchable yet")
+    return task.search()
+
+
+def study_name(cfg, r: SearchRequest, searcher: type | None = None) -> str:
     """One study per (target, budget, size limit, what a trial's score depends on): changing any of those
     starts a fresh study in the same storage; the same request resumes its own. In the run folder's own
     SQLite the logits are keyed by their content; in a shared storage by the settings that make them (the
     same on every machine: each machine caches its own logits)."""
-    from distill.search_space import get_space
     from pipeline.manifest import content_key, sha256_json
     from pipeline.stage import STAGES, config_hash
 
+    searcher = searcher or searcher_of(cfg)
     upstream = ({n: config_hash(cfg, STAGES[n])[1] for n in NEEDS} if r.storage
                 else content_key(cfg.run_dir / "logits"))
     basis = {"logits": upstream, "distill": cfg.section_dict("distill"), "baseline": cfg.section_dict("baseline"),
              "student": cfg.section_dict("student"), "teacher.eval_batch_size": cfg.teacher.eval_batch_size,
              "teacher.max_length": cfg.teacher.max_length, "seed": cfg.run.seed,
-             "space": [r.space, asdict(get_space(r.space))], "fraction": r.fraction,
-             "bench": cfg.section_dict("bench"), "quantize": cfg.section_dict("quantize")}
+             "space": [r.space, asdict(searcher.space(r.space))], "fraction": r.fraction,
+             "bench": cfg.section_dict("bench"), "quantize": cfg.section_dict("quantize"), **searcher.basis(cfg)}
     return f"{r.target}-{r.budget_ms:g}ms-{r.max_mb:g}mb-{sha256_json(basis)[:12]}"
 
 
 # --- the stage ----------------------------------------------------------------------------------------------
 def stage_search(ctx) -> dict:
-    """The classification task's step for `search`: run (or resume) the study until it holds search.trials
+    """Every searchable task's step for `search`: run (or resume) the study until it holds search.trials
     finished trials, then write the outputs into the stage's folder."""
-    from distill.search_space import get_space
     from pipeline.search_report import best_config, write_outputs
 
     cfg = ctx.cfg
+    searcher = searcher_of(cfg)
     r = request_of(cfg)
-    space = get_space(r.space)
+    space = searcher.space(r.space)
     work = ctx.resume_dir  # kept across a kill, removed by the runner when the stage has finished
     work.mkdir(parents=True, exist_ok=True)
     for name in KEPT:  # the previous finished search's study and measurements: a larger --trials resumes it
         if not (work / name).exists() and (ctx.run_dir / "search" / name).is_file():
             shutil.copy2(ctx.run_dir / "search" / name, work / name)
     url = r.storage or f"sqlite:///{work / 'study.db'}"
-    study = run_trials(cfg, r, space, url, work / "measurements.json")
-    rows = write_outputs(study, ctx.out, r)
-    best = best_config(cfg, study, ctx.out, r.target)
+    study = run_trials(cfg, r, space, url, work / "measurements.json", searcher)
+    rows = write_outputs(study, ctx.out, r, searcher)
+    best = best_config(cfg, study, ctx.out, r.target, searcher)
     if (work / "measurements.json").is_file():
         shutil.copy2(work / "measurements.json", ctx.out / "measurements.json")
     if not r.storage:
@@ -115,29 +141,24 @@ def stage_search(ctx) -> dict:
             "workers": sorted({t["worker"] for t in rows if t.get("worker")})}
 
 
-def stage_not_searchable(ctx) -> dict:
-    """The generation task's step: no search yet (docs/search.md, "Not done yet")."""
-    raise PipelineError(f"search: run.task = '{ctx.cfg.run.task}' is not searchable yet (classification only)")
-
-
-def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None):
+def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, searcher: type):
     """Open (or resume) the study and run trials until it holds r.trials finished (complete or pruned) ones,
     whoever ran them. Returns the study."""
     import optuna
     from optuna.study import MaxTrialsCallback
     from optuna.trial import TrialState
 
-    from pipeline.tasks.classification.search import Candidates
     from pipeline.tasks.common import threads
 
     check_request(r)
     threads(cfg)  # run.threads for the candidates' training, as in the distill stage
-    cands = Candidates(cfg, r.target, cache_path)
+    cands = searcher(cfg, r.target, cache_path)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # constraints (trial.set_constraint, <= 0 feasible): TPE learns where the budget cuts the space
     sampler = optuna.samplers.TPESampler(seed=cfg.run.seed)
-    study = optuna.create_study(study_name=study_name(cfg, r), storage=_storage(url, shared=bool(r.storage)),
-                                direction="maximize", sampler=sampler,
+    study = optuna.create_study(study_name=study_name(cfg, r, searcher),
+                                storage=_storage(url, shared=bool(r.storage)), direction=searcher.DIRECTION,
+                                sampler=sampler,
                                 pruner=optuna.pruners.SuccessiveHalvingPruner(), load_if_exists=True)
     if not r.storage:
         _fail_interrupted(study)  # the run lock says no other process uses this study
@@ -154,17 +175,18 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None):
 def _objective(cfg, r: SearchRequest, space, study, cands):
     import optuna
 
-    from distill.search_space import config_keys, is_rnn, sample_candidate, shape_of
+    from distill.search_space import config_keys
     from pipeline.config import config_from_dict
 
     worker = f"{socket.gethostname()}:{os.getpid()}"
+    per_rung = f"{cands.METRIC}_per_rung"
 
     def objective(trial) -> float:
         trial.set_user_attr("worker", worker)
-        s = sample_candidate(trial, space, cfg.student, cfg.baseline)
-        shape = shape_of(s)
+        s = cands.sample(trial, space)
+        shape = cands.shape_of(s)
         trial.set_user_attr("student", shape)
-        section = "baseline" if is_rnn(s) else "student"
+        section = cands.section(s)
         try:  # the same load-time checks a run of this candidate would get
             config_from_dict({**cfg.to_dict(), section: {**cfg.section_dict(section), **config_keys(shape)}},
                              "search")
@@ -174,30 +196,30 @@ def _objective(cfg, r: SearchRequest, space, study, cands):
             raise optuna.TrialPruned() from None
         twin = _trained_twin(study, trial)
         if twin is not None:  # TPE may sample a shape again: same seed, same data, same score, so reuse it
-            for key in ("latency_ms", "size_bytes", "validation_accuracy_per_rung"):
+            for key in (*cands.MEASURED, per_rung):
                 trial.set_user_attr(key, twin.user_attrs.get(key))
             trial.set_user_attr("same_as_trial", twin.number)
             _constrain(trial, twin.user_attrs["latency_ms"] - r.budget_ms, 0.0)
             return twin.value
         m = cands.measure(s, shape)
-        trial.set_user_attr("latency_ms", m["latency_ms"])
-        trial.set_user_attr("size_bytes", m["size_bytes"])
+        for key in cands.MEASURED:
+            trial.set_user_attr(key, m[key])
         size_mb = m["size_bytes"] / 1e6
         _constrain(trial, m["latency_ms"] - r.budget_ms, size_mb - r.max_mb if r.max_mb else 0.0)
         over = []
         if m["latency_ms"] > r.budget_ms:
-            over.append(f"latency {m['latency_ms']:.3f} ms > {r.budget_ms:g} ms")
+            over.append(cands.over_budget(m, r.budget_ms))
         if r.max_mb and size_mb > r.max_mb:
             over.append(f"size {size_mb:.2f} MB > {r.max_mb:g} MB")
         if over:
             trial.set_user_attr("pruned_because", "over budget: " + ", ".join(over))
             raise optuna.TrialPruned()
-        accs: list[float] = []
+        scores: list[float] = []
 
-        def report(step: int, acc: float) -> None:
-            accs.append(acc)
-            trial.set_user_attr("validation_accuracy_per_rung", accs)
-            trial.report(acc, step)
+        def report(step: int, score: float) -> None:
+            scores.append(score)
+            trial.set_user_attr(per_rung, scores)
+            trial.report(score, step)
             if trial.should_prune():
                 trial.set_user_attr("pruned_because", f"successive halving after rung {step + 1}")
                 raise optuna.TrialPruned()
@@ -280,8 +302,7 @@ def run_search(cfg, force: bool = False) -> dict:
     from pipeline.manifest import read_manifest
     from pipeline.stage import run
 
-    if cfg.run.task != "classification":
-        raise PipelineError(f"search: run.task = '{cfg.run.task}' is not searchable yet (classification only)")
+    searcher_of(cfg)  # a task without a search fails first
     request_of(cfg)  # a missing target or budget fails before data, teacher and logits run
     run(cfg, ["search"], force=("search",) if force else ())
     return read_manifest(cfg.run_dir / "search")["summary"]
@@ -291,19 +312,17 @@ def run_worker(cfg) -> dict:
     """`search --worker`: add trials to the shared study (search.storage) until it holds search.trials finished
     ones. Runs data, teacher and logits first where they are not up to date; writes nothing else in the run
     folder (the stage, run once anywhere, writes the outputs)."""
-    from distill.search_space import get_space
     from pipeline.stage import run, statuses
 
-    if cfg.run.task != "classification":
-        raise PipelineError(f"search: run.task = '{cfg.run.task}' is not searchable yet (classification only)")
+    searcher = searcher_of(cfg)
     r = request_of(cfg)
     if not r.storage:
         raise PipelineError("search --worker adds trials to a shared study: set search.storage to a database URL "
                             "every worker reaches (e.g. --set search.storage='\"sqlite:////shared/study.db\"')")
-    space = get_space(r.space)
+    space = searcher.space(r.space)
     if not all(fresh for fresh, _ in statuses(cfg, NEEDS).values()):
         run(cfg, NEEDS)
-    study = run_trials(cfg, r, space, r.storage, None)
+    study = run_trials(cfg, r, space, r.storage, None, searcher)
     return {"study": study.study_name, "trials": len(study.trials)}
 
 
@@ -323,8 +342,8 @@ def add_cli(sub, common) -> None:
                                       "target (runs data, teacher and logits first); writes runs/<run>/search/")
     common(p)
     p.add_argument("--target", help="where the budget applies: mobile-cpu or host-cpu (search.target)")
-    p.add_argument("--budget-ms", type=float, help="p50 latency limit, batch 1, bench.headline_length "
-                                                   "(search.budget_ms)")
+    p.add_argument("--budget-ms", type=float, help="p50 latency limit, batch 1, bench.headline_length; for "
+                                                   "generation, ms per decode token (search.budget_ms)")
     p.add_argument("--max-mb", type=float, help="int8-dynamic file size limit in MB (search.max_mb; default none)")
     p.add_argument("--trials", type=int, help="finished trials in the study in total (search.trials, default 20)")
     p.add_argument("--space", help="search space, distill/search_space.py SPACES (search.space)")

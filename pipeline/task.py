@@ -103,6 +103,9 @@ class Task:
     defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # the task's load-time checks: config -> the first problem (naming the key and the fix) or None
     validate: Callable[[Config], str | None] | None = None
+    # the student search's task side (pipeline/search.py runs the study): () -> the task's candidates class
+    # (see pipeline/search.py, "The per-task interface"); None: the task has no search
+    search: Callable[[], type] | None = None
 
     def step(self, stage: str) -> Step:
         from pipeline.errors import PipelineError

@@ -23,7 +23,12 @@ from pipeline.search_checks import SEARCH_TARGETS, target_problem
 log = logging.getLogger("pocketformer")
 VARIANT = "int8-dynamic"  # the file a phone app ships by default: its size and latency decide feasibility
 Candidate = StudentSection | BaselineSection  # a [baseline] section: a distilled RNN (distill/search_space.py)
-__all__ = ["Candidates", "SEARCH_TARGETS", "check_target"]
+__all__ = ["Candidates", "SEARCH_TARGETS", "check_target", "searcher"]
+
+
+def searcher() -> type:
+    """Task.search: the classification candidates class (the interface: pipeline/search.py's docstring)."""
+    return Candidates
 
 
 def check_target(name: str):
@@ -37,6 +42,57 @@ def check_target(name: str):
 
 class Candidates:
     """The finished run's teacher, texts and cached logits, loaded once for every trial of a search."""
+
+    METRIC, DIRECTION = "validation_accuracy", "maximize"
+    METRIC_NOTE = "validation accuracy (the test split is never read)"
+    COST_NOTE = "p50 latency on {target}, ms (batch 1, int8-dynamic)"
+    COST_SHORT = "ms p50 on {target}"
+    BUDGET_UNIT = "ms"
+    MEASURED = ("latency_ms", "size_bytes")
+
+    # --- the task's side of the search (pipeline/search.py) -----------------------------------------
+    @staticmethod
+    def space(name: str):
+        from distill.search_space import get_space
+
+        return get_space(name)
+
+    @staticmethod
+    def basis(cfg) -> dict:
+        return {}  # the shared basis in pipeline/search.py's study_name is classification's whole one
+
+    @staticmethod
+    def over_budget(m: dict, budget_ms: float) -> str:
+        return f"latency {m['latency_ms']:.3f} ms > {budget_ms:g} ms"
+
+    @staticmethod
+    def apply_best(data: dict, shape: dict) -> None:
+        """The best shape into the config dict: [student], or for an LSTM / GRU its [baseline] and
+        bundle.model = "lstm_distilled" (the baseline stage trains it; the bundle ships it)."""
+        from distill.search_space import RNN_CELLS, config_keys
+
+        if shape["arch"] in RNN_CELLS:
+            data["baseline"] = {**data["baseline"], **config_keys(shape)}
+            data["bundle"] = {**data["bundle"], "model": "lstm_distilled"}
+            if "lstm_distilled" not in data["quantize"]["models"]:
+                data["quantize"]["models"] = [*data["quantize"]["models"], "lstm_distilled"]
+        else:
+            data["student"] = {**data["student"], **config_keys(shape)}
+
+    def sample(self, trial, space) -> Candidate:
+        from distill.search_space import sample_candidate
+
+        return sample_candidate(trial, space, self.cfg.student, self.cfg.baseline)
+
+    @staticmethod
+    def shape_of(s: Candidate) -> dict:
+        from distill.search_space import shape_of
+
+        return shape_of(s)
+
+    @staticmethod
+    def section(s: Candidate) -> str:
+        return "baseline" if isinstance(s, BaselineSection) else "student"
 
     def __init__(self, cfg, target: str, cache_path: Path | None):
         from distill.models import load_model

