@@ -240,14 +240,21 @@ def _storage(url: str, *, shared: bool):
         kw.update(heartbeat_interval=30, grace_period=120)
     import warnings
 
-    try:
-        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5.0 (pinned): not the user's concern
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, **kw)
-    except Exception as e:  # a bad URL, a missing driver, an unreachable server: SQLAlchemy's many errors
-        raise PipelineError(f"search.storage {_redacted(url)!r}: cannot open the study's database "
-                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); check the URL, "
-                            f"the database server and its driver") from None
+    import time
+
+    for attempt in range(5):
+        try:
+            with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5.0 (pinned): not the user's concern
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, **kw)
+        except Exception as e:  # a bad URL, a missing driver, an unreachable server: SQLAlchemy's many errors
+            # workers starting together race to create the tables of a new database: the loser retries
+            if attempt < 4 and type(e).__name__ in ("OperationalError", "IntegrityError"):
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            raise PipelineError(f"search.storage {_redacted(url)!r}: cannot open the study's database "
+                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); check the URL, "
+                                f"the database server and its driver") from None
 
 
 def _redacted(url: str) -> str:

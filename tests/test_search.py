@@ -251,7 +251,11 @@ def test_two_workers_share_one_study(search_cfg, tmp_path, distill_calls):
     stage's outputs; the stage then finds the study full and writes them once, training nothing."""
     from pipeline.search import run_search
 
+    from pipeline.search import NEEDS
+    from pipeline.stage import run
+
     path, cfg = search_cfg
+    run(cfg, NEEDS)  # what the workers read, made first: two workers starting on an empty run would meet its lock
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     flags = ["--target", "host-cpu", "--budget-ms", "1000", "--trials", "6", "--space", "tiny", "--fraction",
              "1.0", "--storage", url]
