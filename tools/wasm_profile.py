@@ -4,6 +4,11 @@ headless Chromium (WASM, 1 thread), in Node with the same WASM build, and in onn
 
     python -m tools.wasm_profile FILE [FILE ...] [--length 64] [--runs 50] [--warmup 10]
         [--runtimes chromium,node-wasm,node-native] [--top 12] [--json OUT.json]
+    python -m tools.wasm_profile FILE [FILE ...] --compare [--rounds 15] [--runs 20]
+
+--compare times the files without the profiler, interleaved (each round times every file in turn, so a
+busy machine slows them alike), and prints each file's median round and its ratio to the LAST file (the
+baseline, e.g. Optimum's best), per round then median: the web goal's ratio on one page session.
 
 web/profile.mjs runs the files; this module turns the trace events into tables. Each node's time is its median
 over the profiled runs (the warm-up runs, which carry WASM tier-up and first-run allocations, are dropped;
@@ -81,6 +86,18 @@ def aggregate(events: list[dict], warmup: int) -> dict:
             "ops": ops, "nodes": nodes}
 
 
+def ratios(rounds: dict[str, list[float]]) -> dict[str, dict]:
+    """{key: {median_ms, ratio (median of per-round ratios to the last key), ratios}}: same-round ratios
+    cancel the load other processes put on the machine during that round."""
+    keys = list(rounds)
+    base = rounds[keys[-1]]
+    out = {}
+    for k in keys:
+        r = [a / b for a, b in zip(rounds[k], base)]
+        out[k] = {"median_ms": statistics.median(rounds[k]), "ratio": statistics.median(r), "ratios": r}
+    return out
+
+
 def op_table(profiles: dict[str, dict], top: int) -> str:
     """Markdown: one row per op type (the `top` slowest in any file), us per run and share per file."""
     names = list(profiles)
@@ -118,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chromium", default="", help="Chromium executable (default: the first on PATH)")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--json", type=Path, help="write the aggregated profiles here")
+    ap.add_argument("--compare", action="store_true", help="interleaved timing, ratios to the last file")
+    ap.add_argument("--rounds", type=int, default=15)
     a = ap.parse_args(argv)
     runtimes = [r for r in a.runtimes.split(",") if r]
     bad = [r for r in runtimes if r not in RUNTIMES]
@@ -130,8 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(unavailable_reason(a.chromium))
     keys = [f.name if [g.name for g in a.files].count(f.name) == 1 else str(f) for f in a.files]
     job = {"chromium": chromium_path(a.chromium) or "", "runtimes": runtimes, "warmup": a.warmup, "runs": a.runs,
+           "mode": "compare" if a.compare else "profile", "rounds": a.rounds,
            "files": [{"key": k, "path": str(f.resolve()), "input": input_for(a.length)} for k, f in zip(keys, a.files)]}
     doc = run_node_script("profile.mjs", job, timeout_s=1800)
+    if a.compare:
+        return print_compare(doc, runtimes, keys, a)
     result: dict = {"versions": doc["versions"], "length": a.length, "runs": a.runs, "warmup": a.warmup, "runtimes": {}}
     for rt in runtimes:
         run = doc["runtimes"][rt]
@@ -153,6 +175,28 @@ def main(argv: list[str] | None = None) -> int:
             for k, p in profiles.items():
                 print(node_table(k, p, a.top) + "\n")
     print(f"versions: {json.dumps(doc['versions'])}")
+    if a.json:
+        a.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def print_compare(doc: dict, runtimes: list[str], keys: list[str], a) -> int:
+    result: dict = {"versions": doc["versions"], "length": a.length, "rounds": a.rounds, "runs": a.runs, "runtimes": {}}
+    for rt in runtimes:
+        run = doc["runtimes"][rt]
+        print(f"\n## {rt}: {a.rounds} interleaved rounds x {a.runs} runs, {a.length} tokens, 1 thread; "
+              f"ratio = median of same-round ratios to {keys[-1]}\n")
+        failed = {k: f["error"] for k, f in run.get("files", {}).items() if "error" in f}
+        if "error" in run or failed:
+            print(f"failed: {run.get('error') or failed}")
+            result["runtimes"][rt] = {"error": run.get("error") or failed}
+            continue
+        r = ratios({k: run["files"][k]["rounds"] for k in keys})
+        result["runtimes"][rt] = r
+        print("| file | median ms | ratio | ratio range |\n|---|---|---|---|")
+        for k, v in r.items():
+            print(f"| {k} | {v['median_ms']:.3f} | {v['ratio']:.3f} | {min(v['ratios']):.3f}-{max(v['ratios']):.3f} |")
+    print(f"\nversions: {json.dumps(doc['versions'])}")
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))
     return 0
