@@ -40,10 +40,10 @@ def check_optimizers(names: list[str] | tuple[str, ...], where: str = "export.or
 
 
 def optimize_graph(src: Path, out: Path, target_platform: str, disabled: list[str] | tuple[str, ...],
-                   save_format: str = "ORT") -> None:
+                   save_format: str = "ORT", extra_config: dict[str, str] | None = None) -> None:
     """Load src in ONNX Runtime with the converter's Fixed-style settings, leaving out the `disabled`
     optimizers, and save the optimized graph to out (save_format "ONNX" writes the same graph as ONNX,
-    for inspection and tests)."""
+    for inspection and tests); extra_config: more session config entries (export/web_model.py)."""
     from export.ort_session import ort_session
 
     # NCHWc blocking is x86-only and would tie an ARM file to the converting machine's CPU
@@ -51,7 +51,7 @@ def optimize_graph(src: Path, out: Path, target_platform: str, disabled: list[st
     # ORT_ENABLE_ALL (the default level); ARM CPUs have int8 x int8 kernels for QDQ nodes, x86 keeps the u8 path
     ort_session(src, quiet=False, disabled_optimizers=off, fix=None, save_to=out,
                 config={"session.save_model_format": save_format,
-                        "session.qdqisint8allowed": "1" if target_platform == "arm" else "0"})
+                        "session.qdqisint8allowed": "1" if target_platform == "arm" else "0", **(extra_config or {})})
 
 
 def convert_to_ort(jobs: list[tuple[str, Path, Path]], target_platform: str,

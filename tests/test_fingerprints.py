@@ -35,12 +35,14 @@ READERS = {
         "train.*": ("teacher", "distill", "baseline"),
         "quantize.*": ("quantize",), "quantize.opset": ("quantize", "bench"),
         "quantize.check_samples": ("quantize", "export"), "quantize.lossless_atol": ("quantize", "export"),
-        "quantize.min_argmax_agreement": ("quantize", "export", "compile"),
+        "quantize.min_argmax_agreement": ("quantize", "export", "compile", "web-bundle"),
         "quantize.npu_lengths": ("quantize", "compile"),
         "npu.*": ("compile",),  # the HTP compile (pipeline/tasks/classification/compile.py)
         "export.*": ("export",), "export.coreml_lengths": ("export", "bundle"),
+        "export.ort_target_platform": ("export", "web-bundle"), "export.ort_disabled_optimizers": ("export", "web-bundle"),
         "bench.*": ("bench",), "bench.browser_executable": ("bench", "web-bundle"),
         "bundle.*": CLS_SHIP, "bundle.web": ("web-bundle",), "bundle.web_target": ("web-bundle",),
+        "bundle.web_fast_gelu": ("web-bundle",),
     },
     "generation": {
         "run.seed": ALL, "run.name": ALL, "run.runs_dir": ALL,

@@ -78,6 +78,11 @@ def test_web_bundle_is_published_complete_and_checked(web_run):
     assert page["ids_agree"] == page["texts"] and page["max_probability_diff"] < _tolerance(meta)
     assert page["latency_ms"]["p50"] > 0 and not page["page_errors"]
     assert (Path(cfg.bundle.dist_dir) / cfg.run.name / "metadata.json").is_file()  # the phone bundle beside it
+    # bundle.web_fast_gelu (default on): the shipped file is the FastGelu re-make, checked on the whole test split
+    gelu = meta["model"]["gelu"]
+    assert gelu["form"] == "FastGelu (tanh approximation)", gelu
+    assert gelu["check"]["passed"] and gelu["check"]["texts"] > 50
+    assert gelu["check"]["accuracy"] >= gelu["check"]["accuracy_floor"] - 1e-12
 
 
 def test_demo_page_labels_every_sample_as_stored(web_run):

@@ -50,7 +50,9 @@ TASK = Task(
         "web-bundle": Step(lazy(f"{_HERE}.web:stage_web_bundle"),
                            ("bundle.web", "bundle.web_target", "bundle.model", "bundle.variant",
                             "bundle.accuracy_window", "bundle.min_agreement", "bundle.sample_texts",
-                            "bundle.dist_dir", "bench.browser_executable")),
+                            "bundle.dist_dir", "bench.browser_executable", "bundle.web_fast_gelu",
+                            "export.ort_target_platform", "export.ort_disabled_optimizers",
+                            "quantize.min_argmax_agreement")),
         # every section: best-<target>.toml is the whole resolved config with the best trial's shape (a change
         # the study's name does not hash re-runs no trial, it only rewrites the outputs)
         "search": Step(lazy("pipeline.search:stage_search"), ("*",)),
