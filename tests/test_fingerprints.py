@@ -40,7 +40,7 @@ READERS = {
         "npu.*": ("compile",),  # the HTP compile (pipeline/tasks/classification/compile.py)
         "export.*": ("export",), "export.coreml_lengths": ("export", "bundle"),
         "bench.*": ("bench",), "bench.browser_executable": ("bench", "web-bundle"),
-        "bundle.*": CLS_SHIP, "bundle.web": ("web-bundle",), "bundle.web_target": ("web-bundle",),
+        "bundle.*": CLS_SHIP, "bundle.accuracy_window": ("report", *CLS_SHIP), "bundle.web": ("web-bundle",), "bundle.web_target": ("web-bundle",),
     },
     "generation": {
         "run.seed": ALL, "run.name": ALL, "run.runs_dir": ALL,
