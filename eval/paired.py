@@ -75,31 +75,41 @@ def alternate(call_a, call_b, rounds: int, plan: L.Plan) -> dict:
             "round_ratios": ratios}
 
 
+def workload_plans(b) -> list[tuple[int, L.Plan]]:
+    """(batch, plan per round) for the two workloads the head to head times: batch 1 in rounds of at least
+    100 calls (a millisecond model's p50 over 30 calls moves by a few percent), and bench.throughput_batch in
+    rounds of a few calls (each is 32x the work), both capped by bench.max_seconds_per_point per round."""
+    one = L.Plan(b.warmup, max(100, b.iterations), b.max_seconds_per_point, b.min_iterations)
+    many = L.Plan(1, max(5, b.iterations // 5), b.max_seconds_per_point, 3)
+    return [(1, one)] + ([(b.throughput_batch, many)] if b.throughput_batch > 1 else [])
+
+
 def head_to_head(bench, rows: list[dict], targets: list[Target], rounds: int, model: str = "student") -> list[dict]:
-    """Alternating-round comparisons of our student files with Optimum's at the headline length."""
+    """Alternating-round comparisons of our student files with Optimum's at the headline length, at batch 1
+    and at bench.throughput_batch (entries carry "batch")."""
     if rounds <= 0:
         return []
     n = bench.b.headline_length
-    # rounds of at least 100 calls: a millisecond model's p50 over 30 calls moves by a few percent
-    plan = L.Plan(bench.b.warmup, max(100, bench.b.iterations), bench.b.max_seconds_per_point, bench.b.min_iterations)
     out = []
     for t in targets:
         if unavailable(t):
             continue
         for a, b in pair_rows(rows, t.name, model):
-            entry = {"model": model, "target": t.name, "seq_len": n, "threads": resolved_threads(t),
-                     "ours": {"variant": a["variant"], "format": a["format"], "file": a.get("file")},
-                     "peer": {"variant": b["variant"], "format": b["format"], "file": b.get("file")},
-                     "iterations_per_round": plan.iterations}
-            try:
-                inputs = bench.inputs(model, n, 1)
-                call_a = bench.runner(t, a, resolved_threads(t))[0](*inputs)
-                call_b = bench.runner(t, b, resolved_threads(t))[0](*inputs)
-                entry.update(alternate(call_a, call_b, rounds, plan))
-                log.info("[bench] head to head %s %s %s vs %s on %s: ratio %.3f (rounds %.3f-%.3f)", model,
-                         a["variant"], a["format"], b["variant"], t.name, entry["ratio"], entry["ratio_min"],
-                         entry["ratio_max"])
-            except Exception as e:  # one broken file must not hide the other comparisons
-                entry.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
-            out.append(entry)
+            calls = None
+            for batch, plan in workload_plans(bench.b):
+                entry = {"model": model, "target": t.name, "seq_len": n, "batch": batch, "threads": resolved_threads(t),
+                         "ours": {"variant": a["variant"], "format": a["format"], "file": a.get("file")},
+                         "peer": {"variant": b["variant"], "format": b["format"], "file": b.get("file")},
+                         "iterations_per_round": plan.iterations}
+                try:
+                    if calls is None:  # one session per file, both workloads
+                        calls = (bench.runner(t, a, resolved_threads(t))[0], bench.runner(t, b, resolved_threads(t))[0])
+                    inputs = bench.inputs(model, n, batch)
+                    entry.update(alternate(calls[0](*inputs), calls[1](*inputs), rounds, plan))
+                    log.info("[bench] head to head %s %s %s vs %s on %s, batch %d: ratio %.3f (rounds %.3f-%.3f)",
+                             model, a["variant"], a["format"], b["variant"], t.name, batch, entry["ratio"],
+                             entry["ratio_min"], entry["ratio_max"])
+                except Exception as e:  # one broken file must not hide the other comparisons
+                    entry.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
+                out.append(entry)
     return out

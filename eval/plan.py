@@ -3,13 +3,19 @@
 Every row gets an entry for every configured target: measured lengths, or a skip with its reason, so
 nothing is silently dropped. The rules keep the demo within its time budget while keeping what the
 report needs: every variant at the headline length, the length sweep (16..256) for the variants whose
-scaling matters (fp32 and dynamic int8 by default), batch throughput on the host only.
+scaling matters (fp32 and dynamic int8 by default), batch throughput (batch 32 at the headline length) on the
+host and on mobile-cpu (the .ort files, 1 thread) for those variants and the Optimum peer.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from eval.targets import Target
+
+
+# the targets timed at bench.throughput_batch too (the batch-32 workload): a server (host-cpu) and a phone
+# batching texts on one core (mobile-cpu, the .ort files); the other targets answer one text at a time
+THROUGHPUT_TARGETS = ("host-cpu", "mobile-cpu")
 
 
 @dataclass
@@ -54,7 +60,7 @@ def _variant_skip(t: Target, variant: str) -> str:
 
 
 def plan_point(t: Target, row: dict, lengths: list[int], headline: int, sweep_variants: list[str],
-               max_positions: int | None, throughput_targets: tuple[str, ...] = ("host-cpu",)) -> Point | str:
+               max_positions: int | None, throughput_targets: tuple[str, ...] = THROUGHPUT_TARGETS) -> Point | str:
     """The lengths to measure for row on target t, or the reason the whole combination is skipped."""
     fmt, variant = row["format"], row["variant"]
     if fmt == "onnx-npu":  # static per-length NPU files: edge-npu only, at the lengths they were made for

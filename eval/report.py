@@ -152,22 +152,49 @@ def _head_to_head(res: dict) -> list[Block]:
     rows = []
     for h in pairs:
         ours, peer = f"{h['ours']['variant']} {h['ours']['format']}", f"{h['peer']['variant']} {h['peer']['format']}"
+        batch = str(h.get("batch", 1))
         if h.get("status") == "failed":
-            rows.append([h["target"], ours, peer, "-", "-", "failed", h["reason"]])
+            rows.append([h["target"], batch, ours, peer, "-", "-", "failed", h["reason"]])
             continue
-        rows.append([h["target"], ours, peer, f"{h['ours_p50_ms']:.3f}", f"{h['peer_p50_ms']:.3f}", f"{h['ratio']:.3f}",
-                     f"{h['ratio_min']:.3f}-{h['ratio_max']:.3f}"])
+        rows.append([h["target"], batch, ours, peer, f"{h['ours_p50_ms']:.3f}", f"{h['peer_p50_ms']:.3f}",
+                     f"{h['ratio']:.3f}", f"{h['ratio_min']:.3f}-{h['ratio_max']:.3f}"])
     first = pairs[0]
+    per_round = ", ".join(sorted({f"batch {h.get('batch', 1)}: {h.get('iterations_per_round', '?')}" for h in pairs}))
     note = (" At fp32 ours is the optimized file (attention fused, layer norms left to ONNX Runtime's faster "
             "unfused kernels): the plain fp32 file is the same torch.onnx export Optimum writes, so it is timed "
             "in the summary table, not paired here."
             if any(h["ours"]["variant"] == "optimized" for h in pairs) else "")
     return [("h2", "Our student against Optimum's, head to head"),
-            ("p", f"Both files loaded side by side and timed at {first['seq_len']} tokens, batch 1, in "
-                  f"{first.get('rounds', '?')} rounds of {first.get('iterations_per_round', '?')} calls whose order "
-                  "alternates, so machine drift hits both alike. ratio = median of the per-round p50 ratios "
+            ("p", f"Both files loaded side by side and timed at {first['seq_len']} tokens, at batch 1 and at the "
+                  f"throughput batch, in {first.get('rounds', '?')} rounds whose order alternates (calls per round: "
+                  f"{per_round}), so machine drift hits both alike. ratio = median of the per-round p50 ratios "
                   "(ours / Optimum; below 1 = ours faster); the range is the lowest and highest round." + note),
-            ("table", ["target", "ours", "Optimum", "ours p50 ms", "Optimum p50 ms", "ratio", "rounds range"], rows)]
+            ("table", ["target", "batch", "ours", "Optimum", "ours p50 ms", "Optimum p50 ms", "ratio", "rounds range"],
+             rows)]
+
+
+def _workloads(res: dict) -> list[Block]:
+    """Which file for which workload, per target (eval/workloads.py; the app bundle names the same files)."""
+    rows, rules = [], {}
+    for target, picks in (res.get("workloads") or {}).items():
+        for key, w in picks.items():
+            label = "batch 1 latency" if key == "batch1" else f"batch {key.removeprefix('batch')} throughput"
+            if "variant" not in w:
+                rows.append([target, label, "-", "-", "-", w.get("reason", "")])
+                continue
+            measured = (f"{w['p50_ms']:.3f} ms p50" if key == "batch1" else
+                        f"{w['sequences_per_s']:.1f} seq/s ({w['p50_ms']:.1f} ms per batch)")
+            rows.append([target, label, f"{w['variant']} {w['format']}", w.get("file") or "-",
+                         f"{w['accuracy']:.4f}", measured])
+            rules[key] = w["rule"].split(" among ")[0]
+    if not rows:
+        return []
+    return [("h2", "Which file for which workload"),
+            ("p", "Per target, among our student files whose test accuracy is within the accuracy window "
+                  "(bundle.accuracy_window) of the best: for answering one text at a time, the fastest p50 at "
+                  "batch 1; for batches, the most sequences/s at the throughput batch. The app bundle's "
+                  "metadata.json names the same files under \"workloads\". Rules: " + "; ".join(rules.values()) + "."),
+            ("table", ["target", "workload", "file", "path", "accuracy", "measured"], rows)]
 
 
 def _peer_caveat(res: dict) -> list[Block]:
@@ -427,7 +454,7 @@ def blocks(res: dict, plots: dict[str, Path]) -> list[Block]:
                 "latency_vs_length": "Latency vs sequence length: transformers vs LSTMs.",
                 "size_vs_quality": "File size vs quality, every model and variant." + caveat}
     imgs: list[Block] = [("h2", "Plots")] + [("img", p, captions[k]) for k, p in plots.items()]
-    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _head_to_head(res) + _peer_caveat(res)
+    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _workloads(res) + _head_to_head(res) + _peer_caveat(res)
             + _browser_cross(res) + _summary(res)
             + _sweeps(res) + _npu(res)
             + _generation(res) + (imgs if plots else []) + _skipped(res))

@@ -7,6 +7,8 @@ from typing import Any
 from eval.browser_goals import browser_goals
 from eval.paired import PAIRS, our_row
 from eval.rows import find, p50
+from eval.workloads import workloads
+from pipeline.config import BundleSection
 
 SCHEMA_VERSION = 1
 
@@ -54,7 +56,7 @@ def _ratios(rows: list[dict], metric: str, targets: list[str], length: int) -> N
 
 
 def _goals(rows: list[dict], length: int, seconds: float | None, metric: str,
-           head_to_head: list[dict]) -> list[dict]:
+           head_to_head: list[dict], batch: int = 0) -> list[dict]:
     """The issue's targets, checked on this run (None = could not be measured here). The latency goals are
     the classification demo's; a generation run has its own (perplexity and decode speed)."""
     budget = {"goal": "benchmark of the models completes within 5 minutes", "value": seconds, "limit": 300.0,
@@ -71,7 +73,7 @@ def _goals(rows: list[dict], length: int, seconds: float | None, metric: str,
     goals.append({"goal": f"student int8 p50 <= 1/10 of the fp32 teacher on mobile-cpu at {length} tokens",
                   "value": ratio, "limit": 0.1, "met": None if ratio is None else ratio <= 0.1,
                   "detail": f"student {best[0]} .ort vs teacher fp32 .ort" if best else "not measured"})
-    goals += _peer_goals(rows, head_to_head, length)
+    goals += _peer_goals(rows, head_to_head, length, batch)
     return goals + [budget]
 
 
@@ -100,33 +102,47 @@ def _generation_goals(rows: list[dict]) -> list[dict]:
              "detail": "best student int8-dynamic vs teacher fp32 decode tokens/s"}]
 
 
-def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int) -> list[dict]:
-    """Our student no slower than Optimum's file of the same precision: the alternating-round ratio
-    (eval/paired.py) where the bench made one, else the ratio of the two rows' sweep p50s."""
+def _throughput(row: dict | None, target: str, batch: int) -> float | None:
+    entry = (row or {}).get("latency", {}).get(target)
+    point = entry.get(f"throughput_b{batch}") if isinstance(entry, dict) else None
+    return point.get("sequences_per_s") if isinstance(point, dict) else None
+
+
+def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int, batch: int = 0) -> list[dict]:
+    """Our student no slower than Optimum's file of the same precision, at batch 1 and (batch > 1) at the
+    throughput batch: the alternating-round ratio (eval/paired.py) where the bench made one, else the ratio
+    of the two rows' sweep p50s (batch 1) or of their sequences/s (the throughput batch)."""
     goals = []
-    paired = {(p["ours"]["variant"], p["target"]): p for p in head_to_head}
-    for ours, peer, targets in PAIRS:
-        b = find(rows, "student", peer, "onnx")
-        for target in targets:
-            a = our_row(rows, ours, target)
-            variant = a["variant"] if a else ours[0]  # none: the goal still shows, unmeasured
-            h = paired.get((variant, target))
-            if h and h.get("ratio") is not None:
-                ratio = h["ratio"]
-                detail = (f"ours {h['ours']['format']} / Optimum {h['peer']['format']}: median of {h['rounds']} "
-                          f"alternating-round p50 ratios (rounds {h['ratio_min']:.3f}-{h['ratio_max']:.3f})")
-            else:
-                fa, fb = (p50(a, target, length) if a else None), (p50(b, target, length) if b else None)
-                ratio = fa / fb if fa and fb else None
-                detail = "p50 ratio ours / Optimum (sweep)"
-            goals.append({"goal": f"our student {variant} no slower than Optimum's on {target} at {length} tokens",
-                          "value": ratio, "limit": 1.0, "met": None if ratio is None else ratio <= 1.0,
-                          "detail": detail})
+    paired = {(p["ours"]["variant"], p["target"], p.get("batch", 1)): p for p in head_to_head}
+    for B in [1] + ([batch] if batch > 1 else []):
+        for ours, peer, targets in PAIRS:
+            b = find(rows, "student", peer, "onnx")
+            for target in targets:
+                a = our_row(rows, ours, target)
+                variant = a["variant"] if a else ours[0]  # none: the goal still shows, unmeasured
+                h = paired.get((variant, target, B))
+                if h and h.get("ratio") is not None:
+                    ratio = h["ratio"]
+                    detail = (f"ours {h['ours']['format']} / Optimum {h['peer']['format']}: median of {h['rounds']} "
+                              f"alternating-round p50 ratios (rounds {h['ratio_min']:.3f}-{h['ratio_max']:.3f})")
+                elif B == 1:
+                    fa, fb = (p50(a, target, length) if a else None), (p50(b, target, length) if b else None)
+                    ratio = fa / fb if fa and fb else None
+                    detail = "p50 ratio ours / Optimum (sweep)"
+                else:  # time per batch ours / Optimum = Optimum's sequences/s / ours
+                    sa, sb = _throughput(a, target, B), _throughput(b, target, B)
+                    ratio = sb / sa if sa and sb else None
+                    detail = "sequences/s ratio Optimum / ours (throughput rows)"
+                where = f"{target} at {length} tokens" + (f", batch {B}" if B > 1 else "")
+                goals.append({"goal": f"our student {variant} no slower than Optimum's on {where}",
+                              "value": ratio, "limit": 1.0, "met": None if ratio is None else ratio <= 1.0,
+                              "detail": detail})
     return goals
 
 
-def build_results(doc: dict) -> dict:
-    """bench/latency.json -> results.json (adds vs_teacher ratios, the goals and the quality metric)."""
+def build_results(doc: dict, accuracy_window: float = BundleSection.accuracy_window) -> dict:
+    """bench/latency.json -> results.json (adds vs_teacher ratios, the goals, the quality metric and, for
+    classification, which file serves which workload per target within accuracy_window: eval/workloads.py)."""
     rows = [dict(r) for r in doc["rows"]]
     length = doc["plan"]["headline_length"]
     metric = doc.get("quality_metric") or quality_key(rows)  # the task's metric (pipeline/tasks/<task>/)
@@ -141,9 +157,12 @@ def build_results(doc: dict) -> dict:
         "plan": doc["plan"],
         "bench_seconds": doc.get("seconds", {}),
         "quality_metric": metric,
-        "goals": _goals(rows, length, doc.get("seconds", {}).get("total"), metric, doc.get("head_to_head", []))
+        "goals": _goals(rows, length, doc.get("seconds", {}).get("total"), metric, doc.get("head_to_head", []),
+                        doc["plan"].get("throughput_batch", 0))
         + (browser_goals(rows, length, targets) if metric == "accuracy" else []),
         "head_to_head": doc.get("head_to_head", []),
+        "workloads": workloads(rows, targets, accuracy_window, length, doc["plan"].get("throughput_batch", 1))
+        if metric == "accuracy" else {},
         # Qualcomm's HTP compiler per chip (compile/qnn.json through the bench): the NPU section leads with it
         "qnn_htp": doc.get("qnn_htp"),
         "rows": rows,

@@ -95,6 +95,27 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
     return {**pick, "choice": {"rule": rule, "target": target, "proxy": proxy, "candidates": candidates}}
 
 
+def bundle_workloads(results: dict, window: float, model: str, variant: str, shipped: str,
+                     target: str = CHOICE_TARGET) -> dict:
+    """metadata "workloads": the file for each workload on target (eval/workloads.py, the report's table), with
+    the numbers it won on and the rule. in_bundle: the pick is the shipped file (`shipped`, its path in the
+    bundle); otherwise run_file names it in the run folder, for an app that batches to fetch instead."""
+    from eval.workloads import choose_workloads
+
+    plan = results.get("plan", {})
+    picks = choose_workloads(results.get("rows", []), target, window, plan.get("headline_length", 64),
+                             plan.get("throughput_batch", 1), model)
+    out = {}
+    for key, w in picks.items():
+        if "variant" not in w:
+            out[key] = {"status": w["status"], "reason": w["reason"], "target": target}
+            continue
+        here = w["variant"] == variant
+        out[key] = {**{k: v for k, v in w.items() if k != "file"}, "in_bundle": here,
+                    **({"file": shipped} if here else {"run_file": w.get("file")})}
+    return out
+
+
 def coreml_row(export_rows: list[dict], model: str, variant: str) -> dict | None:
     rows = [r for r in export_rows if r["format"] == "coreml" and r["model"] == model and r.get("status") != "failed"]
     want = COREML_FOR.get(variant)

@@ -196,6 +196,43 @@ def cross_check(bundle: Path, meta: dict, tok_dir: str = "tokenizer") -> None:
                                 f"{_REBUILD}")
 
 
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v > 0
+
+
+def check_workloads(bundle: Path, meta: dict) -> None:
+    """metadata "workloads" (export/bundle.py bundle_workloads): per workload ("batch1", "batch<N>") the file
+    that serves it with the number it won on, or a status with its reason; a file said to be in the bundle
+    must be listed in 'files'."""
+    work = meta.get("workloads")
+    if work is None:
+        return
+    need(isinstance(work, dict) and len(work) > 0, bundle, "'workloads' must map workloads (batch1, batch32) to files")
+    for key, w in work.items():
+        where = f"workloads.{key}"
+        need(isinstance(key, str) and re.fullmatch(r"batch[1-9][0-9]*", key) is not None, bundle,
+             f"{where}: a workload is named batch<N> (batch1, batch32)")
+        need(isinstance(w, dict), bundle, f"{where} must be an object")
+        if "status" in w:
+            need(isinstance(w["status"], str) and isinstance(w.get("reason"), str) and w["reason"], bundle,
+                 f"{where}: an unmeasured workload needs a status and its reason")
+            continue
+        batch = int(key.removeprefix("batch"))
+        need(w.get("batch") == batch, bundle, f"{where}.batch must be {batch}")
+        need(all(isinstance(w.get(k), str) and w[k] for k in ("variant", "format", "rule", "target")), bundle,
+             f"{where} needs variant, format, target and rule (strings)")
+        need(isinstance(w.get("accuracy"), (int, float)) and not isinstance(w["accuracy"], bool)
+             and 0 <= w["accuracy"] <= 1, bundle, f"{where}.accuracy must be a number in [0, 1]")
+        won = "p50_ms" if batch == 1 else "sequences_per_s"
+        need(_number(w.get(won)), bundle, f"{where}.{won} must be a positive number")
+        need(isinstance(w.get("in_bundle"), bool), bundle, f"{where}.in_bundle must be true or false")
+        if w["in_bundle"]:
+            _listed(bundle, meta["files"], w.get("file"), f"{where}.file")
+        else:
+            need(isinstance(w.get("run_file"), str) and w["run_file"], bundle,
+                 f"{where}: a file not in the bundle needs its run_file")
+
+
 def check_qnn(bundle: Path, meta: dict) -> None:
     """The HTP context binaries (metadata "qnn", export/qnn_bundle.py): per chip, per length, the context model
     and its binary, named with their inputs and outputs, both listed in 'files' so their sha256 is checked."""

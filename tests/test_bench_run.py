@@ -129,8 +129,9 @@ def tiny_run(tmp_path_factory):
     (run / "quantize" / "npu.json").write_text(json.dumps(_npu_rows(run, tok)))
     (edir / "variants.json").write_text(json.dumps(e_rows))
     skipped = [{"model": "lstm", "variant": "int8-static", "reason": "left out by this test"}]
-    for stage in ("data", "teacher", "distill", "baseline", "eval", "quantize", "export"):
+    for stage in ("data", "teacher", "distill", "baseline", "eval", "quantize", "compile", "export"):
         summary = {"skipped": skipped} if stage == "quantize" else {}
+        (run / stage).mkdir(parents=True, exist_ok=True)  # compile writes no file here (no QNN SDK)
         write_manifest(run / stage, stage=stage, config={}, config_hash="test", inputs={}, summary=summary, started=0)
     return root
 
@@ -187,8 +188,8 @@ def test_every_row_has_every_target_measured_or_with_reason(benched):
     _, lat, _ = benched
     # pytorch + onnx + ort + coreml + Optimum peer + what targets expect but was not made:
     # int8-static .ort for all four models, int8-static .onnx for all but the student
-    # and the npu student's two static NPU files
-    assert len(lat["rows"]) == 4 + 10 + 8 + 1 + 4 + 4 + 3 + 2
+    # and the npu student's static NPU files, one per variant of the registry (nnapi, coreml, qnn-w8a16)
+    assert len(lat["rows"]) == 4 + 10 + 8 + 1 + 4 + 4 + 3 + 3
     for r in lat["rows"]:
         assert set(r["latency"]) == {"host-cpu", "mobile-cpu", "edge-npu", "desktop-gpu"}
         for target, entry in r["latency"].items():
@@ -212,9 +213,13 @@ def test_lengths_throughput_and_flops(benched):
     # the student's position table holds 24 tokens: 32 is skipped, with the reason
     student = _rows(lat, "student", "fp32", "onnx")["latency"]["host-cpu"]
     assert student["32"] == {"status": "skipped", "reason": "longer than the model's position table (24 tokens)"}
-    # mobile-cpu runs one thread; int8-static is measured at the headline length only
+    # mobile-cpu runs one thread, at batch 1 and at the throughput batch (the .ort files and Optimum's .onnx);
+    # int8-static is measured at the headline length only
     mobile = _rows(lat, "student", "int8-dynamic", "ort")["latency"]["mobile-cpu"]
-    assert mobile["session"]["threads"] == 1 and "throughput_b4" not in mobile
+    assert mobile["session"]["threads"] == 1
+    assert mobile["throughput_b4"]["batch"] == 4 and mobile["throughput_b4"]["sequences_per_s"] > 0
+    assert _rows(lat, "student", "optimum-fp32", "onnx")["latency"]["mobile-cpu"]["throughput_b4"]["batch"] == 4
+    assert "throughput_b4" not in _rows(lat, "student", "int8-static", "ort")["latency"]["mobile-cpu"]
     static = _rows(lat, "student", "int8-static", "onnx")["latency"]["host-cpu"]
     assert "p50_ms" in static["16"] and "sweep" in static["8"]["reason"]
     # FLOPs: the attention term makes the teacher super-linear in length, the LSTM is linear
@@ -321,15 +326,23 @@ def test_results_follow_the_schema_and_ratios(benched):
     goals = {g["goal"]: g for g in res["goals"]}
     assert any("1/10" in g for g in goals) and all(g["met"] in (True, False, None) for g in res["goals"])
     # our student against Optimum's, side by side: the .ort that ships on mobile-cpu, the .onnx on host-cpu
-    h2h = {(h["ours"]["variant"], h["target"]): h for h in res["head_to_head"]}
-    assert {("fp32", "host-cpu"), ("int8-dynamic", "host-cpu"), ("fp32", "mobile-cpu"),
-            ("int8-dynamic", "mobile-cpu")} <= set(h2h)
-    for (variant, target), h in h2h.items():
+    # at batch 1 and at the throughput batch (4 here), each with its own goal
+    h2h = {(h["ours"]["variant"], h["target"], h["batch"]): h for h in res["head_to_head"]}
+    assert len(h2h) == len(res["head_to_head"])
+    assert {(v, t, b) for v in ("fp32", "int8-dynamic") for t in ("host-cpu", "mobile-cpu") for b in (1, 4)} <= set(h2h)
+    for (variant, target, batch), h in h2h.items():
         assert h["ours"]["format"] == ("ort" if target == "mobile-cpu" else "onnx")
         assert h["peer"]["variant"] == ("optimum-int8-dynamic" if variant == "int8-dynamic" else "optimum-fp32")
         assert h["rounds"] == 9 and len(h["round_ratios"]) == 9 and h["ours_p50_ms"] > 0
-        goal = goals[f"our student {variant} no slower than Optimum's on {target} at 16 tokens"]
+        assert h["iterations_per_round"] == (100 if batch == 1 else 5)
+        where = f"{target} at 16 tokens" + (", batch 4" if batch == 4 else "")
+        goal = goals[f"our student {variant} no slower than Optimum's on {where}"]
         assert goal["value"] == h["ratio"] and goal["met"] == (h["ratio"] <= 1.0)
+    # which file serves which workload, per target, from these rows (eval/workloads.py)
+    for target, fmt in (("host-cpu", "onnx"), ("mobile-cpu", "ort")):
+        w = res["workloads"][target]
+        assert w["batch1"]["format"] == fmt and w["batch1"]["p50_ms"] > 0
+        assert w["batch4"]["format"] == fmt and w["batch4"]["sequences_per_s"] > 0
     broken = json.loads(json.dumps(res))
     broken["rows"][0]["latency"].pop("edge-npu")
     broken["rows"][1]["latency"]["host-cpu"]["16"]["p90_ms"] = -1.0

@@ -88,6 +88,22 @@ def test_bundle_contents_and_choice(built):
     assert meta["string_model_check"]["agreement"] >= cfg.bundle.min_agreement
     assert meta["string_model_check"]["texts"] == 120 and meta["string_model_check"]["token_ids_differ"] == 0
     assert "onnxruntime" in meta["versions"] and "onnxruntime-extensions" in meta["versions"]
+    # the file per workload on mobile-cpu: batch 1 is the shipped file (the same rule as the choice), batch 32
+    # the most sequences/s among the files timed at batch 32 (int8-dynamic, the only sweep variant here)
+    work = meta["workloads"]
+    assert set(work) == {"batch1", "batch32"}
+    assert work["batch1"]["variant"] == meta["model"]["variant"] and work["batch1"]["in_bundle"] is True
+    assert work["batch1"]["file"] == f"model/{stem}.ort" and work["batch1"]["p50_ms"] > 0
+    b32 = work["batch32"]
+    int8_in = next(c["within_window"] for c in cands if c["variant"] == "int8-dynamic")
+    if not int8_in:  # the one file timed at batch 32 is outside the window: nothing to name, and why
+        assert b32["status"] == "not measured" and "batch-32" in b32["reason"]
+    elif b32["variant"] == meta["model"]["variant"]:
+        assert b32["in_bundle"] is True and b32["file"] == f"model/{stem}.ort"
+    else:
+        assert b32["in_bundle"] is False and b32["run_file"] == f"export/student/{b32['variant']}.ort"
+    if int8_in:
+        assert b32["variant"] == "int8-dynamic" and b32["batch"] == 32 and b32["sequences_per_s"] > 0
     # the published copy is the same bundle, with no partial folders left beside it
     dist = Path(cfg.bundle.dist_dir) / "tiny"
     assert json.loads((dist / "metadata.json").read_text())["files"] == meta["files"]

@@ -41,8 +41,8 @@ READERS = {
         "export.*": ("export",), "export.coreml_lengths": ("export", "bundle"),
         "export.ort_target_platform": ("export", "web-bundle"), "export.ort_disabled_optimizers": ("export", "web-bundle"),
         "bench.*": ("bench",), "bench.browser_executable": ("bench", "web-bundle"),
-        "bundle.*": CLS_SHIP, "bundle.web": ("web-bundle",), "bundle.web_target": ("web-bundle",),
-        "bundle.web_fast_gelu": ("web-bundle",),
+        "bundle.*": CLS_SHIP, "bundle.accuracy_window": ("report", *CLS_SHIP), "bundle.web": ("web-bundle",),
+        "bundle.web_target": ("web-bundle",), "bundle.web_fast_gelu": ("web-bundle",),
     },
     "generation": {
         "run.seed": ALL, "run.name": ALL, "run.runs_dir": ALL,

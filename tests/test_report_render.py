@@ -62,7 +62,7 @@ def test_classification_ratios_and_goals():
     assert peer["value"] == pytest.approx(0.8) and peer["met"] is True
     budget = res["goals"][-1]
     assert budget["value"] == 120.0 and budget["met"] is True
-    assert len(res["goals"]) == 6
+    assert len(res["goals"]) == 10  # the four peer goals at batch 1 and again at the throughput batch (32)
 
 
 def test_generation_rows_render_perplexity_and_generation_table(tmp_path):

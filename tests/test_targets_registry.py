@@ -41,11 +41,15 @@ def test_desktop_gpu_without_cuda_is_skipped_with_one_line(monkeypatch):
     assert unavailable(get_target("desktop-gpu")) is None
 
 
-def test_sweep_variants_run_every_length_and_throughput_on_host():
+def test_sweep_variants_run_every_length_and_throughput_on_host_and_mobile():
     p = _plan("host-cpu")
     assert isinstance(p, Point) and p.lengths == LENGTHS and p.throughput
     p = _plan("mobile-cpu", fmt="ort", variant="int8-dynamic")
-    assert p.lengths == LENGTHS and not p.throughput  # phones run batch 1
+    assert p.lengths == LENGTHS and p.throughput  # the batch-32 workload on one core (issue 22)
+    p = _plan("mobile-cpu", variant="optimum-int8-dynamic")
+    assert p.lengths == [64] and p.throughput  # Optimum's file too: the same workload, head to head
+    p = _plan("mobile-cpu", fmt="ort", variant="int8-static")
+    assert not p.throughput  # outside the sweep variants: batch 1 only (bench time)
 
 
 def test_other_variants_run_the_headline_length_with_reasons_for_the_rest():

@@ -70,7 +70,9 @@ def report(ctx: StageContext) -> dict:
     from eval.results import build_results, validate_results
 
     doc = json.loads((ctx.input("bench") / "latency.json").read_text())
-    results = build_results(doc)
+    # classification: the workload table picks within the bundle's accuracy window, as the bundle does
+    window = ctx.cfg.bundle.accuracy_window if doc.get("quality_metric", "accuracy") == "accuracy" else 0.0
+    results = build_results(doc, window)
     merge_saved(ctx.run_dir, results)  # keep phone measurements (runs/<run>/phone/) across report re-runs
     problems = validate_results(results)
     if problems:

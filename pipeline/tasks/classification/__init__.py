@@ -39,7 +39,8 @@ TASK = Task(
                        ("export.*", "quantize.check_samples", "quantize.lossless_atol",
                         "quantize.min_argmax_agreement", "teacher.eval_batch_size")),
         "bench": Step(lazy(f"{_HERE}.bench:stage_bench"), ("bench.*", "quantize.opset")),
-        "report": Step(lazy("pipeline.tasks.common:report")),
+        # bundle.accuracy_window: the report's "which file for which workload" table picks as the bundle does
+        "report": Step(lazy("pipeline.tasks.common:report"), ("bundle.accuracy_window",)),
         # data.* / teacher.model: the model card names the dataset and the teacher; export.coreml_lengths:
         # the metadata's Core ML sequence lengths
         "bundle": Step(lazy(f"{_HERE}.bundle:stage_bundle"),

@@ -43,7 +43,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     from distill.batching import encode
     from eval.metrics import scores
     from export.app_samples import classification_readme, write_samples
-    from export.bundle import choose, coreml_row, finish, io_spec, latency_for, normalisation
+    from export.bundle import bundle_workloads, choose, coreml_row, finish, io_spec, latency_for, normalisation
     from export.checks import agreement_texts, ort_runner, predict, require_texts
     from export.npu_bundle import add_npu_files
     from export.qnn_bundle import add_qnn_files
@@ -160,6 +160,8 @@ def stage_bundle(ctx: StageContext) -> dict:
                          "(the export stage checked that both give the same logits)"},
             "headline_length": results.get("plan", {}).get("headline_length"),
             "latency": latency_for(results, name, variant, "ort"),
+            # the file per workload (batch 1 latency, batch-N throughput) on the choice target, as the report says
+            "workloads": bundle_workloads(results, b.accuracy_window, name, variant, models["ort"]["file"]),
             "string_model_check": check, "samples": samples[:1], "samples_file": "samples.json",
             "versions": library_versions()}
     if npu:

@@ -14,8 +14,8 @@ from pipeline.errors import PipelineError
 from pipeline.tasks.classification.logits_check import (LOGIT_ATOL, LOGIT_RTOL, compare,  # noqa: F401
                                                         predict_in_fresh_process)
 from pipeline.tasks.classification.replay import ORT_FORMATS
-from pipeline.verify_bundle_meta import (bundle_kind, check_metadata, check_npu, check_qnn, cross_check,
-                                         load_samples,
+from pipeline.verify_bundle_meta import (bundle_kind, check_metadata, check_npu, check_qnn, check_workloads,
+                                         cross_check, load_samples,
                                          require_digest, resolve)
 
 
@@ -99,6 +99,7 @@ def verify_app(bundle: Path, files: dict) -> dict:
     meta = check_metadata(bundle, files["meta"])
     check_npu(bundle, meta)
     check_qnn(bundle, meta)
+    check_workloads(bundle, meta)
     cross_check(bundle, meta)
     require_digest(bundle, meta)
     samples = load_samples(bundle, meta)
