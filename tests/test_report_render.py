@@ -58,7 +58,7 @@ def test_classification_ratios_and_goals():
     assert st["vs_teacher"]["speedup"] == {"mobile-cpu": pytest.approx(40.0 / 3.0)}
     first = res["goals"][0]
     assert first["value"] == pytest.approx(3.0 / 40.0) and first["met"] is True
-    peer = [g for g in res["goals"] if "fp32 no slower" in g["goal"] and "host-cpu" in g["goal"]][0]
+    peer = [g for g in res["goals"] if "fp32 at most 0.8x" in g["goal"] and "host-cpu" in g["goal"]][0]
     assert peer["value"] == pytest.approx(0.8) and peer["met"] is True
     budget = res["goals"][-1]
     assert budget["value"] == 120.0 and budget["met"] is True
