@@ -101,7 +101,7 @@ def test_fp32_goal_is_the_optimized_file_when_there_is_one():
     doc["rows"].append(dict(doc["rows"][0], variant="optimized"))
     goals = [g for g in build_results(doc)["goals"] if "Optimum" in g["goal"] and "host-cpu" in g["goal"]]
     assert [g["goal"].split(" at most")[0] for g in goals] == ["our student optimized", "our student int8-dynamic"]
-    assert goals[0]["value"] == 0.9 and goals[0]["met"] is True
+    assert goals[0]["value"] == 0.9 and goals[0]["met"] is False  # faster, but not by the 0.8 margin
     assert goals[1]["value"] is None and goals[1]["met"] is None  # no int8 rows: listed, not measured
 
 
