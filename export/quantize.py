@@ -1,4 +1,4 @@
-"""ONNX -> lossy ONNX variants: int8 dynamic (weights), int8 static QDQ (calibrated), fp16.
+"""ONNX -> lossy ONNX variants: int8 dynamic (weights), int8 and w8a16 static QDQ (calibrated), fp16.
 
 Each function writes one file and returns what it did (quantized op counts), so the stage can record it
 and a test can see that the ops that matter really changed type.
@@ -124,37 +124,105 @@ def quantize_int8_static(src: Path, out: Path, calibration: TextCalibration, act
     the parts named in keep_float stay float. (ORT's histogram calibrators, percentile and entropy, need every
     calibration batch in one shape, which padding would fill with tokens the model never attends to.)
 
-    ORT's QDQ quantizer has no LSTM rule; so that the LSTM is not left in fp32, its weights are then
-    quantized dynamically (DynamicQuantizeLSTM) in the same file.
+    Written so Qualcomm's HTP compiler takes it whole (export/gelu_tanh.py, export/index_tables.py): exact
+    GELU as its tanh form (the HTP refuses Erf next to uint8 activations), compact-vocabulary id tables as
+    int32, and an LSTM as a plain ONNX LSTM with 8-bit weights behind DequantizeLinear (see _lstm_weights).
     """
+    from onnxruntime.quantization import QuantType
+
+    act = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}[activation_type]
+    return _static_qdq(src, out, calibration, "int8-static", model_name, act, QuantType.QInt8, per_channel,
+                       keep_float, reduce_range, tanh_gelu=True)
+
+
+def quantize_w8a16_static(src: Path, out: Path, calibration: TextCalibration, model_name: str,
+                          keep_float: list[str] = ()) -> dict[str, int]:
+    """Qualcomm's recipe for the HTP (get_qnn_qdq_config's defaults with 16-bit activations): uint8 weights,
+    one scale per tensor (the HTP's per-channel encodings are for signed symmetric weights), uint16
+    activations, which keep the residual stream and small attention values that uint8 rounds. Same ops and
+    float parts as int8-static; exact GELU stays Erf (the HTP takes the fused Gelu at 16 bits). The file is
+    opset 21 (16-bit Quantize/DequantizeLinear); ONNX Runtime's CPU provider runs it, slower than int8."""
+    from onnxruntime.quantization import QuantType
+
+    return _static_qdq(src, out, calibration, "w8a16-static", model_name, QuantType.QUInt16, QuantType.QUInt8,
+                       False, keep_float, False, tanh_gelu=False)
+
+
+def _static_qdq(src: Path, out: Path, calibration: TextCalibration, variant: str, model_name: str, act, weight,
+                per_channel: bool, keep_float, reduce_range: bool, tanh_gelu: bool) -> dict[str, int]:
     import onnx
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization import QuantFormat, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    from export.gelu_tanh import erf_gelu_to_tanh
+    from export.index_tables import widen_index_tables
+
     if not calibration.batches:
-        raise PipelineError(f"{model_name} -> int8-static: no calibration texts; the training split is empty")
+        raise PipelineError(f"{model_name} -> {variant}: no calibration texts; the training split is empty")
     check_static_float(list(keep_float))
-    act = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8}[activation_type]
     with tempfile.TemporaryDirectory() as tmp:
+        model = onnx.load(str(src))
+        tables = widen_index_tables(model)
+        gelus = erf_gelu_to_tanh(model) if tanh_gelu else 0
+        htp_src = Path(tmp) / "htp.onnx"
+        onnx.save(model, str(htp_src))
         pre = Path(tmp) / "pre.onnx"
         # auto_merge: BERT's mask arithmetic otherwise stops symbolic shape inference ("Incomplete ...")
-        quant_pre_process(str(src), str(pre), auto_merge=True)
+        quant_pre_process(str(htp_src), str(pre), auto_merge=True)
         graph = onnx.load(str(pre), load_external_data=False)
         ops = [op for op in STATIC_OPS if not any(op in STATIC_FLOAT[k][0] for k in keep_float)]
         exclude = sorted(set().union(*(STATIC_FLOAT[k][1](graph) for k in keep_float)))
         qdq = Path(tmp) / "qdq.onnx"
         quantize_static(str(pre), str(qdq), calibration.reader(), quant_format=QuantFormat.QDQ,
-                        per_channel=per_channel, activation_type=act, weight_type=QuantType.QInt8,
+                        per_channel=per_channel, activation_type=act, weight_type=weight,
                         op_types_to_quantize=ops, nodes_to_exclude=exclude, reduce_range=reduce_range)
-        if op_counts(qdq).get("LSTM"):
-            quantize_dynamic(str(qdq), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["LSTM"])
-        else:
-            qdq.replace(out)
+        model = onnx.load(str(qdq))
+        lstm_weights = _lstm_weights(model)
+        onnx.save(model, str(out))
     counts = op_counts(out)
     if not counts.get("QuantizeLinear"):
-        raise PipelineError(f"{model_name} -> int8-static: the quantizer inserted no QuantizeLinear in {out.name}; "
+        raise PipelineError(f"{model_name} -> {variant}: the quantizer inserted no QuantizeLinear in {out.name}; "
                             f"the graph has no op ORT's QDQ quantizer handles")
-    return {**_quantized(counts), "float_nodes": len(exclude)}
+    extra = {k: v for k, v in (("gelu_tanh", gelus), ("int32_id_tables", tables), ("lstm_8bit_weights", lstm_weights))
+             if v}
+    return {**_quantized(counts), "float_nodes": len(exclude), **extra}
+
+
+def _lstm_weights(model) -> int:
+    """In place: each LSTM's input and recurrent weights (W, R) as uint8 (one scale and zero point per
+    tensor) behind a DequantizeLinear; the LSTM itself stays a plain ONNX LSTM. ORT's QDQ quantizer has no
+    LSTM rule, and the dynamic quantizer's DynamicQuantizeLSTM is an ORT contrib op that no NPU provider
+    takes; the QNN provider's LSTM builder takes this form and the HTP compiles it (docs/npu.md). Returns the
+    number of weight tensors quantized."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    dq_nodes, done = [], 0
+    for node in g.node:
+        if node.op_type != "LSTM":
+            continue
+        for k in (1, 2):
+            name = node.input[k] if len(node.input) > k else ""
+            if name not in inits:
+                continue
+            w = numpy_helper.to_array(inits[name]).astype(np.float32)
+            lo, hi = min(float(w.min()), 0.0), max(float(w.max()), 0.0)
+            scale = (hi - lo) / 255.0 or 1.0
+            zp = int(np.clip(round(-lo / scale), 0, 255))
+            q = np.clip(np.round(w / scale) + zp, 0, 255).astype(np.uint8)
+            g.initializer.remove(inits.pop(name))
+            g.initializer.extend([numpy_helper.from_array(q, f"{name}_quantized"),
+                                  numpy_helper.from_array(np.array(scale, np.float32), f"{name}_scale"),
+                                  numpy_helper.from_array(np.array(zp, np.uint8), f"{name}_zero_point")])
+            dq_nodes.append(helper.make_node("DequantizeLinear", [f"{name}_quantized", f"{name}_scale",
+                                                                 f"{name}_zero_point"], [name],
+                                             name=f"{name}_DequantizeLinear"))
+            done += 1
+    for i, n in enumerate(dq_nodes):  # before every node: their inputs are initializers
+        g.node.insert(i, n)
+    return done
 
 
 def convert_fp16(src: Path, out: Path, model_name: str) -> dict[str, int]:

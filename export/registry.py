@@ -38,7 +38,7 @@ class Exporter:
 EXPORTERS: dict[str, Exporter] = {}
 # quantize.variants names -> exporter keys (the ONNX variants the quantize stage writes)
 ONNX_VARIANTS = {"fp32": "onnx", "optimized": "onnx-optimized", "int8-dynamic": "int8-dynamic",
-                 "int8-static": "int8-static", "fp16": "fp16"}
+                 "int8-static": "int8-static", "w8a16-static": "w8a16-static", "fp16": "fp16"}
 
 
 def exporter(name: str, fmt: str, lossless: bool, transformer_only: bool = False):
@@ -143,6 +143,20 @@ def _int8_static(job: ExportJob) -> dict:
     return {"source": src_name, "quantized_ops": ops, "calibration_texts": len(texts),
             "activation_type": q.activation_type, "per_channel": q.per_channel, "float": list(q.static_float),
             "reduce_range": q.reduce_range}
+
+
+@exporter("w8a16-static", "onnx", lossless=False)
+def _w8a16_static(job: ExportJob) -> dict:
+    """Static QDQ for Qualcomm's HTP: uint8 weights, uint16 activations (export/quantize.py)."""
+    from export.quantize import TextCalibration, quantize_w8a16_static
+
+    q = job.quantize
+    src_name, src = _source(job, "fp32")
+    texts = list(job.calibration_texts)[: q.calibration_samples]
+    calib = TextCalibration(job.loaded.tokenizer, texts, job.loaded.max_length)
+    ops = quantize_w8a16_static(src, job.out, calib, job.model_name, q.static_float)
+    return {"source": src_name, "quantized_ops": ops, "calibration_texts": len(texts), "activation_type": "uint16",
+            "weight_type": "uint8", "per_channel": False, "float": list(q.static_float)}
 
 
 @exporter("fp16", "onnx", lossless=False)

@@ -197,8 +197,10 @@ class QuantizeSection:
     dynamic_source: str = "optimized"
     # Static-shape NPU files for a student.arch = "npu" model (export/npu.py): one file per provider variant
     # (registry export.npu.NPU_VARIANTS) and per sequence length, since NNAPI and the CoreML provider run
-    # fixed shapes only. With student.arch = "npu", lengths must lie in 3..student.max_length.
-    npu_variants: list[str] = field(default_factory=lambda: ["nnapi-int8", "coreml-int8w"])
+    # fixed shapes only. With student.arch = "npu", lengths must lie in 3..student.max_length. The default
+    # list writes the npu student for the HTP in w8a8 (nnapi-int8) and w8a16 (qnn-w8a16), as the compile
+    # stage checks both (docs/npu.md).
+    npu_variants: list[str] = field(default_factory=lambda: ["nnapi-int8", "coreml-int8w", "qnn-w8a16"])
     npu_lengths: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
     # test texts every exported file is checked on; a test split with fewer refuses the check (export/checks.py)
     check_samples: int = 64

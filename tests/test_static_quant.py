@@ -60,7 +60,7 @@ def test_static_float_on_lstm_and_reduce_range(models, inputs, onnx_files, tmp_p
     calib = [t for t, _ in make_texts(48, seed=1)]
     out = tmp_path / "lstm.onnx"
     d = run_exporter("int8-static", models["lstm"], out, onnx_files["lstm"], calibration=calib)
-    assert d["quantized_ops"]["DynamicQuantizeLSTM"] == 2
+    assert d["quantized_ops"]["LSTM"] == 2 and d["quantized_ops"]["lstm_8bit_weights"] == 4
     assert d["quantized_ops"]["float_nodes"] >= 2  # the MLP head after the pooling stays float
     got, ref = compare(out, models["lstm"], inputs)
     assert sqnr_db(ref, got) > 15.0

@@ -389,7 +389,7 @@ def npu_copy(copy, tmp_path):
                                           num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                                           max_position_embeddings=64)).eval()
     run, rows = tmp_path / "run", []
-    for name in ("nnapi-int8", "coreml-int8w"):  # the default quantize.npu_variants
+    for name in ("nnapi-int8", "coreml-int8w"):  # two of the default quantize.npu_variants: one of each kind
         v = NPU_VARIANTS[name]
         made = write_variant(student, run / "quantize" / "student" / "npu", name, [16, 32], 17,
                              [s["token_ids"] for s in samples], 0, "student")
