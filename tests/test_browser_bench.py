@@ -149,18 +149,47 @@ def test_browser_goals_read_the_bundle_rule_on_browser_rows():
             row("student", "int8-dynamic", "onnx", 0.789, None),  # failed in the browser
             row("student", "optimum-fp32", "onnx", 0.790, 6.0),
             row("student", "optimum-int8-dynamic", "onnx", 0.789, 4.0)]
-    teacher_goal, peer_goal = browser_goals(rows, 64, ["mobile-cpu", "browser-wasm"])
+    teacher_goal, peer_goal, node_goal = browser_goals(rows, 64, ["mobile-cpu", "browser-wasm"])
     assert teacher_goal["value"] == pytest.approx(3.0 / 40.0) and teacher_goal["met"] is True
     assert "int8-static .onnx" in teacher_goal["detail"]
-    assert peer_goal["value"] == pytest.approx(3.0 / 4.0) and peer_goal["met"] is True
+    # issue 22's limit: <= 0.7x Optimum's faster file (it was 0.8)
+    assert peer_goal["limit"] == 0.7 and "<= 0.7x Optimum's export" in peer_goal["goal"]
+    assert peer_goal["value"] == pytest.approx(3.0 / 4.0) and peer_goal["met"] is False
     assert "optimum-int8-dynamic" in peer_goal["detail"] and "cross-check" not in peer_goal["detail"]
-    # with the Node cross-check on both files, the goal's detail gives the ratio there too
+    assert node_goal["value"] is None and node_goal["met"] is None and "not measured" in node_goal["detail"]
+    # with the Node cross-check on both files, the goal's detail gives the ratio there too, and so does its own goal
     for r, ms in ((rows[2], 2.0), (rows[6], 4.0)):
         r["latency"]["browser-wasm"]["cross_check"] = {"node-wasm": {"p50_ms": ms}}
-    assert "cross-check in Node (same WASM build): 0.5" in browser_goals(rows, 64, ["browser-wasm"])[1]["detail"]
+    goals = browser_goals(rows, 64, ["browser-wasm"])
+    assert "cross-check in Node (same WASM build): 0.5" in goals[1]["detail"]
+    assert "Node cross-check" in goals[2]["goal"] and goals[2]["limit"] == 0.7
+    assert goals[2]["value"] == pytest.approx(0.5) and goals[2]["met"] is True
     assert browser_goals(rows, 64, ["mobile-cpu"]) == []  # not configured: no goal rows
     unmeasured = browser_goals([row("student", "fp32", "onnx", 0.79, None)], 64, ["browser-wasm"])
-    assert [g["met"] for g in unmeasured] == [None, None]
+    assert [g["met"] for g in unmeasured] == [None, None, None]
+
+
+def test_browser_goals_compare_the_fastgelu_file_the_web_bundle_ships():
+    """The export stage's browser-only FastGelu file is a timed row: the goals pick it when it is the fastest
+    within the window (as the web bundle does); a FastGelu file that failed its check never counts."""
+    from eval.browser_goals import browser_goals
+
+    def row(variant, fmt, acc, p50, **extra):
+        return {"model": "student", "variant": variant, "format": fmt, "accuracy": acc, "latency": _lat(p50), **extra}
+
+    rows = [{"model": "teacher", "variant": "fp32", "format": "onnx", "accuracy": 0.8, "latency": _lat(40.0)},
+            row("int8-dynamic", "ort", 0.790, 3.2),
+            row("int8-dynamic-fastgelu", "ort", 0.786, 2.7),  # within 1 point of 0.790, faster: the pick
+            row("optimized-fastgelu", "ort", 0.790, 1.0, status="failed"),  # failed its check: never the pick
+            row("int8-static", "onnx", 0.700, 0.5),  # outside the window
+            row("optimum-int8-dynamic", "onnx", 0.79, 4.0)]
+    rows[2]["latency"]["browser-wasm"]["cross_check"] = {"node-wasm": {"p50_ms": 2.9}}
+    rows[5]["latency"]["browser-wasm"]["cross_check"] = {"node-wasm": {"p50_ms": 4.0}}
+    _, peer, node = browser_goals(rows, 64, ["browser-wasm"])
+    assert "student int8-dynamic-fastgelu .ort" in peer["detail"]
+    assert peer["value"] == pytest.approx(2.7 / 4.0) and peer["met"] is True
+    assert node["value"] == pytest.approx(2.9 / 4.0) and node["met"] is False  # 0.725 > 0.7: both must hold
+    assert "student int8-dynamic-fastgelu .ort" in node["detail"]
 
 
 def _web_ctx(tmp_path, **bundle):
