@@ -223,3 +223,18 @@ def test_ratios_are_medians_of_same_round_ratios_to_the_last_file():
     r = ratios({"ours": [2.0, 4.0, 2.1], "theirs": [3.0, 5.0, 3.0]})
     assert r["theirs"]["ratio"] == 1.0 and r["ours"]["ratio"] == pytest.approx(0.7)
     assert r["ours"]["median_ms"] == 2.1
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"export": {"fast_gelu_variants": ["int8-static"]}},
+     r"unknown FastGelu source variant 'int8-static' in 'export.fast_gelu_variants'. Known: fp32, optimized, int8-dynamic"),
+    ({"export": {"fast_gelu_variants": ["optimized"], "ort_variants": ["fp32"]}, "quantize": {"variants": ["fp32"]}},
+     r"'export.fast_gelu_variants' names \['optimized'\], which 'quantize.variants' \['fp32'\] does not make"),
+])
+def test_fast_gelu_variants_are_checked_when_the_config_loads(over, message):
+    from pipeline.config import config_from_dict
+    from pipeline.errors import PipelineError
+
+    with pytest.raises(PipelineError, match=message):
+        config_from_dict({**over, "bundle": {"web": False}}, "t")
+    assert config_from_dict({"export": {"fast_gelu_variants": []}}, "t").export.fast_gelu_variants == []
