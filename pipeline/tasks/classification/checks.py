@@ -112,11 +112,6 @@ def _classification_exports(cfg) -> str | None:
     if unknown:
         return (f"'export.ort_variants' names {unknown}, which 'quantize.variants' {q.variants} does not make; add "
                 f"them there ({_set('quantize.variants', [*q.variants, *unknown])}) or drop them")
-    unknown = [v for v in e.fast_gelu_variants if v not in q.variants]
-    if unknown:
-        return (f"'export.fast_gelu_variants' names {unknown}, which 'quantize.variants' {q.variants} does not make "
-                f"(the FastGelu file is made from it); add them there "
-                f"({_set('quantize.variants', [*q.variants, *unknown])}) or drop them")
     bad = [m for m in e.coreml_models if m not in COREML_MODELS]
     if bad:
         return (f"'export.coreml_models' names {bad}; Core ML export is for {', '.join(COREML_MODELS)} (the teacher "

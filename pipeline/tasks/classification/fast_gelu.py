@@ -64,6 +64,8 @@ def export_fast_gelu(ctx, qrows: list[dict], check_texts: list[str]) -> tuple[li
 
     cfg, e = ctx.cfg, ctx.cfg.export
     jobs, skipped = fast_gelu_jobs(qrows, e.fast_gelu_variants)
+    for s in skipped:
+        log.warning("[export] %s", s["reason"])
     if not jobs:
         return [], skipped
     labels = read_labels(ctx.input("data"))
