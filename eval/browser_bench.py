@@ -31,6 +31,8 @@ def _plan(bench, t: Target, row: dict):
     if row.get("missing"):
         return _skip(row["_reason"] if t.name in row.get("_targets", []) else
                      f"{t.name} does not take this file (and it was not made)")
+    if row.get("status") == "failed":  # recorded with its numbers by its stage; never timed or shipped
+        return _skip(f"not timed: the file failed its check ({row.get('check', {}).get('reason', 'see its variants.json')})")
     point = plan_point(t, row, bench.b.seq_lengths, bench.b.headline_length, bench.b.sweep_variants,
                        bench.models.max_positions(row["model"]), throughput_targets=())
     if isinstance(point, str):

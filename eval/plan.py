@@ -51,6 +51,9 @@ def _variant_skip(t: Target, variant: str) -> str:
         return "fp16 ONNX has no WASM kernels in onnxruntime-web (it is the GPU/NPU variant)"
     if variant == "fp16" and t.name in ("host-cpu", "mobile-cpu"):
         return "fp16 ONNX has no fast CPU kernels in ONNX Runtime (it runs through casts); it is the GPU/NPU variant"
+    if variant.endswith("-fastgelu"):
+        return ("a browser-only file: GELU approximated for onnxruntime-web's WASM build, where erf GELU is slow "
+                "(export/web_model.py); the browser targets time it")
     if t.name == "edge-npu":
         return ("edge-npu runs the static-QDQ int8 model (NPU providers need static quantization) and the "
                 "Core ML packages")
@@ -69,6 +72,8 @@ def plan_point(t: Target, row: dict, lengths: list[int], headline: int, sweep_va
                     f"edge-npu takes it")
         made = [n for n in lengths if n in row.get("lengths", [])]
         return Point(lengths=made) if made else f"no NPU file at the bench lengths {lengths}"
+    if variant.endswith("-fastgelu") and variant not in t.variants:  # before the format: why is the variant
+        return _variant_skip(t, variant)
     if fmt not in t.formats:
         return _format_skip(t, fmt) or f"{t.name} does not run {fmt} files"
     if t.name == "mobile-cpu" and fmt == "onnx" and not variant.startswith("optimum-"):

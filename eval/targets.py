@@ -28,8 +28,10 @@ class Target:
     expects: tuple[tuple[str, str], ...] = ()
 
 
-# every file the browser can load: our ONNX and .ort variants and Optimum's peer files (fp16 has no WASM kernels)
-BROWSER_VARIANTS = ("fp32", "optimized", "int8-dynamic", "int8-static", "optimum-fp32", "optimum-int8-dynamic")
+# every file the browser can load: our ONNX and .ort variants and Optimum's peer files (fp16 has no WASM kernels),
+# and the browser-only .ort files with GELU as FastGelu (export.fast_gelu_variants; export/web_model.py)
+BROWSER_VARIANTS = ("fp32", "optimized", "int8-dynamic", "int8-static", "optimum-fp32", "optimum-int8-dynamic",
+                    "fp32-fastgelu", "optimized-fastgelu", "int8-dynamic-fastgelu")
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("host-cpu", "onnxruntime + pytorch", "CPUExecutionProvider", 0, "fp32 / int8",

@@ -177,6 +177,36 @@ def _ort(job: ExportJob) -> dict:
     return {"source": src_name}
 
 
+@exporter("ort-fastgelu", "ort", lossless=False)
+def _ort_fastgelu(job: ExportJob) -> dict:
+    """The browser variant <variant>-fastgelu.ort (export/web_model.py): the .ort conversion with GELU
+    approximated by FastGelu. Written through a temporary file; a graph with no GELU to approximate (the
+    result would be the plain .ort again) is refused."""
+    from export.optimize import op_counts
+    from export.ort_format import check_optimizers
+    from export.web_model import fast_gelu_file
+
+    src_name, src = _source(job, job.variant)
+    check_optimizers(job.export.ort_disabled_optimizers)
+    tmp = job.out.with_name(f".{job.out.name}.partial")
+    with tempfile.TemporaryDirectory() as d:
+        probe = Path(d) / "graph.onnx"  # the same graph as ONNX, to count what the approximation changed
+        fast_gelu_file(src, probe, "onnx", job.export.ort_target_platform, job.export.ort_disabled_optimizers)
+        ops = op_counts(probe)
+    if not ops.get("FastGelu"):
+        raise PipelineError(f"{job.model_name} -> ort-fastgelu: {src.name} has no GELU for ONNX Runtime to "
+                            f"approximate (ops: {', '.join(sorted(ops))}); leave '{src_name}' out of "
+                            f"export.fast_gelu_variants")
+    try:
+        job.out.parent.mkdir(parents=True, exist_ok=True)
+        fast_gelu_file(src, tmp, "ort", job.export.ort_target_platform, job.export.ort_disabled_optimizers)
+        tmp.replace(job.out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {"source": src_name, "gelu": "FastGelu (tanh approximation)", "fast_gelu_ops": ops["FastGelu"],
+            "session_config": {"optimization.enable_gelu_approximation": "1"}}
+
+
 @exporter("coreml", "coreml", lossless=False)
 def _coreml(job: ExportJob) -> dict:
     from export.coreml import compress, convert, spec_summary

@@ -250,6 +250,12 @@ class ExportSection:
     # SkipLayerNormFusion: ORT's fused CPU kernel is slower than the Add + LayerNormalization it replaces;
     # without it the demo student's int8 .ort ran 0.58 ms instead of 0.73 ms (64 tokens, 1 thread; probe).
     ort_disabled_optimizers: list[str] = field(default_factory=lambda: ["SkipLayerNormFusion"])
+    # ONNX variants the student also gets as a browser file <variant>-fastgelu.ort: GELU as its tanh
+    # approximation (ONNX Runtime's FastGelu), the erf GELU being onnxruntime-web's slowest WASM kernel on the
+    # demo student (22% of its time; export/web_model.py). Checked against its source on the test split
+    # (accuracy within bundle.accuracy_window, labels agreeing on quantize.min_argmax_agreement); timed on the
+    # browser targets only, so the web bundle may ship it. [] = none.
+    fast_gelu_variants: list[str] = field(default_factory=lambda: ["int8-dynamic"])
 
 
 @dataclass(frozen=True)
@@ -353,11 +359,6 @@ class BundleSection:
     # and browsers run different runtimes, so each bundle is chosen on its own target's rows.
     web: bool = True
     web_target: str = "browser-wasm"  # a browser target of eval/targets.py (checked when the stage starts)
-    # Ship the web bundle's file with GELU as its tanh approximation (ONNX Runtime's FastGelu): in
-    # onnxruntime-web's WASM build the erf GELU was the demo student's slowest kernel (22% of its time;
-    # export/web_model.py). Checked on the test split (accuracy within accuracy_window of the best file,
-    # labels agreeing with the as-trained file on quantize.min_argmax_agreement), else the as-trained file ships.
-    web_fast_gelu: bool = True
 
 
 @dataclass(frozen=True)

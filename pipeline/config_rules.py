@@ -146,6 +146,7 @@ REGISTRY_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quantize.variants": ("ONNX variant", ("export.registry:ONNX_VARIANTS",)),
     "export.ort_variants": ("ONNX variant", ("export.registry:ONNX_VARIANTS",)),
     "export.ort_target_platform": ("ORT platform", ("export.ort_format:PLATFORMS",)),
+    "export.fast_gelu_variants": ("FastGelu source variant", ("export.web_model:FAST_GELU_SOURCES",)),
     "quantize.static_float": ("int8-static float part", ("export.quantize:STATIC_FLOAT",)),
     "npu.chips": ("Snapdragon chip", ("eval.qnn:CHIPS",)),
     "search.space": ("search space", ("distill.search_space:SPACES",)),

@@ -45,6 +45,53 @@ def test_exporter_ort(models, inputs, tmp_path):
     convert_to_ort([], "arm", [])  # nothing to do: no converter run, no error
 
 
+def test_exporter_ort_fastgelu(models, inputs, tmp_path):
+    """The browser variant: the int8-dynamic student as .ort with GELU as FastGelu (export/web_model.py), the
+    same platform / optimizer settings as the plain .ort; a graph with no GELU (the LSTM) is refused."""
+    from export.checks import ort_runner
+    from export.optimize import op_counts
+    from export.ort_format import optimize_graph
+    from export.ort_session import ort_session
+    from export.registry import get_exporter
+
+    m = models["bert"]
+    src, dyn = tmp_path / "fp32.onnx", tmp_path / "int8-dynamic.onnx"
+    get_exporter("onnx").fn(job(m, src))
+    get_exporter("int8-dynamic").fn(job(m, dyn, sources={"fp32": src}))
+    out = tmp_path / "student" / "int8-dynamic-fastgelu.ort"
+    details = get_exporter("ort-fastgelu").fn(job(m, out, "int8-dynamic", {"int8-dynamic": dyn}))
+    assert details["source"] == "int8-dynamic" and details["fast_gelu_ops"] == 2  # one per layer
+    assert details["session_config"] == {"optimization.enable_gelu_approximation": "1"}
+    assert out.read_bytes()[4:8] == b"ORTM" and not list(out.parent.glob(".*"))  # no temporary file left
+    plain = tmp_path / "plain.onnx"  # the plain .ort's graph: erf GELU, SkipLayerNormFusion left out as there
+    optimize_graph(dyn, plain, "arm", ExportSection().ort_disabled_optimizers, save_format="ONNX")
+    assert op_counts(plain).get("BiasGelu", 0) + op_counts(plain).get("Gelu", 0) == 2
+    assert "FastGelu" not in op_counts(plain) and "SkipLayerNormalization" not in op_counts(plain)
+    got, want = logits(ort_runner(ort_session(out)), inputs), logits(ort_runner(ort_session(dyn)), inputs)
+    assert not np.array_equal(got, want)  # the approximation changed the arithmetic ...
+    assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.9  # ... not the labels
+    # no GELU to approximate: refused, nothing written
+    lstm_src = tmp_path / "lstm.onnx"
+    get_exporter("onnx").fn(job(models["lstm"], lstm_src))
+    bad = tmp_path / "lstm" / "fp32-fastgelu.ort"
+    with pytest.raises(PipelineError, match=r"lstm -> ort-fastgelu: lstm.onnx has no GELU.*export.fast_gelu_variants"):
+        get_exporter("ort-fastgelu").fn(job(models["lstm"], bad, "fp32", {"fp32": lstm_src}))
+    assert not bad.exists()
+
+
+def test_fastgelu_variants_are_browser_targets_only():
+    from eval.plan import plan_point
+    from eval.targets import BROWSER_VARIANTS, TARGETS
+    from export.web_model import FAST_GELU_SOURCES, variant_name
+
+    for v in FAST_GELU_SOURCES:  # every name export.fast_gelu_variants can make, the browser targets time
+        assert variant_name(v) in BROWSER_VARIANTS
+    row = {"model": "student", "variant": "int8-dynamic-fastgelu", "format": "ort"}
+    assert plan_point(TARGETS["browser-wasm"], row, [16, 64], 64, ["int8-dynamic"], 128).lengths == [64]
+    for t in ("mobile-cpu", "host-cpu", "edge-npu", "desktop-gpu"):
+        assert "browser-only file" in plan_point(TARGETS[t], row, [64], 64, [], 128), t
+
+
 def test_ort_conversion_failure_names_model_and_file(models, tmp_path):
     from export.ort_format import convert_to_ort
 

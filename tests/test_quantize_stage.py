@@ -67,7 +67,11 @@ def test_quantize_and_export_stages(tiny_cfg_dict):
     assert len(summary["rows"]) == len(rows) and summary["rows"][0]["check"]["passed"]
 
     out = json.loads((run_dir / "export" / "variants.json").read_text())
-    ort = [r for r in out if r["format"] == "ort"]
+    ort = [r for r in out if r["format"] == "ort" and not r["variant"].endswith("-fastgelu")]
+    # the student's browser file with GELU as FastGelu (export.fast_gelu_variants), checked on the test split
+    fg = [r for r in out if r["variant"].endswith("-fastgelu")]
+    assert [(r["model"], r["variant"], r["format"]) for r in fg] == [("student", "int8-dynamic-fastgelu", "ort")]
+    assert fg[0]["check"]["kind"] == "argmax_agreement" and "gelu" in fg[0]["check"]
     # optimized: the transformers only (ORT's transformer optimizer has nothing to fuse in an LSTM)
     assert {(r["model"], r["variant"]) for r in ort} == {(m, v) for m, vs in ONNX.items() for v in vs
                                                          if v in ("fp32", "optimized", "int8-dynamic", "int8-static")}

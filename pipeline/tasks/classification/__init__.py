@@ -35,9 +35,10 @@ TASK = Task(
         # the HTP compile (eval/qnn.py): every chip, every NPU length, the emulator's agreement gate
         "compile": Step(lazy(f"{_HERE}.compile:stage_compile"),
                         ("npu.*", "quantize.npu_lengths", "quantize.min_argmax_agreement")),
+        # bundle.accuracy_window: the FastGelu browser files' accuracy check (export/web_model.py)
         "export": Step(lazy(f"{_HERE}.ship:stage_export"),
                        ("export.*", "quantize.check_samples", "quantize.lossless_atol",
-                        "quantize.min_argmax_agreement", "teacher.eval_batch_size")),
+                        "quantize.min_argmax_agreement", "teacher.eval_batch_size", "bundle.accuracy_window")),
         "bench": Step(lazy(f"{_HERE}.bench:stage_bench"), ("bench.*", "quantize.opset")),
         # bundle.accuracy_window: the report's "which file for which workload" table picks as the bundle does
         "report": Step(lazy("pipeline.tasks.common:report"), ("bundle.accuracy_window",)),
@@ -51,9 +52,7 @@ TASK = Task(
         "web-bundle": Step(lazy(f"{_HERE}.web:stage_web_bundle"),
                            ("bundle.web", "bundle.web_target", "bundle.model", "bundle.variant",
                             "bundle.accuracy_window", "bundle.min_agreement", "bundle.sample_texts",
-                            "bundle.dist_dir", "bench.browser_executable", "bundle.web_fast_gelu",
-                            "export.ort_target_platform", "export.ort_disabled_optimizers",
-                            "quantize.min_argmax_agreement")),
+                            "bundle.dist_dir", "bench.browser_executable")),
         # every section: best-<target>.toml is the whole resolved config with the best trial's shape (a change
         # the study's name does not hash re-runs no trial, it only rewrites the outputs)
         "search": Step(lazy("pipeline.search:stage_search"), ("*",)),

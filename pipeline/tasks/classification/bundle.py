@@ -54,7 +54,11 @@ def stage_bundle(ctx: StageContext) -> dict:
     from pipeline.tasks.classification.replay import npu_logits, qnn_logits, run_models
 
     cfg, b = ctx.cfg, ctx.cfg.bundle  # its settings were checked when the config loaded (config_rules.py)
-    export_rows = json.loads((ctx.input("export") / "variants.json").read_text())
+    from export.web_model import is_fast_gelu
+
+    # the browser-only FastGelu files (export/web_model.py says why) are never the phone bundle's
+    export_rows = [r for r in json.loads((ctx.input("export") / "variants.json").read_text())
+                   if not is_fast_gelu(r["variant"])]
     qrows = json.loads((ctx.input("quantize") / "variants.json").read_text())
     results = json.loads((ctx.input("report") / "results.json").read_text())
     # variants that failed their check in quantize have no .ort; named here so an explicit choice says why

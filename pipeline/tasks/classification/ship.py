@@ -165,10 +165,12 @@ def _check_cell(check: dict) -> str:
 
 @reports_truncation
 def stage_export(ctx: StageContext) -> dict:
-    """ORT mobile-format files and Core ML packages, each checked against its source.
+    """ORT mobile-format files, the student's browser variants (<variant>-fastgelu.ort, GELU as FastGelu:
+    pipeline/tasks/classification/fast_gelu.py) and Core ML packages, each checked against its source.
 
     Reads quantize/variants.json and its .onnx files, the student / LSTM folders and data/test.jsonl.
-    Writes export/<model>/<variant>.ort, export/<model>/<variant>.mlpackage and export/variants.json.
+    Writes export/<model>/<variant>.ort, export/student/<variant>-fastgelu.ort,
+    export/<model>/<variant>.mlpackage and export/variants.json.
     """
     cfg, e = ctx.cfg, ctx.cfg.export
     threads(cfg)
@@ -181,8 +183,13 @@ def stage_export(ctx: StageContext) -> dict:
     skipped = [{"model": m, "variant": v, "format": "ort", "reason": f"{m} {v}.onnx failed its check in the "
                 "quantize stage (quantize/variants.json)"} for m, v in sorted(bad) if v in e.ort_variants]
     check_texts = _check_texts(ctx, cfg.quantize.check_samples)
-    rows = _export_ort(ctx, [r for r in qrows if (r["model"], r["variant"]) not in bad], check_texts) \
-        + _export_coreml(ctx, check_texts)
+    rows = _export_ort(ctx, [r for r in qrows if (r["model"], r["variant"]) not in bad], check_texts)
+    # the browser variants (<variant>-fastgelu.ort): checked here so the bench times what the web bundle ships
+    from pipeline.tasks.classification.fast_gelu import export_fast_gelu
+
+    web_rows, web_skips = export_fast_gelu(ctx, qrows, check_texts)
+    rows += web_rows + _export_coreml(ctx, check_texts)
+    skipped += web_skips
     failed = [{"model": r["model"], "variant": r["variant"], "format": r["format"], "reason": r["check"]["reason"]}
               for r in failed_rows(rows)]
     for f in failed:

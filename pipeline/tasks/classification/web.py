@@ -3,15 +3,11 @@ and published to <bundle.dist_dir>/<run>-web/ beside the phone bundle."""
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
 from pipeline.task import StageContext
-
-log = logging.getLogger("pocketformer")
-
 
 
 def _skip(ctx: StageContext, reason: str) -> dict:
@@ -22,6 +18,8 @@ def _skip(ctx: StageContext, reason: str) -> dict:
 
 def stage_web_bundle(ctx: StageContext) -> dict:
     """The web bundle: the student file fastest on bundle.web_target, the client-side demo page, checked.
+    The candidates include the export stage's browser variants (<variant>-fastgelu.ort, GELU as FastGelu),
+    timed by the bench like the others; metadata.json model.gelu says which GELU form shipped and why.
 
     Reads quantize/ and export/variants.json, quantize/<model>/tokenizer/, report/results.json and
     data/test.jsonl. Writes web-bundle/ (see export/web_bundle.py) and publishes it to
@@ -39,6 +37,7 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     from export.bundle import choose, finish, io_spec, latency_for, normalisation, write_metadata
     from export.checks import agreement_texts, ort_runner, predict, require_texts
     from export.ort_session import ort_session
+    from export.web_model import gelu_record
     from pipeline.manifest import library_versions
     from pipeline.tasks.classification.replay import run_models
 
@@ -77,7 +76,7 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
     max_length = json.loads((out / "tokenizer" / "pocketformer.json").read_text())["max_length"]
     norm = normalisation(tokenizer, max_length)
-    gelu = _fast_gelu(ctx, row, out / rel, tokenizer, max_length, labels)
+    gelu = gelu_record(row, rows)  # which GELU form ships and why (the FastGelu rows carry their check)
 
     # the page's tokenizer against the Python one, on the whole test split
     py_ids = [tokenizer(t, truncation=True, max_length=max_length)["input_ids"] for t in texts]
@@ -139,49 +138,6 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     return {"model": name, "variant": variant, "format": fmt, "target": b.web_target, "rule": row["choice"]["rule"],
             "dist": str(dist), "tokenizer_check": {k: tok_check[k] for k in ("texts", "differ", "agreement")},
             "page_check": {k: v for k, v in page.items() if k != "page_errors"}, "files": len(meta["files"])}
-
-
-def _fast_gelu(ctx: StageContext, row: dict, shipped: Path, tokenizer, max_length: int, labels: list[str]) -> dict:
-    """Replace the copied file at `shipped` by its FastGelu re-make (export/web_model.py) when
-    bundle.web_fast_gelu is on and the re-make passes its accuracy check; the record says which shipped."""
-    import numpy as np
-
-    from export.checks import ort_runner, predict
-    from export.ort_session import ort_session
-    from export.web_model import fast_gelu_file, gelu_check, source_onnx
-
-    cfg, b = ctx.cfg, ctx.cfg.bundle
-    if not b.web_fast_gelu:
-        return {"form": "as trained (erf)", "reason": "bundle.web_fast_gelu = false"}
-    src = source_onnx(row, ctx.run_dir)
-    tmp = shipped.with_name(f".fastgelu-{shipped.name}")
-    try:
-        fast_gelu_file(src, tmp, row["format"], cfg.export.ort_target_platform, cfg.export.ort_disabled_optimizers)
-    except Exception as e:  # noqa: BLE001 - ORT's own exception types; the as-trained file still ships
-        tmp.unlink(missing_ok=True)
-        reason = f"re-making {src.name} with FastGelu failed: {str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__}"
-        log.warning("[web-bundle] %s; shipping the as-trained file", reason)
-        return {"form": "as trained (erf)", "reason": reason}
-    rows = read_split(ctx.input("data"), "test")
-    texts, gold = [r["text"] for r in rows], [labels.index(r["label"]) for r in rows]
-
-    def labels_of(path: Path) -> list[int]:
-        return np.argmax(predict(ort_runner(ort_session(path, 1)), tokenizer, texts, max_length, 64), 1).tolist()
-
-    best = max(c["accuracy"] for c in row["choice"]["candidates"] if c.get("accuracy") is not None)
-    check = gelu_check(labels_of(tmp), labels_of(shipped), gold, best, b.accuracy_window,
-                       cfg.quantize.min_argmax_agreement)
-    if not check["passed"]:
-        tmp.unlink()
-        log.warning("[web-bundle] the FastGelu file fails its check (%s); shipping the as-trained file", check["reason"])
-        return {"form": "as trained (erf)", "reason": f"the FastGelu re-make failed its check: {check['reason']}",
-                "check": check}
-    tmp.replace(shipped)
-    print(f"[web-bundle] GELU as FastGelu (tanh): test accuracy {check['accuracy']:.4f} (as trained "
-          f"{check['as_trained_accuracy']:.4f}), labels agree with the as-trained file on "
-          f"{check['agreement_with_as_trained']:.2%}")
-    return {"form": "FastGelu (tanh approximation)", "source": str(src.relative_to(ctx.run_dir)), "check": check,
-            "why": "onnxruntime-web's WASM erf GELU is its slowest kernel (docs/results/2026-11-24-wasm-profile.md)"}
 
 
 def skip_web_bundle(ctx: StageContext) -> dict:
