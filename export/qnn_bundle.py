@@ -7,7 +7,8 @@ eval/qnn.py), one subfolder per chip, for the shipped model:
 Only rows the compile stage marked "passed" are eligible (compiled with CPU fallback disabled, and the
 emulator's argmax agreeing with the CPU provider): a graph that compiled but disagreed is never shipped. Per
 chip, one variant is shipped at every length it passed: the one that passed at the most lengths, then the
-one whose worst emulator agreement is highest. Variants fed looked-up embeddings (an extra CPU lookup file
+one whose worst emulator agreement is highest, then the most accurate on the test split (quantize/npu.json),
+then the smallest context binary. Variants fed looked-up embeddings (an extra CPU lookup file
 first) are left out: the app sample feeds token ids. The app loads a chip's file through ONNX Runtime's QNN
 execution provider (onnxruntime-android-qnn) and falls back to the CPU .ort file where the chip or the
 provider is missing.
@@ -37,15 +38,17 @@ def _io(path: Path) -> dict:
     return {"inputs": [one(v) for v in g.input], "outputs": [one(v) for v in g.output]}
 
 
-def _pick(rows: list[dict]) -> tuple[str, list[dict]] | None:
-    """(variant, its passed rows) for one chip, or None."""
+def _pick(rows: list[dict], accuracy: dict[str, float]) -> tuple[str, list[dict]] | None:
+    """(variant, its passed rows) for one chip, or None. accuracy: test accuracy per variant, where known."""
     by_variant: dict[str, list[dict]] = {}
     for r in rows:
         by_variant.setdefault(r["variant"], []).append(r)
     if not by_variant:
         return None
     best = max(by_variant, key=lambda v: (len(by_variant[v]),
-                                          min(r["emulator"]["argmax_agreement"] for r in by_variant[v]), v))
+                                          min(r["emulator"]["argmax_agreement"] for r in by_variant[v]),
+                                          accuracy.get(v, 0.0),
+                                          -sum(r.get("context_bytes") or 0 for r in by_variant[v]), v))
     return best, sorted(by_variant[best], key=lambda r: r["length"])
 
 
@@ -60,9 +63,11 @@ def _not_shipped(doc: dict, mine: list[dict]) -> str:
             + (f"; the compiler refused {', '.join(refused)}" if refused else "") + "): see compile/qnn.json")
 
 
-def add_qnn_files(run_dir: Path, compile_dir: Path, model: str, out: Path, fallback: str, pad_id: int = 0) -> dict:
+def add_qnn_files(run_dir: Path, compile_dir: Path, model: str, out: Path, fallback: str, pad_id: int = 0,
+                  accuracy: dict[str, float] | None = None) -> dict:
     """Copy the shipped model's passed context binaries into out/npu/qnn/<chip>/ and return metadata.json's
-    "qnn" entry: {"shipped": True, "chips": {...}, ...}, or {"shipped": False, "reason": ...}."""
+    "qnn" entry: {"shipped": True, "chips": {...}, ...}, or {"shipped": False, "reason": ...}. accuracy: the
+    test accuracy of each variant (qnn.json's variant names), the tie-break between variants that passed."""
     path = compile_dir / "qnn.json"
     if not path.is_file():
         return {"shipped": False, "reason": "the run has no compile/qnn.json"}
@@ -76,7 +81,7 @@ def add_qnn_files(run_dir: Path, compile_dir: Path, model: str, out: Path, fallb
             io = _io(run_dir / r["context"])
             if {i["name"] for i in io["inputs"]} <= TOKEN_INPUTS:
                 eligible.append({**r, "io": io})
-        picked = _pick(eligible)
+        picked = _pick(eligible, accuracy or {})
         if picked is None:
             continue
         variant, rows = picked
@@ -95,6 +100,7 @@ def add_qnn_files(run_dir: Path, compile_dir: Path, model: str, out: Path, fallb
         first = rows[0]
         chips[chip] = {"name": first["chip_name"], "soc_model": first["soc_model"], "htp_arch": first["htp_arch"],
                        "android_soc_model": _android_soc(chip), "variant": variant,
+                       "accuracy": (accuracy or {}).get(variant),
                        "lengths": [r["length"] for r in rows], "files": files}
     if not chips:
         return {"shipped": False, "reason": _not_shipped(doc, mine)}

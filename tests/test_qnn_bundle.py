@@ -150,3 +150,17 @@ def test_no_kotlin_npu_sample_without_binaries():
 
     assert npu_classifier({"qnn": {"shipped": False, "reason": "x"}}) == ""
     assert npu_classifier({}) == ""
+
+
+def test_pick_prefers_lengths_then_agreement_then_accuracy_then_size():
+    from export.qnn_bundle import _pick
+
+    def row(v, n, agree=1.0, size=100):
+        return {"variant": v, "length": n, "emulator": {"argmax_agreement": agree}, "context_bytes": size}
+
+    both = [row("a", 16), row("a", 64), row("b", 16, size=50), row("b", 64, size=50)]
+    assert _pick(both, {"a": 0.75, "b": 0.74})[0] == "a"  # same lengths and agreement: the more accurate
+    assert _pick(both, {})[0] == "b"  # accuracy unknown: the smaller context binaries
+    assert _pick(both + [row("c", 16), row("c", 32), row("c", 64)], {"a": 0.9})[0] == "c"  # passed at more lengths
+    assert _pick([row("a", 16, agree=0.99), row("b", 16)], {"a": 0.9})[0] == "b"  # a closer emulator first
+    assert _pick([], {}) is None
