@@ -385,34 +385,50 @@ def _npu(res: dict) -> list[Block]:
 
 
 def _qnn_htp(res: dict) -> list[Block]:
-    """Qualcomm's HTP compiler per chip (compile/qnn.json via the bench): the verdict that leads the section."""
+    """Qualcomm's HTP compiler per chip (compile/qnn.json via the bench): the verdict that leads the section.
+    One row per model and variant; per chip the lengths that compiled whole and agreed on the emulator."""
     doc = res.get("qnn_htp")
     if not doc:
         return []
     if doc.get("skipped"):
         return [("p", f"Qualcomm HTP compiler: not run ({doc['skipped']}).")]
-    rows = []
+    chips = list(doc.get("chips") or dict.fromkeys(r["chip"] for r in doc["rows"]))
+    groups: dict[tuple[str, str], list[dict]] = {}
     for r in doc["rows"]:
-        emu = r.get("emulator") or {}
-        unsup = r.get("unsupported") or []
-        ops = ", ".join(f"{t} x{n}" if n > 1 else t for t, n in
-                        sorted({u["type"]: sum(v["type"] == u["type"] for v in unsup) for u in unsup}.items()))
-        verdict = {"passed": "yes", "not compiled": "no"}.get(r["status"], r["status"])
-        rows.append([r["model"], r["variant"], str(r["length"]), r.get("chip_name", r["chip"]), verdict,
-                     f"{r['nodes_on_htp']}/{r['nodes_total']}" if r.get("nodes_total") else "",
-                     ops or ("" if r["status"] == "skipped" else "none"),
-                     f"{r['context_bytes']:,}" if r.get("context_bytes") else "",
-                     f"{emu['argmax_agreement']:.1%} of {emu['samples']}" if "argmax_agreement" in emu else "",
-                     f"{emu['max_abs_diff']:.3g}" if "max_abs_diff" in emu else ""])
+        groups.setdefault((r["model"], r["variant"]), []).append(r)
+    rows = []
+    for (model, variant), rs in groups.items():
+        cells = []
+        for c in chips:
+            mine = [r for r in rs if r["chip"] == c]
+            ok = [str(r["length"]) for r in mine if r["status"] == "passed"]
+            bad = sorted({r["status"] for r in mine if r["status"] != "passed"})
+            cells.append((", ".join(ok) if ok else "no") + (f" ({'; '.join(bad)} at the others)" if ok and bad else ""))
+        unsup = {u["name"]: u["type"] for r in rs for u in r.get("unsupported") or []}
+        kinds = sorted(set(unsup.values()))
+        ops = ", ".join(f"{t} x{list(unsup.values()).count(t)}" if list(unsup.values()).count(t) > 1 else t
+                        for t in kinds)
+        top = max(rs, key=lambda r: r["length"])
+        sizes = [r["context_bytes"] for r in rs if r.get("context_bytes")]
+        emu = [r["emulator"] for r in rs if "argmax_agreement" in (r.get("emulator") or {})]
+        rows.append([model, variant, *cells,
+                     f"{top['nodes_on_htp']}/{top['nodes_total']}" if top.get("nodes_total") else "",
+                     ops or "none",
+                     (f"{min(sizes):,}-{max(sizes):,}" if min(sizes) != max(sizes) else f"{sizes[0]:,}") if sizes else "",
+                     f"{min(e['argmax_agreement'] for e in emu):.1%} (of {emu[0]['samples']} each)" if emu else "",
+                     f"{max(e['max_abs_diff'] for e in emu):.3g}" if emu else ""])
+    names = [(doc.get("chips") or {}).get(c, c) for c in chips]
     versions = ", ".join(f"{k} {v}" for k, v in (doc.get("compiler") or {}).items() if v)
     return [("p", f"COMPILER VERDICT: Qualcomm's HTP compiler ({versions}) on every static QDQ file, for each "
-                  f"chip: compiled means every node runs on the Hexagon NPU (CPU fallback disabled); nodes on "
-                  f"the HTP / all nodes come from a session allowed to fall back. Each compiled graph ran on "
-                  f"QAIRT's x86 HTP emulator against the same file on the CPU: {doc.get('numerics', '')}; a "
-                  f"graph below {doc.get('min_argmax_agreement', 0):.0%} agreement is marked failed and never "
-                  f"shipped. Emulator: {doc.get('emulator_note', '')}."),
-            ("table", ["model", "variant", "length", "chip", "compiled", "nodes on HTP / all", "unsupported ops",
-                       "context bytes", "emulator agreement", "max abs diff"], rows)]
+                  f"chip and length: a length is listed when the whole graph compiled for that chip (CPU fallback "
+                  f"disabled: every node on the Hexagon NPU) and its logits on QAIRT's x86 HTP emulator agreed "
+                  f"with the same file on the CPU ({doc.get('numerics', '')}; below "
+                  f"{doc.get('min_argmax_agreement', 0):.0%} argmax agreement it fails and is never shipped). Nodes "
+                  f"on the HTP / all come from a session allowed to fall back, at the longest length; refused ops "
+                  f"are the compiler's, with every node named in compile/qnn.json. Emulator: "
+                  f"{doc.get('emulator_note', '')}."),
+            ("table", ["model", "variant", *[f"{n}: lengths" for n in names], "nodes on HTP / all", "refused ops",
+                       "context bytes", "worst emulator agreement", "max abs diff"], rows)]
 
 
 def _generation(res: dict) -> list[Block]:

@@ -170,3 +170,32 @@ def test_unavailable_reason_names_the_extra(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "onnxruntime_qnn" else real(n, *a))
     assert qnn.unavailable_reason().startswith("onnxruntime-qnn is not installed (pip install '.[qnn]'")
+
+
+def test_report_verdict_is_one_row_per_model_variant_with_lengths_per_chip():
+    from eval.report import _qnn_htp
+
+    def row(model, variant, n, chip, status, **kw):
+        base = {"model": model, "variant": variant, "length": n, "chip": chip, "status": status,
+                "nodes_on_htp": 10, "nodes_total": 10 if status == "passed" else 11, "unsupported": []}
+        return {**base, **kw}
+
+    emu = {"argmax_agreement": 1.0, "samples": 8, "max_abs_diff": 0.01}
+    rows = [row("student", "npu-x", n, c, "passed", context_bytes=100 + n, emulator=emu)
+            for n in (16, 64) for c in ("8gen2", "8gen3")]
+    rows[-1] = row("student", "npu-x", 64, "8gen3", "failed: disagrees", context_bytes=164,
+                   emulator={**emu, "argmax_agreement": 0.5})
+    rows += [row("lstm", "int8-static", 16, c, "not compiled",
+                 unsupported=[{"name": "a", "type": "DynamicQuantizeLSTM"}, {"name": "b", "type": "DynamicQuantizeLSTM"}])
+             for c in ("8gen2", "8gen3")]
+    blocks = _qnn_htp({"qnn_htp": {"chips": {"8gen2": "Snapdragon 8 Gen 2", "8gen3": "Snapdragon 8 Gen 3"},
+                                   "rows": rows, "compiler": {"onnxruntime-qnn": "2.7.0"}, "numerics": "n",
+                                   "emulator_note": "no latency", "min_argmax_agreement": 0.99}})
+    assert blocks[0][0] == "p" and "COMPILER VERDICT" in blocks[0][1] and "onnxruntime-qnn 2.7.0" in blocks[0][1]
+    kind, header, table = blocks[1]
+    assert header[2:4] == ["Snapdragon 8 Gen 2: lengths", "Snapdragon 8 Gen 3: lengths"]
+    assert table[0][:4] == ["student", "npu-x", "16, 64", "16 (failed: disagrees at the others)"]
+    assert table[0][5:8] == ["none", "116-164", "50.0% (of 8 each)"]
+    assert table[1][:4] == ["lstm", "int8-static", "no", "no"] and table[1][5] == "DynamicQuantizeLSTM x2"
+    assert _qnn_htp({"qnn_htp": {"skipped": "onnxruntime-qnn is not installed", "rows": []}}) == [
+        ("p", "Qualcomm HTP compiler: not run (onnxruntime-qnn is not installed).")]
