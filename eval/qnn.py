@@ -6,7 +6,7 @@ an HTP emulator. So unlike ORT's mobile usability checker (eval/npu.py, a heuris
 Qualcomm's own compiler accepting or refusing each node for each chip, and the emulator runs the compiled
 graph's arithmetic (its timings mean nothing for a phone: no latency is taken from it).
 
-Every compile and emulator run happens in a subprocess (eval/qnn_worker.py): the native code can abort the
+Every compile and emulator run happens in a subprocess (pipeline/qnn_worker.py): the native code can abort the
 process (QNN_COMMON_ERROR_MEM_ALLOC, a segfault) and that must not take the pipeline down; its log is parsed
 here. Nothing here needs a phone.
 """
@@ -108,12 +108,12 @@ def parse_log(log: str) -> dict:
 
 
 def _worker(job: dict, timeout_s: float) -> tuple[dict | None, str]:
-    """Run one eval/qnn_worker.py job; (its result or None when the process died, its log)."""
+    """Run one pipeline/qnn_worker.py job; (its result or None when the process died, its log)."""
     with tempfile.TemporaryDirectory() as tmp:
         job = {**job, "result": str(Path(tmp) / "result.json")}
         (Path(tmp) / "job.json").write_text(json.dumps(job))
         try:
-            proc = subprocess.run([sys.executable, "-m", "eval.qnn_worker", str(Path(tmp) / "job.json")],
+            proc = subprocess.run([sys.executable, "-m", "pipeline.qnn_worker", str(Path(tmp) / "job.json")],
                                   capture_output=True, text=True, timeout=timeout_s,
                                   cwd=Path(__file__).resolve().parents[1])
         except subprocess.TimeoutExpired as e:
@@ -187,21 +187,3 @@ def emulate(context: Path, onnx_path: Path, chip: str, feeds: list[dict[str, np.
     return {"samples": len(feeds), "argmax_agreement": float(np.mean(got.argmax(-1) == want.argmax(-1))),
             "max_abs_diff": float(np.max(np.abs(got - want))) if len(feeds) else 0.0,
             "emulator_seconds_per_inference": result["emulator_seconds_per_inference"]}
-
-
-def run_context(context: Path, chip: str, feeds: list[dict[str, np.ndarray]], timeout_s: float = 600) -> np.ndarray:
-    """Logits (N, C) of a compiled context model on the HTP emulator, one feed per call (verify-bundle's
-    replay of a shipped context binary). Raises PipelineError when the emulator process dies or refuses it."""
-    c = get_chip(chip)
-    with tempfile.TemporaryDirectory() as tmp:
-        arrays = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
-        np.savez(Path(tmp) / "feeds.npz", n=np.array(len(feeds)), **arrays)
-        job = {"kind": "emulate", "context": str(context), "onnx": None,
-               "chip": {"soc_model": c.soc_model, "htp_arch": c.htp_arch},
-               "feeds": str(Path(tmp) / "feeds.npz"), "logits": str(Path(tmp) / "logits.npz")}
-        result, log = _worker(job, timeout_s)
-        if result is None:
-            lines = parse_log(log)["messages"] or log.strip().splitlines()[:1]
-            raise PipelineError(f"{context}: the HTP emulator did not run it for {c.name}: "
-                                f"{'; '.join(lines[:3])[:300]}")
-        return np.load(job["logits"])["emulator"]

@@ -250,6 +250,8 @@ def check_qnn(bundle: Path, meta: dict) -> None:
         need(isinstance(entry, dict) and isinstance(entry.get("files"), dict) and len(entry["files"]) > 0, bundle,
              f"{where}.files names no file")
         need(all(str(n).isdigit() for n in entry["files"]), bundle, f"{where}.files must be keyed by length")
+        need(all(str(entry.get(k, "")).isdigit() for k in ("soc_model", "htp_arch")), bundle,
+             f"{where}.soc_model and .htp_arch must be QNN's numeric ids (the emulator is set up with them)")
         for n, spec in entry["files"].items():
             key = f"{where}.files.{n}"
             need(isinstance(spec, dict), bundle, f"{key} must name a file")

@@ -164,3 +164,22 @@ def test_pick_prefers_lengths_then_agreement_then_accuracy_then_size():
     assert _pick(both + [row("c", 16), row("c", 32), row("c", 64)], {"a": 0.9})[0] == "c"  # passed at more lengths
     assert _pick([row("a", 16, agree=0.99), row("b", 16)], {"a": 0.9})[0] == "b"  # a closer emulator first
     assert _pick([], {}) is None
+
+
+def test_check_qnn_refuses_edited_chip_ids(tmp_path):
+    from pipeline.errors import PipelineError
+    from pipeline.verify_bundle_meta import check_qnn
+
+    (tmp_path / "a_ctx.onnx").write_bytes(b"x")
+    (tmp_path / "a_ctx_qnn.bin").write_bytes(b"y")
+    spec = {"file": "a_ctx.onnx", "binary": "a_ctx_qnn.bin", "inputs": [{"name": "input_ids"}],
+            "outputs": [{"name": "logits"}]}
+    meta = {"files": {"a_ctx.onnx": "s", "a_ctx_qnn.bin": "s"},
+            "qnn": {"shipped": True, "chips": {"8gen3": {"soc_model": "57", "htp_arch": "75", "files": {"16": spec}}}}}
+    check_qnn(tmp_path, meta)
+    meta["qnn"]["chips"]["8gen3"]["soc_model"] = "57; rm -rf /"
+    with pytest.raises(PipelineError, match="soc_model and .htp_arch must be QNN's numeric ids"):
+        check_qnn(tmp_path, meta)
+    meta["qnn"] = {"shipped": "yes"}
+    with pytest.raises(PipelineError, match="'qnn' must say whether it was shipped"):
+        check_qnn(tmp_path, meta)

@@ -53,7 +53,9 @@ def test_every_onnxruntime_file_has_its_own_reference(built, copy, capsys):
     meta = json.loads((copy / "metadata.json").read_text())
     samples = json.loads((copy / "samples.json").read_text())
     files = {meta["models"][k]["file"] for k in ("ort", "onnx", "string_onnx")}
-    assert all(set(s["reference_logits"]) == files for s in samples)
+    # the HTP context binaries (where the compile stage passed some) have theirs on the samples that fit them
+    qnn = {spec["file"] for e in (meta.get("qnn") or {}).get("chips", {}).values() for spec in e["files"].values()}
+    assert all(set(s["reference_logits"]) - qnn == files for s in samples)
     assert all(isinstance(t, int) for s in samples for t in s["token_ids"])
     rc, out, err = _cli(copy, capsys)
     assert rc == 0, err

@@ -145,8 +145,9 @@ def npu_logits(bundle: Path, npu: dict, samples: list[dict]) -> dict[str, list[l
 def qnn_logits(bundle: Path, qnn: dict, samples: list[dict]) -> dict[str, list[list[float] | None]]:
     """{context file: logits row per sample, None where the sample is longer than the file's length} of every
     HTP context binary of metadata.json's "qnn" (export/qnn_bundle.py), run on the HTP emulator
-    (onnxruntime-qnn) for its chip: each sample alone, ids and 0/1 mask padded with pad_id, as npu_logits."""
-    from eval.qnn import run_context
+    (onnxruntime-qnn) for its chip's soc_model / htp_arch: each sample alone, ids and 0/1 mask padded with
+    pad_id, as npu_logits. Needs numpy, onnxruntime and onnxruntime-qnn only (pipeline/qnn_worker.py)."""
+    from pipeline.qnn_worker import emulator_logits
 
     out: dict[str, list[list[float] | None]] = {}
     pad = qnn.get("pad_id", 0)
@@ -157,8 +158,15 @@ def qnn_logits(bundle: Path, qnn: dict, samples: list[dict]) -> dict[str, list[l
             for s in fits:
                 x, m = _padded(s["token_ids"], int(n), pad, _dtype(spec, "input_ids"))
                 feeds.append({i["name"]: (m if i["name"] == "attention_mask" else x) for i in spec["inputs"]})
-            got = iter(run_context(bundle / spec["file"], chip, feeds).tolist() if feeds else [])
-            out[spec["file"]] = [next(got) if len(s["token_ids"]) <= int(n) else None for s in samples]
+            try:
+                got = emulator_logits(bundle / spec["file"], str(entry["soc_model"]), str(entry["htp_arch"]), feeds) \
+                    if feeds else []
+            except RuntimeError as e:
+                raise PipelineError(f"{bundle}: {spec['file']} did not run on the HTP emulator for {chip} ({e}); the "
+                                    f"file is intact (sha256 matches): check that onnxruntime-qnn matches "
+                                    f"metadata.json's qnn.compiler, or rebuild the bundle with `make bundle`") from None
+            rows = iter(np.asarray(got).tolist())
+            out[spec["file"]] = [next(rows) if len(s["token_ids"]) <= int(n) else None for s in samples]
     return out
 
 

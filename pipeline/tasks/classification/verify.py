@@ -45,9 +45,10 @@ def _qnn(bundle: Path, meta: dict, samples: list[dict]) -> dict:
     qnn = meta.get("qnn") or {}
     if not qnn.get("shipped"):
         return {}
-    from eval.qnn import unavailable_reason
+    import importlib.util
 
-    why = unavailable_reason()
+    why = None if importlib.util.find_spec("onnxruntime_qnn") else \
+        "onnxruntime-qnn is not installed (pip install onnxruntime-qnn, Linux x86_64 / Windows)"
     if why:
         return {f"qnn:{spec['file']}": {"status": "not run", "reason": f"{why} (sha256 checked)"}
                 for entry in qnn["chips"].values() for spec in entry["files"].values()}

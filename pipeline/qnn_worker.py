@@ -1,4 +1,5 @@
-"""The QNN side of eval/qnn.py, run as its own process (`python -m eval.qnn_worker JOB.json`): the Qualcomm
+"""The QNN side of eval/qnn.py and of verify-bundle's replay of the bundled HTP context binaries, run as its
+own process (`python -m pipeline.qnn_worker JOB.json`): the Qualcomm
 HTP compiler and its emulator are native code that can abort the process (QNN_COMMON_ERROR_MEM_ALLOC, a
 segfault), and a crash here must not take the pipeline with it. The job file names what to do; the answer
 is written to job["result"] (JSON), ONNX Runtime's log goes to stderr, which eval/qnn.py parses.
@@ -94,3 +95,26 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def emulator_logits(context: Path, soc_model: str, htp_arch: str, feeds: list[dict[str, np.ndarray]],
+                    timeout_s: float = 600) -> np.ndarray:
+    """Logits (N, C) of a compiled context model on the HTP emulator, one feed per call, in a child process
+    (verify-bundle: needs numpy, onnxruntime and onnxruntime-qnn only). Raises RuntimeError with the end of
+    the child's log when it dies or refuses the binary."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        arrays = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
+        np.savez(Path(tmp) / "feeds.npz", n=np.array(len(feeds)), **arrays)
+        job = {"kind": "emulate", "context": str(context), "onnx": None,
+               "chip": {"soc_model": soc_model, "htp_arch": htp_arch}, "feeds": str(Path(tmp) / "feeds.npz"),
+               "logits": str(Path(tmp) / "logits.npz"), "result": str(Path(tmp) / "result.json")}
+        (Path(tmp) / "job.json").write_text(json.dumps(job))
+        proc = subprocess.run([sys.executable, "-m", "pipeline.qnn_worker", str(Path(tmp) / "job.json")],
+                              capture_output=True, text=True, timeout=timeout_s, cwd=Path(__file__).resolve().parents[1])
+        if proc.returncode != 0 or not Path(job["result"]).is_file():
+            tail = [ln for ln in (proc.stderr or proc.stdout or "").strip().splitlines() if ln.strip()][-1:]
+            raise RuntimeError(tail[0][:300] if tail else f"exit code {proc.returncode}")
+        return np.load(job["logits"])["emulator"]
