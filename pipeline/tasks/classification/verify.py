@@ -47,8 +47,11 @@ def _qnn(bundle: Path, meta: dict, samples: list[dict]) -> dict:
         return {}
     import importlib.util
 
-    why = None if importlib.util.find_spec("onnxruntime_qnn") else \
-        "onnxruntime-qnn is not installed (pip install onnxruntime-qnn, Linux x86_64 / Windows)"
+    try:
+        found = importlib.util.find_spec("onnxruntime_qnn") is not None
+    except (ImportError, ValueError):  # an import hook that refuses it counts as absent
+        found = False
+    why = None if found else "onnxruntime-qnn is not installed (pip install onnxruntime-qnn, Linux x86_64 / Windows)"
     if why:
         return {f"qnn:{spec['file']}": {"status": "not run", "reason": f"{why} (sha256 checked)"}
                 for entry in qnn["chips"].values() for spec in entry["files"].values()}
