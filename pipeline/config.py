@@ -395,6 +395,11 @@ class SearchSection:
     # Optuna accepts (sqlite:////shared/study.db, postgresql://...), so `search --worker` processes on other
     # machines add trials to the same study
     storage: str = ""
+    # Classification only: also compile each candidate's random-weight static QDQ file (int8-static; the npu
+    # arch's nnapi-int8 file) with Qualcomm's HTP compiler for every chip in npu.chips at the headline length,
+    # and prune it before any training when it does not compile whole on each (needs onnxruntime-qnn). Latency
+    # still comes from search.target: this is an extra feasibility gate
+    npu_compile: bool = False
 
 
 SECTIONS: dict[str, type] = {

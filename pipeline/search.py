@@ -25,7 +25,8 @@ pipeline/tasks/classification/search.py, generation's in pipeline/tasks/generati
   apply_best(data, shape)  the best shape written into the config dict of best-<target>.toml
   Candidates(cfg, target, cache_path) with sample(trial, space) -> a config section, shape_of(s) -> dict,
   section(s) -> its config section's name, measure(s, shape) -> {MEASURED...} before any training and
-  distill(s, fraction, report) -> the score after the short schedule (report(rung, score) per rung).
+  distill(s, fraction, report) -> the score after the short schedule (report(rung, score) per rung);
+  for search.npu_compile (classification only) npu_gate(s, shape) -> ({chip: verdict}, prune reason or None).
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ class SearchRequest:
     space: str = "default"
     fraction: float = 0.34  # share of distill.epochs each candidate trains for
     storage: str = ""  # "" = SQLite in the run folder; else a shared SQLAlchemy URL
+    npu_compile: bool = False  # also prune candidates the HTP compiler does not take whole (npu.chips)
 
 
 def request_of(cfg) -> SearchRequest:
@@ -64,7 +66,20 @@ def request_of(cfg) -> SearchRequest:
     if not s.budget_ms > 0:
         raise PipelineError("search: no latency budget: give --budget-ms (a positive latency budget in "
                             "milliseconds), or set search.budget_ms")
-    return SearchRequest(s.target, s.budget_ms, s.max_mb, s.trials, s.space, s.fraction, s.storage)
+    return SearchRequest(s.target, s.budget_ms, s.max_mb, s.trials, s.space, s.fraction, s.storage, s.npu_compile)
+
+
+def check_npu(r: SearchRequest) -> None:
+    """search.npu_compile needs Qualcomm's HTP compiler (onnxruntime-qnn): one error before any stage runs when
+    it cannot run here (never a search that silently drops the gate)."""
+    if not r.npu_compile:
+        return
+    from eval.qnn import unavailable_reason
+
+    why = unavailable_reason()
+    if why:
+        raise PipelineError(f"search.npu_compile = true compiles every candidate for the HTP, but {why}; or set "
+                            f"search.npu_compile = false")
 
 
 def check_request(r: SearchRequest) -> None:
@@ -107,6 +122,8 @@ def study_name(cfg, r: SearchRequest, searcher: type | None = None) -> str:
              "teacher.max_length": cfg.teacher.max_length, "seed": cfg.run.seed,
              "space": [r.space, asdict(searcher.space(r.space))], "fraction": r.fraction,
              "bench": cfg.section_dict("bench"), "quantize": cfg.section_dict("quantize"), **searcher.basis(cfg)}
+    if r.npu_compile:  # only then: the studies of searches without the gate keep their names
+        basis["npu_compile"] = sorted(set(cfg.npu.chips))
     return f"{r.target}-{r.budget_ms:g}ms-{r.max_mb:g}mb-{sha256_json(basis)[:12]}"
 
 
@@ -151,6 +168,7 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, 
     from pipeline.tasks.common import threads
 
     check_request(r)
+    check_npu(r)
     threads(cfg)  # run.threads for the candidates' training, as in the distill stage
     cands = searcher(cfg, r.target, cache_path)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -199,6 +217,8 @@ def _objective(cfg, r: SearchRequest, space, study, cands):
             for key in (*cands.MEASURED, per_rung):
                 trial.set_user_attr(key, twin.user_attrs.get(key))
             trial.set_user_attr("same_as_trial", twin.number)
+            if "htp" in twin.user_attrs:
+                trial.set_user_attr("htp", twin.user_attrs["htp"])
             _constrain(trial, twin.user_attrs["latency_ms"] - r.budget_ms, 0.0)
             return twin.value
         m = cands.measure(s, shape)
@@ -214,6 +234,12 @@ def _objective(cfg, r: SearchRequest, space, study, cands):
         if over:
             trial.set_user_attr("pruned_because", "over budget: " + ", ".join(over))
             raise optuna.TrialPruned()
+        if r.npu_compile:  # after the budget: an over-budget candidate is not compiled
+            verdicts, refused = cands.npu_gate(s, shape)
+            trial.set_user_attr("htp", verdicts)
+            if refused:
+                trial.set_user_attr("pruned_because", refused)
+                raise optuna.TrialPruned()
         scores: list[float] = []
 
         def report(step: int, score: float) -> None:
@@ -310,7 +336,7 @@ def run_search(cfg, force: bool = False) -> dict:
     from pipeline.stage import run
 
     searcher_of(cfg)  # a task without a search fails first
-    request_of(cfg)  # a missing target or budget fails before data, teacher and logits run
+    check_npu(request_of(cfg))  # a missing target, budget or HTP compiler fails before data, teacher and logits run
     run(cfg, ["search"], force=("search",) if force else ())
     return read_manifest(cfg.run_dir / "search")["summary"]
 
@@ -323,6 +349,7 @@ def run_worker(cfg) -> dict:
 
     searcher = searcher_of(cfg)
     r = request_of(cfg)
+    check_npu(r)
     if not r.storage:
         raise PipelineError("search --worker adds trials to a shared study: set search.storage to a database URL "
                             "every worker reaches (e.g. --set search.storage='\"sqlite:////shared/study.db\"')")

@@ -37,4 +37,19 @@ def check(cfg) -> str | None:
     if s.storage and "://" not in s.storage:
         return (f"'search.storage' = {s.storage!r} is not a database URL: give \"\" (SQLite in the run folder) or "
                 f"an SQLAlchemy URL such as \"sqlite:////shared/study.db\" or \"postgresql://user@host/db\"")
+    return npu_problem(cfg)
+
+
+def npu_problem(cfg) -> str | None:
+    """search.npu_compile's load-time rules (whether the compiler is installed is checked when the search
+    starts, pipeline/search.py check_npu: a config stays loadable on a host without onnxruntime-qnn)."""
+    s = cfg.search
+    if not s.npu_compile:
+        return None
+    if cfg.run.task != "classification":
+        return (f"'search.npu_compile' = true: run.task = '{cfg.run.task}' has no HTP compile (a growing KV cache has "
+                f"dynamic shapes); set search.npu_compile = false")
+    if not cfg.npu.chips:
+        return ("'search.npu_compile' = true but npu.chips is empty: name the Snapdragon chips every candidate must "
+                "compile whole for (e.g. [\"8gen2\"]), or set search.npu_compile = false")
     return None

@@ -22,7 +22,7 @@ def trial_rows(study, searcher) -> list[dict]:
                      metric: t.value if t.state.name == "COMPLETE" else None,
                      f"{metric}_per_rung": a.get(f"{metric}_per_rung", []),
                      "pruned_because": a.get("pruned_because"), "same_as_trial": a.get("same_as_trial"),
-                     "worker": a.get("worker")})
+                     "worker": a.get("worker"), **({"htp": a["htp"]} if "htp" in a else {})})
     return rows
 
 

@@ -277,3 +277,91 @@ def test_two_workers_share_one_study(search_cfg, tmp_path, distill_calls):
     assert sum(t["status"] in ("complete", "pruned") for t in rows) >= 6
     assert len(summary["workers"]) == 2 and len({t["worker"] for t in rows}) == 2  # both workers' trials
     assert summary["storage"] == url and not (shutil_search / "study.db").exists()  # the study stays shared
+
+
+# --- search.npu_compile: the HTP compiler as a feasibility gate -----------------------------------------------
+needs_qnn = pytest.mark.skipif(__import__("importlib").util.find_spec("onnxruntime_qnn") is None,
+                               reason="onnxruntime-qnn is not installed (pip install '.[qnn]')")
+
+
+@needs_qnn
+def test_npu_compile_prunes_what_the_htp_refuses(search_cfg, monkeypatch, distill_calls):
+    """With search.npu_compile on, each candidate's random-weight static QDQ file is compiled for every chip in
+    npu.chips before training: the npu arch's nnapi-int8 file really compiles and trains; a bert candidate
+    whose int8-static file the compiler refuses (an Erf, forced here) is pruned with that reason, untrained;
+    the verdicts are cached per shape, variant, chip and compiler version."""
+    import eval.qnn
+    from distill.search_space import SPACES, SearchSpace
+    from pipeline.search import run_search
+
+    _, cfg = search_cfg
+    monkeypatch.setitem(SPACES, "bert-or-npu", SearchSpace(
+        layers=(1,), hidden=(16,), heads=(2,), ffn_ratio=(2,), embedding_ratio=(0.0,), vocab=("teacher",),
+        vocab_size_max=(16,), arch=("bert", "npu")))
+    real = eval.qnn.compile_htp
+    compiled = []
+
+    def refuse_static(onnx_path, chip, out_dir, name="", timeout_s=600):
+        compiled.append((Path(onnx_path).name, chip))
+        if "int8-static" in Path(onnx_path).name:
+            return {"compiled": False, "nodes_on_htp": None, "nodes_total": 40, "message": ["refused"],
+                    "unsupported": [{"name": f"/gelu/Erf_{i}", "type": "Erf"} for i in range(4)]}
+        return real(onnx_path, chip, out_dir, name, timeout_s)
+
+    monkeypatch.setattr(eval.qnn, "compile_htp", refuse_static)
+    cfg = dataclasses.replace(cfg, npu=dataclasses.replace(cfg.npu, chips=["8gen2"]))
+    run_search(with_search(cfg, target="host-cpu", budget_ms=1000.0, trials=4, space="bert-or-npu", fraction=0.5,
+                           npu_compile=True))
+    rows = _rows(cfg)
+    bert = [t for t in rows if t["student"]["arch"] == "bert"]
+    npu = [t for t in rows if t["student"]["arch"] == "npu"]
+    assert bert and npu
+    for t in bert:
+        assert t["status"] == "pruned" and t["validation_accuracy_per_rung"] == []
+        assert t["pruned_because"] == "does not compile whole for Snapdragon 8 Gen 2: refused Erf x4"
+        assert t["htp"] == {"8gen2": "refused Erf x4"}
+    for t in npu:
+        assert t["status"] in ("complete", "pruned") and t["htp"] == {"8gen2": "compiled"}
+        assert "compile" not in (t["pruned_because"] or "")
+    assert len(distill_calls) == _trained(rows) >= 1  # the npu candidate trained, the refused one never did
+    assert sorted(set(compiled)) == [("int8-static-16.onnx", "8gen2"), ("nnapi-int8-16.onnx", "8gen2")]
+    assert len(compiled) == 2  # one compile per shape and chip: a shape sampled again reads the cache
+    cache = json.loads((cfg.run_dir / "search" / "measurements.json").read_text())
+    gates = [json.loads(k) for k in cache if json.loads(k).get("check") == "htp-compile"]
+    assert sorted(g["variant"] for g in gates) == ["int8-static", "nnapi-int8"]
+    assert all(g["chip"] == "8gen2" and g["length"] == 16 and g["onnxruntime-qnn"] for g in gates)
+
+
+def test_npu_compile_without_the_compiler_is_one_error(search_cfg, monkeypatch, distill_calls):
+    import eval.qnn
+    from pipeline.errors import PipelineError
+    from pipeline.search import run_search
+
+    _, cfg = search_cfg
+    monkeypatch.setattr(eval.qnn, "unavailable_reason",
+                        lambda: "onnxruntime-qnn is not installed (pip install '.[qnn]'; wheels ...)")
+    with pytest.raises(PipelineError, match=r"search.npu_compile = true .*pip install '\.\[qnn\]'"):
+        run_search(with_search(cfg, target="host-cpu", budget_ms=1000.0, trials=1, space="tiny", npu_compile=True))
+    assert distill_calls == []
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"npu": {"chips": []}}, "npu.chips is empty"),
+    ({"run": {"task": "generation"}}, "has no HTP compile"),
+])
+def test_npu_compile_load_time_rules(change, needle):
+    from pipeline.config import SECTIONS, config_from_dict
+    from pipeline.errors import PipelineError
+    from pipeline.search_checks import check
+
+    cfg = config_from_dict({"search": {"npu_compile": True}}, "t")  # fine: the compiler is checked at start
+    assert check(cfg) is None
+    d = {s: {} for s in SECTIONS}
+    d["search"] = {"npu_compile": True}
+    for section, keys in change.items():
+        d[section] = keys
+    cfg = dataclasses.replace(cfg, **{s: dataclasses.replace(getattr(cfg, s), **k) for s, k in change.items()})
+    assert needle in check(cfg)
+    if "npu" in change:
+        with pytest.raises(PipelineError, match=needle):
+            config_from_dict({"search": {"npu_compile": True}, "npu": {"chips": []}}, "t")

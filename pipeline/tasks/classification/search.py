@@ -22,6 +22,7 @@ from pipeline.search_checks import SEARCH_TARGETS, target_problem
 
 log = logging.getLogger("pocketformer")
 VARIANT = "int8-dynamic"  # the file a phone app ships by default: its size and latency decide feasibility
+STATIC, NPU_FILE = "int8-static", "nnapi-int8"  # search.npu_compile: the files the compile stage compiles
 Candidate = StudentSection | BaselineSection  # a [baseline] section: a distilled RNN (distill/search_space.py)
 __all__ = ["Candidates", "SEARCH_TARGETS", "check_target", "searcher"]
 
@@ -180,12 +181,107 @@ class Candidates:
             path = self._int8_file(student, Path(tmp), self.max_length(s))
             out = {"latency_ms": self._time(path, self.length(s)), "size_bytes": path.stat().st_size}
         self.cache[key] = out
-        if self.cache_path is None:
-            return {**out, "cached": False}
+        self._save()
+        return {**out, "cached": False}
+
+    def _save(self) -> None:
+        if self.cache_path is None:  # measurements kept in memory only
+            return
         tmp_path = self.cache_path.with_suffix(".partial")
         tmp_path.write_text(json.dumps(self.cache, indent=1, sort_keys=True))
         os.replace(tmp_path, self.cache_path)  # a kill mid-write leaves the previous cache whole
-        return {**out, "cached": False}
+
+    # --- the HTP gate (search.npu_compile) -----------------------------------------------------------
+    @staticmethod
+    def npu_variant(shape: dict) -> str:
+        """The static QDQ file the compile stage compiles for this candidate: the npu arch's per-length
+        nnapi-int8 file (export/npu.py), else int8-static fixed to [1, length] (bert, lstm, gru)."""
+        return NPU_FILE if shape.get("arch") == "npu" else STATIC
+
+    def npu_key(self, shape: dict, chip: str) -> str:
+        from importlib.metadata import version
+
+        return json.dumps({"shape": shape, "variant": self.npu_variant(shape), "chip": chip, "check": "htp-compile",
+                           "onnxruntime-qnn": version("onnxruntime-qnn"), "length": self.length_of(shape)},
+                          sort_keys=True)
+
+    def npu_gate(self, s: Candidate, shape: dict) -> tuple[dict, str | None]:
+        """Compile the random-weight copy's static QDQ file at the headline length for every chip in npu.chips
+        (CPU fallback disabled: eval/qnn.py). Returns ({chip: "compiled" | "refused ..."}, the prune reason
+        naming each chip that did not take it whole, or None); cached per shape, variant, chip, length and
+        onnxruntime-qnn version."""
+        from eval.qnn import get_chip
+
+        chips = list(dict.fromkeys(self.cfg.npu.chips))
+        keys = {c: self.npu_key(shape, c) for c in chips}
+        missing = [c for c in chips if keys[c] not in self.cache]
+        if missing:
+            for c, rec in self._compile(s, shape, missing).items():
+                self.cache[keys[c]] = rec
+            self._save()
+        verdicts, refusals = {}, []
+        for c in chips:
+            rec = self.cache[keys[c]]
+            if rec["compiled"]:
+                verdicts[c] = "compiled"
+                continue
+            counts: dict[str, int] = {}
+            for u in rec["unsupported"]:
+                counts[u["type"]] = counts.get(u["type"], 0) + 1
+            what = (", ".join(f"{t} x{n}" for t, n in sorted(counts.items())) if counts
+                    else (rec["message"][0] if rec["message"] else "no reason given"))
+            verdicts[c] = f"refused {what}"
+            refusals.append(f"{get_chip(c).name}: refused {what}")
+        return verdicts, ("does not compile whole for " + "; ".join(refusals)) if refusals else None
+
+    def _compile(self, s: Candidate, shape: dict, chips: list[str]) -> dict[str, dict]:
+        """{chip: {"compiled", "unsupported", "message", "nodes_on_htp", "nodes_total"}} for a random-weight
+        copy of s (weights do not change what the compiler takes)."""
+        from distill.train import seed_everything
+        from eval.qnn import compile_htp
+
+        seed_everything(self.cfg.run.seed)
+        random = s if isinstance(s, BaselineSection) else dataclasses.replace(s, init="random")
+        student, _ = self.build(random)
+        length = self.length(s)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = self._static_file(student, Path(tmp), self.max_length(s), length, self.npu_variant(shape))
+            out = {}
+            for c in chips:
+                rec = compile_htp(path, c, Path(tmp) / c, "candidate")
+                out[c] = {k: rec[k] for k in ("compiled", "unsupported", "message", "nodes_on_htp", "nodes_total")}
+                log.info("search: %s on %s at %d tokens: %s", shape.get("arch"), c, length,
+                         "compiled" if rec["compiled"] else f"refused {rec['unsupported'] or rec['message'][:1]}")
+        return out
+
+    def _static_file(self, student, folder: Path, max_length: int, length: int, variant: str) -> Path:
+        """The file the quantize stage would write and the compile stage compile, at one length."""
+        from distill.batching import encode
+
+        q = self.cfg.quantize
+        texts = self.texts[: q.calibration_samples]
+        if variant == NPU_FILE:
+            from export.npu import write_variant
+
+            tok = self.teacher.tokenizer
+            ids, _ = encode(tok, texts, length)
+            made = write_variant(student, folder / "npu", NPU_FILE, [length], q.opset, ids, tok.pad_token_id or 0,
+                                 "candidate", q.cls_only_last_layer)
+            return made["files"][length]
+        from distill.lstm import RNNClassifier
+        from distill.models import LoadedModel
+        from eval.npu import fix_shapes
+        from export.registry import ExportJob, for_variant
+
+        kind = "rnn" if isinstance(student, RNNClassifier) else getattr(student, "kind", "hf")
+        loaded = LoadedModel(student.eval(), self.teacher.tokenizer, self.labels, kind, max_length, folder)
+        sources: dict[str, Path] = {}
+        for v in ("fp32", STATIC):
+            job = ExportJob("candidate", loaded, folder / f"{v}.onnx", q, self.cfg.export, variant=v, sources=sources,
+                            calibration_texts=texts)
+            for_variant(v).fn(job)
+            sources[v] = job.out
+        return fix_shapes(sources[STATIC], folder / f"{STATIC}-{length}.onnx", 1, length)
 
     def _int8_file(self, student, folder: Path, max_length: int) -> Path:
         """The same chain the quantize stage runs: fp32 ONNX, the fused graph (transformers), int8-dynamic."""
