@@ -243,6 +243,7 @@ class Candidates:
         seed_everything(self.cfg.run.seed)
         random = s if isinstance(s, BaselineSection) else dataclasses.replace(s, init="random")
         student, _ = self.build(random)
+        _unzero(student)
         length = self.length(s)
         with tempfile.TemporaryDirectory() as tmp:
             path = self._static_file(student, Path(tmp), self.max_length(s), length, self.npu_variant(shape))
@@ -370,3 +371,15 @@ class Candidates:
         logits = predict_logits(student, self.teacher.tokenizer, self.val_texts, self.max_length(s),
                                 self.cfg.teacher.eval_batch_size)
         return scores(logits, np.array(self.val_y), len(self.labels))["accuracy"]
+
+
+def _unzero(model) -> None:
+    """Small seeded noise in every all-zero parameter (fresh biases): a zero tensor quantizes to a zero scale,
+    which the HTP refuses (a DequantizeLinear of a LayerNorm bias), while a trained model's never is. The
+    compiler's verdict depends on the graph and its types, not the values, once no tensor is degenerate."""
+    import torch
+
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.numel() and not torch.any(p != 0):
+                p.normal_(0.0, 0.02)
