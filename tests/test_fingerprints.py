@@ -44,6 +44,7 @@ READERS = {
         # the export stage's FastGelu browser files are held to it (export/web_model.py gelu_check), the report's
         # workload table picks within it
         "bundle.accuracy_window": ("export", "report", *CLS_SHIP),
+        "search.npu_compile": ("search",),  # the HTP gate on candidates (the search reads every key anyway)
     },
     "generation": {
         "run.seed": ALL, "run.name": ALL, "run.runs_dir": ALL,
@@ -79,7 +80,8 @@ READERS = {
 READ_ALL = {"classification": {"search"}, "generation": {"search"}}
 # Keys with no other valid value in a task's base config (run.task: every stage hashes it, checked below).
 NO_ALTERNATIVE = {"classification": {"run.task"},
-                  "generation": {"run.task", "student.arch", "teacher.fine_tune"}}
+                  # search.npu_compile = true: generation has no HTP compile (pipeline/search_checks.py)
+                  "generation": {"run.task", "student.arch", "teacher.fine_tune", "search.npu_compile"}}
 # Alternatives tried first (strings and lists have no generic "another value").
 ALTERNATIVES = {
     "data.source": ["csv", "text"], "data.on_empty_text": ["error", "drop"], "data.encoding_errors": ["strict"], "data.delimiter": [";"],
