@@ -255,10 +255,7 @@ def check_qnn(bundle: Path, meta: dict) -> None:
         for n, spec in entry["files"].items():
             key = f"{where}.files.{n}"
             need(isinstance(spec, dict), bundle, f"{key} must name a file")
-            for io in ("inputs", "outputs"):
-                need(isinstance(spec.get(io), list) and len(spec[io]) > 0
-                     and all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in spec[io]),
-                     bundle, f"{key}.{io} must list named tensors")
+            need_io(bundle, spec, key)
             _listed(bundle, files, spec.get("file"), f"{key}.file")
             _listed(bundle, files, spec.get("binary"), f"{key}.binary")
 
@@ -283,8 +280,5 @@ def check_npu(bundle: Path, meta: dict) -> None:
             specs[f"{where}.lookup"] = entry["lookup"]
         for key, spec in specs.items():
             need(isinstance(spec, dict), bundle, f"{key} must name a file")
-            for io in ("inputs", "outputs"):
-                need(isinstance(spec.get(io), list) and len(spec[io]) > 0
-                     and all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in spec[io]),
-                     bundle, f"{key}.{io} must list named tensors")
+            need_io(bundle, spec, key)
             _listed(bundle, files, spec.get("file"), f"{key}.file")
