@@ -9,6 +9,7 @@ import { readFile, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { feedsFor } from "./lib/feeds.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(import.meta.url);
@@ -20,16 +21,6 @@ if (!jobPath || !outPath) {
 const job = JSON.parse(await readFile(jobPath, "utf8"));
 const version = async (pkg) => JSON.parse(await readFile(path.join(here, "node_modules", pkg, "package.json"), "utf8")).version;
 
-function feedsFor(ort, names, inp) {
-  const shape = [1, inp.input_ids.length];
-  const known = { input_ids: inp.input_ids, attention_mask: inp.attention_mask, token_type_ids: inp.input_ids.map(() => 0) };
-  const feeds = {};
-  for (const name of names) {
-    if (!(name in known)) throw new Error(`model input ${name} is not input_ids / attention_mask / token_type_ids`);
-    feeds[name] = new ort.Tensor("int64", BigInt64Array.from(known[name].map(BigInt)), shape);
-  }
-  return feeds;
-}
 
 // Every session is created and warmed before any is timed: V8 compiles WASM with a baseline tier first and
 // swaps in optimized code in the background, so the first file timed would otherwise carry that cost.

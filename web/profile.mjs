@@ -16,6 +16,7 @@ import { createRequire } from "node:module";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { feedsFor } from "./lib/feeds.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(import.meta.url);
@@ -28,16 +29,6 @@ const job = JSON.parse(await readFile(jobPath, "utf8"));
 const version = async (pkg) => JSON.parse(await readFile(path.join(here, "node_modules", pkg, "package.json"), "utf8")).version;
 const out = { versions: { node: process.versions.node, "onnxruntime-web": await version("onnxruntime-web") }, runtimes: {} };
 
-function feedsFor(ort, names, inp) {
-  const shape = [1, inp.input_ids.length];
-  const known = { input_ids: inp.input_ids, attention_mask: inp.attention_mask, token_type_ids: inp.input_ids.map(() => 0) };
-  const feeds = {};
-  for (const name of names) {
-    if (!(name in known)) throw new Error(`model input ${name} is not input_ids / attention_mask / token_type_ids`);
-    feeds[name] = new ort.Tensor("int64", BigInt64Array.from(known[name].map(BigInt)), shape);
-  }
-  return feeds;
-}
 
 // The trace is a JSON array printed line by line: keep the lines from "[" to "]".
 function parseTrace(lines) {
@@ -130,7 +121,8 @@ async function profileInPage({ url, input, warmup, runs }) {
   await session.release();
 }
 
-async function chromium() {
+// job's files served at /model/<i><ext> beside onnxruntime-web, one headless Chromium: fn(browser, origin, isolatedPage)
+async function withChromium(fn) {
   const { launch, isolatedPage } = await import("./lib/browser.mjs");
   const { startServer } = await import("./lib/server.mjs");
   const mounts = { "/ort/": path.join(here, "node_modules/onnxruntime-web/dist"), "/blank.html": path.join(here, "lib/blank.html") };
@@ -138,8 +130,17 @@ async function chromium() {
   const { server, origin } = await startServer(mounts);
   const browser = await launch(job.chromium);
   out.versions.chromium = browser.version();
-  const files = {};
   try {
+    return await fn(browser, origin, isolatedPage);
+  } finally {
+    await browser.close();
+    server.close();
+  }
+}
+
+async function chromium() {
+  return withChromium(async (browser, origin, isolatedPage) => {
+    const files = {};
     for (const [i, f] of job.files.entries()) {
       const { page } = await isolatedPage(browser, origin);  // a fresh page per file: its own WASM instance
       let lines = [];
@@ -153,11 +154,8 @@ async function chromium() {
       }
       await page.close();
     }
-  } finally {
-    await browser.close();
-    server.close();
-  }
-  return { files };
+    return { files };
+  });
 }
 
 // Interleaved timing without the profiler: the ratio of two files from the same rounds is what the goals read.
@@ -206,15 +204,7 @@ const COMPARE = {
     return interleave(ort, async (o, f) => o.InferenceSession.create(new Uint8Array(await readFile(f.path)), {
       executionProviders: ["cpu"], graphOptimizationLevel: "all", intraOpNumThreads: 1, interOpNumThreads: 1 }));
   },
-  chromium: async () => {
-    const { launch, isolatedPage } = await import("./lib/browser.mjs");
-    const { startServer } = await import("./lib/server.mjs");
-    const mounts = { "/ort/": path.join(here, "node_modules/onnxruntime-web/dist"), "/blank.html": path.join(here, "lib/blank.html") };
-    job.files.forEach((f, i) => { mounts[`/model/${i}${path.extname(f.path)}`] = f.path; });
-    const { server, origin } = await startServer(mounts);
-    const browser = await launch(job.chromium);
-    out.versions.chromium = browser.version();
-    try {
+  chromium: async () => withChromium(async (browser, origin, isolatedPage) => {
       const { page } = await isolatedPage(browser, origin);
       const files = job.files.map((f, i) => ({ key: f.key, url: `/model/${i}${path.extname(f.path)}`, input: f.input }));
       return await page.evaluate(async ({ files, warmup, runs, rounds }) => {
@@ -253,11 +243,7 @@ const COMPARE = {
         for (const x of ready) { res[x.f.key] = { rounds: x.rounds }; await x.session.release(); }
         return { files: res };
       }, { files, warmup: job.warmup, runs: job.runs, rounds: job.rounds });
-    } finally {
-      await browser.close();
-      server.close();
-    }
-  },
+  }),
 };
 
 const RUNNERS = { chromium, "node-wasm": nodeWasm, "node-native": nodeNative };
