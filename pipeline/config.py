@@ -225,10 +225,10 @@ class NpuSection:
     # Snapdragon chips to compile for (registry eval.qnn.CHIPS: 8gen2, 8gen3, 8elite); [] = no compile
     chips: list[str] = field(default_factory=lambda: ["8gen2", "8gen3", "8elite"])
     # Test texts each compiled graph runs on the x86 HTP emulator (against the same file on the CPU
-    # provider). The emulator takes 0.2-3 s per inference of the demo's npu student (16-128 tokens, one x86
-    # core), and an npu student has 36 compiled graphs (3 variants x 4 lengths x 3 chips): 16 texts took the
-    # stage 600 s on the shared 2-core machine, so a small sample here; tools/qnn_agreement measures agreement
-    # on hundreds of texts. 0 = the whole test split.
+    # provider). The emulator takes 0.2-5.3 s per text for the demo's models (16-128 tokens, one x86 core,
+    # docs/results/2026-11-24-npu-htp-compile.md), and an npu student has 36 compiled graphs (3 variants x
+    # 4 lengths x 3 chips): 16 texts took the stage 600 s on the shared 2-core machine, so a small sample
+    # here; tools/qnn_agreement measures agreement on hundreds of texts. 0 = the whole test split.
     emulator_samples: int = 8
 
 
