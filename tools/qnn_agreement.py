@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         raise SystemExit(f"qnn_agreement: {why}")
     quantize = a.run_dir / "quantize"
+    if not (quantize / "npu.json").is_file():
+        raise SystemExit(f"qnn_agreement: {quantize / 'npu.json'} does not exist: give a run folder whose quantize "
+                         f"stage made npu-student files (student.arch = \"npu\"), e.g. runs/demo")
     texts = [r["text"] for r in read_split(a.run_dir / "data", "test")]
     texts = texts[: a.texts] if a.texts else texts
     rows = []
