@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"context {row['context_bytes'] or 0:>10,} B  agreement "
                       f"{num.get('argmax_agreement', float('nan')):.4f} of {num.get('samples', 0)}  "
                       f"max|diff| {num.get('max_abs_diff', float('nan')):.4g}", flush=True)
+    if not rows:
+        raise SystemExit(f"qnn_agreement: {quantize / 'npu.json'} lists no npu-student file at {a.length} tokens "
+                         f"(quantize.npu_lengths, student.arch = \"npu\")")
     if a.out:
         a.out.write_text(json.dumps(rows, indent=2))
     return 0
