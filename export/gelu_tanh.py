@@ -7,6 +7,8 @@ ONNX Runtime's QNN provider then fuses Div / Erf / Add / Mul into one float QNN 
 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) instead. On the demo BERT student the fp32 graphs agree on
 the argmax of all 300 test texts checked (max logit difference 1.3e-4); the stage's argmax check against
 PyTorch still judges every file. The trained model is not changed: only the exported graph.
+Not ONNX Runtime's FastGelu (export/web_model.py, the web file's tanh GELU): that is a contrib op the HTP
+compiler does not know, so here the formula is written in plain ONNX ops.
 """
 from __future__ import annotations
 

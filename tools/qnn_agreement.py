@@ -11,15 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval.qnn import DEFAULT_CHIPS, compile_htp, emulate, unavailable_reason
-    from eval.targets import host_threads
+    from eval.qnn import DEFAULT_CHIPS, compile_htp, unavailable_reason
     from pipeline.data import read_split
-    from pipeline.tasks.classification.compile import feeds
+    from pipeline.tasks.classification.compile import emulate_compiled
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path, help="a finished run folder with quantize/npu.json")
@@ -47,11 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                    "lookup": a.run_dir / r["lookup"] if r.get("lookup") else None,
                    "tokenizer": quantize / r["model"] / "tokenizer"}
             recs = {c: compile_htp(job["src"], c, Path(tmp) / c, f"{r['variant']}-{a.length}") for c in a.chips}
-            done = [c for c in a.chips if recs[c]["compiled"]]
-            inputs = feeds(job, job["src"], texts) if done else []
-            with ThreadPoolExecutor(max(1, min(len(done), host_threads()))) as pool:
-                nums = dict(zip(done, pool.map(lambda c: emulate(Path(recs[c]["context"]), job["src"], c, inputs),
-                                               done)))
+            nums = emulate_compiled(recs, job, job["src"], texts)
             for c in a.chips:
                 num = nums.get(c, {})
                 row = {"variant": r["variant"], "length": a.length, "chip": c, "compiled": recs[c]["compiled"],

@@ -94,6 +94,21 @@ def feeds(job: dict, onnx_path: Path, texts: list[str]) -> list[dict[str, np.nda
     return out
 
 
+def emulate_compiled(recs: dict[str, dict], job: dict, src: Path, texts: list[str]) -> dict[str, dict]:
+    """{chip: emulator numerics} for every chip whose compile record says compiled, on texts fed as an app
+    sends them. The emulator is slow (about a second per text at 64 tokens on one x86 core): one process
+    per chip, as many at a time as this process has cores."""
+    from eval.qnn import emulate
+    from eval.targets import host_threads
+
+    done = [c for c, rec in recs.items() if rec["compiled"]]
+    if not done:
+        return {}
+    inputs = feeds(job, src, texts)
+    with ThreadPoolExecutor(max(1, min(len(done), host_threads()))) as pool:
+        return dict(zip(done, pool.map(lambda c: emulate(Path(recs[c]["context"]), src, c, inputs), done)))
+
+
 def stage_compile(ctx: StageContext) -> dict:
     """Compile every static QDQ file for every chip (eval/qnn.py) and check it on the HTP emulator.
 
@@ -101,8 +116,7 @@ def stage_compile(ctx: StageContext) -> dict:
     data/test.jsonl. Writes compile/qnn.json and compile/qnn/<model>/<chip>/<variant>-<length>_ctx.onnx
     (+ _ctx_qnn.bin)."""
     from eval.npu import fix_shapes
-    from eval.qnn import EMULATOR_NOTE, compile_htp, emulate, get_chip, unavailable_reason
-    from eval.targets import host_threads
+    from eval.qnn import EMULATOR_NOTE, compile_htp, get_chip, unavailable_reason
 
     cfg, q = ctx.cfg, ctx.cfg.quantize
     chips = list(dict.fromkeys(cfg.npu.chips))
@@ -134,12 +148,7 @@ def stage_compile(ctx: StageContext) -> dict:
                              job["length"]) if job["fix"] else Path(job["src"])
             recs = {c: compile_htp(src, c, ctx.out / CONTEXT_FOLDER / job["model"] / c,
                                    f"{job['variant']}-{job['length']}") for c in chips}
-            done = [c for c in chips if recs[c]["compiled"]]
-            inputs = feeds(job, src, sample) if done else []
-            # the emulator is slow (about a second per text at 64 tokens on one x86 core): one process per chip,
-            # as many at a time as this process has cores
-            with ThreadPoolExecutor(max(1, min(len(done), host_threads()))) as pool:
-                nums = dict(zip(done, pool.map(lambda c: emulate(Path(recs[c]["context"]), src, c, inputs), done)))
+            nums = emulate_compiled(recs, job, src, sample)
             for c in chips:
                 rows.append(_row(base, recs[c], nums.get(c), rel, q.min_argmax_agreement))
     doc = {"compiler": _versions(), "chips": {c: get_chip(c).name for c in chips},
