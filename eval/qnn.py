@@ -169,8 +169,9 @@ def compile_htp(onnx_path: Path, chip: str, out_dir: Path, name: str = "", timeo
 def emulate(context: Path, onnx_path: Path, chip: str, feeds: list[dict[str, np.ndarray]],
             timeout_s: float = 600) -> dict:
     """The compiled context model on the HTP emulator against its source file on the CPU provider, on the
-    same feeds. Returns {"samples", "argmax_agreement", "max_abs_diff", "emulator_seconds_per_inference"}, or
-    {"error": ...} when the emulator process died."""
+    same feeds. Returns {"samples", "argmax_agreement", "max_abs_diff", "emulator_seconds_per_inference",
+    "logits", "cpu_logits"} (the last two arrays (N, C), not for JSON), or {"error": ...} when the emulator
+    process died."""
     c = get_chip(chip)
     with tempfile.TemporaryDirectory() as tmp:
         arrays = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
@@ -184,6 +185,12 @@ def emulate(context: Path, onnx_path: Path, chip: str, feeds: list[dict[str, np.
             return {"error": "; ".join(lines[:3])[:400]}
         logits = np.load(job["logits"])
         got, want = logits["emulator"], logits["cpu"]
-    return {"samples": len(feeds), "argmax_agreement": float(np.mean(got.argmax(-1) == want.argmax(-1))),
-            "max_abs_diff": float(np.max(np.abs(got - want))) if len(feeds) else 0.0,
-            "emulator_seconds_per_inference": result["emulator_seconds_per_inference"]}
+    return {**summarize(got, want), "emulator_seconds_per_inference": result["emulator_seconds_per_inference"],
+            "logits": got, "cpu_logits": want}
+
+
+def summarize(got: np.ndarray, want: np.ndarray) -> dict:
+    """Emulator logits against the CPU provider's on the same texts: {"samples", "argmax_agreement",
+    "max_abs_diff"}."""
+    return {"samples": len(got), "argmax_agreement": float(np.mean(got.argmax(-1) == want.argmax(-1))),
+            "max_abs_diff": float(np.max(np.abs(got - want))) if len(got) else 0.0}

@@ -230,6 +230,10 @@ class NpuSection:
     # 4 lengths x 3 chips): 16 texts took the stage 600 s on the shared 2-core machine, so a small sample
     # here; tools/qnn_agreement measures agreement on hundreds of texts. 0 = the whole test split.
     emulator_samples: int = 8
+    # "probe": the first compiled chip runs every emulator text, each other chip only the first and reuses
+    # the first chip's numerics where its logits there are bitwise identical (they were on every graph
+    # measured), else runs every text; "all": every text on every chip (3x the emulator time)
+    emulator_chips: str = "probe"
 
 
 @dataclass(frozen=True)

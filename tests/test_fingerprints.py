@@ -102,7 +102,7 @@ ALTERNATIVES = {
     "lm.teacher_precision": ["bf16"], "lm.prompts": [["KING:"]],
     "bundle.model": ["student"], "bundle.variant": ["int8-dynamic", "fp32"], "bundle.web_target": ["browser-wasm-mt"],
     "phone.providers": [["cpu"]], "phone.threads": [[2]], "phone.compute_units": [["ALL"]],
-    "npu.chips": [["8gen3"]],
+    "npu.chips": [["8gen3"]], "npu.emulator_chips": ["all"],
     "search.target": ["host-cpu"], "search.space": ["tiny"], "search.storage": ["sqlite:///other.db"],
 }
 

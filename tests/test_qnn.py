@@ -147,6 +147,8 @@ def test_the_stage_writes_a_row_per_file_length_and_chip(tmp_path, monkeypatch):
         assert r["context"] == f"compile/qnn/student/{r['chip']}/int8-static-16_ctx.onnx"
         assert (run / r["context"]).is_file() and r["context_bytes"] > 0 and r["compile_seconds"] >= 0
     assert "timings are not a phone's" in doc["emulator_note"]
+    # the emulator gives 8 Elite the same logits as 8 Gen 2 on the probe text: its numerics are reused
+    assert doc["rows"][1]["emulator"]["numerics_from"] == "8gen2" and doc["emulator_chips"] == "probe"
 
 
 def test_the_stage_records_why_when_onnxruntime_qnn_is_missing(tmp_path, monkeypatch, caplog):
@@ -199,3 +201,36 @@ def test_report_verdict_is_one_row_per_model_variant_with_lengths_per_chip():
     assert table[1][:4] == ["lstm", "int8-static", "no", "no"] and table[1][5] == "DynamicQuantizeLSTM x2"
     assert _qnn_htp({"qnn_htp": {"skipped": "onnxruntime-qnn is not installed", "rows": []}}) == [
         ("p", "Qualcomm HTP compiler: not run (onnxruntime-qnn is not installed).")]
+
+
+def test_other_chips_reuse_the_first_chips_numerics_only_where_their_probe_logits_are_identical(monkeypatch):
+    """npu.emulator_chips = "probe": the second chip runs one text; identical logits -> numerics_from the first
+    chip; different logits -> every text on that chip too. "all" runs every text everywhere."""
+    from pipeline.tasks.classification import compile as C
+
+    calls = []
+    logits = {"a": np.array([[0.0, 1.0], [1.0, 0.0], [0.5, 0.2]]), "b": None}
+
+    def fake_emulate(context, src, chip, feeds):
+        calls.append((chip, len(feeds)))
+        got = logits[chip if chip in logits and logits[chip] is not None else "a"][: len(feeds)]
+        if chip == "c":
+            got = got + 1e-6  # a chip whose numerics differ in the last bits
+        want = logits["a"][: len(feeds)]
+        return {"samples": len(feeds), "argmax_agreement": float(np.mean(got.argmax(-1) == want.argmax(-1))),
+                "max_abs_diff": float(np.abs(got - want).max()), "emulator_seconds_per_inference": 0.1,
+                "logits": got, "cpu_logits": want}
+
+    monkeypatch.setattr("eval.qnn.emulate", fake_emulate)
+    monkeypatch.setattr(C, "feeds", lambda job, path, texts: [{"x": np.zeros(1)} for _ in texts])
+    recs = {c: {"compiled": True, "context": f"/x/{c}.onnx"} for c in ("a", "b", "c")}
+    recs["d"] = {"compiled": False, "context": None}
+    nums = C.emulate_compiled(recs, {}, Path("src.onnx"), ["t1", "t2", "t3"], workers=1)
+    assert sorted(calls) == [("a", 3), ("b", 1), ("c", 1), ("c", 3)]
+    assert set(nums) == {"a", "b", "c"}
+    assert nums["b"]["numerics_from"] == "a" and nums["b"]["probe_texts"] == 1 and nums["b"]["samples"] == 3
+    assert "numerics_from" not in nums["c"] and nums["c"]["samples"] == 3 and nums["c"]["max_abs_diff"] > 0
+    assert all("logits" not in n and "cpu_logits" not in n for n in nums.values())  # JSON-ready
+    calls.clear()
+    C.emulate_compiled(recs, {}, Path("src.onnx"), ["t1", "t2", "t3"], every_chip=True, workers=1)
+    assert sorted(calls) == [("a", 3), ("b", 3), ("c", 3)]

@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--length", type=int, default=64)
     ap.add_argument("--texts", type=int, default=300, help="first N test texts (0 = the whole test split)")
     ap.add_argument("--chips", nargs="+", default=DEFAULT_CHIPS)
+    ap.add_argument("--every-chip", action="store_true",
+                    help="every text on every chip (default: the others run one text and reuse the first chip's "
+                         "numerics where their logits are bitwise identical, as the compile stage does)")
     ap.add_argument("--out", type=Path, help="write the rows as JSON here too")
     a = ap.parse_args(argv)
     why = unavailable_reason()
@@ -45,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                    "lookup": a.run_dir / r["lookup"] if r.get("lookup") else None,
                    "tokenizer": quantize / r["model"] / "tokenizer"}
             recs = {c: compile_htp(job["src"], c, Path(tmp) / c, f"{r['variant']}-{a.length}") for c in a.chips}
-            nums = emulate_compiled(recs, job, job["src"], texts)
+            nums = emulate_compiled(recs, job, job["src"], texts, every_chip=a.every_chip)
             for c in a.chips:
                 num = nums.get(c, {})
                 row = {"variant": r["variant"], "length": a.length, "chip": c, "compiled": recs[c]["compiled"],
