@@ -146,28 +146,43 @@ def qnn_logits(bundle: Path, qnn: dict, samples: list[dict]) -> dict[str, list[l
     """{context file: logits row per sample, None where the sample is longer than the file's length} of every
     HTP context binary of metadata.json's "qnn" (export/qnn_bundle.py), run on the HTP emulator
     (onnxruntime-qnn) for its chip's soc_model / htp_arch: each sample alone, ids and 0/1 mask padded with
-    pad_id, as npu_logits. Needs numpy, onnxruntime and onnxruntime-qnn only (pipeline/qnn_worker.py)."""
+    pad_id, as npu_logits. Needs numpy, onnxruntime and onnxruntime-qnn only (pipeline/qnn_worker.py).
+    The emulator is single-threaded and slow (seconds per text at 128 tokens): one process per file, as
+    many at a time as this process has cores."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pad = qnn.get("pad_id", 0)
+    todo = [(chip, entry, int(n), spec) for chip, entry in qnn.get("chips", {}).items()
+            for n, spec in entry["files"].items()]
+    with ThreadPoolExecutor(max(1, min(len(todo), _cores()))) as pool:
+        got = list(pool.map(lambda job: _qnn_file(bundle, pad, samples, *job), todo))
+    return {spec["file"]: rows for (_, _, _, spec), rows in zip(todo, got)}
+
+
+def _qnn_file(bundle: Path, pad: int, samples: list[dict], chip: str, entry: dict, n: int,
+              spec: dict) -> list[list[float] | None]:
     from pipeline.qnn_worker import emulator_logits
 
-    out: dict[str, list[list[float] | None]] = {}
-    pad = qnn.get("pad_id", 0)
-    for chip, entry in qnn.get("chips", {}).items():
-        for n, spec in entry["files"].items():
-            fits = [s for s in samples if len(s["token_ids"]) <= int(n)]
-            feeds = []
-            for s in fits:
-                x, m = _padded(s["token_ids"], int(n), pad, _dtype(spec, "input_ids"))
-                feeds.append({i["name"]: (m if i["name"] == "attention_mask" else x) for i in spec["inputs"]})
-            try:
-                got = emulator_logits(bundle / spec["file"], str(entry["soc_model"]), str(entry["htp_arch"]), feeds) \
-                    if feeds else []
-            except RuntimeError as e:
-                raise PipelineError(f"{bundle}: {spec['file']} did not run on the HTP emulator for {chip} ({e}); the "
-                                    f"file is intact (sha256 matches): check that onnxruntime-qnn matches "
-                                    f"metadata.json's qnn.compiler, or rebuild the bundle with `make bundle`") from None
-            rows = iter(np.asarray(got).tolist())
-            out[spec["file"]] = [next(rows) if len(s["token_ids"]) <= int(n) else None for s in samples]
-    return out
+    feeds = []
+    for s in samples:
+        if len(s["token_ids"]) <= n:
+            x, m = _padded(s["token_ids"], n, pad, _dtype(spec, "input_ids"))
+            feeds.append({i["name"]: (m if i["name"] == "attention_mask" else x) for i in spec["inputs"]})
+    try:
+        got = emulator_logits(bundle / spec["file"], str(entry["soc_model"]), str(entry["htp_arch"]), feeds) \
+            if feeds else []
+    except RuntimeError as e:
+        raise PipelineError(f"{bundle}: {spec['file']} did not run on the HTP emulator for {chip} ({e}); the "
+                            f"file is intact (sha256 matches): check that onnxruntime-qnn matches "
+                            f"metadata.json's qnn.compiler, or rebuild the bundle with `make bundle`") from None
+    rows = iter(np.asarray(got).tolist())
+    return [next(rows) if len(s["token_ids"]) <= n else None for s in samples]
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def run_models(bundle: Path, models: dict, samples: list[dict]) -> dict:
