@@ -47,10 +47,23 @@ def is_fast_gelu(variant: str) -> bool:
     return variant.endswith(SUFFIX)
 
 
-def fast_gelu_file(src: Path, out: Path, fmt: str, target_platform: str, disabled: list[str] | tuple[str, ...]) -> None:
+def fast_gelu_file(src: Path, out: Path, fmt: str, target_platform: str, disabled: list[str] | tuple[str, ...],
+                   trim: bool = True) -> dict:
     """Write src (an .onnx) to out as fmt ("ort" or "onnx"), optimized as export/ort_format.py makes .ort
-    files (same platform, same optimizers left out) with GELU approximated by FastGelu."""
-    optimize_graph(src, out, target_platform, disabled, save_format=fmt.upper(), extra_config=GELU_APPROXIMATION)
+    files (same platform, same optimizers left out) with GELU approximated by FastGelu; with trim, the
+    mask and token-type bookkeeping trimmed first (export/web_graph.py). Returns the trim's record."""
+    import tempfile
+
+    from export.web_graph import trim_web_graph
+
+    with tempfile.TemporaryDirectory() as d:
+        record = {"skipped": "not asked"}
+        if trim:
+            trimmed = Path(d) / "trimmed.onnx"
+            record = trim_web_graph(src, trimmed)
+            src = trimmed
+        optimize_graph(src, out, target_platform, disabled, save_format=fmt.upper(), extra_config=GELU_APPROXIMATION)
+    return record
 
 
 def gelu_check(new: list[int], old: list[int], gold: list[int], reference: float, window: float,

@@ -240,3 +240,62 @@ def test_fast_gelu_variants_are_checked_when_the_config_loads(over, message):
     # trimming quantize.variants need not repeat): the export stage records a skip with the reason (test above)
     cfg = config_from_dict({"quantize": {"variants": ["fp32"]}, "export": {"ort_variants": ["fp32"]}, "bundle": {"web": False}}, "t")
     assert cfg.export.fast_gelu_variants == ["int8-dynamic"]
+
+
+def _feeds(batch: int, length: int, pad: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, length), np.int64)
+    mask[1:, length - pad:] = 0  # every row but the first padded at the end (the tiny vocabulary: 41 ids)
+    return {"input_ids": rng.integers(1, 40, size=(batch, length)).astype(np.int64), "attention_mask": mask}
+
+
+def _ort_run(path: Path, feeds: dict) -> np.ndarray:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def test_web_file_drops_the_mask_expansion_and_the_token_type_gather_with_the_same_logits(fake_run, tmp_path):
+    """The browser file's graph trims (export/web_graph.py) on the tiny student's int8-dynamic export: the
+    attention mask is no longer expanded to [B, 1, S, S] (no Expand, none of its shape nodes), the all-zero
+    token type row is a constant (no ConstantOfShape / Gather), fewer nodes, and the logits identical to the
+    untrimmed FastGelu file's on padded batches."""
+    from export.web_model import fast_gelu_file
+
+    src = fake_run / "quantize" / "student" / "int8-dynamic.onnx"
+    before = {n.op_type for n in onnx.load(src).graph.node}
+    assert {"Expand", "ConstantOfShape"} <= before  # what the HF export computes on every call
+    plain, trimmed = tmp_path / "plain.onnx", tmp_path / "trimmed.onnx"
+    assert fast_gelu_file(src, plain, "onnx", "arm", ["SkipLayerNormFusion"], trim=False) == {"skipped": "not asked"}
+    record = fast_gelu_file(src, trimmed, "onnx", "arm", ["SkipLayerNormFusion"])
+    assert record["mask_expands_dropped"] == 1 and record["constant_rows_folded"] == 1
+    assert record["nodes_after"] < record["nodes_before"] and record["max_relative_difference"] <= 1e-5
+    a, b = onnx.load(plain).graph.node, onnx.load(trimmed).graph.node
+    ops = [n.op_type for n in b]
+    assert "Expand" not in ops and "ConstantOfShape" not in ops and "Equal" not in ops
+    assert "FastGelu" in ops and len(b) <= len(a) - 8
+    for batch, length, pad, seed in ((1, 12, 0, 0), (3, 20, 9, 1), (2, 32, 31, 2)):
+        feeds = _feeds(batch, length, pad, seed)
+        np.testing.assert_allclose(_ort_run(trimmed, feeds), _ort_run(plain, feeds), rtol=1e-6, atol=1e-6)
+
+
+def test_graph_trim_leaves_a_mask_it_cannot_prove_broadcast_alone(tmp_path):
+    """An Expand of the mask whose result is used as a whole (here: a graph output) keeps its full shape; a
+    graph with nothing to trim is copied unchanged and says so."""
+    from export.web_graph import trim_web_graph, unexpand_mask
+
+    nodes = [h.make_node("Unsqueeze", ["attention_mask", "ax"], ["u"]),
+             h.make_node("Shape", ["input_ids"], ["s"]),
+             h.make_node("Concat", ["s", "s"], ["shape4"], axis=0),
+             h.make_node("Expand", ["u", "shape4"], ["e"]),
+             h.make_node("Cast", ["e"], ["out"], to=T.FLOAT)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("input_ids", T.INT64, [1, "n"]),
+                                  h.make_tensor_value_info("attention_mask", T.INT64, [1, "n"])],
+                     [h.make_tensor_value_info("out", T.FLOAT, None)], [nh.from_array(np.array([1, 2], np.int64), "ax")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    assert unexpand_mask(m) == 0 and "Expand" in [n.op_type for n in m.graph.node]
+    onnx.save(m, tmp_path / "m.onnx")
+    record = trim_web_graph(tmp_path / "m.onnx", tmp_path / "out.onnx")
+    assert "nothing to trim" in record["skipped"]
+    assert (tmp_path / "out.onnx").read_bytes() == (tmp_path / "m.onnx").read_bytes()
