@@ -12,6 +12,9 @@ optimizations cannot drop these: they depend on the input's shape, so nothing is
 - token_type_ids that the model does not take: the export gathers row 0 of the token-type table for every
   position (Shape, ConstantOfShape, Gather, DequantizeLinear) and adds it to the embeddings; the row is a
   constant, so the Add gets it as one ([hidden], broadcast) (`fold_constant_rows`).
+- Reshapes to [batch, length, heads, head size] whose shape is computed per call from the hidden states'
+  Shape (Shape, Gather, Unsqueeze, Concat): a constant [0, 0, heads, head size] ("0" copies the dim)
+  (`constant_reshape_shapes`).
 
 Both keep the outputs (the Add's broadcast gives the same values); `trim_web_graph` checks it on random
 inputs with padding and refuses the trim when they differ. Measured on the demo student's FastGelu .ort
@@ -161,6 +164,53 @@ def fold_constant_rows(model) -> int:
     return done
 
 
+def constant_reshape_shapes(model) -> int:
+    """Reshape(data, Concat(dims...)) where each dim is a constant or dim i of some tensor picked by
+    Unsqueeze(Gather(Shape(x), i)) at position i: the shape becomes a constant with 0 ("copy data's dim")
+    at those positions, so the Shape / Gather / Unsqueeze / Concat chain goes. Exact when data's dim i is
+    x's (HF attention reshapes a projection of the hidden states by the hidden states' batch and length;
+    trim_web_graph checks the outputs). In place; the number of Reshapes changed."""
+    from onnx import numpy_helper
+
+    producer = {o: n for n in model.graph.node for o in n.output}
+
+    def copied_dim(name: str):
+        u = producer.get(name)
+        if u is None or u.op_type != "Unsqueeze" or len(u.input) < 2:
+            return None
+        axes = _const(model, u.input[1])
+        g = producer.get(u.input[0])
+        if axes is None or axes.reshape(-1).tolist() != [0] or g is None or g.op_type != "Gather":
+            return None
+        sh, i = producer.get(g.input[0]), _const(model, g.input[1])
+        if sh is None or sh.op_type != "Shape" or sh.attribute or i is None or i.size != 1:
+            return None
+        return int(i.reshape(-1)[0])
+
+    done = 0
+    for r in [n for n in model.graph.node if n.op_type == "Reshape"]:
+        c = producer.get(r.input[1])
+        if c is None or c.op_type != "Concat" or any(a.name == "allowzero" and a.i for a in r.attribute):
+            continue
+        dims = []
+        for pos, x in enumerate(c.input):
+            v = _const(model, x)
+            if v is not None and v.size == 1 and int(v.reshape(-1)[0]) != 0:
+                dims.append(int(v.reshape(-1)[0]))
+            elif copied_dim(x) == pos:
+                dims.append(0)
+            else:
+                break
+        if len(dims) != len(c.input) or 0 not in dims or dims.count(-1) > 1:
+            continue
+        name = f"{r.input[1]}_constant"
+        if name not in {t.name for t in model.graph.initializer}:
+            model.graph.initializer.append(numpy_helper.from_array(np.array(dims, np.int64), name))
+        r.input[1] = name
+        done += 1
+    return done
+
+
 def prune(model) -> int:
     """Remove nodes none of whose outputs is used (repeatedly); the number removed."""
     outputs = {o.name for o in model.graph.output}
@@ -228,10 +278,11 @@ def trim_web_graph(src: Path, out: Path, tolerance: float = 1e-5) -> dict:
 
     model = onnx.load(str(src))
     before = len(model.graph.node)
-    expands, rows = unexpand_mask(model), fold_constant_rows(model)
-    if not expands and not rows:
+    expands, rows, shapes = unexpand_mask(model), fold_constant_rows(model), constant_reshape_shapes(model)
+    if not expands and not rows and not shapes:
         shutil.copyfile(src, out)
-        return {"skipped": "nothing to trim (no expanded attention mask, no constant embedding row)"}
+        return {"skipped": "nothing to trim (no expanded attention mask, no constant embedding row, no "
+                           "reshape by a computed shape)"}
     prune(model)
     onnx.save(model, str(out))
     try:
@@ -244,5 +295,6 @@ def trim_web_graph(src: Path, out: Path, tolerance: float = 1e-5) -> dict:
         shutil.copyfile(src, out)
         return {"skipped": f"the trimmed graph's outputs differ from the source's by {diff:.2e} (relative, > "
                            f"{tolerance:g}): not used"}
-    return {"mask_expands_dropped": expands, "constant_rows_folded": rows, "nodes_before": before,
+    return {"mask_expands_dropped": expands, "constant_rows_folded": rows, "reshape_shapes_constant": shapes,
+            "nodes_before": before,
             "nodes_after": len(model.graph.node), "max_relative_difference": diff}
