@@ -317,3 +317,34 @@ def test_graph_trim_leaves_a_mask_it_cannot_prove_broadcast_alone(tmp_path):
     record = trim_web_graph(tmp_path / "m.onnx", tmp_path / "out.onnx")
     assert "nothing to trim" in record["skipped"]
     assert (tmp_path / "out.onnx").read_bytes() == (tmp_path / "m.onnx").read_bytes()
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_layer_norm_as_centered_rms_is_the_same_function(opset):
+    """LayerNormalization(x, scale, bias) -> SimplifiedLayerNormalization(x - mean(x), scale) + bias, with
+    ReduceMean's axes as the attribute (opset 17) or the input (18+); a norm whose Mean output is used is
+    left alone."""
+    import onnxruntime as ort
+
+    from export.web_graph import layer_norm_as_centered_rms
+
+    rng = np.random.default_rng(opset)
+    inits = [nh.from_array(rng.normal(size=16).astype(np.float32), "g"), nh.from_array(rng.normal(size=16).astype(np.float32), "b")]
+
+    def graph(extra_output: bool):
+        ln = h.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mean"] if extra_output else ["y"], axis=-1, epsilon=1e-5)
+        outs = [h.make_tensor_value_info("y", T.FLOAT, None)] + ([h.make_tensor_value_info("mean", T.FLOAT, None)] if extra_output else [])
+        g = h.make_graph([ln], "g", [h.make_tensor_value_info("x", T.FLOAT, [2, "n", 16])], outs, inits)
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+        m.ir_version = 8
+        return m
+
+    m = graph(False)
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert layer_norm_as_centered_rms(m) == 1
+    assert [n.op_type for n in m.graph.node] == ["ReduceMean", "Sub", "SimplifiedLayerNormalization", "Add"]
+    got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = (rng.normal(size=(2, 7, 16)) * 3 + 5).astype(np.float32)  # far from zero mean: the centring matters
+    np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    kept = graph(True)
+    assert layer_norm_as_centered_rms(kept) == 0 and [n.op_type for n in kept.graph.node] == ["LayerNormalization"]
