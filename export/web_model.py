@@ -6,7 +6,9 @@ the demo student's int8-dynamic .ort, Chromium, 1 thread, 64 tokens (python -m t
 it is 29 us. A [1, 64, 512] micro-graph in Node's WASM: BiasGelu 170 us, FastGelu 60 us (session overhead
 subtracted). ONNX Runtime's GeluApproximation transformer (off unless the session config
 `optimization.enable_gelu_approximation` is 1) swaps Gelu / BiasGelu for FastGelu when the file is made,
-and the .ort keeps the swapped graph (docs/results/2026-11-24-wasm-profile.md).
+and the .ort keeps the swapped graph (docs/results/2026-11-24-wasm-profile.md). Before that, export/web_graph.py
+rewrites the graph for the WASM kernels (mask / token-type / reshape bookkeeping dropped, LayerNormalization
+as ReduceMean + Sub + SimplifiedLayerNormalization + Add): another ~7% in Chromium and in Node's WASM.
 
 The export stage writes it for the student from each ONNX variant in export.fast_gelu_variants (the
 "ort-fastgelu" exporter, export/registry.py), with the same platform and optimizers left out as its other
