@@ -237,8 +237,9 @@ def _browser_cross(res: dict) -> list[Block]:
     return [("h2", f"Browser rows cross-checked outside the browser ({L} tokens, 1 thread)"),
             ("p", "The files the browser goals compare, timed again in Node: the same onnxruntime-web WASM build "
                   "without Chromium, and onnxruntime-node (ONNX Runtime's native CPU build, what a desktop or "
-                  "Electron app runs). Chromium and Node-WASM should agree to within the machine's noise; the goals "
-                  f"above also give their ratio on the Node-WASM p50s. Versions: {used or 'n/a'}."),
+                  "Electron app runs), the files interleaved in rounds. Chromium and Node-WASM should agree to within "
+                  "the machine's noise; the goals above also give their ratio in Node-WASM (the median of the "
+                  f"same-round ratios). Versions: {used or 'n/a'}."),
             ("table", ["model", "variant", "format", "Chromium WASM p50 ms", "Node WASM p50 ms", "Node / Chromium",
                        "onnxruntime-node p50 ms", "error"], rows)]
 

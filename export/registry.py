@@ -199,12 +199,13 @@ def _ort_fastgelu(job: ExportJob) -> dict:
                             f"export.fast_gelu_variants")
     try:
         job.out.parent.mkdir(parents=True, exist_ok=True)
-        fast_gelu_file(src, tmp, "ort", job.export.ort_target_platform, job.export.ort_disabled_optimizers)
+        trim = fast_gelu_file(src, tmp, "ort", job.export.ort_target_platform, job.export.ort_disabled_optimizers)
         tmp.replace(job.out)
     finally:
         tmp.unlink(missing_ok=True)
     return {"source": src_name, "gelu": "FastGelu (tanh approximation)", "fast_gelu_ops": ops["FastGelu"],
-            "session_config": {"optimization.enable_gelu_approximation": "1"}}
+            "session_config": {"optimization.enable_gelu_approximation": "1"},
+            "graph_trim": trim}  # export/web_graph.py: mask / token-type bookkeeping dropped, or why not
 
 
 @exporter("coreml", "coreml", lossless=False)

@@ -285,7 +285,8 @@ class BenchSection:
     # Test texts the Optimum peer is scored on (0 = the whole test split, as eval does).
     peer_eval_texts: int = 0
     # Our student against Optimum's file, timed in this many alternating rounds (eval/paired.py); the
-    # "at most 0.8x Optimum's time" goals read these ratios. 0 = compare the sweep's p50s instead.
+    # "at most 0.8x Optimum's time" goals read these ratios. 0 = compare the sweep's p50s instead. The
+    # browser cross-check in Node interleaves its files in as many rounds (eval/browser_cross.py).
     head_to_head_rounds: int = 9
     # Browser targets (browser-wasm, browser-wasm-mt; eval/browser.py): timed calls per point and untimed
     # warm-up calls. Fewer than the native targets: every file loads in a page and a WASM call costs more,

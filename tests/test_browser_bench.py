@@ -112,6 +112,9 @@ def test_every_file_timed_failed_or_skipped_with_reason(student_files, tmp_path)
     check = out[("browser-wasm", ("student", "int8-dynamic", "ort"))]["cross_check"]
     assert check["length"] == 16 and set(check["versions"]) >= {"node", "onnxruntime-web"}
     assert check["node-wasm"]["p50_ms"] > 0 and check["node-wasm"]["iterations"] >= 1
+    # timed in interleaved rounds (bench.head_to_head_rounds, 9 by default), each round's p50 kept
+    rounds = check["node-wasm"]["round_p50_ms"]
+    assert len(rounds) == 9 and all(x > 0 for x in rounds)
     if "onnxruntime-node" in check["versions"]:
         assert check["node-native"]["p50_ms"] > 0
     else:
@@ -203,6 +206,31 @@ def test_browser_goals_compare_the_fastgelu_file_the_web_bundle_ships():
     assert peer["value"] == pytest.approx(2.7 / 4.0) and peer["met"] is True
     assert node["value"] == pytest.approx(2.9 / 4.0) and node["met"] is False  # 0.725 > 0.7: both must hold
     assert "student int8-dynamic-fastgelu .ort" in node["detail"]
+
+
+def test_node_goal_is_the_median_of_same_round_ratios():
+    """The Node cross-check times both files in interleaved rounds (web/cross_check.mjs): the goal is the
+    median of the same-round ratios, not the ratio of p50s pooled over rounds that drift hit unevenly."""
+    from eval.browser_cross import PER_ROUND, plan
+    from eval.browser_goals import browser_goals
+
+    rows = [{"model": "teacher", "variant": "fp32", "format": "onnx", "accuracy": 0.8, "latency": _lat(40.0)},
+            {"model": "student", "variant": "int8-dynamic-fastgelu", "format": "ort", "accuracy": 0.79, "latency": _lat(2.7)},
+            {"model": "student", "variant": "optimum-int8-dynamic", "format": "onnx", "accuracy": 0.79, "latency": _lat(4.0)}]
+    # a slow stretch hit ours in 2 rounds of 5: its pooled p50 (3.0 / 4.0 = 0.75) says the goal failed,
+    # each round's ratio (0.65 in the quiet ones) says it held
+    rows[1]["latency"]["browser-wasm"]["cross_check"] = {"node-wasm": {"p50_ms": 3.0, "round_p50_ms": [2.6, 2.6, 4.4, 2.6, 4.4]}}
+    rows[2]["latency"]["browser-wasm"]["cross_check"] = {"node-wasm": {"p50_ms": 4.0, "round_p50_ms": [4.0, 4.0, 6.0, 4.0, 6.0]}}
+    _, peer, node = browser_goals(rows, 64, ["browser-wasm"])
+    assert node["value"] == pytest.approx(0.65) and node["met"] is True
+    assert "median of 5 interleaved-round ratios (rounds 0.650-0.733)" in node["detail"]
+    assert "cross-check in Node (same WASM build): 0.65" in peer["detail"]
+    # rounds that do not pair up (a file cut short by max_seconds_per_point): the p50s' ratio
+    rows[2]["latency"]["browser-wasm"]["cross_check"]["node-wasm"]["round_p50_ms"] = [4.0, 4.0]
+    _, _, node = browser_goals(rows, 64, ["browser-wasm"])
+    assert node["value"] == pytest.approx(0.75) and "p50s' ratio" in node["detail"]
+    # the cross-check's plan: bench.head_to_head_rounds rounds of at least PER_ROUND calls (0 rounds = 1)
+    assert plan(10, 9) == (9, 9 * PER_ROUND) and plan(500, 9) == (9, 500) and plan(10, 0) == (1, PER_ROUND)
 
 
 def _web_ctx(tmp_path, **bundle):

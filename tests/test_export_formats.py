@@ -62,6 +62,10 @@ def test_exporter_ort_fastgelu(models, inputs, tmp_path):
     details = get_exporter("ort-fastgelu").fn(job(m, out, "int8-dynamic", {"int8-dynamic": dyn}))
     assert details["source"] == "int8-dynamic" and details["fast_gelu_ops"] == 2  # one per layer
     assert details["session_config"] == {"optimization.enable_gelu_approximation": "1"}
+    # export/web_graph.py's trims, checked exact against the source graph
+    trim = details["graph_trim"]
+    assert trim["mask_expands_dropped"] == 1 and trim["constant_rows_folded"] == 1, trim
+    assert trim["layer_norms_as_centered_rms"] == 5 and trim["max_relative_difference"] <= 1e-2
     assert out.read_bytes()[4:8] == b"ORTM" and not list(out.parent.glob(".*"))  # no temporary file left
     plain = tmp_path / "plain.onnx"  # the plain .ort's graph: erf GELU, SkipLayerNormFusion left out as there
     optimize_graph(dyn, plain, "arm", ExportSection().ort_disabled_optimizers, save_format="ONNX")

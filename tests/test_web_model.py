@@ -240,3 +240,111 @@ def test_fast_gelu_variants_are_checked_when_the_config_loads(over, message):
     # trimming quantize.variants need not repeat): the export stage records a skip with the reason (test above)
     cfg = config_from_dict({"quantize": {"variants": ["fp32"]}, "export": {"ort_variants": ["fp32"]}, "bundle": {"web": False}}, "t")
     assert cfg.export.fast_gelu_variants == ["int8-dynamic"]
+
+
+def _feeds(batch: int, length: int, pad: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, length), np.int64)
+    mask[1:, length - pad:] = 0  # every row but the first padded at the end (the tiny vocabulary: 41 ids)
+    return {"input_ids": rng.integers(1, 40, size=(batch, length)).astype(np.int64), "attention_mask": mask}
+
+
+def _ort_run(path: Path, feeds: dict) -> np.ndarray:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def test_web_file_drops_the_mask_expansion_and_the_token_type_gather_with_the_same_logits(fake_run, tmp_path):
+    """The browser file's graph trims (export/web_graph.py) on the tiny student's int8-dynamic export: the
+    attention mask is no longer expanded to [B, 1, S, S] (no Expand, none of its shape nodes), the all-zero
+    token type row is a constant (no ConstantOfShape / Gather), the heads' reshapes take constant shapes,
+    LayerNormalization is ReduceMean + Sub + SimplifiedLayerNormalization + Add; logits within float rounding
+    (re-rounded by the int8 activations) of the untrimmed FastGelu file's on padded batches, same labels."""
+    from export.web_model import fast_gelu_file
+
+    src = fake_run / "quantize" / "student" / "int8-dynamic.onnx"
+    before = {n.op_type for n in onnx.load(src).graph.node}
+    assert {"Expand", "ConstantOfShape", "LayerNormalization"} <= before  # what the HF export computes on every call
+    plain, trimmed = tmp_path / "plain.onnx", tmp_path / "trimmed.onnx"
+    assert fast_gelu_file(src, plain, "onnx", "arm", ["SkipLayerNormFusion"], trim=False) == {"skipped": "not asked"}
+    record = fast_gelu_file(src, trimmed, "onnx", "arm", ["SkipLayerNormFusion"])
+    assert record["mask_expands_dropped"] == 1 and record["constant_rows_folded"] == 1
+    assert record["reshape_shapes_constant"] >= 2  # the attention heads' split and merge
+    assert record["layer_norms_as_centered_rms"] == 5  # embeddings + 2 per layer
+    assert record["nodes_after"] < record["nodes_before"] and record["max_relative_difference"] <= 1e-2
+    ops = [n.op_type for n in onnx.load(trimmed).graph.node]
+    assert "Expand" not in ops and "ConstantOfShape" not in ops and "Equal" not in ops and "Concat" not in ops
+    assert "LayerNormalization" not in ops and ops.count("SimplifiedLayerNormalization") == 5 and "FastGelu" in ops
+    for batch, length, pad, seed in ((1, 12, 0, 0), (3, 20, 9, 1), (2, 32, 31, 2)):
+        feeds = _feeds(batch, length, pad, seed)
+        a, b = _ort_run(plain, feeds), _ort_run(trimmed, feeds)
+        np.testing.assert_allclose(b, a, atol=1e-2 * np.abs(a).max())
+        assert (a.argmax(-1) == b.argmax(-1)).all()
+
+
+def test_graph_trims_compute_the_same_function_on_the_float_graph(fake_run, tmp_path):
+    """On the fp32 export (no dynamic int8 activations to re-round) every trim, the LayerNorm rewrite
+    included, gives the source's logits to float rounding."""
+    from export.web_graph import trim_web_graph
+
+    src, out = fake_run / "quantize" / "student" / "fp32.onnx", tmp_path / "trimmed.onnx"
+    record = trim_web_graph(src, out)
+    assert record["mask_expands_dropped"] == 1 and record["layer_norms_as_centered_rms"] == 5
+    assert record["max_relative_difference"] <= 1e-5
+    for batch, length, pad, seed in ((1, 12, 0, 3), (4, 25, 11, 4)):
+        feeds = _feeds(batch, length, pad, seed)
+        np.testing.assert_allclose(_ort_run(out, feeds), _ort_run(src, feeds), rtol=1e-5, atol=1e-5)
+
+
+def test_graph_trim_leaves_a_mask_it_cannot_prove_broadcast_alone(tmp_path):
+    """An Expand of the mask whose result is used as a whole (here: a graph output) keeps its full shape; a
+    graph with nothing to trim is copied unchanged and says so."""
+    from export.web_graph import trim_web_graph, unexpand_mask
+
+    nodes = [h.make_node("Unsqueeze", ["attention_mask", "ax"], ["u"]),
+             h.make_node("Shape", ["input_ids"], ["s"]),
+             h.make_node("Concat", ["s", "s"], ["shape4"], axis=0),
+             h.make_node("Expand", ["u", "shape4"], ["e"]),
+             h.make_node("Cast", ["e"], ["out"], to=T.FLOAT)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("input_ids", T.INT64, [1, "n"]),
+                                  h.make_tensor_value_info("attention_mask", T.INT64, [1, "n"])],
+                     [h.make_tensor_value_info("out", T.FLOAT, None)], [nh.from_array(np.array([1, 2], np.int64), "ax")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    assert unexpand_mask(m) == 0 and "Expand" in [n.op_type for n in m.graph.node]
+    onnx.save(m, tmp_path / "m.onnx")
+    record = trim_web_graph(tmp_path / "m.onnx", tmp_path / "out.onnx")
+    assert "nothing to trim" in record["skipped"]
+    assert (tmp_path / "out.onnx").read_bytes() == (tmp_path / "m.onnx").read_bytes()
+
+
+@pytest.mark.parametrize("opset", [17, 18])
+def test_layer_norm_as_centered_rms_is_the_same_function(opset):
+    """LayerNormalization(x, scale, bias) -> SimplifiedLayerNormalization(x - mean(x), scale) + bias, with
+    ReduceMean's axes as the attribute (opset 17) or the input (18+); a norm whose Mean output is used is
+    left alone."""
+    import onnxruntime as ort
+
+    from export.web_graph import layer_norm_as_centered_rms
+
+    rng = np.random.default_rng(opset)
+    inits = [nh.from_array(rng.normal(size=16).astype(np.float32), "g"), nh.from_array(rng.normal(size=16).astype(np.float32), "b")]
+
+    def graph(extra_output: bool):
+        ln = h.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mean"] if extra_output else ["y"], axis=-1, epsilon=1e-5)
+        outs = [h.make_tensor_value_info("y", T.FLOAT, None)] + ([h.make_tensor_value_info("mean", T.FLOAT, None)] if extra_output else [])
+        g = h.make_graph([ln], "g", [h.make_tensor_value_info("x", T.FLOAT, [2, "n", 16])], outs, inits)
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+        m.ir_version = 8
+        return m
+
+    m = graph(False)
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert layer_norm_as_centered_rms(m) == 1
+    assert [n.op_type for n in m.graph.node] == ["ReduceMean", "Sub", "SimplifiedLayerNormalization", "Add"]
+    got = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = (rng.normal(size=(2, 7, 16)) * 3 + 5).astype(np.float32)  # far from zero mean: the centring matters
+    np.testing.assert_allclose(got.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    kept = graph(True)
+    assert layer_norm_as_centered_rms(kept) == 0 and [n.op_type for n in kept.graph.node] == ["LayerNormalization"]

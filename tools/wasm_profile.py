@@ -8,7 +8,8 @@ headless Chromium (WASM, 1 thread), in Node with the same WASM build, and in onn
 
 --compare times the files without the profiler, interleaved (each round times every file in turn, so a
 busy machine slows them alike), and prints each file's median round and its ratio to the LAST file (the
-baseline, e.g. Optimum's best), per round then median: the web goal's ratio on one page session.
+baseline, e.g. Optimum's best), per round then median: the web goal's ratio on one page session; and the
+same from each round's fastest run (steadier when other processes load the machine).
 
 web/profile.mjs runs the files; this module turns the trace events into tables. Each node's time is its median
 over the profiled runs (the warm-up runs, which carry WASM tier-up and first-run allocations, are dropped;
@@ -192,10 +193,14 @@ def print_compare(doc: dict, runtimes: list[str], keys: list[str], a) -> int:
             result["runtimes"][rt] = {"error": run.get("error") or failed}
             continue
         r = ratios({k: run["files"][k]["rounds"] for k in keys})
-        result["runtimes"][rt] = r
-        print("| file | median ms | ratio | ratio range |\n|---|---|---|---|")
+        # each round's fastest run: the one nothing preempted, steadier than the median on a loaded machine
+        fast = ratios({k: run["files"][k]["mins"] for k in keys}) if all("mins" in run["files"][k] for k in keys) else {}
+        result["runtimes"][rt] = {k: dict(v, fastest=fast.get(k)) for k, v in r.items()}
+        print("| file | median ms | ratio | ratio range | fastest-run ms | fastest-run ratio |\n|---|---|---|---|---|---|")
         for k, v in r.items():
-            print(f"| {k} | {v['median_ms']:.3f} | {v['ratio']:.3f} | {min(v['ratios']):.3f}-{max(v['ratios']):.3f} |")
+            f = fast.get(k)
+            tail = f"{f['median_ms']:.3f} | {f['ratio']:.3f}" if f else "- | -"
+            print(f"| {k} | {v['median_ms']:.3f} | {v['ratio']:.3f} | {min(v['ratios']):.3f}-{max(v['ratios']):.3f} | {tail} |")
     print(f"\nversions: {json.dumps(doc['versions'])}")
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))

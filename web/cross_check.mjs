@@ -1,7 +1,8 @@
 // Times the same files as web/bench.mjs outside the browser, to cross-check the Chromium numbers:
 //   node web/cross_check.mjs JOB.json OUT.json
-// JOB: { warmup, iterations, max_seconds, files: [{ key, path, inputs: { "<n>": { input_ids, attention_mask } } }] }
-// OUT: { versions, runs: { "node-wasm": { files }, "node-native": { files } } }, files as in web/bench.mjs.
+// JOB: { warmup, iterations, max_seconds, rounds, files: [{ key, path, inputs: { "<n>": { input_ids, attention_mask } } }] }
+// OUT: { versions, runs: { "node-wasm": { files }, "node-native": { files } } }, files as in web/bench.mjs plus
+// round_p50s: { "<n>": [p50 of each interleaved round] }.
 // node-wasm: onnxruntime-web's WASM build in Node (the same .wasm Chromium runs, without the browser).
 // node-native: onnxruntime-node, ONNX Runtime's native CPU build, 1 intra-op thread (what an Electron or
 // Node app would run). Both single-threaded, like the browser-wasm target.
@@ -24,6 +25,10 @@ const version = async (pkg) => JSON.parse(await readFile(path.join(here, "node_m
 
 // Every session is created and warmed before any is timed: V8 compiles WASM with a baseline tier first and
 // swaps in optimized code in the background, so the first file timed would otherwise carry that cost.
+// Then the files are timed in interleaved rounds (each round times every file for a slice of the iterations,
+// the order reversed every other round, as eval/paired.py does natively): timed one after the other, two files
+// a few percent apart differ by the shared machine's drift between them as much as by the files. Each
+// file's samples are pooled; `round_p50s` ({n: [p50 per round]}) lets the goals take same-round ratios.
 async function timeAll(ort, options) {
   const files = {};
   const ready = [];
@@ -32,27 +37,38 @@ async function timeAll(ort, options) {
       const session = await ort.InferenceSession.create(new Uint8Array(await readFile(f.path)), options);
       const feeds = Object.fromEntries(Object.entries(f.inputs).map(([n, inp]) => [n, feedsFor(ort, session.inputNames, inp)]));
       for (const fd of Object.values(feeds)) for (let i = 0; i < job.warmup; i++) await session.run(fd);
-      ready.push({ f, session, feeds });
+      ready.push({ f, session, feeds, res: {}, rounds: {}, spent: 0 });
     } catch (e) {
       files[f.key] = { error: String(e?.message ?? e).slice(0, 400) };
     }
   }
-  for (const { f, session, feeds } of ready) {
-    const res = {};
-    for (const [n, fd] of Object.entries(feeds)) {
-      await session.run(fd);
-      const samples = [];
-      const start = performance.now();
-      for (let i = 0; i < job.iterations; i++) {
-        const t0 = performance.now();
-        await session.run(fd);
-        samples.push(performance.now() - t0);
-        if (performance.now() - start > job.max_seconds * 1000 && samples.length >= Math.min(3, job.iterations)) break;
+  const rounds = Math.max(1, Math.min(job.rounds ?? 10, job.iterations));
+  const perRound = Math.ceil(job.iterations / rounds);
+  const median = (a) => { const v = [...a].sort((x, y) => x - y); const m = v.length >> 1; return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2; };
+  for (let r = 0; r < rounds; r++) {
+    const order = r % 2 === 0 ? ready : [...ready].reverse();
+    for (const t of order) {
+      for (const [n, fd] of Object.entries(t.feeds)) {
+        const samples = (t.res[n] ??= []);
+        // a slow file stops once it has spent max_seconds in all (at no fewer than 3 samples)
+        if (t.spent > job.max_seconds * 1000 && samples.length >= Math.min(3, job.iterations)) continue;
+        await t.session.run(fd);  // untimed: the other files' slices have just evicted this one's caches
+        const mine = [];
+        for (let i = 0; i < perRound && samples.length < job.iterations; i++) {
+          const t0 = performance.now();
+          await t.session.run(fd);
+          const dt = performance.now() - t0;
+          samples.push(dt);
+          mine.push(dt);
+          t.spent += dt;
+        }
+        if (mine.length) (t.rounds[n] ??= []).push(median(mine));
       }
-      res[n] = samples;
     }
-    files[f.key] = res;
-    await session.release?.();
+  }
+  for (const t of ready) {
+    files[t.f.key] = { ...t.res, round_p50s: t.rounds };
+    await t.session.release?.();
   }
   return { files };
 }
