@@ -85,11 +85,9 @@ def check_npu(r: SearchRequest) -> None:
 
 def check_request(r: SearchRequest) -> None:
     """The load-time checks (pipeline/search_checks.py) for a request built in code."""
-    from pipeline.search_checks import target_problem
+    from pipeline.search_checks import check_target
 
-    problem = target_problem(r.target)
-    if problem:
-        raise PipelineError(problem)
+    check_target(r.target)
     if not r.budget_ms > 0:
         raise PipelineError(f"search --budget-ms {r.budget_ms}: give a positive latency budget in milliseconds")
     if r.max_mb < 0 or r.trials < 1 or not 0 < r.fraction <= 1:

@@ -17,7 +17,7 @@ from pipeline.config import BaselineSection, StudentSection, student_positions
 from pipeline.data import read_labels
 from pipeline.errors import PipelineError
 from pipeline.search import MeasurementCache, rungs
-from pipeline.search_checks import SEARCH_TARGETS, target_problem
+from pipeline.search_checks import SEARCH_TARGETS, check_target
 
 log = logging.getLogger("pocketformer")
 VARIANT = "int8-dynamic"  # the file a phone app ships by default: its size and latency decide feasibility
@@ -29,15 +29,6 @@ __all__ = ["Candidates", "SEARCH_TARGETS", "check_target", "searcher"]
 def searcher() -> type:
     """Task.search: the classification candidates class (the interface: pipeline/search.py's docstring)."""
     return Candidates
-
-
-def check_target(name: str):
-    from eval.targets import TARGETS
-
-    problem = target_problem(name)
-    if problem:
-        raise PipelineError(problem)
-    return TARGETS[name]
 
 
 class Candidates(MeasurementCache):

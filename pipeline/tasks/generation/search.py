@@ -86,16 +86,13 @@ class Candidates(MeasurementCache):
         from distill.teacher import eos_id, load_causal_folder
         from distill.vocab import VocabMap
         from eval.bench import DECODE_TARGETS
-        from pipeline.search_checks import target_problem
+        from pipeline.search_checks import check_target
         from pipeline.tasks.generation.common import stream
         from pipeline.tasks.generation.data import windows
         from pipeline.tasks.generation.train import _student_targets
 
-        problem = target_problem(target)
-        if problem:
-            raise PipelineError(problem)
         self._load_cache(cfg, cache_path)
-        self.target = DECODE_TARGETS[target]
+        self.target = DECODE_TARGETS[check_target(target).name]
         run, lm = cfg.run_dir, cfg.lm
         self.teacher, self.tok = load_causal_folder(run / "teacher" / "model")
         self.vmap = VocabMap.load(run / "logits")
