@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.config import BaselineSection, StudentSection, student_positions
+from pipeline.config import BaselineSection, StudentSection
 from pipeline.data import read_labels
 from pipeline.errors import PipelineError
 from pipeline.search import MeasurementCache, rungs
@@ -145,12 +145,6 @@ class Candidates(MeasurementCache):
         return self.build(random)[0]
 
     # --- measuring ----------------------------------------------------------------------------------
-    def length(self, s: Candidate) -> int:
-        """bench.headline_length, cut to the student's position table (an RNN has none: its max length)."""
-        if isinstance(s, BaselineSection):
-            return min(self.cfg.bench.headline_length, self.rnn_length(s))
-        return min(self.cfg.bench.headline_length, student_positions(s))
-
     def cache_key(self, shape: dict) -> str:
         import onnxruntime
 
@@ -159,6 +153,7 @@ class Candidates(MeasurementCache):
                           sort_keys=True)
 
     def length_of(self, shape: dict) -> int:
+        """bench.headline_length, cut to the student's position table (an RNN has none: its max length)."""
         if "max_positions" not in shape:  # an RNN
             return min(self.cfg.bench.headline_length, shape["max_length"] or self.cfg.teacher.max_length)
         return min(self.cfg.bench.headline_length, shape["max_positions"] or max(shape["max_length"], 64))
@@ -172,7 +167,7 @@ class Candidates(MeasurementCache):
         student = self.random_copy(s)
         with tempfile.TemporaryDirectory() as tmp:
             path = self._int8_file(student, Path(tmp), self.max_length(s))
-            out = {"latency_ms": self._time(path, self.length(s)), "size_bytes": path.stat().st_size}
+            out = {"latency_ms": self._time(path, self.length_of(shape)), "size_bytes": path.stat().st_size}
         self.cache[key] = out
         self._save()
         return {**out, "cached": False}
@@ -227,7 +222,7 @@ class Candidates(MeasurementCache):
 
         student = self.random_copy(s)
         _unzero(student)
-        length = self.length(s)
+        length = self.length_of(shape)
         with tempfile.TemporaryDirectory() as tmp:
             path = self._static_file(student, Path(tmp), self.max_length(s), length, self.npu_variant(shape))
             out = {}
