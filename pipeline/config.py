@@ -450,6 +450,11 @@ class Config:
     def run_dir(self) -> Path:
         return Path(self.run.runs_dir) / self.run.name
 
+    def value(self, dotted: str) -> Any:
+        """The value of "section.key"."""
+        section, key = dotted.split(".")
+        return getattr(getattr(self, section), key)
+
     def section_dict(self, name: str) -> dict[str, Any]:
         return dataclasses.asdict(getattr(self, name))
 

@@ -108,10 +108,7 @@ def order(targets: list[str]) -> list[str]:
 
 def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
     """The values of exactly the keys the running task's step reads ({"section.key": value}) and their hash."""
-    relevant = {}
-    for dotted in read_keys(task_of(cfg).step(stage.name).reads):
-        section, key = dotted.split(".")
-        relevant[dotted] = getattr(getattr(cfg, section), key)
+    relevant = {dotted: cfg.value(dotted) for dotted in read_keys(task_of(cfg).step(stage.name).reads)}
     return relevant, sha256_json(relevant)
 
 
