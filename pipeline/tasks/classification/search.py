@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 import logging
 import tempfile
 from pathlib import Path
@@ -206,9 +207,7 @@ class Candidates(MeasurementCache):
             if rec["compiled"]:
                 verdicts[c] = "compiled"
                 continue
-            counts: dict[str, int] = {}
-            for u in rec["unsupported"]:
-                counts[u["type"]] = counts.get(u["type"], 0) + 1
+            counts = Counter(u["type"] for u in rec["unsupported"])
             what = (", ".join(f"{t} x{n}" for t, n in sorted(counts.items())) if counts
                     else (rec["message"][0] if rec["message"] else "no reason given"))
             verdicts[c] = f"refused {what}"
