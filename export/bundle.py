@@ -15,7 +15,6 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from eval.rows import find, p50 as row_p50
 from export.hashing import sha256_file
 from pipeline.errors import PipelineError
 
@@ -40,6 +39,8 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
     0.01 = 1 point) of the best one, and take the fastest p50 on `target` at the report's headline length;
     ties and rows without a time there fall back to the smallest file. An explicit model / variant must exist.
     A variant that failed its check (here or in `failed`: (model, variant) -> why) is never a candidate."""
+    from eval.rows import p50 as row_p50  # function-level: verify-bundle imports this module without eval/
+
     length = results.get("plan", {}).get("headline_length", 64)
     kinds = " / ".join(f".{f}" for f in formats)
     failed = {**(failed or {}), **{(r["model"], r["variant"]): r.get("check", {}).get("reason", "its check failed")
@@ -120,6 +121,8 @@ def coreml_row(export_rows: list[dict], model: str, variant: str) -> dict | None
 
 def latency_for(results: dict, model: str, variant: str, fmt: str) -> dict:
     """The report's p50 / p90 per target at the headline length for one row (skips keep their reason)."""
+    from eval.rows import find
+
     length = str(results.get("plan", {}).get("headline_length", 64))
     row = find(results.get("rows", []), model, variant, fmt)
     if row is None:
