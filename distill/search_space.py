@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from pipeline.config import BaselineSection, StudentSection
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, lookup
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,7 @@ TASK_SPACES = {"classification": SPACES, "generation": LM_SPACES}
 
 
 def get_space(name: str, task: str = "classification") -> SearchSpace:
-    spaces = TASK_SPACES[task]
-    if name not in spaces:
-        raise PipelineError(f"unknown search space '{name}' (--space) for run.task = '{task}'. Known: "
-                            f"{', '.join(spaces)}")
-    space = spaces[name]
+    space = lookup(TASK_SPACES[task], name, f"search space '{name}' (--space) for run.task = '{task}'")
     bad = [h for h in space.hidden for n in space.heads if h % n]
     if bad:  # a registry entry written wrong, caught before any trial
         raise PipelineError(f"search space '{name}': hidden sizes {sorted(set(bad))} are not divisible by every "

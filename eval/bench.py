@@ -26,6 +26,7 @@ from eval.flops import row_flops
 from eval.npu import check_onnx, coreml_readiness, fix_shapes, get_device, load_devices, roofline_ms
 from eval.peaks import row_peak
 from eval.plan import Point, plan_point
+from eval.rows import p50
 from eval.targets import TARGETS, Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
     resolved_threads, unavailable
 from pipeline.errors import PipelineError
@@ -372,8 +373,7 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
             r["latency"][t.name] = entry
             if npu is not None:
                 r["npu"] = npu
-        head = r["latency"].get("host-cpu", {}).get(str(b.headline_length), {}).get("p50_ms") or \
-            r["latency"].get("mobile-cpu", {}).get(str(b.headline_length), {}).get("p50_ms")
+        head = p50(r, "host-cpu", b.headline_length) or p50(r, "mobile-cpu", b.headline_length)
         log.info("[bench] %-15s %-21s %-7s %s (%.1f s)", r["model"], r["variant"], r["format"],
                  f"p50 {head:.2f} ms at {b.headline_length}" if head else "-", time.perf_counter() - t0)
         out.append(r)

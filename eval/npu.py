@@ -17,7 +17,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, lookup
 
 DEFAULT_DEVICES = Path(__file__).resolve().parents[1] / "configs" / "devices.toml"
 
@@ -151,9 +151,7 @@ def load_devices(path: str | Path = "") -> dict[str, dict]:
 
 
 def get_device(devices: dict[str, dict], name: str) -> dict:
-    if name not in devices:
-        raise PipelineError(f"unknown NPU device profile '{name}' in bench.npu_device. Known: {', '.join(devices)}")
-    return {"id": name, **devices[name]}
+    return {"id": name, **lookup(devices, name, f"NPU device profile '{name}' in bench.npu_device")}
 
 
 def roofline_ms(flops: float, weight_bytes: float, device: dict, precision: str) -> dict:

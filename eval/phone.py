@@ -14,6 +14,7 @@ import re
 import shutil
 from pathlib import Path
 
+from eval.rows import find
 from pipeline.errors import PipelineError
 
 NOT_ON_PHONE = ("phone-bench runs only the bundled model on the phone (and, for NPU providers, its fixed-shape "
@@ -44,7 +45,7 @@ def merge(results: dict, model: str, variant: str, fmt: str, runs: list[dict], d
     names = []
     for run in runs:
         key = (model, run.get("variant", variant), run.get("format", fmt))
-        row = next((r for r in results["rows"] if (r["model"], r["variant"], r["format"]) == key), None)
+        row = find(results["rows"], *key)
         if row is None:
             raise PipelineError(f"report/results.json has no {' '.join(key)} row; re-run the bench and report "
                                 f"stages (`make report`) with that variant")
@@ -84,7 +85,7 @@ def merge_saved(run_dir: Path, results: dict) -> list[str]:
     for path in sorted((run_dir / "phone").glob("*.json")):
         saved = json.loads(path.read_text())
         key = (saved["model"], saved["variant"], saved["format"])
-        if not any((r["model"], r["variant"], r["format"]) == key for r in results["rows"]):
+        if find(results["rows"], *key) is None:
             continue
         run = {k: saved[k] for k in ("provider", "threads", "entry", "status", "reason", "model_file",
                                      "session_config") if k in saved}
@@ -201,7 +202,7 @@ def _npu_model(cfg, name: str, seq_len: int, dest: Path) -> str | None:
     from eval.npu import fix_shapes
 
     rows = json.loads((cfg.run_dir / "quantize" / "variants.json").read_text())
-    row = next((r for r in rows if (r["model"], r["variant"], r["format"]) == (name, NPU_VARIANT, "onnx")), None)
+    row = find(rows, name, NPU_VARIANT, "onnx")
     if row is None:
         return (f"no {NPU_VARIANT} (static QDQ) file for {name}, which NPU providers run: add {NPU_VARIANT} to "
                 f"quantize.variants and run `make quantize`")

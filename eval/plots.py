@@ -136,6 +136,20 @@ def _off_scale(ax, pts: list[tuple[float, float, dict]], lo: float, hi: float, m
                     fontsize=7, color="#333")
 
 
+def _scatter(ax, pts: list[tuple[float, float, dict]], lo: float, hi: float, metric: str, margin: float) -> list:
+    """The points on a log x-axis (widened by margin either side) and y in [lo, hi]; those beyond it in the
+    off-scale band (_off_scale). Returns the points inside."""
+    inside = [(x, y, r) for x, y, r in pts if lo <= y <= hi]
+    for x, y, r in inside:
+        _point(ax, x, y, r)
+    ax.set_ylim(lo, hi)
+    _log_axis(ax.xaxis)
+    xs = [x for x, _, _ in pts]
+    ax.set_xlim(min(xs) / margin, max(xs) * margin)
+    _off_scale(ax, [p for p in pts if not lo <= p[1] <= hi], lo, hi, metric)
+    return inside
+
+
 def _fig_legend(fig, rows: list[dict], extra: list | None = None, ncol: int = 6) -> None:
     """One legend for the figure, under the panels: colours name the models, markers the variants."""
     from matplotlib.lines import Line2D
@@ -210,14 +224,7 @@ def quality_vs_latency(results: dict, out: Path) -> Path | None:
     fig, axes = _grid(plt, len(targets), 6.4, 4.3, legend_in)
     for ax, t in zip(axes, targets):
         pts = [(p50(r, t, length), r[metric], r) for r in shown if p50(r, t, length)]
-        inside = [(x, y, r) for x, y, r in pts if lo <= y <= hi]
-        for x, y, r in inside:
-            _point(ax, x, y, r)
-        ax.set_ylim(lo, hi)
-        _log_axis(ax.xaxis)
-        xs_all = [x for x, _, _ in pts]
-        ax.set_xlim(min(xs_all) / 1.35, max(xs_all) * 1.35)
-        _off_scale(ax, [p for p in pts if not lo <= p[1] <= hi], lo, hi, metric)
+        inside = _scatter(ax, pts, lo, hi, metric, 1.35)
         # the front of the working models: a peer with an unusable quality is not a choice
         cand = [(x, y, r) for x, y, r in inside if id(r) not in off]
         front = pareto([(x, y) for x, y, _ in cand], higher)
@@ -308,15 +315,7 @@ def size_vs_quality(results: dict, out: Path) -> Path | None:
     plt = _plt()
     legend_in = 0.5
     fig, ax = plt.subplots(figsize=(9.0, 4.6 + legend_in))
-    pts = [(r["size_bytes"] / 2**20, r[metric], r) for r in rows]
-    for x, y, r in pts:
-        if lo <= y <= hi:
-            _point(ax, x, y, r)
-    ax.set_ylim(lo, hi)
-    _log_axis(ax.xaxis)
-    xs = [x for x, _, _ in pts]
-    ax.set_xlim(min(xs) / 1.4, max(xs) * 1.4)
-    _off_scale(ax, [p for p in pts if not lo <= p[1] <= hi], lo, hi, metric)
+    _scatter(ax, [(r["size_bytes"] / 2**20, r[metric], r) for r in rows], lo, hi, metric, 1.4)
     ax.set_xlabel("file size (MiB, log scale)")
     ax.set_ylabel(metric + ("" if metric == "accuracy" else " (lower is better)"))
     ax.set_title(f"size vs {metric}, every model and variant")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from pipeline.errors import PipelineError
+from pipeline.errors import lookup
 
 
 @dataclass(frozen=True)
@@ -72,9 +72,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
 
 
 def get_target(name: str) -> Target:
-    if name not in TARGETS:
-        raise PipelineError(f"unknown target '{name}' in bench.targets. Known targets: {', '.join(TARGETS)}")
-    return TARGETS[name]
+    return lookup(TARGETS, name, f"target '{name}' in bench.targets", "Known targets")
 
 
 def host_threads() -> int:

@@ -29,11 +29,6 @@ COREML_FOR = {"int8-dynamic": "int8", "int8-static": "int8", "fp16": "fp16", "fp
               "optimized": "fp16"}
 
 
-def _p50(row: dict, target: str, length: int) -> float | None:
-    point = row.get("latency", {}).get(target, {}).get(str(length))
-    return point.get("p50_ms") if isinstance(point, dict) else None
-
-
 def choose(export_rows: list[dict], results: dict, model: str, variant: str, window: float, cfg_source: str,
            failed: dict[tuple[str, str], str] | None = None, target: str = CHOICE_TARGET,
            formats: tuple[str, ...] = ("ort",)) -> dict:
@@ -44,6 +39,8 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
     0.01 = 1 point) of the best one, and take the fastest p50 on `target` at the report's headline length;
     ties and rows without a time there fall back to the smallest file. An explicit model / variant must exist.
     A variant that failed its check (here or in `failed`: (model, variant) -> why) is never a candidate."""
+    from eval.rows import p50 as row_p50  # function-level: verify-bundle imports this module without eval/
+
     length = results.get("plan", {}).get("headline_length", 64)
     kinds = " / ".join(f".{f}" for f in formats)
     failed = {**(failed or {}), **{(r["model"], r["variant"]): r.get("check", {}).get("reason", "its check failed")
@@ -77,7 +74,7 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
     within = [r for r in scored if r["accuracy"] >= best - window - 1e-12]
 
     def p50(r):
-        return _p50(latency.get((r["model"], r["variant"], r["format"]), {}), target, length)
+        return row_p50(latency.get((r["model"], r["variant"], r["format"]), {}), target, length)
 
     timed = [(p, r) for r in within if (p := p50(r))]
     if timed:
@@ -124,9 +121,10 @@ def coreml_row(export_rows: list[dict], model: str, variant: str) -> dict | None
 
 def latency_for(results: dict, model: str, variant: str, fmt: str) -> dict:
     """The report's p50 / p90 per target at the headline length for one row (skips keep their reason)."""
+    from eval.rows import find
+
     length = str(results.get("plan", {}).get("headline_length", 64))
-    row = next((r for r in results.get("rows", []) if (r["model"], r["variant"], r["format"]) == (model, variant, fmt)),
-               None)
+    row = find(results.get("rows", []), model, variant, fmt)
     if row is None:
         return {}
     out = {}

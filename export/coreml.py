@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import platform
 import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -227,11 +228,8 @@ def spec_summary(path: Path) -> dict:
 
     spec = ct.utils.load_spec(str(path))
     desc = spec.description
-    ops: dict[str, int] = {}
-    for fn in spec.mlProgram.functions.values():
-        for block in fn.block_specializations.values():
-            for op in block.operations:
-                ops[op.type] = ops.get(op.type, 0) + 1
+    ops = dict(Counter(op.type for fn in spec.mlProgram.functions.values()
+                       for block in fn.block_specializations.values() for op in block.operations))
     return {"inputs": [i.name for i in desc.input], "outputs": [o.name for o in desc.output],
             "metadata": dict(desc.metadata.userDefined), "spec_version": spec.specificationVersion, "ops": ops}
 

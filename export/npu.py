@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, lookup
 
 
 @dataclass(frozen=True)
@@ -61,9 +61,7 @@ LOOKUP_FILE = "lookup.onnx"
 
 
 def get_npu_variant(name: str) -> NpuVariant:
-    if name not in NPU_VARIANTS:
-        raise PipelineError(f"unknown NPU variant '{name}' in quantize.npu_variants. Known: {', '.join(NPU_VARIANTS)}")
-    return NPU_VARIANTS[name]
+    return lookup(NPU_VARIANTS, name, f"NPU variant '{name}' in quantize.npu_variants")
 
 
 class _WithLookup(nn.Module):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, lookup
 
 
 @dataclass
@@ -49,15 +49,11 @@ def exporter(name: str, fmt: str, lossless: bool, transformer_only: bool = False
 
 
 def get_exporter(name: str) -> Exporter:
-    if name not in EXPORTERS:
-        raise PipelineError(f"unknown exporter '{name}'. Known exporters: {', '.join(EXPORTERS)}")
-    return EXPORTERS[name]
+    return lookup(EXPORTERS, name, f"exporter '{name}'", "Known exporters")
 
 
 def for_variant(variant: str) -> Exporter:
-    if variant not in ONNX_VARIANTS:
-        raise PipelineError(f"unknown ONNX variant '{variant}' in quantize.variants. Known: {', '.join(ONNX_VARIANTS)}")
-    return EXPORTERS[ONNX_VARIANTS[variant]]
+    return EXPORTERS[lookup(ONNX_VARIANTS, variant, f"ONNX variant '{variant}' in quantize.variants")]
 
 
 def load_source(folder: Path, model_name: str, fmt: str):

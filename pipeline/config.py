@@ -451,11 +451,21 @@ class Config:
     def run_dir(self) -> Path:
         return Path(self.run.runs_dir) / self.run.name
 
+    def value(self, dotted: str) -> Any:
+        """The value of "section.key"."""
+        section, key = dotted.split(".")
+        return getattr(getattr(self, section), key)
+
     def section_dict(self, name: str) -> dict[str, Any]:
         return dataclasses.asdict(getattr(self, name))
 
     def to_dict(self) -> dict[str, Any]:
         return {name: self.section_dict(name) for name in SECTIONS}
+
+
+# a scalar field's type -> (what the error asks for, the Python types it accepts)
+_SCALARS = {bool: ("true or false", bool), int: ("an integer", int), float: ("a number", (int, float)),
+            str: ("a string", str)}
 
 
 def _check_value(where: str, value: Any, hint: Any) -> Any:
@@ -467,22 +477,12 @@ def _check_value(where: str, value: Any, hint: Any) -> Any:
             raise PipelineError(f"{where}: expected a list of {item.__name__}, got {value!r}")
         inner = where[:-1] if where.endswith("'") else where  # 'distill.layer_map' -> 'distill.layer_map[1]'
         return [_check_value(f"{inner}[{i}]'", v, item) for i, v in enumerate(value)]
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise PipelineError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise PipelineError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise PipelineError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise PipelineError(f"{where}: expected a string, got {value!r}")
-        return value
+    if hint in _SCALARS:
+        what, types = _SCALARS[hint]
+        # bool is an int in Python, but true is not a number of epochs
+        if not isinstance(value, types) or (isinstance(value, bool) and hint is not bool):
+            raise PipelineError(f"{where}: expected {what}, got {value!r}")
+        return float(value) if hint is float else value
     raise TypeError(f"unsupported config type {hint} at {where}")
 
 

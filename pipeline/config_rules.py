@@ -212,8 +212,7 @@ def _registry(ref: str):
 def check_names(cfg, names: dict[str, tuple[str, tuple[str, ...]]]) -> str | None:
     """The first value of names' keys that no named registry knows, as a message listing the known ones."""
     for dotted, (what, refs) in names.items():
-        section, key = dotted.split(".")
-        value = getattr(getattr(cfg, section), key)
+        value = cfg.value(dotted)
         known = [name for ref in refs for name in _registry(ref)]
         bad = [v for v in (value if isinstance(value, list) else [value]) if v not in known]
         if bad:
@@ -227,8 +226,7 @@ def check_all(cfg) -> str | None:
     from pipeline.tasks import task_of
 
     for dotted, rule in RANGES.items():
-        section, key = dotted.split(".")
-        value = getattr(getattr(cfg, section), key)
+        value = cfg.value(dotted)
         if isinstance(value, float) and not math.isfinite(value):
             return f"'{dotted}' = {value!r}; give a finite number"
         problem = rule(value)

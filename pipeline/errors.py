@@ -12,6 +12,13 @@ class PipelineError(Exception):
     """A user-facing error: bad config, bad data, missing artifact, unsupported model."""
 
 
+def lookup(registry, name: str, unknown: str, known: str = "Known"):
+    """registry[name]; else one error: "unknown <unknown>. <known>: <every registered name>"."""
+    if name not in registry:
+        raise PipelineError(f"unknown {unknown}. {known}: {', '.join(registry)}")
+    return registry[name]
+
+
 # Disk problems while a folder is written: a full disk and a folder we may not write are the user's to fix
 # (free space, another folder, permissions), so they become one PipelineError naming the folder and the
 # setting that chose it, instead of an OSError traceback from deep inside a writer.

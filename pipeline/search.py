@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -84,11 +85,9 @@ def check_npu(r: SearchRequest) -> None:
 
 def check_request(r: SearchRequest) -> None:
     """The load-time checks (pipeline/search_checks.py) for a request built in code."""
-    from pipeline.search_checks import target_problem
+    from pipeline.search_checks import check_target
 
-    problem = target_problem(r.target)
-    if problem:
-        raise PipelineError(problem)
+    check_target(r.target)
     if not r.budget_ms > 0:
         raise PipelineError(f"search --budget-ms {r.budget_ms}: give a positive latency budget in milliseconds")
     if r.max_mb < 0 or r.trials < 1 or not 0 < r.fraction <= 1:
@@ -125,6 +124,34 @@ def study_name(cfg, r: SearchRequest, searcher: type | None = None) -> str:
     if r.npu_compile:  # only then: the studies of searches without the gate keep their names
         basis["npu_compile"] = sorted(set(cfg.npu.chips))
     return f"{r.target}-{r.budget_ms:g}ms-{r.max_mb:g}mb-{sha256_json(basis)[:12]}"
+
+
+def rungs(epochs: float, fraction: float) -> list[float]:
+    """The short schedule: fraction * epochs, cut into rungs of at most one epoch each."""
+    total = max(epochs * fraction, 1e-3)
+    n = max(1, math.ceil(total - 1e-9))
+    return [total / n] * n
+
+
+class MeasurementCache:
+    """The candidates classes' shared mechanics: measurements.json (pre-training measurements keyed by what
+    decides them) loaded once and rewritten whole after each new entry, and the short schedule's rungs."""
+
+    def _load_cache(self, cfg, cache_path: Path | None) -> None:
+        self.cfg = cfg
+        self.cache_path = cache_path  # None: measurements kept in memory only (a worker of a shared study)
+        self.cache: dict = json.loads(cache_path.read_text()) if cache_path and cache_path.is_file() else {}
+
+    def _save(self) -> None:
+        if self.cache_path is None:  # measurements kept in memory only
+            return
+        tmp_path = self.cache_path.with_suffix(".partial")
+        tmp_path.write_text(json.dumps(self.cache, indent=1, sort_keys=True))
+        os.replace(tmp_path, self.cache_path)  # a kill mid-write leaves the previous cache whole
+
+    def rungs(self, fraction: float) -> list[float]:
+        """The short schedule: fraction * distill.epochs, cut into rungs of at most one epoch each."""
+        return rungs(self.cfg.distill.epochs, fraction)
 
 
 # --- the stage ----------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ pipeline/config_rules.py with the other rules, so `show-config` rejects what `se
 CLI flags are --set overrides of these keys, so every message names the flag too."""
 from __future__ import annotations
 
+from pipeline.errors import PipelineError
+
 # targets the search can time: ONNX Runtime on this host's CPU (the rest need a device or a browser)
 SEARCH_TARGETS = ("mobile-cpu", "host-cpu")
 
@@ -17,6 +19,16 @@ def target_problem(name: str) -> str | None:
         return (f"search --target {name} ('search.target'): the search times candidates with ONNX Runtime on "
                 f"this host's CPU, which only {', '.join(SEARCH_TARGETS)} are; pick one of those")
     return None
+
+
+def check_target(name: str):
+    """The target the search times on (eval.targets.TARGETS), or target_problem's error."""
+    from eval.targets import TARGETS
+
+    problem = target_problem(name)
+    if problem:
+        raise PipelineError(problem)
+    return TARGETS[name]
 
 
 def check(cfg) -> str | None:

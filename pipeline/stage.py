@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from pipeline.config import Config, read_keys
-from pipeline.errors import NO_SPACE, PipelineError, disk_error, tree_bytes
+from pipeline.errors import NO_SPACE, PipelineError, disk_error, lookup, tree_bytes
 from pipeline.hashcache import HashCache
 from pipeline.lock import run_lock
 from pipeline.manifest import content_key, outputs_intact, read_manifest, sha256_json, write_manifest
@@ -96,9 +96,7 @@ def order(targets: list[str]) -> list[str]:
     seen: list[str] = []
 
     def visit(name: str) -> None:
-        if name not in STAGES:
-            raise PipelineError(f"unknown stage '{name}'. Known stages: {', '.join(STAGES)}")
-        for dep in STAGES[name].deps:
+        for dep in lookup(STAGES, name, f"stage '{name}'", "Known stages").deps:
             visit(dep)
         if name not in seen:
             seen.append(name)
@@ -110,10 +108,7 @@ def order(targets: list[str]) -> list[str]:
 
 def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
     """The values of exactly the keys the running task's step reads ({"section.key": value}) and their hash."""
-    relevant = {}
-    for dotted in read_keys(task_of(cfg).step(stage.name).reads):
-        section, key = dotted.split(".")
-        relevant[dotted] = getattr(getattr(cfg, section), key)
+    relevant = {dotted: cfg.value(dotted) for dotted in read_keys(task_of(cfg).step(stage.name).reads)}
     return relevant, sha256_json(relevant)
 
 

@@ -37,16 +37,21 @@ def need(ok: bool, bundle: Path, what: str) -> None:
         raise PipelineError(f"{bundle}/{METADATA}: {what}; {_REBUILD}")
 
 
+def read_json(path: Path, where: object = None, rebuild: str = _REBUILD) -> object:
+    """path's JSON, or one PipelineError naming the file (where, else path) and how to fix it."""
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PipelineError(f"{where or path} is not valid JSON ({e}); {rebuild}") from None
+
+
 def load_metadata(bundle: Path) -> dict:
     """metadata.json, checked for what every bundle has: a JSON object listing its files with their hashes."""
     path = bundle / METADATA
     if not path.is_file():
         raise PipelineError(f"{bundle} is not a bundle (no {METADATA}); build one with `make bundle` "
                             f"(python -m pipeline bundle --config ...)")
-    try:
-        meta = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PipelineError(f"{path} is not valid JSON ({e}); {_REBUILD}") from None
+    meta = read_json(path)
     need(isinstance(meta, dict), bundle, "the top level is not an object")
     files = meta.get("files")
     need(isinstance(files, dict) and len(files) > 0, bundle, "'files' lists no files (an empty bundle checks nothing)")
@@ -95,11 +100,7 @@ def _listed(bundle: Path, files: dict, rel: object, where: str) -> None:
 
 def load_samples(bundle: Path, meta: dict) -> list[dict]:
     """samples.json: texts, their token ids, the expected label and each model file's reference logits."""
-    path = resolve(bundle, meta["samples_file"], "samples_file")
-    try:
-        samples = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PipelineError(f"{path} is not valid JSON ({e}); {_REBUILD}") from None
+    samples = read_json(resolve(bundle, meta["samples_file"], "samples_file"))
     where = f"{bundle}/{meta['samples_file']}"
     if not isinstance(samples, list) or not samples:
         raise PipelineError(f"{where} holds no samples; {_REBUILD}")
@@ -148,6 +149,11 @@ def require_digest(bundle: Path, meta: dict) -> None:
                             f"{_REBUILD}")
 
 
+def edited(bundle: Path, what: str, rebuild: str = _REBUILD) -> PipelineError:
+    """metadata.json disagrees with one of the bundle's own (hashed) files: what says which field and file."""
+    return PipelineError(f"{bundle}/{METADATA}: {what}: metadata.json was edited; restore it or {rebuild}")
+
+
 def _json_file(bundle: Path, rel: str) -> object:
     try:
         return json.loads((bundle / rel).read_text())
@@ -162,8 +168,7 @@ def cross_check(bundle: Path, meta: dict, tok_dir: str = "tokenizer") -> None:
     if "labels.json" in files:
         labels = _json_file(bundle, "labels.json")
         if labels != meta["labels"]:
-            raise PipelineError(f"{bundle}/{METADATA}: 'labels' is {meta['labels']}, labels.json says {labels}: "
-                                f"metadata.json was edited; restore it or {_REBUILD}")
+            raise edited(bundle, f"'labels' is {meta['labels']}, labels.json says {labels}")
     max_length = meta.get("max_length")
     need(isinstance(max_length, int) and not isinstance(max_length, bool) and max_length > 0, bundle,
          "'max_length' must be a positive integer")
@@ -171,29 +176,25 @@ def cross_check(bundle: Path, meta: dict, tok_dir: str = "tokenizer") -> None:
     need(isinstance(norm, dict) and isinstance(norm.get("lowercase"), bool), bundle,
          "'text_normalisation' needs 'lowercase' (true or false)")
     if norm.get("max_length", max_length) != max_length:
-        raise PipelineError(f"{bundle}/{METADATA}: max_length is {max_length}, text_normalisation.max_length is "
-                            f"{norm['max_length']}: metadata.json was edited; restore it or {_REBUILD}")
+        raise edited(bundle, f"max_length is {max_length}, text_normalisation.max_length is {norm['max_length']}")
     own = f"{tok_dir}/pocketformer.json"
     if own in files:
         trained = _json_file(bundle, own)
         if isinstance(trained, dict) and trained.get("max_length") not in (None, max_length):
-            raise PipelineError(f"{bundle}/{METADATA}: max_length is {max_length}, the model was trained at "
-                                f"{trained['max_length']} ({own}): metadata.json was edited; restore it or "
-                                f"{_REBUILD}")
+            raise edited(bundle, f"max_length is {max_length}, the model was trained at {trained['max_length']} "
+                                 f"({own})")
     conf = f"{tok_dir}/tokenizer_config.json"
     if conf in files:
         tc = _json_file(bundle, conf)
         tc = tc if isinstance(tc, dict) else {}
         lower = tc.get("do_lower_case")
         if isinstance(lower, bool) and lower != norm["lowercase"]:
-            raise PipelineError(f"{bundle}/{METADATA}: text_normalisation.lowercase is {norm['lowercase']}, "
-                                f"{conf} has do_lower_case = {lower}: metadata.json was edited; restore it or "
-                                f"{_REBUILD}")
+            raise edited(bundle, f"text_normalisation.lowercase is {norm['lowercase']}, {conf} has "
+                                 f"do_lower_case = {lower}")
         limit = tc.get("model_max_length")
         if isinstance(limit, int) and not isinstance(limit, bool) and limit < max_length:
-            raise PipelineError(f"{bundle}/{METADATA}: max_length is {max_length}, beyond the tokenizer's "
-                                f"model_max_length {limit} ({conf}): metadata.json was edited; restore it or "
-                                f"{_REBUILD}")
+            raise edited(bundle, f"max_length is {max_length}, beyond the tokenizer's model_max_length {limit} "
+                                 f"({conf})")
 
 
 def _number(v: object) -> bool:
@@ -252,12 +253,7 @@ def check_qnn(bundle: Path, meta: dict) -> None:
         need(all(str(n).isdigit() for n in entry["files"]), bundle, f"{where}.files must be keyed by length")
         need(all(str(entry.get(k, "")).isdigit() for k in ("soc_model", "htp_arch")), bundle,
              f"{where}.soc_model and .htp_arch must be QNN's numeric ids (the emulator is set up with them)")
-        for n, spec in entry["files"].items():
-            key = f"{where}.files.{n}"
-            need(isinstance(spec, dict), bundle, f"{key} must name a file")
-            need_io(bundle, spec, key)
-            _listed(bundle, files, spec.get("file"), f"{key}.file")
-            _listed(bundle, files, spec.get("binary"), f"{key}.binary")
+        _file_specs(bundle, files, {f"{where}.files.{n}": spec for n, spec in entry["files"].items()}, "binary")
 
 
 def check_npu(bundle: Path, meta: dict) -> None:
@@ -278,7 +274,14 @@ def check_npu(bundle: Path, meta: dict) -> None:
         need(all(str(n).isdigit() for n in entry["files"]), bundle, f"{where}.files must be keyed by length")
         if entry.get("lookup") is not None:
             specs[f"{where}.lookup"] = entry["lookup"]
-        for key, spec in specs.items():
-            need(isinstance(spec, dict), bundle, f"{key} must name a file")
-            need_io(bundle, spec, key)
-            _listed(bundle, files, spec.get("file"), f"{key}.file")
+        _file_specs(bundle, files, specs)
+
+
+def _file_specs(bundle: Path, files: dict, specs: dict, *also: str) -> None:
+    """Model entries outside "models" ({where: spec}): each names its inputs and outputs and a file (and the
+    fields in also), listed in 'files' so their sha256 is checked."""
+    for key, spec in specs.items():
+        need(isinstance(spec, dict), bundle, f"{key} must name a file")
+        need_io(bundle, spec, key)
+        for field in ("file", *also):
+            _listed(bundle, files, spec.get(field), f"{key}.{field}")

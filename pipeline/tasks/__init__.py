@@ -5,7 +5,7 @@ plus one line below (docs/adding-a-task.md walks through it).
 """
 from __future__ import annotations
 
-from pipeline.errors import PipelineError
+from pipeline.errors import lookup
 from pipeline.task import Task
 from pipeline.tasks.classification import TASK as CLASSIFICATION
 from pipeline.tasks.generation import TASK as GENERATION
@@ -14,9 +14,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (CLASSIFICATION, GENERATION)}
 
 
 def get_task(name: str) -> Task:
-    if name not in TASKS:
-        raise PipelineError(f"unknown run.task '{name}'. Known tasks: {', '.join(TASKS)}")
-    return TASKS[name]
+    return lookup(TASKS, name, f"run.task '{name}'", "Known tasks")
 
 
 def task_of(cfg) -> Task:

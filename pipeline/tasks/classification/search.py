@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 import logging
-import math
-import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.config import BaselineSection, StudentSection, student_positions
+from pipeline.config import BaselineSection, StudentSection
 from pipeline.data import read_labels
 from pipeline.errors import PipelineError
-from pipeline.search_checks import SEARCH_TARGETS, target_problem
+from pipeline.search import MeasurementCache, rungs
+from pipeline.search_checks import SEARCH_TARGETS, check_target
 
 log = logging.getLogger("pocketformer")
 VARIANT = "int8-dynamic"  # the file a phone app ships by default: its size and latency decide feasibility
@@ -32,16 +32,7 @@ def searcher() -> type:
     return Candidates
 
 
-def check_target(name: str):
-    from eval.targets import TARGETS
-
-    problem = target_problem(name)
-    if problem:
-        raise PipelineError(problem)
-    return TARGETS[name]
-
-
-class Candidates:
+class Candidates(MeasurementCache):
     """The finished run's teacher, texts and cached logits, loaded once for every trial of a search."""
 
     METRIC, DIRECTION = "validation_accuracy", "maximize"
@@ -99,7 +90,7 @@ class Candidates:
         from distill.models import load_model
         from pipeline.tasks.classification.train import _distill_set, _xy
 
-        self.cfg = cfg
+        self._load_cache(cfg, cache_path)
         self.target = check_target(target)
         run = cfg.run_dir
         self.labels = read_labels(run / "data")
@@ -109,8 +100,6 @@ class Candidates:
         if not self.val_texts:
             raise PipelineError("the search scores candidates on the validation split, which is empty: raise "
                                 "data.validation_fraction (e.g. 0.1)")
-        self.cache_path = cache_path  # None: measurements kept in memory only (a worker of a shared study)
-        self.cache: dict = json.loads(cache_path.read_text()) if cache_path and cache_path.is_file() else {}
 
     # --- building -----------------------------------------------------------------------------------
     def build(self, s: Candidate):
@@ -147,13 +136,16 @@ class Candidates:
     def max_length(self, s: Candidate) -> int:
         return self.rnn_length(s) if isinstance(s, BaselineSection) else s.max_length
 
-    # --- measuring ----------------------------------------------------------------------------------
-    def length(self, s: Candidate) -> int:
-        """bench.headline_length, cut to the student's position table (an RNN has none: its max length)."""
-        if isinstance(s, BaselineSection):
-            return min(self.cfg.bench.headline_length, self.rnn_length(s))
-        return min(self.cfg.bench.headline_length, student_positions(s))
+    def random_copy(self, s: Candidate):
+        """A seeded random-weight student of shape s: weights change neither the timing nor what the compiler
+        takes."""
+        from distill.train import seed_everything
 
+        seed_everything(self.cfg.run.seed)
+        random = s if isinstance(s, BaselineSection) else dataclasses.replace(s, init="random")
+        return self.build(random)[0]
+
+    # --- measuring ----------------------------------------------------------------------------------
     def cache_key(self, shape: dict) -> str:
         import onnxruntime
 
@@ -162,6 +154,7 @@ class Candidates:
                           sort_keys=True)
 
     def length_of(self, shape: dict) -> int:
+        """bench.headline_length, cut to the student's position table (an RNN has none: its max length)."""
         if "max_positions" not in shape:  # an RNN
             return min(self.cfg.bench.headline_length, shape["max_length"] or self.cfg.teacher.max_length)
         return min(self.cfg.bench.headline_length, shape["max_positions"] or max(shape["max_length"], 64))
@@ -172,24 +165,13 @@ class Candidates:
         key = self.cache_key(shape)
         if key in self.cache:
             return {**self.cache[key], "cached": True}
-        from distill.train import seed_everything
-
-        seed_everything(self.cfg.run.seed)
-        random = s if isinstance(s, BaselineSection) else dataclasses.replace(s, init="random")
-        student, _ = self.build(random)  # weights do not change the timing
+        student = self.random_copy(s)
         with tempfile.TemporaryDirectory() as tmp:
             path = self._int8_file(student, Path(tmp), self.max_length(s))
-            out = {"latency_ms": self._time(path, self.length(s)), "size_bytes": path.stat().st_size}
+            out = {"latency_ms": self._time(path, self.length_of(shape)), "size_bytes": path.stat().st_size}
         self.cache[key] = out
         self._save()
         return {**out, "cached": False}
-
-    def _save(self) -> None:
-        if self.cache_path is None:  # measurements kept in memory only
-            return
-        tmp_path = self.cache_path.with_suffix(".partial")
-        tmp_path.write_text(json.dumps(self.cache, indent=1, sort_keys=True))
-        os.replace(tmp_path, self.cache_path)  # a kill mid-write leaves the previous cache whole
 
     # --- the HTP gate (search.npu_compile) -----------------------------------------------------------
     @staticmethod
@@ -225,9 +207,7 @@ class Candidates:
             if rec["compiled"]:
                 verdicts[c] = "compiled"
                 continue
-            counts: dict[str, int] = {}
-            for u in rec["unsupported"]:
-                counts[u["type"]] = counts.get(u["type"], 0) + 1
+            counts = Counter(u["type"] for u in rec["unsupported"])
             what = (", ".join(f"{t} x{n}" for t, n in sorted(counts.items())) if counts
                     else (rec["message"][0] if rec["message"] else "no reason given"))
             verdicts[c] = f"refused {what}"
@@ -237,14 +217,11 @@ class Candidates:
     def _compile(self, s: Candidate, shape: dict, chips: list[str]) -> dict[str, dict]:
         """{chip: {"compiled", "unsupported", "message", "nodes_on_htp", "nodes_total"}} for a random-weight
         copy of s (weights do not change what the compiler takes)."""
-        from distill.train import seed_everything
         from eval.qnn import compile_htp
 
-        seed_everything(self.cfg.run.seed)
-        random = s if isinstance(s, BaselineSection) else dataclasses.replace(s, init="random")
-        student, _ = self.build(random)
+        student = self.random_copy(s)
         _unzero(student)
-        length = self.length(s)
+        length = self.length_of(shape)
         with tempfile.TemporaryDirectory() as tmp:
             path = self._static_file(student, Path(tmp), self.max_length(s), length, self.npu_variant(shape))
             out = {}
@@ -269,38 +246,29 @@ class Candidates:
             made = write_variant(student, folder / "npu", NPU_FILE, [length], q.opset, ids, tok.pad_token_id or 0,
                                  "candidate", q.cls_only_last_layer)
             return made["files"][length]
-        from distill.lstm import RNNClassifier
-        from distill.models import LoadedModel
         from eval.npu import fix_shapes
-        from export.registry import ExportJob, for_variant
 
-        kind = "rnn" if isinstance(student, RNNClassifier) else getattr(student, "kind", "hf")
-        loaded = LoadedModel(student.eval(), self.teacher.tokenizer, self.labels, kind, max_length, folder)
-        sources: dict[str, Path] = {}
-        for v in ("fp32", STATIC):
-            job = ExportJob("candidate", loaded, folder / f"{v}.onnx", q, self.cfg.export, variant=v, sources=sources,
-                            calibration_texts=texts)
-            for_variant(v).fn(job)
-            sources[v] = job.out
-        return fix_shapes(sources[STATIC], folder / f"{STATIC}-{length}.onnx", 1, length)
+        static = self._export(student, folder, max_length, ["fp32", STATIC], calibration_texts=texts)
+        return fix_shapes(static, folder / f"{STATIC}-{length}.onnx", 1, length)
 
     def _int8_file(self, student, folder: Path, max_length: int) -> Path:
         """The same chain the quantize stage runs: fp32 ONNX, the fused graph (transformers), int8-dynamic."""
-        from distill.lstm import RNNClassifier
+        fused = _kind(student) == "hf" and self.cfg.quantize.dynamic_source == "optimized"
+        return self._export(student, folder, max_length, ["fp32"] + (["optimized"] if fused else []) + [VARIANT])
+
+    def _export(self, student, folder: Path, max_length: int, chain: list[str], **job_kw) -> Path:
+        """The export registry's variants in chain order (each reads the ones before it); the last one's file."""
         from distill.models import LoadedModel
         from export.registry import ExportJob, for_variant
 
-        kind = "rnn" if isinstance(student, RNNClassifier) else getattr(student, "kind", "hf")
-        loaded = LoadedModel(student.eval(), self.teacher.tokenizer, self.labels, kind, max_length, folder)
-        q = self.cfg.quantize
-        chain = ["fp32"] + (["optimized"] if kind == "hf" and q.dynamic_source == "optimized" else []) + [VARIANT]
+        loaded = LoadedModel(student.eval(), self.teacher.tokenizer, self.labels, _kind(student), max_length, folder)
         sources: dict[str, Path] = {}
-        for variant in chain:
-            job = ExportJob("candidate", loaded, folder / f"{variant}.onnx", q, self.cfg.export, variant=variant,
-                            sources=sources)
-            for_variant(variant).fn(job)
-            sources[variant] = job.out
-        return sources[VARIANT]
+        for v in chain:
+            job = ExportJob("candidate", loaded, folder / f"{v}.onnx", self.cfg.quantize, self.cfg.export, variant=v,
+                            sources=sources, **job_kw)
+            for_variant(v).fn(job)
+            sources[v] = job.out
+        return sources[chain[-1]]
 
     def _time(self, path: Path, length: int) -> float:
         """p50 milliseconds of one batch-1 call at `length` tokens of validation text, on the target's threads."""
@@ -318,12 +286,6 @@ class Candidates:
         return summarize(time_calls(call, plan))["p50_ms"]
 
     # --- training -----------------------------------------------------------------------------------
-    def rungs(self, fraction: float) -> list[float]:
-        """The short schedule: fraction * distill.epochs, cut into rungs of at most one epoch each."""
-        total = max(self.cfg.distill.epochs * fraction, 1e-3)
-        n = max(1, math.ceil(total - 1e-9))
-        return [total / n] * n
-
     def distill(self, s: Candidate, fraction: float, report) -> float:
         """Distil a student of shape s from the cached teacher logits (logit loss only: the teacher is not run)
         for the short schedule; after each rung, report(rung, validation accuracy) may raise to stop it.
@@ -352,11 +314,9 @@ class Candidates:
 
         cfg = self.cfg
         model = self.build_rnn(b)
-        total = max(b.epochs * fraction, 1e-3)
-        n = max(1, math.ceil(total - 1e-9))
         acc = 0.0
-        for i in range(n):
-            rung = dataclasses.replace(b, epochs=total / n)
+        for i, epochs in enumerate(rungs(b.epochs, fraction)):
+            rung = dataclasses.replace(b, epochs=epochs)
             train_rnn(model, self.teacher.tokenizer, self.texts, self.y, rung, self.rnn_length(b), cfg.run.seed + i,
                       f"search: {b.cell}", teacher_logits=self.teacher_logits, temperature=cfg.distill.temperature)
             acc = self.validation_accuracy(model.cpu(), b)
@@ -371,6 +331,12 @@ class Candidates:
         logits = predict_logits(student, self.teacher.tokenizer, self.val_texts, self.max_length(s),
                                 self.cfg.teacher.eval_batch_size)
         return scores(logits, np.array(self.val_y), len(self.labels))["accuracy"]
+
+
+def _kind(student) -> str:
+    from distill.lstm import RNNClassifier
+
+    return "rnn" if isinstance(student, RNNClassifier) else getattr(student, "kind", "hf")
 
 
 def _unzero(model) -> None:

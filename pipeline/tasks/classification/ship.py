@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.data import read_labels, read_split
-from pipeline.errors import PipelineError
+from pipeline.errors import lookup
 from pipeline.task import StageContext
 from pipeline.tasks.classification import MODEL_FOLDERS
 from pipeline.tasks.classification.train import _xy
@@ -25,9 +25,7 @@ log = logging.getLogger("pocketformer")
 def _load(ctx: StageContext, name: str, fmt: str):
     from export.registry import load_source
 
-    if name not in MODEL_FOLDERS:
-        raise PipelineError(f"unknown model '{name}' for {fmt}. Known models: {', '.join(MODEL_FOLDERS)}")
-    stage, sub = MODEL_FOLDERS[name]
+    stage, sub = lookup(MODEL_FOLDERS, name, f"model '{name}' for {fmt}", "Known models")
     return load_source(ctx.input(stage) / sub, name, fmt)
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 from pipeline.tasks.classification.replay import ORT_FORMATS
-from pipeline.verify_bundle_meta import cross_check, need, need_io, need_labels, require_digest, resolve
+from pipeline.verify_bundle_meta import (cross_check, need, need_io, need_labels, read_json, require_digest,
+                                         resolve)
 
 PAGE = ("index.html", "app.mjs", "classifier.mjs", "wordpiece.mjs")  # what the page loads, hashed
 _REBUILD = "rebuild the web bundle with `make web-bundle`"
@@ -44,10 +45,7 @@ def check_metadata(bundle: Path, meta: dict) -> dict:
 def load_samples(bundle: Path, meta: dict) -> list[dict]:
     """samples.json: texts, the ids the page must give, the expected label and the file's reference logits."""
     where = f"{bundle}/{meta['samples_file']}"
-    try:
-        samples = json.loads(resolve(bundle, meta["samples_file"], "samples_file").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PipelineError(f"{where} is not valid JSON ({e}); {_REBUILD}") from None
+    samples = read_json(resolve(bundle, meta["samples_file"], "samples_file"), where, _REBUILD)
     if not isinstance(samples, list) or not samples:
         raise PipelineError(f"{where} holds no samples; {_REBUILD}")
     rel, n_labels = meta["model"]["file"], len(meta["labels"])

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.verify_bundle_meta import bundle_kind, need, require_digest, resolve
+from pipeline.verify_bundle_meta import bundle_kind, edited, need, read_json, require_digest, resolve
 
 METADATA = "metadata.json"
 REQUIRED = ("genai_config.json", "tokenizer.json", "config.json", "samples.json")
@@ -53,8 +53,7 @@ def _cross_check(bundle: Path, meta: dict) -> None:
             **{f"special_ids.{k}": v for k, v in meta["special_ids"].items()}}
     for key, v in ours.items():
         if v is not None and theirs.get(key) is not None and v != theirs[key]:
-            raise PipelineError(f"{bundle}/{METADATA}: {key} is {v!r}, genai_config.json says {theirs[key]!r}: "
-                                f"metadata.json was edited; restore it or rebuild the bundle with `make bundle`")
+            raise edited(bundle, f"{key} is {v!r}, genai_config.json says {theirs[key]!r}")
 
 
 def _is_int(v: object) -> bool:
@@ -64,10 +63,7 @@ def _is_int(v: object) -> bool:
 def load_samples(bundle: Path) -> list[dict]:
     """samples.json: prompts, their token ids and the greedy continuation the build stored."""
     where = f"{bundle}/samples.json"
-    try:
-        samples = json.loads((bundle / "samples.json").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PipelineError(f"{where} is not valid JSON ({e}); rebuild the bundle with `make bundle`") from None
+    samples = read_json(bundle / "samples.json", where)
     need(isinstance(samples, list) and len(samples) > 0, bundle, "samples.json holds no samples")
     for n, s in enumerate(samples, 1):
         ok = (isinstance(s, dict) and isinstance(s.get("prompt"), str) and _is_int(s.get("max_new_tokens"))

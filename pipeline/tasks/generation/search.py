@@ -15,7 +15,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import tempfile
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from pipeline.config import StudentSection
 from pipeline.errors import PipelineError
+from pipeline.search import MeasurementCache
 
 log = logging.getLogger("pocketformer")
 VARIANT = "int8-dynamic"  # the student graph a generation bundle ships by default
@@ -33,7 +33,7 @@ def searcher() -> type:
     return Candidates
 
 
-class Candidates:
+class Candidates(MeasurementCache):
     """The finished run's teacher, vocabulary map, cached top-k logits and validation windows, loaded once for
     every trial of a search."""
 
@@ -86,15 +86,13 @@ class Candidates:
         from distill.teacher import eos_id, load_causal_folder
         from distill.vocab import VocabMap
         from eval.bench import DECODE_TARGETS
-        from pipeline.search_checks import target_problem
+        from pipeline.search_checks import check_target
         from pipeline.tasks.generation.common import stream
         from pipeline.tasks.generation.data import windows
         from pipeline.tasks.generation.train import _student_targets
 
-        problem = target_problem(target)
-        if problem:
-            raise PipelineError(problem)
-        self.cfg, self.target = cfg, DECODE_TARGETS[target]
+        self._load_cache(cfg, cache_path)
+        self.target = DECODE_TARGETS[check_target(target).name]
         run, lm = cfg.run_dir, cfg.lm
         self.teacher, self.tok = load_causal_folder(run / "teacher" / "model")
         self.vmap = VocabMap.load(run / "logits")
@@ -109,8 +107,6 @@ class Candidates:
         prompt = np.concatenate(list(self.val))[: lm.bench_prompt_tokens]
         self.prompt = self.vmap.to_student(prompt).tolist()
         self.max_positions = max(lm.max_cache, lm.context_length)  # as the distill stage builds the student
-        self.cache_path = cache_path  # None: measurements kept in memory only (a worker of a shared study)
-        self.cache: dict = json.loads(cache_path.read_text()) if cache_path and cache_path.is_file() else {}
 
     def build(self, s: StudentSection):
         from distill.student import build_student
@@ -157,19 +153,10 @@ class Candidates:
                    "decode_tokens_per_s": stats["decode_tokens_per_s"], "ttft_ms": stats["ttft_ms"],
                    "size_bytes": _onnx_size(path)}
         self.cache[key] = out
-        if self.cache_path is not None:
-            tmp_path = self.cache_path.with_suffix(".partial")
-            tmp_path.write_text(json.dumps(self.cache, indent=1, sort_keys=True))
-            os.replace(tmp_path, self.cache_path)  # a kill mid-write leaves the previous cache whole
+        self._save()
         return {**out, "cached": False}
 
     # --- training -----------------------------------------------------------------------------------
-    def rungs(self, fraction: float) -> list[float]:
-        """The short schedule: fraction * distill.epochs, cut into rungs of at most one epoch each."""
-        total = max(self.cfg.distill.epochs * fraction, 1e-3)
-        n = max(1, math.ceil(total - 1e-9))
-        return [total / n] * n
-
     def distill(self, s: StudentSection, fraction: float, report) -> float:
         """Distil a decoder of shape s from the cached teacher top-k (distill_lm, as the distill stage: the
         soft top-k KL on the scored windows, next-token cross-entropy on all) for the short schedule; after
