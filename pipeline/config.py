@@ -119,6 +119,9 @@ class StudentSection:
 @dataclass(frozen=True)
 class DistillSection:
     epochs: float = 3.0
+    # generation: the training budget in steps (batches of batch_size windows); > 0 wins over epochs, so the
+    # schedule does not shrink or grow with the corpus. 0 = epochs over the windows there are.
+    steps: int = 0
     batch_size: int = 64
     lr: float = 3e-4
     weight_decay: float = 0.01
@@ -141,6 +144,7 @@ class BaselineSection:
     bidirectional: bool = True
     dropout: float = 0.2
     epochs: float = 4.0
+    steps: int = 0  # generation: the LSTM's budget in steps, as distill.steps (> 0 wins over epochs)
     batch_size: int = 64
     lr: float = 2e-3
     # Tang et al. 2019 distil with MSE on logits; kl uses the temperature of [distill].

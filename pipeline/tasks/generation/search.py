@@ -165,8 +165,11 @@ class Candidates:
 
     # --- training -----------------------------------------------------------------------------------
     def rungs(self, fraction: float) -> list[float]:
-        """The short schedule: fraction * distill.epochs, cut into rungs of at most one epoch each."""
-        total = max(self.cfg.distill.epochs * fraction, 1e-3)
+        """The short schedule: fraction * the distill budget (distill.steps as epochs over these windows when
+        set, else distill.epochs), cut into rungs of at most one epoch each."""
+        d = self.cfg.distill
+        epochs = d.steps / math.ceil(len(self.windows) / d.batch_size) if d.steps > 0 else d.epochs  # steps per epoch
+        total = max(epochs * fraction, 1e-3)
         n = max(1, math.ceil(total - 1e-9))
         return [total / n] * n
 
@@ -184,7 +187,7 @@ class Candidates:
         student = self.build(s)
         ppl = math.inf
         for i, epochs in enumerate(self.rungs(fraction)):
-            d = dataclasses.replace(cfg.distill, epochs=epochs)
+            d = dataclasses.replace(cfg.distill, epochs=epochs, steps=0)  # a rung is a share of the budget
             distill_lm(student, self.windows, self.topk_ids, self.topk_logits, d, cfg.run.seed + i, TrainOptions())
             student.eval()
             ppl = perplexity(LM("student", "hf", student, self.vmap, self.max_positions), self.val,
