@@ -314,6 +314,10 @@ class LMSection:
     # More training windows (not teacher-scored; -1 = the rest of the split) that student and LSTM learn
     # with next-token cross-entropy only: a student step costs ~1/10 of a teacher window, so text is cheap.
     extra_windows: int = 0
+    # A training split with fewer non-overlapping windows than teacher_windows (a small corpus): true has the
+    # teacher also score windows shifted by half a context, as many as the shortfall (the same text seen with
+    # another left context), so a small corpus still gets the teacher's share; false scores what there is.
+    offset_windows: bool = False
     # Precision of the teacher's top-k scoring pass: "bf16" autocast runs ~1.75x faster on CPUs with
     # bf16 matrix units (AMX, measured on the dev machine) and buys more teacher-scored windows in the
     # same time; the teacher's reported perplexity is always measured in fp32 by the eval stage.

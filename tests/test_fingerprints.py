@@ -64,7 +64,7 @@ READERS = {
         "bench.targets": ("bench",), "bench.npu_device": ("bench",),
         "lm.context_length": ("logits", "distill", "baseline", "eval", "quantize", "export", "bench"),
         "lm.split_blocks": ("data",),
-        **{f"lm.{k}": ("logits",) for k in ("teacher_windows", "extra_windows", "top_k", "teacher_precision",
+        **{f"lm.{k}": ("logits",) for k in ("teacher_windows", "extra_windows", "offset_windows", "top_k", "teacher_precision",
                                             "restrict_vocab")},
         "lm.eval_windows": ("eval", "quantize", "bench"), "lm.eval_batch_size": ("logits", "eval"),
         "lm.prompts": ("eval", "quantize", "export", "bundle"), "lm.sample_tokens": ("eval", "bundle"),

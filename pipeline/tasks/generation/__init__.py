@@ -17,7 +17,7 @@ TASK = Task(
         "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"), ("teacher.model",)),
         # lm.eval_batch_size batches the teacher pass
         "logits": Step(lazy(f"{_HERE}.train:stage_logits"),
-                       ("lm.context_length", "lm.restrict_vocab", "lm.teacher_windows", "lm.extra_windows",
+                       ("lm.context_length", "lm.restrict_vocab", "lm.teacher_windows", "lm.extra_windows", "lm.offset_windows",
                         "lm.top_k", "lm.eval_batch_size", "lm.teacher_precision"), distributed=True),
         "distill": Step(lazy(f"{_HERE}.train:stage_distill"),
                         ("student.arch", "student.layers", "student.hidden", "student.heads", "student.ffn",
