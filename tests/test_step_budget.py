@@ -67,3 +67,19 @@ def test_classification_rejects_a_step_budget():
                                             "\"generation\" only; classification trains for 'distill.epochs'"):
         config_from_dict({"run": {"task": "classification"}, "distill": {"steps": 100}}, "c.toml")
     assert config_from_dict({"run": {"task": "classification"}}, "c.toml").distill.steps == 0
+
+
+def test_the_search_schedules_a_share_of_the_step_budget():
+    """make search trains each candidate for search.fraction of the budget: with distill.steps set, its rungs
+    are that share of the steps as epochs over the cached windows (940 steps over 7,512 windows = the demo's
+    former 2 epochs), and each rung trains its own share, not the whole step budget."""
+    from pipeline.tasks.generation.search import Candidates
+
+    def rungs(distill: dict, n_windows: int, fraction: float) -> list[float]:
+        c = object.__new__(Candidates)  # rungs() needs only the config and the training windows
+        c.cfg = config_from_dict({"run": {"task": "generation"}, "distill": {"batch_size": 16, **distill}}, "c.toml")
+        c.windows = np.zeros((n_windows, 9), dtype=np.int64)
+        return c.rungs(fraction)
+
+    assert rungs({"steps": 940}, 7512, 0.34) == rungs({"epochs": 2.0}, 7512, 0.34) == [0.68]
+    assert rungs({"steps": 940}, 3760, 0.5) == pytest.approx([1.0, 1.0])  # half the windows: twice the passes
