@@ -56,7 +56,7 @@ def train_lstm_lm(model: LSTMLM, windows: np.ndarray, b: BaselineSection, seed: 
                   opts: TrainOptions = TrainOptions()) -> dict:
     """Next-token cross-entropy on windows (N, T+1) of student ids; the state starts at zero per window."""
     x_all = torch.from_numpy(windows)
-    batches, total = window_batches(len(windows), b.batch_size, b.epochs, seed)
+    batches, total = window_batches(len(windows), b.batch_size, b.epochs, seed, b.steps)
 
     def step(m, idx) -> torch.Tensor:
         x = x_all[np.asarray(idx)]  # (B, T + 1)
@@ -66,4 +66,5 @@ def train_lstm_lm(model: LSTMLM, windows: np.ndarray, b: BaselineSection, seed: 
 
     losses = fit(model, batches, step, total_steps=total, lr=b.lr, weight_decay=0.0, warmup_fraction=0.05,
                  desc="lstm language model", lr_hint="baseline.lr", opts=opts)["losses"]
-    return {"steps": total, "windows": len(windows), "final_train_ce": tail_mean(losses, total)}
+    return {"steps": total, "windows": len(windows), "passes": round(total * b.batch_size / len(windows), 3),
+            "final_train_ce": tail_mean(losses, total)}

@@ -98,14 +98,18 @@ def epoch_stream(n_items: int, lengths: Sequence[int], batch_size: int, epochs: 
             done += 1
 
 
-def steps_for(n_items: int, batch_size: int, epochs: float) -> int:
+def steps_for(n_items: int, batch_size: int, epochs: float, steps: int = 0) -> int:
+    """The training budget: `steps` when > 0 (fixed, whatever the corpus size), else epochs over n_items."""
+    if steps > 0:
+        return steps
     return max(1, math.ceil(epochs * math.ceil(n_items / batch_size)))
 
 
-def window_batches(n: int, batch_size: int, epochs: float, seed: int) -> tuple[Iterator[np.ndarray], int]:
-    """Shuffled index batches over n equal-length windows (generation: nothing to bucket) for a fractional
-    number of epochs; returns (iterator, total steps)."""
-    total = steps_for(n, batch_size, epochs)
+def window_batches(n: int, batch_size: int, epochs: float, seed: int, steps: int = 0) -> tuple[Iterator[np.ndarray], int]:
+    """Shuffled index batches over n equal-length windows (generation: nothing to bucket): `steps` batches
+    when > 0, else a fractional number of epochs; returns (iterator, total steps). Each pass is a fresh
+    permutation of the same seeded stream, so a budget of k steps is the first k batches of any longer one."""
+    total = steps_for(n, batch_size, epochs, steps)
 
     def gen():
         rng, done = np.random.default_rng(seed), 0

@@ -107,7 +107,7 @@ def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_l
     x_all = torch.from_numpy(windows)
     n_teacher = 0 if topk_ids is None else len(topk_ids)
     alpha = d.alpha if topk_ids is not None else 0.0
-    batches, total = window_batches(len(windows), d.batch_size, d.epochs, seed)
+    batches, total = window_batches(len(windows), d.batch_size, d.epochs, seed, d.steps)
     parts = {"soft": [], "hard": []}
 
     def step(model, b) -> torch.Tensor:
@@ -127,7 +127,8 @@ def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_l
 
     losses = fit(student, batches, step, total_steps=total, lr=d.lr, weight_decay=d.weight_decay,
                  warmup_fraction=d.warmup_fraction, desc="distill student", lr_hint="distill.lr", opts=opts)["losses"]
-    return {"steps": total, "windows": len(windows), "teacher_windows": n_teacher, "alpha": alpha,
+    return {"steps": total, "windows": len(windows), "teacher_windows": n_teacher,
+            "passes": round(total * d.batch_size / len(windows), 3), "alpha": alpha,
             "temperature": d.temperature, "final_loss": tail_mean(losses, total),
             "final_train_ce": tail_mean(parts["hard"], total),
             "final_soft_kl": tail_mean(parts["soft"], total) if parts["soft"] else None}

@@ -119,6 +119,9 @@ class StudentSection:
 @dataclass(frozen=True)
 class DistillSection:
     epochs: float = 3.0
+    # generation: the training budget in steps (batches of batch_size windows); > 0 wins over epochs, so the
+    # schedule does not shrink or grow with the corpus. 0 = epochs over the windows there are.
+    steps: int = 0
     batch_size: int = 64
     lr: float = 3e-4
     weight_decay: float = 0.01
@@ -141,6 +144,7 @@ class BaselineSection:
     bidirectional: bool = True
     dropout: float = 0.2
     epochs: float = 4.0
+    steps: int = 0  # generation: the LSTM's budget in steps, as distill.steps (> 0 wins over epochs)
     batch_size: int = 64
     lr: float = 2e-3
     # Tang et al. 2019 distil with MSE on logits; kl uses the temperature of [distill].
@@ -315,6 +319,10 @@ class LMSection:
     # More training windows (not teacher-scored; -1 = the rest of the split) that student and LSTM learn
     # with next-token cross-entropy only: a student step costs ~1/10 of a teacher window, so text is cheap.
     extra_windows: int = 0
+    # A training split with fewer non-overlapping windows than teacher_windows (a small corpus): true has the
+    # teacher also score windows shifted by half a context, as many as the shortfall (the same text seen with
+    # another left context), so a small corpus still gets the teacher's share; false scores what there is.
+    offset_windows: bool = False
     # Precision of the teacher's top-k scoring pass: "bf16" autocast runs ~1.75x faster on CPUs with
     # bf16 matrix units (AMX, measured on the dev machine) and buys more teacher-scored windows in the
     # same time; the teacher's reported perplexity is always measured in fp32 by the eval stage.

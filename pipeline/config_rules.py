@@ -81,6 +81,7 @@ RANGES: dict[str, Rule] = {
     "student.ffn": positive,
     "student.max_length": at_least(2),
     "distill.epochs": positive,
+    "distill.steps": at_least(0),  # 0 = distill.epochs
     "distill.batch_size": positive,
     "distill.lr": positive,
     "distill.weight_decay": at_least(0),
@@ -96,6 +97,7 @@ RANGES: dict[str, Rule] = {
     "baseline.layers": positive,
     "baseline.dropout": HELD_OUT,
     "baseline.epochs": positive,
+    "baseline.steps": at_least(0),  # 0 = baseline.epochs
     "baseline.batch_size": positive,
     "baseline.lr": positive,
     "baseline.distill_alpha": FRACTION,

@@ -51,9 +51,9 @@ READERS = {
         "data.*": ("data",),
         "teacher.model": ("teacher",),
         **{f"student.{k}": ("distill",) for k in ("layers", "hidden", "heads", "ffn", "init")},
-        **{f"distill.{k}": ("distill",) for k in ("epochs", "batch_size", "lr", "weight_decay", "warmup_fraction",
+        **{f"distill.{k}": ("distill",) for k in ("epochs", "steps", "batch_size", "lr", "weight_decay", "warmup_fraction",
                                                   "temperature", "alpha")},
-        **{f"baseline.{k}": ("baseline",) for k in ("cell", "embed_dim", "hidden", "layers", "dropout", "epochs",
+        **{f"baseline.{k}": ("baseline",) for k in ("cell", "embed_dim", "hidden", "layers", "dropout", "epochs", "steps",
                                                     "batch_size", "lr")},
         "train.*": ("distill", "baseline"),
         "quantize.models": ("quantize",), "quantize.variants": ("quantize",), "quantize.opset": ("quantize",),
@@ -64,7 +64,7 @@ READERS = {
         "bench.targets": ("bench",), "bench.npu_device": ("bench",),
         "lm.context_length": ("logits", "distill", "baseline", "eval", "quantize", "export", "bench"),
         "lm.split_blocks": ("data",),
-        **{f"lm.{k}": ("logits",) for k in ("teacher_windows", "extra_windows", "top_k", "teacher_precision",
+        **{f"lm.{k}": ("logits",) for k in ("teacher_windows", "extra_windows", "offset_windows", "top_k", "teacher_precision",
                                             "restrict_vocab")},
         "lm.eval_windows": ("eval", "quantize", "bench"), "lm.eval_batch_size": ("logits", "eval"),
         "lm.prompts": ("eval", "quantize", "export", "bundle"), "lm.sample_tokens": ("eval", "bundle"),
@@ -79,7 +79,8 @@ READERS = {
 # resolved config (both tasks).
 READ_ALL = {"classification": {"search"}, "generation": {"search"}}
 # Keys with no other valid value in a task's base config (run.task: every stage hashes it, checked below).
-NO_ALTERNATIVE = {"classification": {"run.task"},
+# distill.steps / baseline.steps: the step budget is generation's (pipeline/tasks/classification/checks.py)
+NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.steps"},
                   # search.npu_compile = true: generation has no HTP compile (pipeline/search_checks.py)
                   "generation": {"run.task", "student.arch", "teacher.fine_tune", "search.npu_compile"}}
 # Alternatives tried first (strings and lists have no generic "another value").

@@ -19,10 +19,21 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def validate(cfg) -> str | None:
     problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "classification")
-    for rule in (_layer_map_covers_the_student, _quantize_starts_from_fp32, _bench_lengths, _web_target,
+    for rule in (_step_budget_is_generation, _layer_map_covers_the_student, _quantize_starts_from_fp32, _bench_lengths, _web_target,
                  _bundle_choice_is_made, _classification_exports):
         problem = problem or rule(cfg)
     return problem
+
+
+def _step_budget_is_generation(cfg) -> str | None:
+    """distill.steps / baseline.steps fix the generation budget; classification trains for epochs over its
+    texts, so a step count there would be silently ignored."""
+    for section in ("distill", "baseline"):
+        if getattr(cfg, section).steps:
+            return (f"'{section}.steps' = {getattr(cfg, section).steps} sets the training budget of run.task = "
+                    f"\"generation\" only; classification trains for '{section}.epochs'. Remove {section}.steps "
+                    f"(or set it to 0)")
+    return None
 
 
 def _layer_map_covers_the_student(cfg) -> str | None:

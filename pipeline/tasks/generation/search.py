@@ -157,6 +157,15 @@ class Candidates(MeasurementCache):
         return {**out, "cached": False}
 
     # --- training -----------------------------------------------------------------------------------
+    def rungs(self, fraction: float) -> list[float]:
+        """The short schedule: fraction * the distill budget (distill.steps as epochs over these windows when
+        set, else distill.epochs), cut into rungs of at most one epoch each."""
+        from pipeline.search import rungs
+
+        d = self.cfg.distill
+        epochs = d.steps / math.ceil(len(self.windows) / d.batch_size) if d.steps > 0 else d.epochs  # steps per epoch
+        return rungs(epochs, fraction)
+
     def distill(self, s: StudentSection, fraction: float, report) -> float:
         """Distil a decoder of shape s from the cached teacher top-k (distill_lm, as the distill stage: the
         soft top-k KL on the scored windows, next-token cross-entropy on all) for the short schedule; after
@@ -171,7 +180,7 @@ class Candidates(MeasurementCache):
         student = self.build(s)
         ppl = math.inf
         for i, epochs in enumerate(self.rungs(fraction)):
-            d = dataclasses.replace(cfg.distill, epochs=epochs)
+            d = dataclasses.replace(cfg.distill, epochs=epochs, steps=0)  # a rung is a share of the budget
             distill_lm(student, self.windows, self.topk_ids, self.topk_logits, d, cfg.run.seed + i, TrainOptions())
             student.eval()
             ppl = perplexity(LM("student", "hf", student, self.vmap, self.max_positions), self.val,

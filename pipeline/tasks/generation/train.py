@@ -58,7 +58,7 @@ def stage_logits(ctx: StageContext) -> dict:
     from distill.teacher import eos_id, load_causal_folder
     from distill.vocab import VocabMap
     from distill.precision import choose_precision
-    from pipeline.tasks.generation.data import split_windows, windows
+    from pipeline.tasks.generation.data import shifted_windows, split_windows, windows
     from tqdm.auto import tqdm
 
     cfg, lm = ctx.cfg, ctx.cfg.lm
@@ -70,6 +70,12 @@ def stage_logits(ctx: StageContext) -> dict:
     vmap = VocabMap.build(tokens, teacher.config.vocab_size, lm.restrict_vocab, always=(sep,))
     win, extra = split_windows(windows(tokens, lm.context_length, "training split"), lm.teacher_windows,
                                lm.extra_windows)  # (N, T + 1), (M, T + 1)
+    shifted = 0
+    if lm.offset_windows and lm.teacher_windows > len(win):  # a small corpus: the teacher's share from shifted windows
+        more = shifted_windows(tokens, lm.context_length, lm.teacher_windows - len(win))
+        win, shifted = np.concatenate([win, more]), len(more)
+        log.info("[logits] the training split holds %d windows; the teacher also scores %d shifted by half a "
+                 "context (lm.offset_windows)", len(win) - shifted, shifted)
     short = window_shortfall(len(win), len(extra), lm.teacher_windows, lm.extra_windows, lm.context_length)
     for note in short:
         log.warning("[logits] %s", note)
@@ -111,6 +117,7 @@ def stage_logits(ctx: StageContext) -> dict:
             "student_vocab": vmap.size, "teacher_vocab": vmap.teacher_vocab,
             "teacher_train_perplexity": float(np.exp(nll / n_tok)),
             "teacher_batches_per_rank": [len(p) for p in shares],
+            "offset_windows": shifted,
             "windows_asked": {"teacher_windows": lm.teacher_windows, "extra_windows": lm.extra_windows},
             "window_shortfall": short}
 
