@@ -146,10 +146,10 @@ def compile_htp(onnx_path: Path, chip: str, out_dir: Path, name: str = "", timeo
         first = log.strip().splitlines()[0] if log.strip() else "no output"
         result = {"compiled": False, "error": first, "nodes_on_htp": None, "nodes_total": None,
                   "htp_partitions": None, "cpu_nodes": [], "compile_seconds": None}
-    # The compiler's refusals are the nodes its log names (with QNN's error code where it gave one). The
-    # node counts come from the session that may fall back to the CPU; there ONNX Runtime also leaves the
-    # graph-edge QuantizeLinear / DequantizeLinear to the CPU, which the strict compile does take: a compiled
-    # graph runs every node on the HTP.
+    # The compiler's refusals are the nodes its log names (with QNN's error code where it gave one). A file
+    # that compiles has its node count from the strict compile itself (every node on the HTP); a refused one
+    # from a second session that may fall back to the CPU (there ONNX Runtime also leaves the graph-edge
+    # QuantizeLinear / DequantizeLinear to the CPU, which the strict compile does take).
     unsupported = parsed["unsupported"]
     cpu_nodes = result.pop("cpu_nodes")
     if result["compiled"]:

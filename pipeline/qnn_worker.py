@@ -5,9 +5,11 @@ segfault), and a crash here must not take the pipeline with it. The job file nam
 is written to job["result"] (JSON), ONNX Runtime's log goes to stderr, which eval/qnn.py parses.
 
 Two jobs:
-- compile: the fixed-shape ONNX file for one chip. First a session that may fall back to the CPU and records
-  which subgraphs each execution provider took (the node counts), then the real compile with CPU fallback
-  disabled, writing the context model (embed mode 0: <name>_ctx.onnx + <name>_ctx_qnn.bin).
+- compile: the fixed-shape ONNX file for one chip: the real compile with CPU fallback disabled, writing the
+  context model (embed mode 0: <name>_ctx.onnx + <name>_ctx_qnn.bin) and recording its node count; only when
+  it is refused, a second session that may fall back to the CPU records which subgraphs each execution
+  provider took (the node counts of a refused file). One session per passing compile halves the stage's
+  compile time (the LSTMs take 1-10 s per compile).
 - emulate: the context model run through the QNN provider (x86: the HTP emulator) and its source file on the
   CPU provider, on the same feeds (an .npz of samples); both sets of logits go to job["logits"] (.npz).
 """
@@ -43,26 +45,30 @@ def _options(ort, q, devs, chip: dict, **entries: str):
 def compile_job(job: dict) -> dict:
     ort, q, devs = _qnn()
     src, ctx = job["onnx"], Path(job["context"])
-    # which subgraphs each provider takes when the CPU may help (ORT's assignment record, ORT >= 1.32)
-    so = _options(ort, q, devs, job["chip"], **{"session.record_ep_graph_assignment_info": "1"})
-    assigned = ort.InferenceSession(src, so).get_provider_graph_assignment_info()
-    htp = [n for g in assigned if g.ep_name == "QNNExecutionProvider" for n in g.get_nodes()]
-    cpu = [n for g in assigned if g.ep_name != "QNNExecutionProvider" for n in g.get_nodes()]
-    out = {"nodes_on_htp": len(htp), "nodes_total": len(htp) + len(cpu),
-           "htp_partitions": sum(g.ep_name == "QNNExecutionProvider" for g in assigned),
-           "cpu_nodes": [{"name": n.name, "type": n.op_type} for n in cpu]}
     for p in (ctx, ctx.with_name(ctx.stem + "_qnn.bin")):  # the compiler refuses to overwrite its output
         p.unlink(missing_ok=True)
     ctx.parent.mkdir(parents=True, exist_ok=True)
-    so = _options(ort, q, devs, job["chip"], **{"session.disable_cpu_ep_fallback": "1", "ep.context_enable": "1",
-                                                 "ep.context_file_path": str(ctx), "ep.context_embed_mode": "0"})
+    # The real compile, CPU fallback disabled, writing the context model; ORT's graph-assignment record
+    # (ORT >= 1.32) of this session gives the node count when it compiles (every node on the HTP).
+    record = {"session.record_ep_graph_assignment_info": "1"}
+    so = _options(ort, q, devs, job["chip"], **record, **{"session.disable_cpu_ep_fallback": "1",
+                                                          "ep.context_enable": "1", "ep.context_file_path": str(ctx),
+                                                          "ep.context_embed_mode": "0"})
     t = time.perf_counter()
     try:
-        ort.InferenceSession(src, so)
-        out["compiled"] = True
+        assigned = ort.InferenceSession(src, so).get_provider_graph_assignment_info()
+        out = {"compiled": True}
     except Exception as e:  # noqa: BLE001 - ORT raises its own Fail/RuntimeException types
-        out.update(compiled=False, error=str(e).strip().splitlines()[0][:400])
+        assigned, out = None, {"compiled": False, "error": str(e).strip().splitlines()[0][:400]}
     out["compile_seconds"] = time.perf_counter() - t
+    if assigned is None:  # refused: which subgraphs each provider takes when the CPU may help
+        assigned = ort.InferenceSession(src, _options(ort, q, devs, job["chip"], **record)) \
+            .get_provider_graph_assignment_info()
+    htp = [n for g in assigned if g.ep_name == "QNNExecutionProvider" for n in g.get_nodes()]
+    cpu = [n for g in assigned if g.ep_name != "QNNExecutionProvider" for n in g.get_nodes()]
+    out.update(nodes_on_htp=len(htp), nodes_total=len(htp) + len(cpu),
+               htp_partitions=sum(g.ep_name == "QNNExecutionProvider" for g in assigned),
+               cpu_nodes=[{"name": n.name, "type": n.op_type} for n in cpu])
     return out
 
 

@@ -183,3 +183,27 @@ def test_check_qnn_refuses_edited_chip_ids(tmp_path):
     meta["qnn"] = {"shipped": "yes"}
     with pytest.raises(PipelineError, match="'qnn' must say whether it was shipped"):
         check_qnn(tmp_path, meta)
+
+
+def test_each_context_binary_replays_only_the_first_samples_that_fit_it(monkeypatch):
+    """qnn_logits: per file, the first QNN_SAMPLES samples that fit its length get emulator logits, the rest
+    None (the same rule at bundle time and in verify-bundle), and files run side by side keep their order."""
+    import numpy as np
+
+    from pipeline.tasks.classification import replay
+
+    fed = {}
+
+    def fake(path, soc, arch, feeds):
+        fed[path.name] = len(feeds)
+        return np.full((len(feeds), 2), float(len(path.name)))
+
+    monkeypatch.setattr("pipeline.qnn_worker.emulator_logits", fake)
+    spec = lambda n: {"file": f"npu/qnn/c/v-{n}_ctx.onnx", "inputs": [{"name": "input_ids", "type": "int64"},  # noqa: E731
+                                                                        {"name": "attention_mask", "type": "int64"}]}
+    qnn = {"pad_id": 0, "chips": {"c": {"soc_model": "43", "htp_arch": "73", "files": {"4": spec(4), "16": spec(16)}}}}
+    samples = [{"token_ids": [1] * k} for k in (8, 2, 3, 4, 1)]
+    out = replay.qnn_logits(Path("/b"), qnn, samples)
+    assert replay.QNN_SAMPLES == 2 and fed == {"v-4_ctx.onnx": 2, "v-16_ctx.onnx": 2}
+    assert [r is not None for r in out["npu/qnn/c/v-4_ctx.onnx"]] == [False, True, True, False, False]
+    assert [r is not None for r in out["npu/qnn/c/v-16_ctx.onnx"]] == [True, True, False, False, False]
