@@ -163,6 +163,10 @@ def stage_compile(ctx: StageContext) -> dict:
     sample = texts[: cfg.npu.emulator_samples] if cfg.npu.emulator_samples else texts
     rel = lambda p: f"{ctx.name}/{Path(p).relative_to(ctx.out).as_posix()}"  # noqa: E731
     every = cfg.npu.emulator_chips == "all"
+    # imported here, before the threads: transformers resolves AutoTokenizer lazily, and two threads doing
+    # that first import at once can see a half-initialised module (ImportError)
+    import onnx  # noqa: F401
+    from transformers import AutoTokenizer  # noqa: F401
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max(1, host_threads())) as pool:
         # one job (compile for every chip, then the emulator) per core: the compiler and the emulator run
         # in their own single-threaded processes, so jobs side by side keep both cores busy
