@@ -170,8 +170,12 @@ def stage_compile(ctx: StageContext) -> dict:
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max(1, host_threads())) as pool:
         # one job (compile for every chip, then the emulator) per core: the compiler and the emulator run
         # in their own single-threaded processes, so jobs side by side keep both cores busy
-        per_job = list(pool.map(lambda job: _compile_job(ctx, job, chips, Path(tmp), sample, every, rel), todo))
-    rows = [r for job_rows in per_job for r in job_rows]
+        # longest first (the emulator's time grows with the length, the LSTMs compile slowest), so the last
+        # job to start is a short one and neither core waits long at the end; rows keep the jobs' order
+        order = sorted(range(len(todo)), key=lambda i: (-todo[i]["length"], todo[i]["model"] == "student"))
+        done = dict(zip(order, pool.map(lambda i: _compile_job(ctx, todo[i], chips, Path(tmp), sample, every, rel),
+                                        order)))
+    rows = [r for i in range(len(todo)) for r in done[i]]
     doc = {"compiler": _versions(), "chips": {c: get_chip(c).name for c in chips},
            "emulator_note": EMULATOR_NOTE,
            "numerics": f"logits of the first {len(sample)} test texts (each alone, cut or padded to the file's "
