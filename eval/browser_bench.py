@@ -13,7 +13,7 @@ from pathlib import Path
 
 from eval import latency as L
 from eval.browser import chromium_path, is_browser, row_key, run_job, unavailable_reason
-from eval.browser_cross import cross_check
+from eval.browser_cross import chromium_rounds, cross_check
 from eval.flops import row_flops
 from eval.peaks import row_peak
 from eval.plan import plan_point
@@ -105,4 +105,5 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
         out[k] = entry
     if b.browser_cross_check:
         cross_check(bench, out, files, [row for (_, row, _) in points.values()])
+    chromium_rounds(bench, out, files, [row for (_, row, _) in points.values()])
     return out

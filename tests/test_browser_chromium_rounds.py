@@ -1,0 +1,44 @@
+"""The Chromium goal against Optimum reads interleaved rounds from one page where they ran (eval/browser_cross.py
+chromium_rounds), and the sweep's p50s only where they did not."""
+from eval.browser_cross import paired
+from eval.browser_goals import browser_goals, chromium_ratio
+
+
+def _row(variant, fmt, p50, acc=0.75, rounds=None, model="student"):
+    entry = {"64": {"p50_ms": p50}}
+    if rounds is not None:
+        entry["chromium_rounds"] = {"length": 64, "round_p50_ms": rounds}
+    return {"model": model, "variant": variant, "format": fmt, "accuracy": acc, "latency": {"browser-wasm": entry}}
+
+
+def _goal(rows):
+    return next(g for g in browser_goals(rows, 64, ["browser-wasm"]) if g["goal"].startswith(
+        "web bundle's student p50 <= 0.7x Optimum's export on"))
+
+
+def test_the_chromium_goal_is_the_median_of_same_round_ratios_against_the_faster_optimum_file():
+    rows = [_row("fp32", "onnx", 50.0, model="teacher"),
+            _row("int8-dynamic-fastgelu", "ort", 2.6, rounds=[2.0, 2.2, 3.0]),
+            _row("optimum-int8-dynamic", "onnx", 3.6, rounds=[3.0, 2.9, 4.0]),
+            _row("optimum-fp32", "onnx", 5.4, rounds=[5.0, 5.5, 6.0])]
+    g = _goal(rows)
+    assert abs(g["value"] - 0.75) < 1e-12  # median of 2/3, 2.2/2.9 = 0.759, 3/4 against the faster file
+    assert "optimum-int8-dynamic" in g["detail"] and "interleaved-round ratios in one page" in g["detail"]
+    assert g["met"] is False  # 0.75 > 0.7; the sweep p50s would read 2.6 / 3.6 = 0.72
+
+
+def test_without_rounds_the_goal_falls_back_to_the_sweep_p50s_and_says_so():
+    rows = [_row("int8-dynamic", "ort", 2.5), _row("optimum-int8-dynamic", "onnx", 4.0)]
+    g = _goal(rows)
+    assert abs(g["value"] - 2.5 / 4.0) < 1e-12 and "sweep p50s" in g["detail"]
+    assert chromium_ratio(rows[0], rows[1]) is None
+    uneven = [_row("int8-dynamic", "ort", 2.5, rounds=[1.0]), _row("optimum-int8-dynamic", "onnx", 4.0, rounds=[1.0, 2.0])]
+    assert chromium_ratio(*uneven) is None
+
+
+def test_chromium_pairs_only_the_files_the_goal_can_pick():
+    assert paired({"model": "student", "variant": "int8-dynamic-fastgelu", "format": "ort"})
+    assert paired({"model": "student", "variant": "optimum-fp32", "format": "onnx"})
+    assert not paired({"model": "student", "variant": "fp32", "format": "onnx"})
+    assert not paired({"model": "teacher", "variant": "int8-dynamic", "format": "onnx"})
+    assert not paired({"model": "student", "variant": "int8", "format": "coreml"})
