@@ -218,7 +218,7 @@ def validate_results(doc: dict) -> list[str]:
                 _check_point(where, entry, problems)
                 continue
             for key, point in entry.items():
-                if key in ("session", "cross_check"):
+                if key in ("session", "cross_check", "chromium_rounds"):
                     continue
                 if not (key.isdigit() or key.startswith("throughput_b")):
                     problems.append(f"{where}: unexpected key '{key}'")
