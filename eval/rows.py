@@ -9,6 +9,21 @@ def p50(row: dict, target: str, length: int | str) -> float | None:
     return point.get("p50_ms") if isinstance(point, dict) else None
 
 
+def pick_p50(row: dict, target: str, length: int | str) -> float | None:
+    """The p50 that chooses between files: the median of the file's interleaved-round p50s where it was also
+    timed that way in one page at this length (browser-wasm's `chromium_rounds`, eval/browser_cross.py),
+    else the sweep's p50. A sweep point is one stretch of time: on a shared machine one read 4.25 ms for a
+    file whose nine interleaved rounds read 2.30-2.51 ms."""
+    entry = row.get("latency", {}).get(target, {})
+    rounds = entry.get("chromium_rounds", {}) if isinstance(entry, dict) else {}
+    got = rounds.get("round_p50_ms") if str(rounds.get("length")) == str(length) else None
+    if got:
+        ordered = sorted(got)
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return p50(row, target, length)
+
+
 def find(rows: list[dict], model: str, variant: str, fmt: str | None = None) -> dict | None:
     for r in rows:
         if r["model"] == model and r["variant"] == variant and (fmt is None or r["format"] == fmt):

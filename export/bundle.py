@@ -39,7 +39,7 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
     0.01 = 1 point) of the best one, and take the fastest p50 on `target` at the report's headline length;
     ties and rows without a time there fall back to the smallest file. An explicit model / variant must exist.
     A variant that failed its check (here or in `failed`: (model, variant) -> why) is never a candidate."""
-    from eval.rows import p50 as row_p50  # function-level: verify-bundle imports this module without eval/
+    from eval.rows import pick_p50 as row_p50  # function-level: verify-bundle imports this module without eval/
 
     length = results.get("plan", {}).get("headline_length", 64)
     kinds = " / ".join(f".{f}" for f in formats)

@@ -42,3 +42,14 @@ def test_chromium_pairs_only_the_files_the_goal_can_pick():
     assert not paired({"model": "student", "variant": "fp32", "format": "onnx"})
     assert not paired({"model": "teacher", "variant": "int8-dynamic", "format": "onnx"})
     assert not paired({"model": "student", "variant": "int8", "format": "coreml"})
+
+
+def test_the_web_file_is_picked_by_its_rounds_not_by_one_preempted_sweep_point():
+    from eval.rows import pick_p50
+
+    fast = _row("int8-dynamic-fastgelu", "ort", 4.25, rounds=[2.5, 2.3, 2.31])  # the sweep point was preempted
+    plain = _row("int8-dynamic", "ort", 2.86, rounds=[2.98, 2.9, 2.91])
+    assert pick_p50(fast, "browser-wasm", 64) == 2.31 and pick_p50(fast, "browser-wasm", 32) is None
+    assert pick_p50(_row("fp32", "onnx", 4.3), "browser-wasm", 64) == 4.3  # no rounds: the sweep's p50
+    g = _goal([fast, plain, _row("optimum-int8-dynamic", "onnx", 3.6, rounds=[3.7, 3.6, 3.62])])
+    assert "int8-dynamic-fastgelu" in g["detail"] and abs(g["value"] - 2.3 / 3.6) < 1e-12
