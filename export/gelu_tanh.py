@@ -17,8 +17,8 @@ import math
 _SQRT2 = math.sqrt(2.0)
 
 
-def _constant(model, name: str):
-    """The scalar value of an initializer or Constant node output, or None."""
+def constant_value(model, name: str):
+    """The value of an initializer or a Constant node's output, or None (export/web_graph.py uses it too)."""
     from onnx import numpy_helper
 
     for t in model.graph.initializer:
@@ -33,7 +33,7 @@ def _constant(model, name: str):
 
 
 def _is(model, name: str, value: float) -> bool:
-    v = _constant(model, name)
+    v = constant_value(model, name)
     return v is not None and v.size == 1 and abs(float(v.reshape(-1)[0]) - value) < 1e-4
 
 

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from export.gelu_tanh import constant_value
+
 # ops that map a [B, 1, 1, S] mask to the same values a [B, 1, S, S] one would give, row by row
 ELEMENTWISE = {"Cast", "Sub", "Mul", "Add", "Div", "Where", "Not", "Neg", "Equal", "Less", "Greater"}
 # the mask's last use: an arithmetic op whose other input (the attention scores) has the full shape
@@ -38,20 +40,6 @@ BROADCAST_SINKS = {"Add", "Sub", "Mul", "Where"}
 
 def _consumers(model, name: str) -> list:
     return [n for n in model.graph.node if name in n.input]
-
-
-def _const(model, name: str):
-    """An initializer's or Constant node's value, or None."""
-    from onnx import numpy_helper
-
-    for t in model.graph.initializer:
-        if t.name == name:
-            return numpy_helper.to_array(t)
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.output[0] == name:
-            a = next((a for a in n.attribute if a.name == "value"), None)
-            return numpy_helper.to_array(a.t) if a is not None else None
-    return None
 
 
 def _from_mask(model, name: str, mask: str) -> bool:
@@ -77,7 +65,7 @@ def _mask_uses_broadcast(model, name: str, graph_outputs: set[str], root: str, s
             continue
         seen.add(n.output[0])
         if n.op_type == "Slice":
-            starts = _const(model, n.input[1])
+            starts = constant_value(model, n.input[1])
             if starts is None or np.any(starts != 0) or n.input[0] != name:
                 return False
             if not _mask_uses_broadcast(model, n.output[0], graph_outputs, root, seen):
@@ -85,7 +73,7 @@ def _mask_uses_broadcast(model, name: str, graph_outputs: set[str], root: str, s
         elif n.op_type in ELEMENTWISE:
             # an elementwise op on the mask alone stays mask-shaped; one onto the scores is the sink
             others = [i for i in n.input if i and i != name]
-            if n.op_type in BROADCAST_SINKS and any(_const(model, i) is None and not _mask_derived(model, i, root)
+            if n.op_type in BROADCAST_SINKS and any(constant_value(model, i) is None and not _mask_derived(model, i, root)
                                                     for i in others):
                 continue
             if not _mask_uses_broadcast(model, n.output[0], graph_outputs, root, seen):
@@ -138,7 +126,7 @@ def fold_constant_rows(model) -> int:
     done = 0
     for g in [n for n in model.graph.node if n.op_type == "Gather"]:
         idx = producer.get(g.input[1])
-        table = _const(model, g.input[0])
+        table = constant_value(model, g.input[0])
         axis = next((a.i for a in g.attribute if a.name == "axis"), 0)
         if idx is None or idx.op_type != "ConstantOfShape" or table is None or axis != 0 or table.ndim != 2:
             continue
@@ -149,8 +137,8 @@ def fold_constant_rows(model) -> int:
         users = _consumers(model, out)
         if len(users) == 1 and users[0].op_type == "DequantizeLinear":
             dq = users[0]
-            scale = _const(model, dq.input[1])
-            zp = _const(model, dq.input[2]) if len(dq.input) > 2 and dq.input[2] else np.zeros((), row.dtype)
+            scale = constant_value(model, dq.input[1])
+            zp = constant_value(model, dq.input[2]) if len(dq.input) > 2 and dq.input[2] else np.zeros((), row.dtype)
             if scale is None or zp is None or scale.size != 1 or zp.size != 1:
                 continue
             row = (row.astype(np.float32) - zp.astype(np.float32).reshape(())) * scale.astype(np.float32).reshape(())
@@ -182,11 +170,11 @@ def constant_reshape_shapes(model) -> int:
         u = producer.get(name)
         if u is None or u.op_type != "Unsqueeze" or len(u.input) < 2:
             return None
-        axes = _const(model, u.input[1])
+        axes = constant_value(model, u.input[1])
         g = producer.get(u.input[0])
         if axes is None or axes.reshape(-1).tolist() != [0] or g is None or g.op_type != "Gather":
             return None
-        sh, i = producer.get(g.input[0]), _const(model, g.input[1])
+        sh, i = producer.get(g.input[0]), constant_value(model, g.input[1])
         if sh is None or sh.op_type != "Shape" or sh.attribute or i is None or i.size != 1:
             return None
         return int(i.reshape(-1)[0])
@@ -198,7 +186,7 @@ def constant_reshape_shapes(model) -> int:
             continue
         dims = []
         for pos, x in enumerate(c.input):
-            v = _const(model, x)
+            v = constant_value(model, x)
             if v is not None and v.size == 1 and int(v.reshape(-1)[0]) != 0:
                 dims.append(int(v.reshape(-1)[0]))
             elif copied_dim(x) == pos:
@@ -271,7 +259,7 @@ def _id_bound(model, name: str) -> int:
     """The smallest row count of a constant table gathered directly by input name (the vocabulary), 100
     when none is."""
     rows = [t.shape[0] for n in model.graph.node if n.op_type == "Gather" and n.input[1] == name
-            and (t := _const(model, n.input[0])) is not None and t.ndim >= 1]
+            and (t := constant_value(model, n.input[0])) is not None and t.ndim >= 1]
     return max(2, min(rows)) if rows else 100
 
 
