@@ -96,7 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # The project's own loggers speak at INFO; libraries only from WARNING up: onnxruntime's quantizer and
+    # graph optimizer log every tensor and fusion at INFO on the root logger (dozens of lines per file).
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    for name in ("pocketformer", "pipeline"):
+        logging.getLogger(name).setLevel(logging.INFO)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["verify-bundle"]:  # before the stages load: it must run where only onnxruntime is installed

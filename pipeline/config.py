@@ -413,6 +413,10 @@ class SearchSection:
     # and prune it before any training when it does not compile whole on each (needs onnxruntime-qnn). Latency
     # still comes from search.target: this is an extra feasibility gate
     npu_compile: bool = False
+    # The quantized files a candidate may ship (classification): with one, every trial uses it; with more, the
+    # variant is a search dimension, timed per variant, and a trial's score is its file's validation accuracy
+    # (the variants differ in accuracy as well as latency). Each must be in quantize.variants
+    variants: list[str] = field(default_factory=lambda: ["int8-dynamic"])
 
 
 SECTIONS: dict[str, type] = {

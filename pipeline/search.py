@@ -22,10 +22,12 @@ pipeline/tasks/classification/search.py, generation's in pipeline/tasks/generati
   space(name)              the task's search space of that name (distill/search_space.py)
   basis(cfg)               the task's settings a trial's score depends on beyond the shared ones (study name)
   over_budget(m, budget)   the "over budget" text for a measurement over the budget
-  apply_best(data, shape)  the best shape written into the config dict of best-<target>.toml
+  apply_best(data, shape, variant)  the best shape (and the file it ships) written into the config dict of
+                           best-<target>.toml
   Candidates(cfg, target, cache_path) with sample(trial, space) -> a config section, shape_of(s) -> dict,
-  section(s) -> its config section's name, measure(s, shape) -> {MEASURED...} before any training and
-  distill(s, fraction, report) -> the score after the short schedule (report(rung, score) per rung);
+  section(s) -> its config section's name, measure(s, shape, variant) -> {MEASURED...} of that quantized file
+  before any training and distill(s, fraction, report, score_variant) -> the score after the short schedule
+  (report(rung, score) per rung; score_variant None: the trained model's, else that quantized file's);
   for search.npu_compile (classification only) npu_gate(s, shape) -> ({chip: verdict}, prune reason or None).
 """
 from __future__ import annotations
@@ -57,6 +59,7 @@ class SearchRequest:
     fraction: float = 0.34  # share of distill.epochs each candidate trains for
     storage: str = ""  # "" = SQLite in the run folder; else a shared SQLAlchemy URL
     npu_compile: bool = False  # also prune candidates the HTP compiler does not take whole (npu.chips)
+    variants: tuple[str, ...] = ("int8-dynamic",)  # the files a candidate may ship; more than one: a dimension
 
 
 def request_of(cfg) -> SearchRequest:
@@ -67,7 +70,8 @@ def request_of(cfg) -> SearchRequest:
     if not s.budget_ms > 0:
         raise PipelineError("search: no latency budget: give --budget-ms (a positive latency budget in "
                             "milliseconds), or set search.budget_ms")
-    return SearchRequest(s.target, s.budget_ms, s.max_mb, s.trials, s.space, s.fraction, s.storage, s.npu_compile)
+    return SearchRequest(s.target, s.budget_ms, s.max_mb, s.trials, s.space, s.fraction, s.storage, s.npu_compile,
+                         tuple(dict.fromkeys(s.variants)))
 
 
 def check_npu(r: SearchRequest) -> None:
@@ -123,6 +127,8 @@ def study_name(cfg, r: SearchRequest, searcher: type | None = None) -> str:
              "bench": cfg.section_dict("bench"), "quantize": cfg.section_dict("quantize"), **searcher.basis(cfg)}
     if r.npu_compile:  # only then: the studies of searches without the gate keep their names
         basis["npu_compile"] = sorted(set(cfg.npu.chips))
+    if r.variants != SearchRequest.variants:  # likewise: int8-dynamic alone keeps the names of earlier studies
+        basis["variants"] = list(r.variants)
     return f"{r.target}-{r.budget_ms:g}ms-{r.max_mb:g}mb-{sha256_json(basis)[:12]}"
 
 
@@ -213,7 +219,7 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, 
     log.info("search %s: %d trial(s) in the study, %d to run", study.study_name, done, todo)
     if todo:
         study.optimize(_objective(cfg, r, space, study, cands), n_trials=todo, catch=(),
-                       callbacks=[MaxTrialsCallback(r.trials, states=finished)])
+                       callbacks=[MaxTrialsCallback(r.trials, states=finished), _progress(r, cands)])
     return study
 
 
@@ -229,6 +235,11 @@ def _objective(cfg, r: SearchRequest, space, study, cands):
     def objective(trial) -> float:
         trial.set_user_attr("worker", worker)
         s = cands.sample(trial, space)
+        # the quantized file it ships: a sampled dimension only when search.variants names more than one (a single
+        # variant samples nothing, so such a study's trials are the same as before the option existed)
+        variant = (trial.suggest_categorical("variant", list(r.variants)) if len(r.variants) > 1
+                   else r.variants[0])
+        trial.set_user_attr("variant", variant)
         shape = cands.shape_of(s)
         trial.set_user_attr("student", shape)
         section = cands.section(s)
@@ -248,7 +259,7 @@ def _objective(cfg, r: SearchRequest, space, study, cands):
                 trial.set_user_attr("htp", twin.user_attrs["htp"])
             _constrain(trial, twin.user_attrs["latency_ms"] - r.budget_ms, 0.0)
             return twin.value
-        m = cands.measure(s, shape)
+        m = cands.measure(s, shape, variant)
         for key in cands.MEASURED:
             trial.set_user_attr(key, m[key])
         size_mb = m["size_bytes"] / 1e6
@@ -277,9 +288,32 @@ def _objective(cfg, r: SearchRequest, space, study, cands):
                 trial.set_user_attr("pruned_because", f"successive halving after rung {step + 1}")
                 raise optuna.TrialPruned()
 
-        return cands.distill(s, r.fraction, report)
+        # with several variants they differ in accuracy too: the score is the trained candidate's file's
+        return cands.distill(s, r.fraction, report, variant if len(r.variants) > 1 else None)
 
     return objective
+
+
+def _progress(r: SearchRequest, cands):
+    """One line per finished trial (Optuna's own log is silenced): what was tried, what it cost, how it ended,
+    so a long search can be followed without reading trials.json."""
+    from optuna.trial import TrialState
+
+    metric = cands.METRIC.replace("_", " ")
+
+    def line(study, t) -> None:
+        u = t.user_attrs
+        shape = ", ".join(f"{k}={v}" for k, v in sorted(t.params.items()))
+        cost = (f"{u['latency_ms']:.3f} {cands.BUDGET_UNIT} (budget {r.budget_ms:g}), {u['size_bytes'] / 1e6:.2f} MB"
+                if u.get("latency_ms") is not None else "not measured")
+        if t.state == TrialState.COMPLETE:
+            how = f"{metric} {t.value:.4f}" + (f" (as trial {u['same_as_trial']})" if "same_as_trial" in u else "")
+        else:
+            how = f"{t.state.name.lower()}: {u.get('pruned_because', 'see trials.json')}"
+        done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+        print(f"[search] trial {t.number} ({done}/{r.trials}): {shape}: {cost}; {how}", flush=True)
+
+    return line
 
 
 def _storage(url: str, *, shared: bool):
@@ -388,7 +422,7 @@ def run_worker(cfg) -> dict:
 
 
 FLAGS = {"target": "target", "budget_ms": "budget_ms", "max_mb": "max_mb", "trials": "trials", "space": "space",
-         "fraction": "fraction", "storage": "storage"}  # argparse dest -> [search] key
+         "fraction": "fraction", "storage": "storage", "variants": "variants"}  # argparse dest -> [search] key
 
 
 def flag_overrides(args) -> list[str]:
@@ -410,6 +444,9 @@ def add_cli(sub, common) -> None:
     p.add_argument("--space", help="search space, distill/search_space.py SPACES (search.space)")
     p.add_argument("--fraction", type=float, help="share of distill.epochs each candidate trains (search.fraction)")
     p.add_argument("--storage", help="a shared study database, an SQLAlchemy URL (search.storage)")
+    p.add_argument("--variants", nargs="+", metavar="VARIANT",
+                   help="quantized files a candidate may ship: int8-dynamic (default), int8-static, fp16, fp32; "
+                        "more than one makes the variant a search dimension (search.variants)")
     p.add_argument("--worker", action="store_true", help="only add trials to the shared study (search.storage) "
                                                          "until it holds --trials; the stage writes the outputs")
 

@@ -7,6 +7,8 @@ from pipeline.errors import PipelineError
 
 # targets the search can time: ONNX Runtime on this host's CPU (the rest need a device or a browser)
 SEARCH_TARGETS = ("mobile-cpu", "host-cpu")
+# the quantize stage's files a candidate may ship (search.variants): every arch (bert, npu, lstm, gru) has them
+SEARCH_VARIANTS = ("int8-dynamic", "int8-static", "fp16", "fp32")
 
 
 def target_problem(name: str) -> str | None:
@@ -49,7 +51,27 @@ def check(cfg) -> str | None:
     if s.storage and "://" not in s.storage:
         return (f"'search.storage' = {s.storage!r} is not a database URL: give \"\" (SQLite in the run folder) or "
                 f"an SQLAlchemy URL such as \"sqlite:////shared/study.db\" or \"postgresql://user@host/db\"")
-    return npu_problem(cfg)
+    return variants_problem(cfg) or npu_problem(cfg)
+
+
+def variants_problem(cfg) -> str | None:
+    """search.variants: known, shippable (the quantize stage writes them) and, for generation, int8-dynamic
+    (the decoder search times its int8-dynamic KV-cache graph only)."""
+    v = cfg.search.variants
+    if not v:
+        return "'search.variants' is empty: name the quantized files a candidate may ship, e.g. [\"int8-dynamic\"]"
+    bad = [x for x in v if x not in SEARCH_VARIANTS]
+    if bad:
+        return f"'search.variants' has {bad}: the search can time {', '.join(SEARCH_VARIANTS)}"
+    if cfg.run.task != "classification" and list(v) != ["int8-dynamic"]:
+        return (f"'search.variants' = {list(v)}: run.task = '{cfg.run.task}' searches its int8-dynamic decoder only; "
+                f"set search.variants = [\"int8-dynamic\"]")
+    missing = [x for x in v if x not in cfg.quantize.variants]
+    if cfg.run.task == "classification" and missing:
+        return (f"'search.variants' has {missing}, which quantize.variants {list(cfg.quantize.variants)} does not "
+                f"make, so the best candidate could not be built or shipped: add them to quantize.variants or "
+                f"drop them from search.variants")
+    return None
 
 
 def npu_problem(cfg) -> str | None:

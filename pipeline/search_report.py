@@ -18,7 +18,8 @@ def trial_rows(study, searcher) -> list[dict]:
     for t in study.trials:
         a = t.user_attrs
         rows.append({"number": t.number, "status": t.state.name.lower(), "params": t.params,
-                     "student": a.get("student"), **{k: a.get(k) for k in searcher.MEASURED},
+                     "student": a.get("student"), "variant": a.get("variant", "int8-dynamic"),
+                     **{k: a.get(k) for k in searcher.MEASURED},
                      metric: t.value if t.state.name == "COMPLETE" else None,
                      f"{metric}_per_rung": a.get(f"{metric}_per_rung", []),
                      "pruned_because": a.get("pruned_because"), "same_as_trial": a.get("same_as_trial"),
@@ -131,12 +132,13 @@ def best_config(cfg, study, out: Path, target: str, searcher) -> Path | None:
         return None
     data = cfg.to_dict()
     data.pop("search", None)
-    searcher.apply_best(data, best.user_attrs["student"])
     a = best.user_attrs
+    variant = a.get("variant", "int8-dynamic")  # studies from before search.variants: int8-dynamic
+    searcher.apply_best(data, a["student"], variant)
     header = (f"# written by `python -m pipeline search --target {target}` from {cfg.source or 'a config'}: trial "
               f"#{best.number}, {searcher.METRIC.replace('_', ' ')} {best.value:.4f} after the short schedule, "
               f"{a.get('latency_ms', float('nan')):.3f} {searcher.COST_SHORT.format(target=target)}, "
-              f"{a.get('size_bytes', 0) / 1e6:.2f} MB int8-dynamic\n")
+              f"{a.get('size_bytes', 0) / 1e6:.2f} MB {variant}\n")
     _write(path, header + dumps_toml(data))
     load_config(path)  # a file the pipeline would reject is a bug here, not the user's
     return path

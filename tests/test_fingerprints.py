@@ -81,8 +81,10 @@ READ_ALL = {"classification": {"search"}, "generation": {"search"}}
 # Keys with no other valid value in a task's base config (run.task: every stage hashes it, checked below).
 # distill.steps / baseline.steps: the step budget is generation's (pipeline/tasks/classification/checks.py)
 NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.steps"},
-                  # search.npu_compile = true: generation has no HTP compile (pipeline/search_checks.py)
-                  "generation": {"run.task", "student.arch", "teacher.fine_tune", "search.npu_compile"}}
+                  # search.npu_compile = true: generation has no HTP compile; search.variants: its decoder search
+                  # times int8-dynamic only (pipeline/search_checks.py)
+                  "generation": {"run.task", "student.arch", "teacher.fine_tune", "search.npu_compile",
+                                 "search.variants"}}
 # Alternatives tried first (strings and lists have no generic "another value").
 ALTERNATIVES = {
     "data.source": ["csv", "text"], "data.on_empty_text": ["error", "drop"], "data.encoding_errors": ["strict"], "data.delimiter": [";"],
@@ -105,6 +107,7 @@ ALTERNATIVES = {
     "phone.providers": [["cpu"]], "phone.threads": [[2]], "phone.compute_units": [["ALL"]],
     "npu.chips": [["8gen3"]], "npu.emulator_chips": ["all"],
     "search.target": ["host-cpu"], "search.space": ["tiny"], "search.storage": ["sqlite:///other.db"],
+    "search.variants": [["int8-dynamic", "int8-static"]],
 }
 
 

@@ -203,7 +203,7 @@ def test_a_killed_search_resumes_and_never_looks_finished(search_cfg, monkeypatc
     real = Candidates.measure
     calls = []
 
-    def killed_on_second(self, s, shape):
+    def killed_on_second(self, s, shape, variant):
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt  # what Ctrl-C does mid-trial (SIGKILL: see the test above)
@@ -365,3 +365,52 @@ def test_npu_compile_load_time_rules(change, needle):
     if "npu" in change:
         with pytest.raises(PipelineError, match=needle):
             config_from_dict({"search": {"npu_compile": True}, "npu": {"chips": []}}, "t")
+
+
+def test_quantization_variant_as_a_search_dimension(search_cfg, monkeypatch):
+    """search.variants with two files: each trial samples one, is timed as that file (cached per variant) and
+    scored by that trained file's validation accuracy; the best config ships its variant."""
+    from pipeline.config import load_config
+    from pipeline.search import run_search
+    from pipeline.tasks.classification.search import Candidates
+
+    _, cfg = search_cfg
+    scored = []
+    real = Candidates.file_accuracy
+
+    def counting(self, model, s, variant):
+        acc = real(self, model, s, variant)
+        scored.append((variant, acc))
+        return acc
+
+    monkeypatch.setattr(Candidates, "file_accuracy", counting)
+    variants = ["int8-dynamic", "int8-static"]
+    summary = run_search(with_search(cfg, target="host-cpu", budget_ms=1000.0, trials=4, space="tiny",
+                                     fraction=0.5, variants=variants))
+    rows = _rows(cfg)
+    assert all(t["params"]["variant"] == t["variant"] and t["variant"] in variants for t in rows)
+    trained = [t for t in rows if t["status"] == "complete" and t["same_as_trial"] is None]
+    assert trained and len(scored) == len(trained)  # each trained trial's file scored once
+    for t in trained:  # the trial's score is the file's accuracy, not the PyTorch model's last rung
+        assert (t["variant"], t["validation_accuracy"]) in scored
+    cache = json.loads((cfg.run_dir / "search" / "measurements.json").read_text())
+    timed = {(json.dumps(t["student"], sort_keys=True), t["variant"]) for t in rows}
+    keyed = {(json.dumps(json.loads(k)["shape"], sort_keys=True), json.loads(k)["variant"]) for k in cache}
+    assert timed <= keyed
+    best = load_config(cfg.run_dir / "search" / summary["best_config"])
+    assert best.bundle.variant == rows[summary["best_trial"]]["variant"]
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"search": {"variants": []}}, "'search.variants' is empty"),
+    ({"search": {"variants": ["int4"]}}, "the search can time int8-dynamic"),
+    ({"search": {"variants": ["int8-static"]}, "quantize": {"variants": ["fp32", "int8-dynamic"]}},
+     "which quantize.variants"),
+    ({"search": {"variants": ["int8-static"]}, "run": {"task": "generation"}}, "searches its int8-dynamic decoder"),
+])
+def test_search_variants_load_time_rules(change, needle):
+    from pipeline.config import config_from_dict
+    from pipeline.errors import PipelineError
+
+    with pytest.raises(PipelineError, match=needle):
+        config_from_dict(change, "t")

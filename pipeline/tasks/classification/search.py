@@ -21,7 +21,7 @@ from pipeline.search import MeasurementCache, rungs
 from pipeline.search_checks import SEARCH_TARGETS, check_target
 
 log = logging.getLogger("pocketformer")
-VARIANT = "int8-dynamic"  # the file a phone app ships by default: its size and latency decide feasibility
+VARIANT = "int8-dynamic"  # the file a phone app ships by default; search.variants may add others
 STATIC, NPU_FILE = "int8-static", "nnapi-int8"  # search.npu_compile: the files the compile stage compiles
 Candidate = StudentSection | BaselineSection  # a [baseline] section: a distilled RNN (distill/search_space.py)
 __all__ = ["Candidates", "SEARCH_TARGETS", "check_target", "searcher"]
@@ -58,11 +58,13 @@ class Candidates(MeasurementCache):
         return f"latency {m['latency_ms']:.3f} ms > {budget_ms:g} ms"
 
     @staticmethod
-    def apply_best(data: dict, shape: dict) -> None:
+    def apply_best(data: dict, shape: dict, variant: str = VARIANT) -> None:
         """The best shape into the config dict: [student], or for an LSTM / GRU its [baseline] and
-        bundle.model = "lstm_distilled" (the baseline stage trains it; the bundle ships it)."""
+        bundle.model = "lstm_distilled" (the baseline stage trains it; the bundle ships it); bundle.variant =
+        the quantized file it was timed (and, with several search.variants, scored) as."""
         from distill.search_space import RNN_CELLS, config_keys
 
+        data["bundle"] = {**data["bundle"], "variant": variant}
         if shape["arch"] in RNN_CELLS:
             data["baseline"] = {**data["baseline"], **config_keys(shape)}
             data["bundle"] = {**data["bundle"], "model": "lstm_distilled"}
@@ -146,10 +148,10 @@ class Candidates(MeasurementCache):
         return self.build(random)[0]
 
     # --- measuring ----------------------------------------------------------------------------------
-    def cache_key(self, shape: dict) -> str:
+    def cache_key(self, shape: dict, variant: str = VARIANT) -> str:
         import onnxruntime
 
-        return json.dumps({"shape": shape, "variant": VARIANT, "target": self.target.name,
+        return json.dumps({"shape": shape, "variant": variant, "target": self.target.name,
                            "onnxruntime": onnxruntime.__version__, "length": self.length_of(shape)},
                           sort_keys=True)
 
@@ -159,15 +161,16 @@ class Candidates(MeasurementCache):
             return min(self.cfg.bench.headline_length, shape["max_length"] or self.cfg.teacher.max_length)
         return min(self.cfg.bench.headline_length, shape["max_positions"] or max(shape["max_length"], 64))
 
-    def measure(self, s: Candidate, shape: dict) -> dict:
-        """{latency_ms, size_bytes} of the int8-dynamic file of a random-weight student of this shape on the
-        target (batch 1, the headline length); cached per shape, variant, target and onnxruntime version."""
-        key = self.cache_key(shape)
+    def measure(self, s: Candidate, shape: dict, variant: str = VARIANT) -> dict:
+        """{latency_ms, size_bytes} of the variant's file (int8-dynamic unless search.variants says more) of a
+        random-weight student of this shape on the target (batch 1, the headline length); cached per shape,
+        variant, target and onnxruntime version."""
+        key = self.cache_key(shape, variant)
         if key in self.cache:
             return {**self.cache[key], "cached": True}
         student = self.random_copy(s)
         with tempfile.TemporaryDirectory() as tmp:
-            path = self._int8_file(student, Path(tmp), self.max_length(s))
+            path = self._variant_file(student, Path(tmp), self.max_length(s), variant)
             out = {"latency_ms": self._time(path, self.length_of(shape)), "size_bytes": path.stat().st_size}
         self.cache[key] = out
         self._save()
@@ -251,10 +254,25 @@ class Candidates(MeasurementCache):
         static = self._export(student, folder, max_length, ["fp32", STATIC], calibration_texts=texts)
         return fix_shapes(static, folder / f"{STATIC}-{length}.onnx", 1, length)
 
-    def _int8_file(self, student, folder: Path, max_length: int) -> Path:
-        """The same chain the quantize stage runs: fp32 ONNX, the fused graph (transformers), int8-dynamic."""
-        fused = _kind(student) == "hf" and self.cfg.quantize.dynamic_source == "optimized"
-        return self._export(student, folder, max_length, ["fp32"] + (["optimized"] if fused else []) + [VARIANT])
+    def _variant_file(self, student, folder: Path, max_length: int, variant: str = VARIANT) -> Path:
+        """The same chain the quantize stage runs for the variant: fp32 ONNX, for int8-dynamic the fused graph
+        first (transformers), for int8-static calibration on the quantize stage's number of training texts."""
+        fused = variant == VARIANT and _kind(student) == "hf" and self.cfg.quantize.dynamic_source == "optimized"
+        chain = list(dict.fromkeys(["fp32"] + (["optimized"] if fused else []) + [variant]))
+        kw = {"calibration_texts": self.calibration()} if variant == STATIC else {}
+        return self._export(student, folder, max_length, chain, **kw)
+
+    def calibration(self) -> list[str]:
+        """The quantize stage's calibration texts (quantize.calibration_samples of the shuffled training split)."""
+        if not hasattr(self, "_calibration"):
+            import random
+
+            from pipeline.data import read_split
+
+            texts = [r["text"] for r in read_split(self.cfg.run_dir / "data", "train")]
+            random.Random(self.cfg.run.seed).shuffle(texts)
+            self._calibration = texts[: self.cfg.quantize.calibration_samples]
+        return self._calibration
 
     def _export(self, student, folder: Path, max_length: int, chain: list[str], **job_kw) -> Path:
         """The export registry's variants in chain order (each reads the ones before it); the last one's file."""
@@ -286,10 +304,29 @@ class Candidates(MeasurementCache):
         return summarize(time_calls(call, plan))["p50_ms"]
 
     # --- training -----------------------------------------------------------------------------------
-    def distill(self, s: Candidate, fraction: float, report) -> float:
+    def distill(self, s: Candidate, fraction: float, report, score_variant: str | None = None) -> float:
         """Distil a student of shape s from the cached teacher logits (logit loss only: the teacher is not run)
         for the short schedule; after each rung, report(rung, validation accuracy) may raise to stop it.
-        Each rung is one distill_student call (its learning-rate schedule restarts per rung)."""
+        Each rung is one distill_student call (its learning-rate schedule restarts per rung). The score is the
+        trained model's validation accuracy, or with score_variant that quantized file's (ONNX Runtime)."""
+        model, acc = self._distilled(s, fraction, report)
+        return self.file_accuracy(model, s, score_variant) if score_variant else acc
+
+    def file_accuracy(self, model, s: Candidate, variant: str) -> float:
+        """Validation accuracy of the trained candidate's quantized file, made by the quantize stage's chain."""
+        from eval.metrics import scores
+        from export.checks import ort_runner, predict
+        from export.ort_session import ort_session
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = self._variant_file(model.eval(), Path(tmp), self.max_length(s), variant)
+            run = ort_runner(ort_session(path, self.cfg.run.threads))
+            logits = predict(run, self.teacher.tokenizer, self.val_texts, self.max_length(s),
+                             self.cfg.teacher.eval_batch_size)
+        return scores(logits, np.array(self.val_y), len(self.labels))["accuracy"]
+
+    def _distilled(self, s: Candidate, fraction: float, report):
+        """(the trained model, its last rung's validation accuracy)."""
         from distill.distiller import distill_student
         from distill.train import TrainOptions, seed_everything
 
@@ -305,11 +342,11 @@ class Candidates(MeasurementCache):
                             layer_map, s.max_length, cfg.run.seed + i, TrainOptions())
             acc = self.validation_accuracy(student.cpu(), s)
             report(i, acc)
-        return acc
+        return student, acc
 
-    def distill_rnn(self, b: BaselineSection, fraction: float, report) -> float:
+    def distill_rnn(self, b: BaselineSection, fraction: float, report):
         """The baseline stage's distilled RNN (train_rnn with the teacher logits, baseline.distill_loss and
-        distill.temperature) for fraction * baseline.epochs, in rungs as distill()."""
+        distill.temperature) for fraction * baseline.epochs, in rungs as distill(): (model, last accuracy)."""
         from distill.baseline import train_rnn
 
         cfg = self.cfg
@@ -321,7 +358,7 @@ class Candidates(MeasurementCache):
                       f"search: {b.cell}", teacher_logits=self.teacher_logits, temperature=cfg.distill.temperature)
             acc = self.validation_accuracy(model.cpu(), b)
             report(i, acc)
-        return acc
+        return model, acc
 
     def validation_accuracy(self, student, s: Candidate) -> float:
         from distill.models import predict_logits

@@ -62,7 +62,7 @@ class Candidates(MeasurementCache):
                 f"{budget_ms:g} ms/token ({1000 / budget_ms:.0f} tokens/s)")
 
     @staticmethod
-    def apply_best(data: dict, shape: dict) -> None:
+    def apply_best(data: dict, shape: dict, variant: str = VARIANT) -> None:
         from distill.search_space import config_keys
 
         data["student"] = {**data["student"], **config_keys(shape)}
@@ -124,11 +124,12 @@ class Candidates(MeasurementCache):
                            "prompt_tokens": len(self.prompt), "decode_tokens": lm.bench_decode_tokens},
                           sort_keys=True)
 
-    def measure(self, s: StudentSection, shape: dict) -> dict:
+    def measure(self, s: StudentSection, shape: dict, variant: str = VARIANT) -> dict:
         """{latency_ms (per decode token), decode_tokens_per_s, ttft_ms, size_bytes} of the int8-dynamic KV-cache
         graph of a random-weight student of this shape, decoding lm.bench_decode_tokens greedy tokens after an
         lm.bench_prompt_tokens prompt on the target's threads (lm.bench_iterations runs after one warm-up);
-        cached per shape, target, vocabulary, positions, prompt / decode lengths and onnxruntime version."""
+        cached per shape, target, vocabulary, positions, prompt / decode lengths and onnxruntime version.
+        variant is always int8-dynamic here (pipeline/search_checks.py rejects others for generation)."""
         key = self.cache_key(shape)
         if key in self.cache:
             return {**self.cache[key], "cached": True}
@@ -166,7 +167,7 @@ class Candidates(MeasurementCache):
         epochs = d.steps / math.ceil(len(self.windows) / d.batch_size) if d.steps > 0 else d.epochs  # steps per epoch
         return rungs(epochs, fraction)
 
-    def distill(self, s: StudentSection, fraction: float, report) -> float:
+    def distill(self, s: StudentSection, fraction: float, report, score_variant: str | None = None) -> float:
         """Distil a decoder of shape s from the cached teacher top-k (distill_lm, as the distill stage: the
         soft top-k KL on the scored windows, next-token cross-entropy on all) for the short schedule; after
         each rung, report(rung, validation perplexity) may raise to stop it. Each rung is one distill_lm
