@@ -61,8 +61,9 @@ def write_outputs(study, out: Path, request, searcher) -> list[dict]:
 def pareto_plot(rows: list[dict], path: Path, request, searcher) -> Path:
     """Trained trials as points (area ~ int8 file size; the Pareto front edged in black and joined by a step
     line), trials stopped by successive halving hollow at their last rung's score, trials over budget as grey
-    crosses at the worst edge (accuracy 0; for a lower-is-better score such as perplexity, the top of the
-    axis), never trained; the budget as a dashed vertical rule. x: searcher.COST_NOTE, y: searcher.METRIC."""
+    crosses on a band below the trained scores (above them for a lower-is-better score such as perplexity),
+    never trained; the budget as a dashed vertical rule; a log x axis where the costs span over 10x.
+    x: searcher.COST_NOTE, y: searcher.METRIC."""
     from eval.plots import _plt, pareto
 
     metric, per_rung = searcher.METRIC, f"{searcher.METRIC}_per_rung"
@@ -71,12 +72,17 @@ def pareto_plot(rows: list[dict], path: Path, request, searcher) -> Path:
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     # a re-sampled shape reuses its twin's score (same_as_trial): plotted once
     done = [r for r in rows if r[metric] is not None and r.get("same_as_trial") is None]
-    halved = [r for r in rows if r[metric] is None and r[per_rung]]
-    over = [r for r in rows if r["latency_ms"] is not None and r[metric] is None and not r[per_rung]]
+    halved = [r for r in rows if r[metric] is None and r[per_rung] and r.get("same_as_trial") is None]
+    over = [r for r in rows if r["latency_ms"] is not None and r[metric] is None and not r[per_rung]
+            and r.get("same_as_trial") is None]
     sized = done + halved
     top = max([r["size_bytes"] for r in sized] or [1]) or 1
     scores = [r[metric] for r in done] + [r[per_rung][-1] for r in halved]
-    worst = 0.0 if higher else (max(scores) * 1.1 if scores else 1.0)
+    # the y axis spans the trained scores (a 0-1 axis squeezes a search's few points into one blob); trials
+    # never trained sit on a band at the worst edge of it
+    lo, hi = (min(scores), max(scores)) if scores else (0.0, 1.0)
+    pad = max(hi - lo, 0.01) * 0.15
+    worst = lo - 2 * pad if higher else hi + 2 * pad
 
     def area(r: dict) -> float:
         return 20 + 220 * r["size_bytes"] / top
@@ -93,7 +99,7 @@ def pareto_plot(rows: list[dict], path: Path, request, searcher) -> Path:
         xs, ys = [p[0] for p in front], [p[1] for p in front]
         ax.step(xs + [request.budget_ms], ys + ys[-1:], where="post", color="black", lw=1, zorder=2,
                 label="Pareto front (within budget)")
-        for r in done:
+        for r in (r for r in done if (r["latency_ms"], r[metric]) in on_front):  # the front only: legible
             ax.annotate(f"#{r['number']}", (r["latency_ms"], r[metric]), fontsize=7,
                         xytext=(4, 4), textcoords="offset points")
     if halved:
@@ -102,12 +108,15 @@ def pareto_plot(rows: list[dict], path: Path, request, searcher) -> Path:
                    label="stopped early (successive halving; last rung)")
     if over:
         ax.scatter([r["latency_ms"] for r in over], [worst] * len(over), marker="x", color="#7f7f7f", zorder=3,
-                   label="over budget: never trained " + ("(at 0)" if higher else "(at the top)"))
+                   label="over budget: never trained " + ("(bottom band)" if higher else "(top band)"))
     ax.axvline(request.budget_ms, color="#1f77b4", ls="--", lw=1, label=f"budget {request.budget_ms:g} {searcher.BUDGET_UNIT}")
     ax.set_xlabel(searcher.COST_NOTE.format(target=request.target))
     ax.set_ylabel(f"{metric.replace('_', ' ')} (short schedule{'' if higher else '; lower is better'})")
-    if higher:
-        ax.set_ylim(-0.05, 1.05)
+    edge = worst - pad if higher else worst + pad
+    ax.set_ylim(*((edge, hi + pad) if higher else (lo - pad, edge)))
+    costs = [r["latency_ms"] for r in rows if r["latency_ms"]] + [request.budget_ms]
+    if max(costs) / min(costs) > 10:  # over-budget shapes run to 10x+ the budget: a log axis keeps both ends
+        ax.set_xscale("log")
     ax.set_title(f"student search: {len(done)} trained of {len(rows)} trials")
     fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
@@ -134,7 +143,8 @@ def best_config(cfg, study, out: Path, target: str, searcher) -> Path | None:
     data.pop("search", None)
     a = best.user_attrs
     variant = a.get("variant", "int8-dynamic")  # studies from before search.variants: int8-dynamic
-    searcher.apply_best(data, a["student"], variant)
+    # bundle.variant only where the variant was searched (several search.variants): else the user's stays
+    searcher.apply_best(data, a["student"], best.params.get("variant"))
     header = (f"# written by `python -m pipeline search --target {target}` from {cfg.source or 'a config'}: trial "
               f"#{best.number}, {searcher.METRIC.replace('_', ' ')} {best.value:.4f} after the short schedule, "
               f"{a.get('latency_ms', float('nan')):.3f} {searcher.COST_SHORT.format(target=target)}, "

@@ -314,9 +314,9 @@ def test_npu_compile_prunes_what_the_htp_refuses(search_cfg, monkeypatch, distil
     req = dict(target="host-cpu", budget_ms=1000.0, trials=2, fraction=0.5, npu_compile=True)
     run_search(with_search(cfg, space="only-npu", **req))
     npu = _rows(cfg)
-    assert len(distill_calls) == _trained(npu) == 1  # the same shape twice: trained once, the twin reuses it
-    assert [t["status"] for t in npu] == ["complete", "complete"]
-    assert all(t["htp"] == {"8gen2": "compiled"} and t["pruned_because"] is None for t in npu)
+    assert len(distill_calls) == _trained(npu) == 1  # the same shape twice: trained once, the repeat pruned
+    assert [t["status"] for t in npu] == ["complete", "pruned"] and npu[1]["same_as_trial"] == 0
+    assert all(t["htp"] == {"8gen2": "compiled"} for t in npu) and npu[0]["pruned_because"] is None
     run_search(with_search(cfg, space="only-bert", **req))
     bert = _rows(cfg)
     assert len(distill_calls) == 1  # the refused candidate never trained
@@ -414,3 +414,22 @@ def test_search_variants_load_time_rules(change, needle):
 
     with pytest.raises(PipelineError, match=needle):
         config_from_dict(change, "t")
+
+
+def test_a_shape_sampled_again_is_pruned_not_trained_or_rescored(search_cfg, monkeypatch, distill_calls):
+    """In a space of one shape, trials after the first are pruned as repeats (same_as_trial, scored on the first):
+    not trained again, and not handed TPE the same score again (which made it sample that shape over and over)."""
+    from distill import search_space
+    from pipeline.search import run_search
+
+    one = search_space.SearchSpace(layers=(1,), hidden=(16,), heads=(2,), ffn_ratio=(2,), embedding_ratio=(0.0,),
+                                   vocab=("teacher",), vocab_size_max=(16,), arch=("bert",))
+    monkeypatch.setitem(search_space.SPACES, "one", one)
+    _, cfg = search_cfg
+    summary = run_search(with_search(cfg, target="host-cpu", budget_ms=1000.0, trials=3, space="one", fraction=0.5))
+    rows = _rows(cfg)
+    assert [t["status"] for t in rows] == ["complete", "pruned", "pruned"]
+    assert [t["same_as_trial"] for t in rows] == [None, 0, 0]
+    assert all(t["pruned_because"] == "same shape as trial 0 (scored there)" for t in rows[1:])
+    assert rows[1]["latency_ms"] == rows[0]["latency_ms"] and summary["best_trial"] == 0
+    assert len(distill_calls) == 1  # one rung (2 epochs * 0.5), for trial 0 only

@@ -58,13 +58,14 @@ class Candidates(MeasurementCache):
         return f"latency {m['latency_ms']:.3f} ms > {budget_ms:g} ms"
 
     @staticmethod
-    def apply_best(data: dict, shape: dict, variant: str = VARIANT) -> None:
+    def apply_best(data: dict, shape: dict, variant: str | None = None) -> None:
         """The best shape into the config dict: [student], or for an LSTM / GRU its [baseline] and
-        bundle.model = "lstm_distilled" (the baseline stage trains it; the bundle ships it); bundle.variant =
-        the quantized file it was timed (and, with several search.variants, scored) as."""
+        bundle.model = "lstm_distilled" (the baseline stage trains it; the bundle ships it); with a searched
+        variant (several search.variants), bundle.variant = the quantized file it was timed and scored as."""
         from distill.search_space import RNN_CELLS, config_keys
 
-        data["bundle"] = {**data["bundle"], "variant": variant}
+        if variant:
+            data["bundle"] = {**data["bundle"], "variant": variant}
         if shape["arch"] in RNN_CELLS:
             data["baseline"] = {**data["baseline"], **config_keys(shape)}
             data["bundle"] = {**data["bundle"], "model": "lstm_distilled"}

@@ -62,7 +62,7 @@ class Candidates(MeasurementCache):
                 f"{budget_ms:g} ms/token ({1000 / budget_ms:.0f} tokens/s)")
 
     @staticmethod
-    def apply_best(data: dict, shape: dict, variant: str = VARIANT) -> None:
+    def apply_best(data: dict, shape: dict, variant: str | None = None) -> None:
         from distill.search_space import config_keys
 
         data["student"] = {**data["student"], **config_keys(shape)}
