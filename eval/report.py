@@ -463,7 +463,38 @@ def _skipped(res: dict) -> list[Block]:
         if rows else []
 
 
-def blocks(res: dict, plots: dict[str, Path]) -> list[Block]:
+def _search(res: dict, out: Path | None) -> list[Block]:
+    """A finished student search (results["search"], from runs/<run>/search/): its request, best trial, the
+    trained trials best first, and its Pareto plot."""
+    s = res.get("search")
+    if not s:
+        return []
+    metric, lower = s["metric"], s["lower_is_better"]
+    trained = sorted((t for t in s["trials"] if t.get(metric) is not None),
+                     key=lambda t: t[metric] if lower else -t[metric])
+    label = metric.replace("_", " ")
+    best = s.get("best")
+    text = (f"{len(s['trials'])} trials on {s['target']} under {s['budget_ms']:g} ms"
+            + (f" and {s['max_mb']:g} MB" if s.get("max_mb") else "") + f" (space '{s['space']}', "
+            f"{len(trained)} trained on the short schedule; scores are {label}, the test split is never read).")
+    if best:
+        text += (f" Best: trial #{best['number']}, {label} {best[metric]:.4f} at {best['latency_ms']:.3f} ms; "
+                 f"its config: {s['config']} (make all CONFIG=runs/<run>/{s['config']}).")
+
+    def shape(t: dict) -> str:
+        return ", ".join(f"{k}={v}" for k, v in sorted(t["params"].items()))
+
+    rows = [[f"#{t['number']}", shape(t), t.get("variant", "int8-dynamic"), _ms(t["latency_ms"]),
+             f"{t['size_bytes'] / 1e6:.2f}", _num(t[metric])] for t in trained[:10]]
+    bl: list[Block] = [("h2", "Student search"), ("p", text),
+                       ("table", ["trial", "shape", "file", "p50 ms", "MB", label], rows)]
+    if s.get("plot") and out is not None and (out / s["plot"]).is_file():
+        bl.append(("img", out / s["plot"], f"Student search: {label} against p50 latency on {s['target']}; "
+                                           "every trial in results.json (search.trials)."))
+    return bl
+
+
+def blocks(res: dict, plots: dict[str, Path], out: Path | None = None) -> list[Block]:
     caveat = " Optimum's rows sit off scale in a grey band: see the caveat above." \
         if off_peers(res["rows"], res["quality_metric"]) else ""
     captions = {"quality_vs_latency": "Quality vs latency per target; the Pareto front is circled and numbered."
@@ -474,7 +505,7 @@ def blocks(res: dict, plots: dict[str, Path]) -> list[Block]:
     return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _workloads(res) + _head_to_head(res) + _peer_caveat(res)
             + _browser_cross(res) + _summary(res)
             + _sweeps(res) + _npu(res)
-            + _generation(res) + (imgs if plots else []) + _skipped(res))
+            + _generation(res) + (imgs if plots else []) + _search(res, out) + _skipped(res))
 
 
 def to_markdown(bl: list[Block]) -> str:
@@ -527,7 +558,7 @@ def to_html(bl: list[Block]) -> str:
 def write_report(results: dict, out: Path) -> list[Path]:
     """Plots (PNG), report.md (links them) and report.html (embeds them) under out."""
     plots = all_plots(results, out)
-    bl = blocks(results, plots)
+    bl = blocks(results, plots, out)
     md, page = out / "report.md", out / "report.html"
     md.write_text(to_markdown(bl))
     page.write_text(to_html(bl))

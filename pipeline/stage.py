@@ -35,6 +35,9 @@ class Stage:
     # Run only when named (its command, `run --until` it, or a target that needs it), never by a plain `run`
     # / `make all`; `status` still shows it.
     optional: bool = False
+    # Stages read when they have run, never run for it (the report shows a finished search): their content is
+    # part of this stage's inputs while they exist, so a search run, re-run or removed later re-runs this one
+    reads_if_present: tuple[str, ...] = ()
 
 
 _TRAIN = ("data", "teacher", "distill", "baseline")
@@ -52,7 +55,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("export", (*_TRAIN, "eval", "quantize"), "ORT mobile-format files and Core ML packages, each checked"),
     Stage("bench", (*_TRAIN, "eval", "quantize", "compile", "export"), "Latency of every model variant on every target"),
     Stage("report", ("data", "eval", "quantize", "compile", "export", "bench"),
-          "Results table, speed-ups, NPU readiness and plots from the bench"),
+          "Results table, speed-ups, NPU readiness and plots from the bench (and a finished search's trials)",
+          reads_if_present=("search",)),
     Stage("bundle", (*_TRAIN, "quantize", "compile", "export", "report"),
           "The app bundle of the chosen model, checked, published to <bundle.dist_dir>/<run>/",
           check=lambda cfg, manifest: _published(cfg.run_dir / "bundle", manifest)),
@@ -92,11 +96,13 @@ def _graph() -> dict[str, tuple[str, ...]]:
 
 
 def order(targets: list[str]) -> list[str]:
-    """Targets and everything they depend on, dependencies first."""
+    """Targets and everything they depend on, dependencies first; a stage another one reads if present (the
+    search, for the report) comes first when both are targets, so one run leaves the reader up to date."""
     seen: list[str] = []
 
     def visit(name: str) -> None:
-        for dep in lookup(STAGES, name, f"stage '{name}'", "Known stages").deps:
+        stage = lookup(STAGES, name, f"stage '{name}'", "Known stages")
+        for dep in (*stage.deps, *(d for d in stage.reads_if_present if d in targets)):
             visit(dep)
         if name not in seen:
             seen.append(name)
@@ -112,6 +118,14 @@ def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
     return relevant, sha256_json(relevant)
 
 
+def stage_inputs(run_dir, stage: Stage) -> dict[str, str]:
+    """The content keys a stage's run is keyed on: its deps, and those of reads_if_present that have run."""
+    inputs = {dep: content_key(run_dir / dep) for dep in stage.deps}
+    inputs.update({dep: content_key(run_dir / dep) for dep in stage.reads_if_present
+                   if read_manifest(run_dir / dep) is not None})
+    return inputs
+
+
 def status(cfg: Config, name: str) -> tuple[bool, str]:
     """(up to date?, why not)."""
     stage = STAGES[name]
@@ -121,8 +135,10 @@ def status(cfg: Config, name: str) -> tuple[bool, str]:
         return False, "not run yet"
     if manifest.get("config_hash") != config_hash(cfg, stage)[1]:
         return False, "its settings changed"
-    for dep in stage.deps:
-        if manifest.get("inputs", {}).get(dep) != content_key(cfg.run_dir / dep):
+    recorded = manifest.get("inputs", {})
+    now = stage_inputs(cfg.run_dir, stage)
+    for dep in (*stage.deps, *stage.reads_if_present):
+        if recorded.get(dep) != now.get(dep):
             return False, f"its input '{dep}' changed"
     cache = HashCache(cfg.run_dir)
     try:
@@ -180,7 +196,7 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
             raise PipelineError(f"stage '{name}' needs stage '{dep}' first: run `python -m pipeline {dep} "
                                 f"--config {cfg.source}`")
     relevant, chash = config_hash(cfg, stage)
-    inputs = {dep: content_key(run_dir / dep) for dep in stage.deps}
+    inputs = stage_inputs(run_dir, stage)
     key = sha256_json([chash, inputs])
     if not D.is_main():
         # other ranks compute their share of a distributed stage into a private folder that is dropped

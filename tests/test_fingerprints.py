@@ -150,6 +150,8 @@ def _readers(task: str, dotted: str, stages: list[str]):
 def _expected(direct: set[str], STAGES) -> set[str]:
     """The readers and everything downstream of them (the order of STAGES is dependencies first)."""
     stale = set(direct)
+    # a stage read if present (the search, for the report) is not a dependency: a changed [search] makes only
+    # the search stale; the report follows once the search has re-run (its content changed)
     for name, stage in STAGES.items():
         if any(d in stale for d in stage.deps):
             stale.add(name)
@@ -253,3 +255,24 @@ def test_a_byte_identical_rebuild_keeps_downstream_fresh(fake_run, monkeypatch):
     monkeypatch.setitem(TASKS, "classification", replace(task, steps={**task.steps, "data": data}))
     run(cfg, ["data"], force=("data",))
     assert {n for n, (fresh, _) in statuses(cfg, list(STAGES)).items() if not fresh} == set(STAGES) - {"data"}
+
+
+def test_the_report_follows_a_finished_search(fake_run):
+    """The report reads the optional search when it has run: a run that includes the search runs it before the
+    report; a search re-run with other results makes the report (and what reads it) stale, never the training."""
+    from dataclasses import replace
+
+    from pipeline.stage import run, statuses
+    from pipeline.tasks import TASKS
+
+    STAGES, raw = fake_run("classification")
+    cfg = config_from_dict(raw, "base")
+    assert all(fresh for fresh, _ in statuses(cfg, list(STAGES)).values())  # search ran before the report
+    task = TASKS["classification"]
+    other = replace(task.steps["search"], fn=lambda ctx: (ctx.out / "out.txt").write_text("other trials") and {})
+    TASKS["classification"] = replace(task, steps={**task.steps, "search": other})
+    run(cfg, ["search"], force=("search",))
+    stale = {n for n, (fresh, why) in statuses(cfg, list(STAGES)).items() if not fresh}
+    assert stale == {"report", "bundle", "web-bundle"}
+    assert statuses(cfg, ["report"])["report"][1] == "its input 'search' changed"
+    assert run(cfg, list(STAGES)) == ["report", "bundle", "web-bundle"]

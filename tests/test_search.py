@@ -433,3 +433,30 @@ def test_a_shape_sampled_again_is_pruned_not_trained_or_rescored(search_cfg, mon
     assert all(t["pruned_because"] == "same shape as trial 0 (scored there)" for t in rows[1:])
     assert rows[1]["latency_ms"] == rows[0]["latency_ms"] and summary["best_trial"] == 0
     assert len(distill_calls) == 1  # one rung (2 epochs * 0.5), for trial 0 only
+
+
+def test_a_finished_search_is_in_the_report(search_cfg, tmp_path):
+    """The report stage reads a finished search: every trial in results.json's "search", and a "Student search"
+    section with the best trial, the trained trials and the Pareto plot in report.md and report.html."""
+    from eval.report import blocks, to_html, to_markdown
+    from pipeline.search import run_search
+    from pipeline.tasks.common import search_summary
+
+    _, cfg = search_cfg
+    assert search_summary(tmp_path / "no-search", tmp_path) is None
+    summary = run_search(with_search(cfg, target="host-cpu", budget_ms=1000.0, trials=2, space="tiny", fraction=0.5))
+    s = search_summary(cfg.run_dir / "search", tmp_path)
+    assert len(s["trials"]) == 2 and s["best_trial"] == summary["best_trial"] and s["metric"] == "validation_accuracy"
+    assert s["best"]["number"] == s["best_trial"] and s["config"] == "search/best-host-cpu.toml"
+    assert (tmp_path / s["plot"]).read_bytes() == (cfg.run_dir / "search" / "pareto.png").read_bytes()
+    from eval.results import build_results
+    from tests.test_report_render import _doc, _row
+
+    res = build_results(_doc([_row("teacher", "fp32", "onnx", "accuracy", 0.8, 4000, {64: 10.0}, {64: 20.0}),
+                              _row("student", "fp32", "onnx", "accuracy", 0.78, 1000, {64: 2.0}, {64: 4.0})]))
+    res["search"] = s
+    bl = blocks(res, {}, tmp_path)
+    md = to_markdown(bl)
+    assert "## Student search" in md and f"trial #{s['best_trial']}" in md and "](search_pareto.png)" in md
+    assert md.count("| #") == 2  # both trials trained: one table row each
+    assert "data:image/png;base64," in to_html([b for b in bl if b[0] == "img" and "search" in b[2]])

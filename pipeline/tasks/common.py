@@ -62,6 +62,31 @@ def train_options(ctx: StageContext, phase: str = ""):
                         checkpoint_dir=ctx.resume_dir / phase if phase else ctx.resume_dir, key=ctx.key)
 
 
+def search_summary(folder, out) -> dict | None:
+    """A finished search's trials for the report (the stage `search` is optional; the report reads it when it
+    has run): its request, best trial and every trial row from search/trials.json, and its Pareto plot copied
+    beside the report's own plots. None when no search has finished in this run folder."""
+    import shutil
+
+    from pipeline.manifest import read_manifest
+
+    if read_manifest(folder) is None or not (folder / "trials.json").is_file():
+        return None
+    doc = json.loads((folder / "trials.json").read_text())
+    metric = "validation_perplexity" if doc.get("lower_is_better") else "validation_accuracy"
+    plot = None
+    if (folder / "pareto.png").is_file():
+        plot = "search_pareto.png"
+        shutil.copy2(folder / "pareto.png", out / plot)
+    best = next((t for t in doc["trials"] if t["number"] == doc.get("best_trial")), None)
+    configs = sorted(p.name for p in folder.glob("best-*.toml"))
+    return {"target": doc["target"], "budget_ms": doc["budget_ms"], "max_mb": doc.get("max_mb"),
+            "space": doc.get("space"), "fraction": doc.get("fraction"), "metric": metric,
+            "lower_is_better": bool(doc.get("lower_is_better")), "best_trial": doc.get("best_trial"),
+            "best": best, "config": f"search/{configs[0]}" if configs else None, "plot": plot,
+            "trials": doc["trials"]}
+
+
 def report(ctx: StageContext) -> dict:
     """Results table, speed-ups, NPU readiness and plots from the bench; writes report/results.json,
     report.md, report.html (self-contained) and the plots as PNG files."""
@@ -74,6 +99,9 @@ def report(ctx: StageContext) -> dict:
     window = ctx.cfg.bundle.accuracy_window if doc.get("quality_metric", "accuracy") == "accuracy" else 0.0
     results = build_results(doc, window)
     merge_saved(ctx.run_dir, results)  # keep phone measurements (runs/<run>/phone/) across report re-runs
+    search = search_summary(ctx.run_dir / "search", ctx.out)
+    if search:
+        results["search"] = search
     problems = validate_results(results)
     if problems:
         raise PipelineError(f"bench/latency.json does not follow eval/SCHEMA.md ({len(problems)} problem(s), "
