@@ -299,8 +299,9 @@ def _objective(cfg, r: SearchRequest, space, study, cands):
                 trial.set_user_attr("pruned_because", f"successive halving after rung {step + 1}")
                 raise optuna.TrialPruned()
 
-        # with several variants they differ in accuracy too: the score is the trained candidate's file's
-        return cands.distill(s, r.fraction, report, variant if len(r.variants) > 1 else None)
+        # a file other than int8-dynamic alone (or several): the files differ in accuracy too, so the score is
+        # the trained candidate's own file's; int8-dynamic alone keeps the earlier studies' PyTorch score
+        return cands.distill(s, r.fraction, report, variant if r.variants != SearchRequest.variants else None)
 
     return objective
 

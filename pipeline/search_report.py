@@ -143,8 +143,9 @@ def best_config(cfg, study, out: Path, target: str, searcher) -> Path | None:
     data.pop("search", None)
     a = best.user_attrs
     variant = a.get("variant", "int8-dynamic")  # studies from before search.variants: int8-dynamic
-    # bundle.variant only where the variant was searched (several search.variants): else the user's stays
-    searcher.apply_best(data, a["student"], best.params.get("variant"))
+    # bundle.variant only where search.variants asked for more than int8-dynamic: else the user's stays
+    searched = list(getattr(cfg.search, "variants", ["int8-dynamic"])) != ["int8-dynamic"]
+    searcher.apply_best(data, a["student"], variant if searched else None)
     header = (f"# written by `python -m pipeline search --target {target}` from {cfg.source or 'a config'}: trial "
               f"#{best.number}, {searcher.METRIC.replace('_', ' ')} {best.value:.4f} after the short schedule, "
               f"{a.get('latency_ms', float('nan')):.3f} {searcher.COST_SHORT.format(target=target)}, "

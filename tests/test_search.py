@@ -460,3 +460,27 @@ def test_a_finished_search_is_in_the_report(search_cfg, tmp_path):
     assert "## Student search" in md and f"trial #{s['best_trial']}" in md and "](search_pareto.png)" in md
     assert md.count("| #") == 2  # both trials trained: one table row each
     assert "data:image/png;base64," in to_html([b for b in bl if b[0] == "img" and "search" in b[2]])
+
+
+def test_one_other_variant_is_timed_and_scored_as_that_file(search_cfg, monkeypatch):
+    """search.variants = ["int8-static"] alone: nothing sampled, but the trial is timed and scored as its
+    int8-static file and the best config ships it; int8-dynamic alone keeps the PyTorch score."""
+    from pipeline.config import load_config
+    from pipeline.search import run_search
+    from pipeline.tasks.classification.search import Candidates
+
+    _, cfg = search_cfg
+    scored = []
+    real = Candidates.file_accuracy
+    monkeypatch.setattr(Candidates, "file_accuracy",
+                        lambda self, m, s, v: scored.append(v) or real(self, m, s, v))
+    summary = run_search(with_search(cfg, target="host-cpu", budget_ms=1000.0, trials=1, space="tiny",
+                                     fraction=0.5, variants=["int8-static"]))
+    rows = _rows(cfg)
+    assert scored == ["int8-static"] and rows[0]["variant"] == "int8-static" and "variant" not in rows[0]["params"]
+    cache = json.loads((cfg.run_dir / "search" / "measurements.json").read_text())
+    assert {json.loads(k)["variant"] for k in cache if "check" not in json.loads(k)} >= {"int8-static"}
+    assert load_config(cfg.run_dir / "search" / summary["best_config"]).bundle.variant == "int8-static"
+    scored.clear()
+    summary = run_search(with_search(cfg, target="host-cpu", budget_ms=1000.0, trials=1, space="tiny", fraction=0.5))
+    assert scored == [] and load_config(cfg.run_dir / "search" / summary["best_config"]).bundle.variant == cfg.bundle.variant
