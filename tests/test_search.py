@@ -484,3 +484,12 @@ def test_one_other_variant_is_timed_and_scored_as_that_file(search_cfg, monkeypa
     scored.clear()
     summary = run_search(with_search(cfg, target="host-cpu", budget_ms=1000.0, trials=1, space="tiny", fraction=0.5))
     assert scored == [] and load_config(cfg.run_dir / "search" / summary["best_config"]).bundle.variant == cfg.bundle.variant
+
+
+def test_the_default_variants_need_nothing_in_quantize_variants():
+    """A config whose quantize.variants leaves out int8-dynamic loads: the default search.variants ships nothing
+    (the rule is for a searched file, which the best config would set as bundle.variant)."""
+    from pipeline.config import config_from_dict
+
+    cfg = config_from_dict({"quantize": {"variants": ["fp32"]}, "export": {"ort_variants": ["fp32"]}}, "t")
+    assert cfg.search.variants == ["int8-dynamic"]
