@@ -144,7 +144,7 @@ def best_config(cfg, study, out: Path, target: str, searcher) -> Path | None:
     a = best.user_attrs
     variant = a.get("variant", "int8-dynamic")  # studies from before search.variants: int8-dynamic
     # bundle.variant only where search.variants asked for more than int8-dynamic: else the user's stays
-    searched = list(getattr(cfg.search, "variants", ["int8-dynamic"])) != ["int8-dynamic"]
+    searched = list(cfg.search.variants) != ["int8-dynamic"]
     searcher.apply_best(data, a["student"], variant if searched else None)
     header = (f"# written by `python -m pipeline search --target {target}` from {cfg.source or 'a config'}: trial "
               f"#{best.number}, {searcher.METRIC.replace('_', ' ')} {best.value:.4f} after the short schedule, "
