@@ -50,10 +50,11 @@ def test_each_bundle_is_chosen_on_its_own_target(web_run):
     assert phone["model"]["choice"]["target"] == "mobile-cpu" and phone["model"]["choice"]["proxy"]
     choice = web["model"]["choice"]
     assert choice["target"] == "browser-wasm" and choice["proxy"] == ""
-    # the rule on the report's browser-wasm numbers: fastest .onnx / .ort within the window
+    # the rule on the report's browser-wasm numbers: fastest .onnx / .ort within the window; the browser's
+    # timer is coarse, so equal p50s are common and fall to the higher accuracy, then the smaller file
     ok = [c for c in choice["candidates"] if c["within_window"] and c["browser-wasm_p50_ms"]]
     assert {c["format"] for c in choice["candidates"]} == {"onnx", "ort"}
-    best = min(ok, key=lambda c: c["browser-wasm_p50_ms"])
+    best = min(ok, key=lambda c: (c["browser-wasm_p50_ms"], -c["accuracy"], c["size_bytes"]))
     assert (web["model"]["variant"], web["model"]["format"]) == (best["variant"], best["format"])
     results = json.loads((cfg.run_dir / "report" / "results.json").read_text())
     row = next(r for r in results["rows"] if (r["model"], r["variant"], r["format"]) ==
