@@ -113,11 +113,12 @@ def count_params(model: nn.Module) -> dict[str, int]:
 
 @torch.no_grad()
 def predict_logits(model: nn.Module, tokenizer, texts: Sequence[str], max_length: int, batch_size: int = 64,
-                   desc: str | None = None, shard: bool = False) -> np.ndarray:
+                   desc: str | None = None, shard: bool = False, precision: str = "fp32") -> np.ndarray:
     """Logits (N, C) in the order of texts, computed in length-sorted batches.
 
     shard=True under torchrun: each rank computes every W-th batch and the pieces are merged, so the
-    teacher pass over a large cache is split across processes.
+    teacher pass over a large cache is split across processes. precision "bf16" runs under bf16 autocast
+    (the logits stage's teacher pass, where the CPU or GPU computes bf16 natively; scoring stays fp32).
     """
     from distill import distributed as D
 
@@ -133,7 +134,8 @@ def predict_logits(model: nn.Module, tokenizer, texts: Sequence[str], max_length
     show = desc is not None and D.is_main()
     for b in tqdm(batches, desc=desc, unit="batch", disable=not show, dynamic_ncols=True, mininterval=2.0):
         x, m = pad([ids[i] for i in b], pad_id, device=dev)
-        logits = model(x, m).float().cpu().numpy()
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits = model(x, m).float().cpu().numpy()
         part.update({i: logits[j] for j, i in enumerate(b)})
     if shard and D.enabled():
         for other in D.gather(part):

@@ -477,17 +477,26 @@ def _search(res: dict, out: Path | None) -> list[Block]:
     text = (f"{len(s['trials'])} trials on {s['target']} under {s['budget_ms']:g} ms"
             + (f" and {s['max_mb']:g} MB" if s.get("max_mb") else "") + f" (space '{s['space']}', "
             f"{len(trained)} trained on the short schedule; scores are {label}, the test split is never read).")
+    full = f"{metric}_full"
+    survivors = [t for t in trained if t.get(full) is not None]
+    if survivors:
+        text += (f" The best {len(survivors)} were trained again on the full schedule (search.survivors); the best "
+                 f"of those is the result.")
     if best:
-        text += (f" Best: trial #{best['number']}, {label} {best[metric]:.4f} at {best['latency_ms']:.3f} ms; "
+        score = (f"{best[full]:.4f} after the full schedule ({best[metric]:.4f} short)" if best.get(full) is not None
+                 else f"{best[metric]:.4f}")
+        text += (f" Best: trial #{best['number']}, {label} {score} at {best['latency_ms']:.3f} ms; "
                  f"its config: {s['config']} (make all CONFIG=runs/<run>/{s['config']}).")
 
     def shape(t: dict) -> str:
         return ", ".join(f"{k}={v}" for k, v in sorted(t["params"].items()))
 
     rows = [[f"#{t['number']}", shape(t), t.get("variant", "int8-dynamic"), _ms(t["latency_ms"]),
-             f"{t['size_bytes'] / 1e6:.2f}", _num(t[metric])] for t in trained[:10]]
+             f"{t['size_bytes'] / 1e6:.2f}", _num(t[metric])] + ([_num(t.get(full))] if survivors else [])
+            for t in trained[:10]]
+    head = ["trial", "shape", "file", "p50 ms", "MB", f"{label} (short)" if survivors else label]
     bl: list[Block] = [("h2", "Student search"), ("p", text),
-                       ("table", ["trial", "shape", "file", "p50 ms", "MB", label], rows)]
+                       ("table", head + (["full schedule"] if survivors else []), rows)]
     if s.get("plot") and out is not None and (out / s["plot"]).is_file():
         bl.append(("img", out / s["plot"], f"Student search: {label} against p50 latency on {s['target']}; "
                                            "every trial in results.json (search.trials)."))

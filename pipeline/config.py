@@ -74,6 +74,9 @@ class TeacherSection:
     weight_decay: float = 0.01
     warmup_fraction: float = 0.06
     eval_batch_size: int = 64
+    # the logits stage's pass over the distillation set: fp32 | bf16 | auto (bf16 autocast where the CPU or GPU
+    # computes bf16 natively, distill/precision.py); the teacher's reported accuracy is always measured in fp32
+    precision: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -417,6 +420,10 @@ class SearchSection:
     # variant is a search dimension, timed per variant, and a trial's score is its file's validation accuracy
     # (the variants differ in accuracy as well as latency). Each must be in quantize.variants
     variants: list[str] = field(default_factory=lambda: ["int8-dynamic"])
+    # The best trained trials (by their short-schedule score) trained again as the pipeline trains the result
+    # (the distill stage's full schedule, or the baseline stage's for an RNN) and scored on validation; the
+    # best of them is the search's result. 0 = the best short-schedule score is the result
+    survivors: int = 3
 
 
 SECTIONS: dict[str, type] = {
@@ -612,6 +619,7 @@ _CHOICES = {
     ("quantize", "activation_type"): ("uint8", "int8"),
     ("quantize", "dynamic_source"): ("optimized", "fp32"),
     ("train", "precision"): ("fp32", "bf16", "fp16", "auto"),
+    ("teacher", "precision"): ("fp32", "bf16", "auto"),
     ("lm", "teacher_precision"): ("fp32", "bf16", "auto"),
 }
 

@@ -8,8 +8,10 @@ resumes where it stopped) and is copied into search/ when it finishes; or in a s
 trial samples a student (a transformer or a recurrent one, distill/search_space.py), measures a random-weight
 copy of it on the target first (latency and int8-dynamic size, cached in measurements.json) and is pruned when
 over budget, before any training; a feasible one is distilled from the cached teacher logits on a short
-schedule and scored on the validation split (never the test split). Outputs: search/trials.json,
-search/pareto.png, search/best-<target>.toml (pipeline/search_report.py), written by the stage alone.
+schedule and scored on the validation split (never the test split). The best search.survivors of those are
+then trained as the pipeline would train them (the full schedule) and the best of them is the result.
+Outputs: search/trials.json, search/pareto.png, search/best-<target>.toml (pipeline/search_report.py),
+written by the stage alone.
 
 The per-task interface: the engine here is the same for every task; what differs is the task's candidates
 class, bound as `Task.search` (pipeline/task.py; () -> the class): classification's in
@@ -28,7 +30,9 @@ pipeline/tasks/classification/search.py, generation's in pipeline/tasks/generati
   section(s) -> its config section's name, measure(s, shape, variant) -> {MEASURED...} of that quantized file
   before any training and distill(s, fraction, report, score_variant) -> the score after the short schedule
   (report(rung, score) per rung; score_variant None: the trained model's, else that quantized file's);
-  for search.npu_compile (classification only) npu_gate(s, shape) -> ({chip: verdict}, prune reason or None).
+  for search.npu_compile (classification only) npu_gate(s, shape) -> ({chip: verdict}, prune reason or None);
+  for the survivors candidate_of(shape) -> its config section and full_schedule(s, score_variant) -> the
+  score after the training the pipeline's stages give that config.
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ from pipeline.errors import PipelineError
 log = logging.getLogger("pocketformer")
 NEEDS = ["data", "teacher", "logits"]  # the stages whose outputs the search reads (its deps in the graph)
 # the stage's files that outlive a run of it: seeded into the next run's workspace (a larger --trials resumes)
-KEPT = ("study.db", "measurements.json")
+KEPT = ("study.db", "measurements.json", "survivors.json")
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class SearchRequest:
     storage: str = ""  # "" = SQLite in the run folder; else a shared SQLAlchemy URL
     npu_compile: bool = False  # also prune candidates the HTP compiler does not take whole (npu.chips)
     variants: tuple[str, ...] = ("int8-dynamic",)  # the files a candidate may ship; more than one: a dimension
+    survivors: int = 3  # the best trained trials retrained on the full schedule; the best of them is the result
 
 
 def request_of(cfg) -> SearchRequest:
@@ -71,7 +76,7 @@ def request_of(cfg) -> SearchRequest:
         raise PipelineError("search: no latency budget: give --budget-ms (a positive latency budget in "
                             "milliseconds), or set search.budget_ms")
     return SearchRequest(s.target, s.budget_ms, s.max_mb, s.trials, s.space, s.fraction, s.storage, s.npu_compile,
-                         tuple(dict.fromkeys(s.variants)))
+                         tuple(dict.fromkeys(s.variants)), s.survivors)
 
 
 def check_npu(r: SearchRequest) -> None:
@@ -94,9 +99,9 @@ def check_request(r: SearchRequest) -> None:
     check_target(r.target)
     if not r.budget_ms > 0:
         raise PipelineError(f"search --budget-ms {r.budget_ms}: give a positive latency budget in milliseconds")
-    if r.max_mb < 0 or r.trials < 1 or not 0 < r.fraction <= 1:
-        raise PipelineError(f"search: --max-mb {r.max_mb:g} must be >= 0, --trials {r.trials} >= 1 and "
-                            f"--fraction {r.fraction:g} in (0, 1]")
+    if r.max_mb < 0 or r.trials < 1 or not 0 < r.fraction <= 1 or r.survivors < 0:
+        raise PipelineError(f"search: --max-mb {r.max_mb:g} must be >= 0, --trials {r.trials} >= 1, "
+                            f"--fraction {r.fraction:g} in (0, 1] and --survivors {r.survivors} >= 0")
 
 
 def searcher_of(cfg) -> type:
@@ -176,11 +181,13 @@ def stage_search(ctx) -> dict:
         if not (work / name).exists() and (ctx.run_dir / "search" / name).is_file():
             shutil.copy2(ctx.run_dir / "search" / name, work / name)
     url = r.storage or f"sqlite:///{work / 'study.db'}"
-    study = run_trials(cfg, r, space, url, work / "measurements.json", searcher)
-    rows = write_outputs(study, ctx.out, r, searcher)
-    best = best_config(cfg, study, ctx.out, r.target, searcher)
-    if (work / "measurements.json").is_file():
-        shutil.copy2(work / "measurements.json", ctx.out / "measurements.json")
+    study, cands = run_trials(cfg, r, space, url, work / "measurements.json", searcher)
+    full = run_survivors(r, study, cands, work / "survivors.json")
+    rows = write_outputs(study, ctx.out, r, searcher, full)
+    best = best_config(cfg, study, ctx.out, r.target, searcher, full)
+    for name in ("measurements.json", "survivors.json"):
+        if (work / name).is_file():
+            shutil.copy2(work / name, ctx.out / name)
     if not r.storage:
         _copy_sqlite(work / "study.db", ctx.out / "study.db")
     finished = [t for t in rows if t["status"] in ("complete", "pruned")]
@@ -193,7 +200,7 @@ def stage_search(ctx) -> dict:
 
 def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, searcher: type):
     """Open (or resume) the study and run trials until it holds r.trials finished (complete or pruned) ones,
-    whoever ran them. Returns the study."""
+    whoever ran them. Returns (the study, the candidates object)."""
     import optuna
     from optuna.study import MaxTrialsCallback
     from optuna.trial import TrialState
@@ -228,7 +235,45 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, 
     if todo:
         study.optimize(_objective(cfg, r, space, study, cands), n_trials=todo, catch=(),
                        callbacks=[MaxTrialsCallback(r.trials, states=finished), _progress(r, cands)])
-    return study
+    return study, cands
+
+
+def survivor_trials(study, r: SearchRequest, searcher) -> list:
+    """The r.survivors best complete trials by their short-schedule score (ties: faster, then earlier)."""
+    sign = 1.0 if searcher.DIRECTION == "maximize" else -1.0
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    ranked = sorted(complete, key=lambda t: (-sign * t.value, t.user_attrs.get("latency_ms", 0.0), t.number))
+    return ranked[: r.survivors]
+
+
+def run_survivors(r: SearchRequest, study, cands, cache_path: Path) -> dict[int, float]:
+    """{trial number: score after the full schedule} for the survivors. The short schedule ranks shapes
+    cheaply but loosely (on the demo, validation scores of the top shapes sat within noise of each other and the
+    best-ranked one was not the best once trained in full), so the best few are trained as the pipeline would
+    train them and the result is the best of those. Cached in survivors.json per (study, shape, variant): a
+    resumed or repeated search retrains nothing it has trained."""
+    picks = survivor_trials(study, r, cands)
+    if not picks:
+        return {}
+    cache: dict = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+    metric = cands.METRIC.replace("_", " ")
+    scored = r.variants != SearchRequest.variants  # as a trial: the file's own score unless int8-dynamic alone
+    out = {}
+    for i, t in enumerate(picks, 1):
+        variant = t.user_attrs.get("variant", r.variants[0])
+        key = json.dumps({"study": study.study_name, "student": t.user_attrs["student"], "variant": variant},
+                         sort_keys=True)
+        if key not in cache:
+            print(f"[search] survivor {i}/{len(picks)}: trial {t.number} on the full schedule "
+                  f"({metric} {t.value:.4f} after the short one)", flush=True)
+            cache[key] = cands.full_schedule(cands.candidate_of(t.user_attrs["student"]), variant if scored else None)
+            tmp = cache_path.with_suffix(".partial")
+            tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+            os.replace(tmp, cache_path)  # a kill mid-write keeps the survivors already trained
+        out[t.number] = cache[key]
+        print(f"[search] survivor {i}/{len(picks)}: trial {t.number}: {metric} {cache[key]:.4f} after the full "
+              f"schedule", flush=True)
+    return out
 
 
 def _objective(cfg, r: SearchRequest, space, study, cands):
@@ -429,12 +474,13 @@ def run_worker(cfg) -> dict:
     space = searcher.space(r.space)
     if not all(fresh for fresh, _ in statuses(cfg, NEEDS).values()):
         run(cfg, NEEDS)
-    study = run_trials(cfg, r, space, r.storage, None, searcher)
+    study, _ = run_trials(cfg, r, space, r.storage, None, searcher)
     return {"study": study.study_name, "trials": len(study.trials)}
 
 
 FLAGS = {"target": "target", "budget_ms": "budget_ms", "max_mb": "max_mb", "trials": "trials", "space": "space",
-         "fraction": "fraction", "storage": "storage", "variants": "variants"}  # argparse dest -> [search] key
+         "fraction": "fraction", "storage": "storage", "variants": "variants",
+         "survivors": "survivors"}  # argparse dest -> [search] key
 
 
 def flag_overrides(args) -> list[str]:
@@ -459,6 +505,9 @@ def add_cli(sub, common) -> None:
     p.add_argument("--variants", nargs="+", metavar="VARIANT",
                    help="quantized files a candidate may ship: int8-dynamic (default), int8-static, fp16, fp32; "
                         "more than one makes the variant a search dimension (search.variants)")
+    p.add_argument("--survivors", type=int, help="the best trained trials retrained on the full schedule; the "
+                                                  "best of them is the result (search.survivors, default 3; 0: "
+                                                  "the best short-schedule score)")
     p.add_argument("--worker", action="store_true", help="only add trials to the shared study (search.storage) "
                                                          "until it holds --trials; the stage writes the outputs")
 

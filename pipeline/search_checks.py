@@ -45,6 +45,9 @@ def check(cfg) -> str | None:
         return f"search --max-mb {s.max_mb:g} ('search.max_mb'): give a size limit in MB (> 0), or 0 for none"
     if s.trials < 1:
         return f"search --trials {s.trials} ('search.trials'): give at least 1 trial"
+    if s.survivors < 0:
+        return (f"search --survivors {s.survivors} ('search.survivors'): give how many of the best trials to train "
+                f"again on the full schedule (0 for none)")
     if not 0 < s.fraction <= 1:
         return f"search --fraction {s.fraction:g} ('search.fraction'): give a share of distill.epochs in (0, 1]"
     # search.space: REGISTRY_NAMES in pipeline/config_rules.py (the registry is imported by name there)

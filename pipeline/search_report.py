@@ -11,17 +11,18 @@ from pathlib import Path
 from pipeline.errors import PipelineError
 
 
-def trial_rows(study, searcher) -> list[dict]:
+def trial_rows(study, searcher, full: dict[int, float] | None = None) -> list[dict]:
     """One row per trial; the score's columns are named by the task (searcher.METRIC: validation_accuracy,
-    validation_perplexity), its measurements by searcher.MEASURED."""
-    rows, metric = [], searcher.METRIC
+    validation_perplexity), its measurements by searcher.MEASURED; <METRIC>_full: a survivor's score after
+    the full schedule (None for the others)."""
+    rows, metric, full = [], searcher.METRIC, full or {}
     for t in study.trials:
         a = t.user_attrs
         rows.append({"number": t.number, "status": t.state.name.lower(), "params": t.params,
                      "student": a.get("student"), "variant": a.get("variant", "int8-dynamic"),
                      **{k: a.get(k) for k in searcher.MEASURED},
                      metric: t.value if t.state.name == "COMPLETE" else None,
-                     f"{metric}_per_rung": a.get(f"{metric}_per_rung", []),
+                     f"{metric}_per_rung": a.get(f"{metric}_per_rung", []), f"{metric}_full": full.get(t.number),
                      "pruned_because": a.get("pruned_because"), "same_as_trial": a.get("same_as_trial"),
                      "worker": a.get("worker"), **({"htp": a["htp"]} if "htp" in a else {})})
     return rows
@@ -33,23 +34,25 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)  # readers never see half a file
 
 
-def best_trial(study, searcher):
-    """The complete trial with the best score (highest accuracy, lowest perplexity: searcher.DIRECTION); ties
-    go to the faster, then the earlier one."""
-    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+def best_trial(study, searcher, full: dict[int, float] | None = None):
+    """The complete trial with the best score (highest accuracy, lowest perplexity: searcher.DIRECTION): with
+    survivors (full: {trial number: full-schedule score}) the best survivor by that score, else the best
+    short-schedule one; ties go to the faster, then the earlier one."""
+    complete = [t for t in study.trials if t.state.name == "COMPLETE" and (not full or t.number in full)]
     if not complete:
         return None
     sign = 1.0 if searcher.DIRECTION == "maximize" else -1.0
-    return max(complete, key=lambda t: (sign * t.value, -t.user_attrs.get("latency_ms", 0.0), -t.number))
+    return max(complete, key=lambda t: (sign * (full[t.number] if full else t.value),
+                                        -t.user_attrs.get("latency_ms", 0.0), -t.number))
 
 
-def write_outputs(study, out: Path, request, searcher) -> list[dict]:
-    rows = trial_rows(study, searcher)
-    best = best_trial(study, searcher)
+def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | None = None) -> list[dict]:
+    rows = trial_rows(study, searcher, full)
+    best = best_trial(study, searcher, full)
     doc = {"study": study.study_name, "target": request.target, "budget_ms": request.budget_ms,
            "best_trial": None if best is None else best.number,
            "max_mb": request.max_mb or None, "space": request.space, "fraction": request.fraction,
-           "metric": searcher.METRIC_NOTE}
+           "metric": searcher.METRIC_NOTE, "survivors": list(full or {})}  # best short-schedule score first
     if searcher.DIRECTION == "minimize":  # say which way is better where it is not the usual "higher"
         doc["lower_is_better"] = True
     doc["trials"] = rows
@@ -127,14 +130,14 @@ def pareto_plot(rows: list[dict], path: Path, request, searcher) -> Path:
     return path
 
 
-def best_config(cfg, study, out: Path, target: str, searcher) -> Path | None:
+def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, float] | None = None) -> Path | None:
     """search/best-<target>.toml: cfg (as resolved) with the best complete trial's shape written in by the task
     (searcher.apply_best: [student], or for a classification LSTM / GRU its [baseline] and bundle.model =
     "lstm_distilled"); None if no trial completed. The file is checked with load_config before it is kept. The
     [search] section is left out: the search is not part of `make all`."""
     from pipeline.config import load_config
 
-    best = best_trial(study, searcher)
+    best = best_trial(study, searcher, full)
     path = out / f"best-{target}.toml"
     if best is None:  # a file from an earlier search (another budget) would pass for this one's result
         path.unlink(missing_ok=True)
@@ -146,8 +149,10 @@ def best_config(cfg, study, out: Path, target: str, searcher) -> Path | None:
     # bundle.variant only where search.variants asked for more than int8-dynamic: else the user's stays
     searched = list(cfg.search.variants) != ["int8-dynamic"]
     searcher.apply_best(data, a["student"], variant if searched else None)
+    score = (f"{full[best.number]:.4f} after the full schedule ({best.value:.4f} after the short one)" if full
+             else f"{best.value:.4f} after the short schedule")
     header = (f"# written by `python -m pipeline search --target {target}` from {cfg.source or 'a config'}: trial "
-              f"#{best.number}, {searcher.METRIC.replace('_', ' ')} {best.value:.4f} after the short schedule, "
+              f"#{best.number}, {searcher.METRIC.replace('_', ' ')} {score}, "
               f"{a.get('latency_ms', float('nan')):.3f} {searcher.COST_SHORT.format(target=target)}, "
               f"{a.get('size_bytes', 0) / 1e6:.2f} MB {variant}\n")
     _write(path, header + dumps_toml(data))

@@ -28,6 +28,7 @@ READERS = {
         "teacher.*": ("teacher",), "teacher.model": ("teacher", "bundle"), "teacher.max_length": ("teacher", "baseline"),
         # batches only the teacher's validation score; the cached and test logits move by ~1e-8 with it
         "teacher.eval_batch_size": ("logits", "eval", "quantize", "export"),
+        "teacher.precision": ("logits",),  # the logits pass only: eval scores the teacher in fp32
         "augment.*": ("logits",),
         "student.*": ("distill",),
         "distill.*": ("distill",), "distill.temperature": ("distill", "baseline"),
@@ -90,7 +91,7 @@ ALTERNATIVES = {
     "data.source": ["csv", "text"], "data.on_empty_text": ["error", "drop"], "data.encoding_errors": ["strict"], "data.delimiter": [";"],
     "data.label_variants": ["keep"], "teacher.on_too_long": ["error"], "student.arch": ["npu"],
     "student.init": ["random"], "student.max_positions": [256], "distill.layer_map": [[2, 3, 4, 5]], "student.vocab": ["teacher", "training"], "baseline.cell": ["gru"],
-    "baseline.distill_loss": ["kl"], "baseline.vocab": ["training"], "train.precision": ["bf16"],
+    "baseline.distill_loss": ["kl"], "baseline.vocab": ["training"], "train.precision": ["bf16"], "teacher.precision": ["bf16"],
     "quantize.models": [["teacher", "student", "lstm"], ["student", "lstm"]],
     "quantize.variants": [["fp32", "optimized", "int8-dynamic", "int8-static"], ["fp32"]],
     "quantize.activation_type": ["int8"], "quantize.skip_fusions": [["skip_layer_norm"]],

@@ -48,3 +48,28 @@ def test_auto_on_a_gpu_that_only_emulates_bf16(monkeypatch):
     assert "7.5" in choose_precision("auto").reason
     assert gpu_bf16_choice("NVIDIA H100", (9, 0), False).precision == "bf16"
     assert gpu_bf16_choice("NVIDIA A100", (8, 0), False).precision == "bf16"
+
+
+def test_teacher_precision_runs_the_logits_pass_in_bf16(tiny_bert_dir, tiny_csv, tmp_path):
+    """teacher.precision = "bf16": the logits stage's teacher pass runs under bf16 autocast (the cached soft
+    targets move by bf16 rounding, not more) and says so in its summary; fp32 stays the default."""
+    import numpy as np
+
+    from conftest import tiny_run_config
+    from pipeline.config import config_from_dict
+    from pipeline.manifest import read_manifest
+    from pipeline.stage import run
+
+    logits, summaries = {}, {}
+    for precision in ("fp32", "bf16"):
+        d = tiny_run_config(tiny_bert_dir, tiny_csv, tmp_path / precision)
+        d["teacher"]["precision"] = precision
+        cfg = config_from_dict(d, f"tiny-{precision}")
+        run(cfg, ["logits"])
+        logits[precision] = np.load(cfg.run_dir / "logits" / "teacher_logits.npy")
+        summaries[precision] = read_manifest(cfg.run_dir / "logits")["summary"]
+    assert summaries["fp32"]["precision"] == "fp32" and summaries["bf16"]["precision"] == "bf16"
+    assert summaries["bf16"]["precision_reason"] == "set in the config"
+    diff = np.abs(logits["bf16"] - logits["fp32"])
+    assert 0 < diff.max() < 0.1  # bf16 keeps 8 bits of mantissa: logits of order 1 move by ~1e-2 at most
+    assert (logits["bf16"].argmax(-1) == logits["fp32"].argmax(-1)).mean() > 0.9

@@ -18,9 +18,11 @@ ROOT = Path(__file__).parents[1]
 
 
 def with_search(cfg, **kw):
-    """cfg with a [search] request (what the CLI's flags set)."""
+    """cfg with a [search] request (what the CLI's flags set); no survivors unless asked for (the tests that
+    count trainings count the trials')."""
     from pipeline.config import SearchSection
 
+    kw.setdefault("survivors", 0)
     return dataclasses.replace(cfg, search=SearchSection(**kw))
 
 
@@ -80,7 +82,14 @@ def test_tiny_search_end_to_end(search_cfg, capsys):
     assert str(best) in printed and f"make all CONFIG={best}" in printed
     best_cfg = load_config(best)
     top = doc["trials"][doc["best_trial"]]
-    assert top["validation_accuracy"] == max(t["validation_accuracy"] for t in complete)
+    # search.survivors (default 3): the best short-schedule trials, trained again in full; the best of them wins
+    survivors = sorted(complete, key=lambda t: (-t["validation_accuracy"], t["latency_ms"], t["number"]))[:3]
+    assert doc["survivors"] == [t["number"] for t in survivors]
+    assert all(0.0 <= t["validation_accuracy_full"] <= 1.0 for t in survivors)
+    assert all(t["validation_accuracy_full"] is None for t in doc["trials"] if t["number"] not in doc["survivors"])
+    assert top["number"] in doc["survivors"]
+    assert top["validation_accuracy_full"] == max(t["validation_accuracy_full"] for t in survivors)
+    assert "after the full schedule" in best.read_text().splitlines()[0]
     assert {k: getattr(best_cfg.student, k) for k in top["student"]} == top["student"]
     assert best_cfg.run.name == cfg.run.name and best_cfg.teacher == cfg.teacher  # the rest is the user's config
     cache = json.loads((out / "measurements.json").read_text())
@@ -137,6 +146,7 @@ def test_over_budget_prunes_before_training(search_cfg, distill_calls, capsys):
     (["--budget-ms", "2"], "no target: give --target"),
     (["--target", "mobile-cpu", "--budget-ms", "2", "--storage", "nowhere"], "is not a database URL"),
     (["--target", "mobile-cpu", "--budget-ms", "2", "--worker"], "search --worker adds trials to a shared study"),
+    (["--target", "mobile-cpu", "--budget-ms", "2", "--survivors", "-1"], "search --survivors -1"),
 ])
 def test_bad_search_arguments_are_one_error(search_cfg, capsys, argv, needle):
     from pipeline.cli import main
@@ -493,3 +503,61 @@ def test_the_default_variants_need_nothing_in_quantize_variants():
 
     cfg = config_from_dict({"quantize": {"variants": ["fp32"]}, "export": {"ort_variants": ["fp32"]}}, "t")
     assert cfg.search.variants == ["int8-dynamic"]
+
+
+def test_survivors_are_retrained_once_and_the_best_of_them_wins(search_cfg, monkeypatch, distill_calls):
+    """search.survivors: the best short-schedule trials are trained again on the full schedule (one
+    distill_student call each, as the distill stage), the best full-schedule score is the result even where the
+    short schedule ranked it lower, and a repeated search retrains no survivor (survivors.json)."""
+    from pipeline.search import run_search
+    from pipeline.tasks.classification.search import Candidates
+
+    _, cfg = search_cfg
+    req = dict(target="host-cpu", budget_ms=1000.0, space="tiny", fraction=0.5, trials=4)
+    run_search(with_search(cfg, **req))  # no survivors: the short-schedule ranking, for reference
+    rows = _rows(cfg)
+    complete = sorted((t for t in rows if t["status"] == "complete"),
+                      key=lambda t: (-t["validation_accuracy"], t["latency_ms"], t["number"]))
+    assert len(complete) >= 2, "the tiny space trains at least two shapes in 4 trials"
+    real = Candidates.full_schedule
+    trained: list[dict] = []
+
+    def reversed_ranking(self, s, score_variant=None):  # the real training, then a score that reverses the ranking
+        real(self, s, score_variant)
+        trained.append(s)
+        return 0.1 * len(trained)
+
+    monkeypatch.setattr(Candidates, "full_schedule", reversed_ranking)
+    before = len(distill_calls)
+    summary = run_search(with_search(cfg, **req, survivors=2))
+    doc = json.loads((cfg.run_dir / "search" / "trials.json").read_text())
+    assert doc["survivors"] == [complete[0]["number"], complete[1]["number"]]
+    assert len(trained) == 2 and len(distill_calls) - before == 2  # no trial re-run: the study was complete
+    assert summary["best_trial"] == complete[1]["number"]  # the second by the short schedule, first in full
+    full = {t["number"]: t["validation_accuracy_full"] for t in doc["trials"]}
+    assert full[complete[0]["number"]] == pytest.approx(0.1) and full[complete[1]["number"]] == pytest.approx(0.2)
+    best = cfg.run_dir / "search" / "best-host-cpu.toml"
+    assert "#%d" % complete[1]["number"] in best.read_text().splitlines()[0]
+    assert "0.2000 after the full schedule" in best.read_text().splitlines()[0]
+    # the same request with a third survivor: the first two come from survivors.json, only the third trains
+    run_search(with_search(cfg, **req, survivors=3))
+    assert len(trained) == (3 if len(complete) >= 3 else 2)
+
+
+def test_real_full_schedule_matches_the_distill_stage(search_cfg):
+    """A survivor's full-schedule training is the distill stage's: the same student shape trained by the
+    pipeline scores the same validation accuracy (same seed, same data, same calls)."""
+    import numpy as np
+
+    from distill.models import load_model, predict_logits
+    from eval.metrics import scores
+    from pipeline.stage import run
+    from pipeline.tasks.classification.search import Candidates
+
+    _, cfg = search_cfg
+    cands = Candidates(cfg, "host-cpu", None)
+    score = cands.full_schedule(cfg.student)
+    run(cfg, ["distill"])
+    m = load_model(cfg.run_dir / "distill" / "student", "student")
+    logits = predict_logits(m.model, m.tokenizer, cands.val_texts, m.max_length, cfg.teacher.eval_batch_size)
+    assert scores(logits, np.array(cands.val_y), len(cands.labels))["accuracy"] == pytest.approx(score, abs=1e-12)

@@ -66,9 +66,13 @@ def test_tiny_generation_search_end_to_end(gen_search_cfg, distill_calls, capsys
         assert 1.0 < t["validation_perplexity"] == t["validation_perplexity_per_rung"][-1] < 64
         assert "validation_accuracy" not in t
     trained = [t for t in complete if t["same_as_trial"] is None]
-    assert len(distill_calls) == len(trained)
+    # search.survivors (default 3): the best short-schedule trials trained again on the whole budget, one call each
+    survivors = sorted(complete, key=lambda t: t["validation_perplexity"])[:3]
+    assert doc["survivors"] == [t["number"] for t in survivors]
+    assert len(distill_calls) == len(trained) + len(survivors)
+    assert all(1.0 < t["validation_perplexity_full"] < 64 for t in survivors)
     top = doc["trials"][doc["best_trial"]]
-    assert top["validation_perplexity"] == min(t["validation_perplexity"] for t in complete)  # lower is better
+    assert top["validation_perplexity_full"] == min(t["validation_perplexity_full"] for t in survivors)  # lower wins
     assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     best = out / "best-host-cpu.toml"
     printed = capsys.readouterr().out

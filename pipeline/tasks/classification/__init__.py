@@ -23,7 +23,7 @@ TASK = Task(
                          "teacher.epochs", "teacher.batch_size", "teacher.lr", "teacher.weight_decay",
                          "teacher.warmup_fraction", "train.*"), distributed=True),
         # teacher.eval_batch_size: length-sorted batches padded per batch, so the batch size moves logits ~1e-8
-        "logits": Step(lazy(f"{_HERE}.train:stage_logits"), ("augment.*", "teacher.eval_batch_size"),
+        "logits": Step(lazy(f"{_HERE}.train:stage_logits"), ("augment.*", "teacher.eval_batch_size", "teacher.precision"),
                        distributed=True),
         "distill": Step(lazy(f"{_HERE}.train:stage_distill"), ("student.*", "distill.*", "train.*"),
                         distributed=True),

@@ -326,6 +326,48 @@ class Candidates(MeasurementCache):
                              self.cfg.teacher.eval_batch_size)
         return scores(logits, np.array(self.val_y), len(self.labels))["accuracy"]
 
+    def candidate_of(self, shape: dict) -> Candidate:
+        """The config section of a trial's shape (its `student` user attribute): [student], or [baseline] for
+        an LSTM / GRU, with the user's other settings."""
+        from distill.search_space import RNN_CELLS, config_keys
+
+        base = self.cfg.baseline if shape["arch"] in RNN_CELLS else self.cfg.student
+        return dataclasses.replace(base, **config_keys(shape))
+
+    def full_schedule(self, s: Candidate, score_variant: str | None = None) -> float:
+        """s trained as the pipeline trains the config best-<target>.toml would hold, scored on validation: the
+        distill stage's one distill_student call over distill.epochs (its layer map and hidden / attention
+        losses, the teacher run alongside, [train]'s precision and accumulation), or for an RNN the baseline
+        stage's distilled RNN over baseline.epochs. score_variant: that quantized file's accuracy instead."""
+        from distill.baseline import train_rnn
+        from distill.distiller import distill_student
+        from distill.precision import choose_precision
+        from distill.student import build_student, check_layer_map
+        from distill.train import TrainOptions, seed_everything
+        from pipeline.tasks.classification.train import _student_embedding
+
+        cfg, tok, t = self.cfg, self.teacher.tokenizer, self.cfg.train
+        opts = TrainOptions(grad_accum=t.grad_accum, precision=choose_precision(t.precision).precision)
+        seed_everything(cfg.run.seed)
+        if isinstance(s, BaselineSection):
+            model = self.build_rnn(s)
+            train_rnn(model, tok, self.texts, self.y, s, self.rnn_length(s), cfg.run.seed,
+                      f"search survivor: {s.cell}", teacher_logits=self.teacher_logits,
+                      temperature=cfg.distill.temperature, opts=opts)
+        else:
+            teacher = self.teacher.model
+            layer_map = check_layer_map(cfg.distill.layer_map, s.layers, teacher.hf.config.num_hidden_layers)
+            eager = cfg.distill.attention_weight > 0
+            if eager:  # as the distill stage: attention probabilities need the eager implementation
+                teacher.hf.config._attn_implementation = "eager"
+                teacher.hf.set_attn_implementation("eager")
+            model = build_student(s, teacher, self.labels, layer_map, attn_eager=eager)
+            _student_embedding(s, model, tok, self.texts)
+            distill_student(model, teacher, tok, self.texts, self.y, self.teacher_logits, cfg.distill, layer_map,
+                            s.max_length, cfg.run.seed, opts)
+        model.cpu()
+        return self.file_accuracy(model, s, score_variant) if score_variant else self.validation_accuracy(model, s)
+
     def _distilled(self, s: Candidate, fraction: float, report):
         """(the trained model, its last rung's validation accuracy)."""
         from distill.distiller import distill_student

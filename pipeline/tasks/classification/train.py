@@ -63,6 +63,7 @@ def stage_logits(ctx: StageContext) -> dict:
     """Augment the training texts and cache the teacher's logits on all of them (the teacher runs once)."""
     from distill.augment import Augmenter
     from distill.models import load_model, predict_logits
+    from distill.precision import choose_precision
 
     cfg = ctx.cfg
     threads(cfg)
@@ -75,12 +76,17 @@ def stage_logits(ctx: StageContext) -> dict:
         extra = aug.augment(texts)
     rows = [{"text": t, "label": labels[i], "origin": "train"} for t, i in zip(texts, y)]
     rows += [{"text": t, "label": None, "origin": "augmented"} for t in extra]
+    # teacher.precision: bf16 autocast where the hardware computes it natively ("auto"); the cached logits are
+    # soft targets, and the teacher's own accuracy (eval stage) is still scored in fp32
+    choice = choose_precision(cfg.teacher.precision, "teacher.precision")
+    precision = choice.precision
     logits = predict_logits(teacher.model, teacher.tokenizer, [r["text"] for r in rows], teacher.max_length,
-                            cfg.teacher.eval_batch_size, desc="teacher logits", shard=True)
+                            cfg.teacher.eval_batch_size, desc="teacher logits", shard=True, precision=precision)
     write_jsonl(ctx.out / "distill_set.jsonl", rows)
     np.save(ctx.out / "teacher_logits.npy", logits.astype(np.float32))
     agree = float((logits[: len(y)].argmax(-1) == np.array(y)).mean())
-    return {"train_texts": len(texts), "augmented_texts": len(extra), "teacher_train_accuracy": agree}
+    return {"train_texts": len(texts), "augmented_texts": len(extra), "teacher_train_accuracy": agree,
+            "precision": precision, "precision_reason": choice.reason}
 
 
 def _distill_set(logits_dir, labels: list[str]) -> tuple[list[str], list[int], np.ndarray]:

@@ -190,3 +190,25 @@ class Candidates(MeasurementCache):
                 ppl = float(self.vmap.teacher_vocab)
             report(i, ppl)
         return ppl
+
+    def candidate_of(self, shape: dict) -> StudentSection:
+        """The [student] section of a trial's shape (its `student` user attribute), the user's other settings kept."""
+        return dataclasses.replace(self.cfg.student, **shape)
+
+    def full_schedule(self, s: StudentSection, score_variant: str | None = None) -> float:
+        """s trained on the distill stage's whole budget (one distill_lm call with [distill] as configured:
+        distill.steps, one learning-rate schedule), scored by validation perplexity."""
+        from distill.distiller import distill_lm
+        from distill.precision import choose_precision
+        from distill.train import TrainOptions, seed_everything
+        from eval.metrics import LM, perplexity
+
+        cfg, t = self.cfg, self.cfg.train
+        seed_everything(cfg.run.seed)
+        student = self.build(s)
+        opts = TrainOptions(grad_accum=t.grad_accum, precision=choose_precision(t.precision).precision)
+        distill_lm(student, self.windows, self.topk_ids, self.topk_logits, cfg.distill, cfg.run.seed, opts)
+        student.eval()
+        ppl = perplexity(LM("student", "hf", student, self.vmap, self.max_positions), self.val,
+                         cfg.lm.eval_batch_size)["perplexity"]
+        return ppl if math.isfinite(ppl) else float(self.vmap.teacher_vocab)
