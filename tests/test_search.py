@@ -561,3 +561,24 @@ def test_real_full_schedule_matches_the_distill_stage(search_cfg):
     m = load_model(cfg.run_dir / "distill" / "student", "student")
     logits = predict_logits(m.model, m.tokenizer, cands.val_texts, m.max_length, cfg.teacher.eval_batch_size)
     assert scores(logits, np.array(cands.val_y), len(cands.labels))["accuracy"] == pytest.approx(score, abs=1e-12)
+
+
+def test_a_layer_map_for_another_depth_becomes_the_uniform_spread():
+    """A user's distill.layer_map names one teacher layer per layer of their own student: a searched shape of
+    another depth is trained (survivors) and written (best-<target>.toml) with the uniform spread instead of a
+    map the distill stage would reject; a shape of the same depth keeps the user's map."""
+    from pipeline.config import config_from_dict, Config
+    from pipeline.tasks.classification.search import Candidates, layer_map_for
+
+    data = Config().to_dict()
+    data["distill"]["layer_map"] = [2, 4, 5, 6]
+    shape = {"arch": "bert", "layers": 3, "hidden": 128, "heads": 4, "ffn": 256, "embedding_dim": 0,
+             "vocab": "teacher", "vocab_size_max": 16384, "init": "teacher-pca", "max_length": 128, "max_positions": 0}
+    Candidates.apply_best(data, shape)
+    assert data["distill"]["layer_map"] == [] and data["student"]["layers"] == 3
+    config_from_dict(data, "best")  # loads
+    same = Config().to_dict()
+    same["distill"]["layer_map"] = [2, 4, 6]
+    Candidates.apply_best(same, shape)
+    assert same["distill"]["layer_map"] == [2, 4, 6]
+    assert layer_map_for([2, 4, 5, 6], 3) == [] and layer_map_for([2, 4, 6], 3) == [2, 4, 6]

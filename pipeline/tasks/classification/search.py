@@ -73,6 +73,10 @@ class Candidates(MeasurementCache):
                 data["quantize"]["models"] = [*data["quantize"]["models"], "lstm_distilled"]
         else:
             data["student"] = {**data["student"], **config_keys(shape)}
+            if len(data["distill"].get("layer_map") or []) not in (0, shape["layers"]):
+                # the user's map names one teacher layer per layer of their own student: another depth gets the
+                # uniform spread, which is what the search trained it with (layer_map_for)
+                data["distill"] = {**data["distill"], "layer_map": []}
 
     def sample(self, trial, space) -> Candidate:
         from distill.search_space import sample_candidate
@@ -356,7 +360,8 @@ class Candidates(MeasurementCache):
                       temperature=cfg.distill.temperature, opts=opts)
         else:
             teacher = self.teacher.model
-            layer_map = check_layer_map(cfg.distill.layer_map, s.layers, teacher.hf.config.num_hidden_layers)
+            layer_map = check_layer_map(layer_map_for(cfg.distill.layer_map, s.layers), s.layers,
+                                        teacher.hf.config.num_hidden_layers)
             eager = cfg.distill.attention_weight > 0
             if eager:  # as the distill stage: attention probabilities need the eager implementation
                 teacher.hf.config._attn_implementation = "eager"
@@ -411,6 +416,12 @@ class Candidates(MeasurementCache):
         logits = predict_logits(student, self.teacher.tokenizer, self.val_texts, self.max_length(s),
                                 self.cfg.teacher.eval_batch_size)
         return scores(logits, np.array(self.val_y), len(self.labels))["accuracy"]
+
+
+def layer_map_for(layer_map: list[int], layers: int) -> list[int]:
+    """distill.layer_map for a candidate of `layers` layers: the user's when it has one entry per layer, else
+    [] (the uniform spread; apply_best writes the same into best-<target>.toml)."""
+    return list(layer_map) if len(layer_map) == layers else []
 
 
 def _kind(student) -> str:
