@@ -470,6 +470,13 @@ def test_a_finished_search_is_in_the_report(search_cfg, tmp_path):
     assert "## Student search" in md and f"trial #{s['best_trial']}" in md and "](search_pareto.png)" in md
     assert md.count("| #") == 2  # both trials trained: one table row each
     assert "data:image/png;base64," in to_html([b for b in bl if b[0] == "img" and "search" in b[2]])
+    # with survivors: a "full schedule" column, and the best trial's two scores in the text
+    best = s["best_trial"]
+    for t in s["trials"]:
+        t["validation_accuracy_full"] = 0.5 if t["number"] == best else None
+    md = to_markdown(blocks(res, {}, tmp_path))
+    assert "| validation accuracy (short) | full schedule |" in md and "| 0.5000 |" in md
+    assert f"trial #{best}, validation accuracy 0.5000 after the full schedule" in md
 
 
 def test_one_other_variant_is_timed_and_scored_as_that_file(search_cfg, monkeypatch):
