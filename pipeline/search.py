@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pipeline.errors import PipelineError
+from pipeline.search_checks import DEFAULT_VARIANTS
 
 log = logging.getLogger("pocketformer")
 NEEDS = ["data", "teacher", "logits"]  # the stages whose outputs the search reads (its deps in the graph)
@@ -63,7 +64,7 @@ class SearchRequest:
     fraction: float = 0.34  # share of distill.epochs each candidate trains for
     storage: str = ""  # "" = SQLite in the run folder; else a shared SQLAlchemy URL
     npu_compile: bool = False  # also prune candidates the HTP compiler does not take whole (npu.chips)
-    variants: tuple[str, ...] = ("int8-dynamic",)  # the files a candidate may ship; more than one: a dimension
+    variants: tuple[str, ...] = DEFAULT_VARIANTS  # the files a candidate may ship; more than one: a dimension
     survivors: int = 3  # the best trained trials retrained on the full schedule; the best of them is the result
 
 
@@ -132,7 +133,7 @@ def study_name(cfg, r: SearchRequest, searcher: type | None = None) -> str:
              "bench": cfg.section_dict("bench"), "quantize": cfg.section_dict("quantize"), **searcher.basis(cfg)}
     if r.npu_compile:  # only then: the studies of searches without the gate keep their names
         basis["npu_compile"] = sorted(set(cfg.npu.chips))
-    if r.variants != SearchRequest.variants:  # likewise: int8-dynamic alone keeps the names of earlier studies
+    if r.variants != DEFAULT_VARIANTS:  # likewise: int8-dynamic alone keeps the names of earlier studies
         basis["variants"] = list(r.variants)
     return f"{r.target}-{r.budget_ms:g}ms-{r.max_mb:g}mb-{sha256_json(basis)[:12]}"
 
@@ -257,7 +258,7 @@ def run_survivors(r: SearchRequest, study, cands, cache_path: Path) -> dict[int,
         return {}
     cache: dict = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     metric = cands.METRIC.replace("_", " ")
-    scored = r.variants != SearchRequest.variants  # as a trial: the file's own score unless int8-dynamic alone
+    scored = r.variants != DEFAULT_VARIANTS  # as a trial: the file's own score unless int8-dynamic alone
     out = {}
     for i, t in enumerate(picks, 1):
         variant = t.user_attrs.get("variant", r.variants[0])
@@ -346,7 +347,7 @@ def _objective(cfg, r: SearchRequest, space, study, cands):
 
         # a file other than int8-dynamic alone (or several): the files differ in accuracy too, so the score is
         # the trained candidate's own file's; int8-dynamic alone keeps the earlier studies' PyTorch score
-        return cands.distill(s, r.fraction, report, variant if r.variants != SearchRequest.variants else None)
+        return cands.distill(s, r.fraction, report, variant if r.variants != DEFAULT_VARIANTS else None)
 
     return objective
 

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from pipeline.errors import PipelineError
+from pipeline.search_checks import DEFAULT_VARIANTS
 
 
 def trial_rows(study, searcher, full: dict[int, float] | None = None) -> list[dict]:
@@ -19,7 +20,7 @@ def trial_rows(study, searcher, full: dict[int, float] | None = None) -> list[di
     for t in study.trials:
         a = t.user_attrs
         rows.append({"number": t.number, "status": t.state.name.lower(), "params": t.params,
-                     "student": a.get("student"), "variant": a.get("variant", "int8-dynamic"),
+                     "student": a.get("student"), "variant": a.get("variant", DEFAULT_VARIANTS[0]),
                      **{k: a.get(k) for k in searcher.MEASURED},
                      metric: t.value if t.state.name == "COMPLETE" else None,
                      f"{metric}_per_rung": a.get(f"{metric}_per_rung", []), f"{metric}_full": full.get(t.number),
@@ -145,9 +146,9 @@ def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, fl
     data = cfg.to_dict()
     data.pop("search", None)
     a = best.user_attrs
-    variant = a.get("variant", "int8-dynamic")  # studies from before search.variants: int8-dynamic
+    variant = a.get("variant", DEFAULT_VARIANTS[0])  # studies from before search.variants: int8-dynamic
     # bundle.variant only where search.variants asked for more than int8-dynamic: else the user's stays
-    searched = list(cfg.search.variants) != ["int8-dynamic"]
+    searched = tuple(cfg.search.variants) != DEFAULT_VARIANTS
     searcher.apply_best(data, a["student"], variant if searched else None)
     score = (f"{full[best.number]:.4f} after the full schedule ({best.value:.4f} after the short one)" if full
              else f"{best.value:.4f} after the short schedule")
