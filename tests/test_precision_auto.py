@@ -68,6 +68,8 @@ def test_teacher_precision_runs_the_logits_pass_in_bf16(tiny_bert_dir, tiny_csv,
         run(cfg, ["logits"])
         logits[precision] = np.load(cfg.run_dir / "logits" / "teacher_logits.npy")
         summaries[precision] = read_manifest(cfg.run_dir / "logits")["summary"]
+        # the teacher stage's validation score runs in the same precision, and says which
+        assert read_manifest(cfg.run_dir / "teacher")["summary"]["validation"]["precision"] == precision
     assert summaries["fp32"]["precision"] == "fp32" and summaries["bf16"]["precision"] == "bf16"
     assert summaries["bf16"]["precision_reason"] == "set in the config"
     diff = np.abs(logits["bf16"] - logits["fp32"])

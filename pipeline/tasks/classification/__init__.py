@@ -16,12 +16,13 @@ TASK = Task(
     quality="accuracy",
     steps={
         "data": Step(lazy(f"{_HERE}.train:stage_data"), ("data.*",)),
-        # teacher.eval_batch_size only batches the validation score in the summary: the model is the same;
+        # teacher.eval_batch_size only batches the validation score in the summary: the model is the same
+        # (teacher.precision is kept: it moves that score by bf16 rounding);
         # the student / layer-map checks here only fail early (the distill step reads those keys)
         "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"),
                         ("teacher.model", "teacher.fine_tune", "teacher.max_length", "teacher.on_too_long",
                          "teacher.epochs", "teacher.batch_size", "teacher.lr", "teacher.weight_decay",
-                         "teacher.warmup_fraction", "train.*"), distributed=True),
+                         "teacher.warmup_fraction", "teacher.precision", "train.*"), distributed=True),
         # teacher.eval_batch_size: length-sorted batches padded per batch, so the batch size moves logits ~1e-8
         "logits": Step(lazy(f"{_HERE}.train:stage_logits"), ("augment.*", "teacher.eval_batch_size", "teacher.precision"),
                        distributed=True),

@@ -33,6 +33,7 @@ def _xy(data_dir, split: str, labels: list[str]) -> tuple[list[str], list[int]]:
 def stage_teacher(ctx: StageContext) -> dict:
     """Fine-tune the pretrained encoder into a classifier; writes teacher/model (HF folder)."""
     from distill.models import predict_logits, save_model
+    from distill.precision import choose_precision
     from distill.student import check_init, check_layer_map
     from distill.teacher import fine_tune, load_for_classification
     from distill.train import seed_everything
@@ -52,8 +53,12 @@ def stage_teacher(ctx: StageContext) -> dict:
         summary.update(fine_tune(model, tok, texts, y, t, cfg.run.seed, train_options(ctx)))
     vtexts, vy = _xy(ctx.input("data"), "validation", labels)
     if vtexts:
-        logits = predict_logits(model, tok, vtexts, t.max_length, t.eval_batch_size, desc="teacher: validation")
-        summary["validation"] = scores(logits, np.array(vy), len(labels))
+        # the validation score in teacher.precision, as the logits stage's pass: the demo scores all ~3.2k
+        # validation texts (the search ranks students on them), which bf16 keeps to ~10 s on 2 cores
+        choice = choose_precision(t.precision, "teacher.precision")
+        logits = predict_logits(model, tok, vtexts, t.max_length, t.eval_batch_size, desc="teacher: validation",
+                                precision=choice.precision)
+        summary["validation"] = {**scores(logits, np.array(vy), len(labels)), "precision": choice.precision}
     save_model(ctx.out / "model", model.cpu(), tok, labels, "hf", t.max_length)
     return summary
 
