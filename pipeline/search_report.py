@@ -58,16 +58,31 @@ def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | 
         doc["lower_is_better"] = True
     doc["trials"] = rows
     _write(out / "trials.json", json.dumps(doc, indent=2))
-    pareto_plot(rows, out / "pareto.png", request, searcher)
+    pareto_plot(rows, out / "pareto.png", request, searcher, None if best is None else best.number)
     return rows
 
 
-def pareto_plot(rows: list[dict], path: Path, request, searcher) -> Path:
+def pareto_plot(rows: list[dict], path: Path, request, searcher, best: int | None = None) -> Path:
     """Trained trials as points (area ~ int8 file size; the Pareto front edged in black and joined by a step
     line), trials stopped by successive halving hollow at their last rung's score, trials over budget as grey
     crosses on a band below the trained scores (above them for a lower-is-better score such as perplexity),
     never trained; the budget as a dashed vertical rule; a log x axis where the costs span over 10x.
+    Survivors (search.survivors) as diamonds at their full-schedule score, joined to their short-schedule
+    point; the search's result (best: its trial number) as a star.
     x: searcher.COST_NOTE, y: searcher.METRIC."""
+    from eval.plots import _plt
+
+    plt = _plt()
+    fig = pareto_figure(rows, request, searcher, best)
+    tmp = path.with_name(path.stem + ".partial.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def pareto_figure(rows: list[dict], request, searcher, best: int | None = None):
+    """The matplotlib figure pareto_plot saves."""
     from eval.plots import _plt, pareto
 
     metric, per_rung = searcher.METRIC, f"{searcher.METRIC}_per_rung"
@@ -81,7 +96,8 @@ def pareto_plot(rows: list[dict], path: Path, request, searcher) -> Path:
             and r.get("same_as_trial") is None]
     sized = done + halved
     top = max([r["size_bytes"] for r in sized] or [1]) or 1
-    scores = [r[metric] for r in done] + [r[per_rung][-1] for r in halved]
+    full = [r for r in done if r.get(f"{metric}_full") is not None]
+    scores = [r[metric] for r in done] + [r[per_rung][-1] for r in halved] + [r[f"{metric}_full"] for r in full]
     # the y axis spans the trained scores (a 0-1 axis squeezes a search's few points into one blob); trials
     # never trained sit on a band at the worst edge of it
     lo, hi = (min(scores), max(scores)) if scores else (0.0, 1.0)
@@ -106,6 +122,17 @@ def pareto_plot(rows: list[dict], path: Path, request, searcher) -> Path:
         for r in (r for r in done if (r["latency_ms"], r[metric]) in on_front):  # the front only: legible
             ax.annotate(f"#{r['number']}", (r["latency_ms"], r[metric]), fontsize=7,
                         xytext=(4, 4), textcoords="offset points")
+    if full:  # the short schedule's score moved to the full one's: a survivor's two points, joined
+        for r in full:
+            ax.plot([r["latency_ms"]] * 2, [r[metric], r[f"{metric}_full"]], color="#2ca02c", lw=1, zorder=2)
+        ax.scatter([r["latency_ms"] for r in full], [r[f"{metric}_full"] for r in full], marker="D", s=36,
+                   color="#2ca02c", zorder=4, label="survivor, after the full schedule")
+    pick = next((r for r in done if r["number"] == best), None)
+    if pick is not None:
+        y = pick.get(f"{metric}_full")
+        y = pick[metric] if y is None else y
+        ax.scatter([pick["latency_ms"]], [y], marker="*", s=260, color="#ffbf00", edgecolors="black",
+                   linewidths=0.8, zorder=5, label=f"result: #{pick['number']} (best-{request.target}.toml)")
     if halved:
         ax.scatter([r["latency_ms"] for r in halved], [r[per_rung][-1] for r in halved],
                    s=[area(r) for r in halved], facecolors="none", edgecolors="#d62728", zorder=3,
@@ -115,7 +142,8 @@ def pareto_plot(rows: list[dict], path: Path, request, searcher) -> Path:
                    label="over budget: never trained " + ("(bottom band)" if higher else "(top band)"))
     ax.axvline(request.budget_ms, color="#1f77b4", ls="--", lw=1, label=f"budget {request.budget_ms:g} {searcher.BUDGET_UNIT}")
     ax.set_xlabel(searcher.COST_NOTE.format(target=request.target))
-    ax.set_ylabel(f"{metric.replace('_', ' ')} (short schedule{'' if higher else '; lower is better'})")
+    sched = "short schedule; diamonds: full" if full else "short schedule"
+    ax.set_ylabel(f"{metric.replace('_', ' ')} ({sched}{'' if higher else '; lower is better'})")
     edge = worst - pad if higher else worst + pad
     ax.set_ylim(*((edge, hi + pad) if higher else (lo - pad, edge)))
     costs = [r["latency_ms"] for r in rows if r["latency_ms"]] + [request.budget_ms]
@@ -124,11 +152,7 @@ def pareto_plot(rows: list[dict], path: Path, request, searcher) -> Path:
     ax.set_title(f"student search: {len(done)} trained of {len(rows)} trials")
     fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    tmp = path.with_name(path.stem + ".partial.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return fig
 
 
 def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, float] | None = None) -> Path | None:

@@ -589,3 +589,37 @@ def test_a_layer_map_for_another_depth_becomes_the_uniform_spread():
     Candidates.apply_best(same, shape)
     assert same["distill"]["layer_map"] == [2, 4, 6]
     assert layer_map_for([2, 4, 5, 6], 3) == [] and layer_map_for([2, 4, 6], 3) == [2, 4, 6]
+
+
+def test_the_pareto_plot_marks_survivors_and_the_result():
+    """Survivors show where the full schedule moved them (a diamond joined to the short-schedule point) and the
+    search's result is a star at its full-schedule score, not at the short one; a study without survivors has
+    neither diamonds nor a line for them."""
+    from types import SimpleNamespace
+
+    from pipeline.search_report import pareto_figure
+    from pipeline.tasks.classification.search import Candidates
+
+    def row(n, ms, short, full=None):
+        return {"number": n, "latency_ms": ms, "size_bytes": 1_000_000 + n, "validation_accuracy": short,
+                "validation_accuracy_per_rung": [short], "validation_accuracy_full": full, "same_as_trial": None}
+
+    rows = [row(0, 0.3, 0.70), row(1, 0.4, 0.74, 0.72), row(2, 0.5, 0.73, 0.75), row(3, 0.2, 0.72, 0.71)]
+    request = SimpleNamespace(target="mobile-cpu", budget_ms=0.6)
+    fig = pareto_figure(rows, request, Candidates, best=2)
+    ax = fig.axes[0]
+    handles, labels = ax.get_legend_handles_labels()
+    assert "survivor, after the full schedule" in labels and "result: #2 (best-mobile-cpu.toml)" in labels
+    star = handles[labels.index("result: #2 (best-mobile-cpu.toml)")]
+    assert star.get_offsets().tolist() == [[0.5, 0.75]]  # its full-schedule score
+    diamonds = handles[labels.index("survivor, after the full schedule")]
+    assert sorted(map(tuple, diamonds.get_offsets().tolist())) == [(0.2, 0.71), (0.4, 0.72), (0.5, 0.75)]
+    lo, hi = ax.get_ylim()
+    assert lo < 0.70 and hi > 0.75
+    plain = pareto_figure([dict(r, validation_accuracy_full=None) for r in rows], request, Candidates, best=1)
+    labels = plain.axes[0].get_legend_handles_labels()[1]
+    assert "survivor, after the full schedule" not in labels and "result: #1 (best-mobile-cpu.toml)" in labels
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    plt.close(plain)
