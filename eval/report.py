@@ -487,6 +487,8 @@ def _search(res: dict, out: Path | None) -> list[Block]:
                  else f"{best[metric]:.4f}")
         text += (f" Best: trial #{best['number']}, {label} {score} at {best['latency_ms']:.3f} ms; "
                  f"its config: {s['config']} (make all CONFIG=runs/<run>/{s['config']}).")
+    if s.get("verdict"):  # against the config's own student, trained in full alike (search.reference)
+        text += f" Against the config's own student: {s['verdict']}."
 
     def shape(t: dict) -> str:
         return ", ".join(f"{k}={v}" for k, v in sorted(t["params"].items()))
@@ -494,6 +496,11 @@ def _search(res: dict, out: Path | None) -> list[Block]:
     rows = [[f"#{t['number']}", shape(t), t.get("variant", "int8-dynamic"), _ms(t["latency_ms"]),
              f"{t['size_bytes'] / 1e6:.2f}", _num(t[metric])] + ([_num(t.get(full))] if survivors else [])
             for t in trained[:10]]
+    ref = s.get("reference")
+    if ref and survivors:
+        rows.append(["config's own", ", ".join(f"{k}={v}" for k, v in sorted(ref["student"].items())),
+                     ref.get("variant", "int8-dynamic"), _ms(ref["latency_ms"]), f"{ref['size_bytes'] / 1e6:.2f}",
+                     "", _num(ref.get(full))])
     head = ["trial", "shape", "file", "p50 ms", "MB", f"{label} (short)" if survivors else label]
     bl: list[Block] = [("h2", "Student search"), ("p", text),
                        ("table", head + (["full schedule"] if survivors else []), rows)]

@@ -424,6 +424,10 @@ class SearchSection:
     # (the distill stage's full schedule, or the baseline stage's for an RNN) and scored on validation; the
     # best of them is the search's result. 0 = the best short-schedule score is the result
     survivors: int = 3
+    # The config's own [student] as the yardstick: measured on the target and trained on the full schedule like a
+    # survivor, so the output says whether the result beats what the config already has (trials.json
+    # `reference`, the plot, the report). Only with survivors > 0: a short-schedule score is not comparable
+    reference: bool = True
 
 
 SECTIONS: dict[str, type] = {

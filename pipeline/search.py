@@ -66,6 +66,7 @@ class SearchRequest:
     npu_compile: bool = False  # also prune candidates the HTP compiler does not take whole (npu.chips)
     variants: tuple[str, ...] = DEFAULT_VARIANTS  # the files a candidate may ship; more than one: a dimension
     survivors: int = 3  # the best trained trials retrained on the full schedule; the best of them is the result
+    reference: bool = True  # the config's own student trained and measured alike, as the yardstick (survivors > 0)
 
 
 def request_of(cfg) -> SearchRequest:
@@ -77,7 +78,7 @@ def request_of(cfg) -> SearchRequest:
         raise PipelineError("search: no latency budget: give --budget-ms (a positive latency budget in "
                             "milliseconds), or set search.budget_ms")
     return SearchRequest(s.target, s.budget_ms, s.max_mb, s.trials, s.space, s.fraction, s.storage, s.npu_compile,
-                         tuple(dict.fromkeys(s.variants)), s.survivors)
+                         tuple(dict.fromkeys(s.variants)), s.survivors, s.reference)
 
 
 def check_npu(r: SearchRequest) -> None:
@@ -184,8 +185,9 @@ def stage_search(ctx) -> dict:
     url = r.storage or f"sqlite:///{work / 'study.db'}"
     study, cands = run_trials(cfg, r, space, url, work / "measurements.json", searcher)
     full = run_survivors(r, study, cands, work / "survivors.json")
-    rows = write_outputs(study, ctx.out, r, searcher, full)
-    best = best_config(cfg, study, ctx.out, r.target, searcher, full)
+    ref = run_reference(r, study, cands, work / "survivors.json") if full and r.reference else None
+    rows = write_outputs(study, ctx.out, r, searcher, full, ref)
+    best = best_config(cfg, study, ctx.out, r.target, searcher, full, ref)
     for name in ("measurements.json", "survivors.json"):
         if (work / name).is_file():
             shutil.copy2(work / name, ctx.out / name)
@@ -196,6 +198,7 @@ def stage_search(ctx) -> dict:
             "trials": len(finished), "complete": sum(t["status"] == "complete" for t in rows),
             "best_trial": json.loads((ctx.out / "trials.json").read_text())["best_trial"],
             "best_config": best.name if best else None,
+            "verdict": json.loads((ctx.out / "trials.json").read_text())["verdict"],
             "workers": sorted({t["worker"] for t in rows if t.get("worker")})}
 
 
@@ -275,6 +278,31 @@ def run_survivors(r: SearchRequest, study, cands, cache_path: Path) -> dict[int,
         print(f"[search] survivor {i}/{len(picks)}: trial {t.number}: {metric} {cache[key]:.4f} after the full "
               f"schedule", flush=True)
     return out
+
+
+def run_reference(r: SearchRequest, study, cands, cache_path: Path) -> dict:
+    """The config's own [student], measured on the target as a trial is (r.variants[0]) and trained on the full
+    schedule as a survivor is: {"student": shape, "variant", latency and size (cands.MEASURED), "<METRIC>_full"}.
+    The yardstick for the result: a search whose best survivor scores below it has found nothing better than
+    the config already has. Its score is cached in survivors.json beside the survivors' (a survivor of the
+    same shape shares it)."""
+    s = cands.candidate_of(cands.shape_of(cands.cfg.student))
+    shape, variant = cands.shape_of(s), r.variants[0]
+    m = cands.measure(s, shape, variant)
+    cache: dict = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+    key = json.dumps({"study": study.study_name, "student": shape, "variant": variant}, sort_keys=True)
+    metric = cands.METRIC.replace("_", " ")
+    if key not in cache:
+        print("[search] reference: the config's own [student] on the full schedule", flush=True)
+        cache[key] = cands.full_schedule(s, variant if r.variants != DEFAULT_VARIANTS else None)
+        tmp = cache_path.with_suffix(".partial")
+        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+        os.replace(tmp, cache_path)
+    print(f"[search] reference: the config's own [student]: {metric} {cache[key]:.4f} after the full schedule, "
+          f"{m['latency_ms']:.3f} {cands.COST_SHORT.format(target=r.target)}, {m['size_bytes'] / 1e6:.2f} MB "
+          f"{variant}", flush=True)
+    return {"student": shape, "variant": variant, **{k: m[k] for k in cands.MEASURED},
+            f"{cands.METRIC}_full": cache[key]}
 
 
 def _objective(cfg, r: SearchRequest, space, study, cands):
@@ -481,7 +509,7 @@ def run_worker(cfg) -> dict:
 
 FLAGS = {"target": "target", "budget_ms": "budget_ms", "max_mb": "max_mb", "trials": "trials", "space": "space",
          "fraction": "fraction", "storage": "storage", "variants": "variants",
-         "survivors": "survivors"}  # argparse dest -> [search] key
+         "survivors": "survivors", "reference": "reference"}  # argparse dest -> [search] key
 
 
 def flag_overrides(args) -> list[str]:
@@ -509,6 +537,8 @@ def add_cli(sub, common) -> None:
     p.add_argument("--survivors", type=int, help="the best trained trials retrained on the full schedule; the "
                                                   "best of them is the result (search.survivors, default 3; 0: "
                                                   "the best short-schedule score)")
+    p.add_argument("--no-reference", dest="reference", action="store_false", default=None,
+                   help="do not train the config's own [student] as the yardstick (search.reference = false)")
     p.add_argument("--worker", action="store_true", help="only add trials to the shared study (search.storage) "
                                                          "until it holds --trials; the stage writes the outputs")
 
@@ -525,5 +555,7 @@ def run_cli(cfg, args) -> int:
         print(f"search: no trial met the budget on {cfg.search.target}; see {folder / 'trials.json'}")
         return 1
     best = folder / summary["best_config"]
+    if summary.get("verdict"):
+        print(f"search: {summary['verdict']}")
     print(f"best student config: {best}\nrun it with: make all CONFIG={best}")
     return 0

@@ -7,6 +7,7 @@ import json
 import math
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 from pipeline.errors import PipelineError
 from pipeline.search_checks import DEFAULT_VARIANTS
@@ -47,33 +48,57 @@ def best_trial(study, searcher, full: dict[int, float] | None = None):
                                         -t.user_attrs.get("latency_ms", 0.0), -t.number))
 
 
-def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | None = None) -> list[dict]:
+def verdict(best, full: dict[int, float] | None, ref: dict | None, searcher, request) -> str | None:
+    """One sentence: the result against the config's own student (ref, pipeline/search.py run_reference), both
+    after the full schedule, on the score and on the budgeted cost and size; None without a reference."""
+    if best is None or not full or ref is None:
+        return None
+    metric = searcher.METRIC
+    mine, theirs = full[best.number], ref[f"{metric}_full"]
+    a = best.user_attrs
+    better = mine >= theirs if searcher.DIRECTION == "maximize" else mine <= theirs
+    ratio = (f"{a['latency_ms'] / ref['latency_ms']:.2f}x its latency on {request.target} and "
+             f"{a['size_bytes'] / ref['size_bytes']:.2f}x its file size")
+    what = metric.replace("_", " ")
+    if better:
+        return (f"the result (trial #{best.number}, {what} {mine:.4f}) scores at least as well as the config's own "
+                f"student ({theirs:.4f}) on the validation split at {ratio}")
+    return (f"the result (trial #{best.number}, {what} {mine:.4f}) scores below the config's own student "
+            f"({theirs:.4f}) on the validation split, at {ratio}: the search found nothing better under this "
+            f"budget; weigh the speed and size against that")
+
+
+def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | None = None,
+                  ref: dict | None = None) -> list[dict]:
     rows = trial_rows(study, searcher, full)
     best = best_trial(study, searcher, full)
     doc = {"study": study.study_name, "target": request.target, "budget_ms": request.budget_ms,
            "best_trial": None if best is None else best.number,
            "max_mb": request.max_mb or None, "space": request.space, "fraction": request.fraction,
-           "metric": searcher.METRIC_NOTE, "survivors": list(full or {})}  # best short-schedule score first
+           "metric": searcher.METRIC_NOTE, "survivors": list(full or {}),  # best short-schedule score first
+           "reference": ref, "verdict": verdict(best, full, ref, searcher, request)}
     if searcher.DIRECTION == "minimize":  # say which way is better where it is not the usual "higher"
         doc["lower_is_better"] = True
     doc["trials"] = rows
     _write(out / "trials.json", json.dumps(doc, indent=2))
-    pareto_plot(rows, out / "pareto.png", request, searcher, None if best is None else best.number)
+    pareto_plot(rows, out / "pareto.png", request, searcher, None if best is None else best.number, ref)
     return rows
 
 
-def pareto_plot(rows: list[dict], path: Path, request, searcher, best: int | None = None) -> Path:
+def pareto_plot(rows: list[dict], path: Path, request, searcher, best: int | None = None,
+                ref: dict | None = None) -> Path:
     """Trained trials as points (area ~ int8 file size; the Pareto front edged in black and joined by a step
     line), trials stopped by successive halving hollow at their last rung's score, trials over budget as grey
     crosses on a band below the trained scores (above them for a lower-is-better score such as perplexity),
     never trained; the budget as a dashed vertical rule; a log x axis where the costs span over 10x.
     Survivors (search.survivors) as diamonds at their full-schedule score, joined to their short-schedule
-    point; the search's result (best: its trial number) as a star.
+    point; the search's result (best: its trial number) as a star; the config's own student (ref, trained in
+    full) as a black cross.
     x: searcher.COST_NOTE, y: searcher.METRIC."""
     from eval.plots import _plt
 
     plt = _plt()
-    fig = pareto_figure(rows, request, searcher, best)
+    fig = pareto_figure(rows, request, searcher, best, ref)
     tmp = path.with_name(path.stem + ".partial.png")
     fig.savefig(tmp, dpi=120)
     plt.close(fig)
@@ -81,7 +106,7 @@ def pareto_plot(rows: list[dict], path: Path, request, searcher, best: int | Non
     return path
 
 
-def pareto_figure(rows: list[dict], request, searcher, best: int | None = None):
+def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, ref: dict | None = None):
     """The matplotlib figure pareto_plot saves."""
     from eval.plots import _plt, pareto
 
@@ -98,6 +123,7 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None):
     top = max([r["size_bytes"] for r in sized] or [1]) or 1
     full = [r for r in done if r.get(f"{metric}_full") is not None]
     scores = [r[metric] for r in done] + [r[per_rung][-1] for r in halved] + [r[f"{metric}_full"] for r in full]
+    scores += [ref[f"{metric}_full"]] if ref else []
     # the y axis spans the trained scores (a 0-1 axis squeezes a search's few points into one blob); trials
     # never trained sit on a band at the worst edge of it
     lo, hi = (min(scores), max(scores)) if scores else (0.0, 1.0)
@@ -133,6 +159,9 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None):
         y = pick[metric] if y is None else y
         ax.scatter([pick["latency_ms"]], [y], marker="*", s=260, color="#ffbf00", edgecolors="black",
                    linewidths=0.8, zorder=5, label=f"result: #{pick['number']} (best-{request.target}.toml)")
+    if ref:
+        ax.scatter([ref["latency_ms"]], [ref[f"{metric}_full"]], marker="P", s=90, color="black", zorder=5,
+                   label="the config's own student (full schedule)")
     if halved:
         ax.scatter([r["latency_ms"] for r in halved], [r[per_rung][-1] for r in halved],
                    s=[area(r) for r in halved], facecolors="none", edgecolors="#d62728", zorder=3,
@@ -146,7 +175,7 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None):
     ax.set_ylabel(f"{metric.replace('_', ' ')} ({sched}{'' if higher else '; lower is better'})")
     edge = worst - pad if higher else worst + pad
     ax.set_ylim(*((edge, hi + pad) if higher else (lo - pad, edge)))
-    costs = [r["latency_ms"] for r in rows if r["latency_ms"]] + [request.budget_ms]
+    costs = [r["latency_ms"] for r in rows if r["latency_ms"]] + [request.budget_ms] + ([ref["latency_ms"]] if ref else [])
     if max(costs) / min(costs) > 10:  # over-budget shapes run to 10x+ the budget: a log axis keeps both ends
         ax.set_xscale("log")
     ax.set_title(f"student search: {len(done)} trained of {len(rows)} trials")
@@ -155,7 +184,8 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None):
     return fig
 
 
-def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, float] | None = None) -> Path | None:
+def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, float] | None = None,
+                ref: dict | None = None) -> Path | None:
     """search/best-<target>.toml: cfg (as resolved) with the best complete trial's shape written in by the task
     (searcher.apply_best: [student], or for a classification LSTM / GRU its [baseline] and bundle.model =
     "lstm_distilled"); None if no trial completed. The file is checked with load_config before it is kept. The
@@ -180,6 +210,9 @@ def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, fl
               f"#{best.number}, {searcher.METRIC.replace('_', ' ')} {score}, "
               f"{a.get('latency_ms', float('nan')):.3f} {searcher.COST_SHORT.format(target=target)}, "
               f"{a.get('size_bytes', 0) / 1e6:.2f} MB {variant}\n")
+    said = verdict(best, full, ref, searcher, SimpleNamespace(target=target))
+    if said:
+        header += f"# {said}\n"
     _write(path, header + dumps_toml(data))
     load_config(path)  # a file the pipeline would reject is a bug here, not the user's
     return path

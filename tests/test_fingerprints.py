@@ -28,7 +28,8 @@ READERS = {
         "teacher.*": ("teacher",), "teacher.model": ("teacher", "bundle"), "teacher.max_length": ("teacher", "baseline"),
         # batches only the teacher's validation score; the cached and test logits move by ~1e-8 with it
         "teacher.eval_batch_size": ("logits", "eval", "quantize", "export"),
-        "teacher.precision": ("logits",),  # the logits pass only: eval scores the teacher in fp32
+        # the teacher stage's validation score and the logits pass; eval scores the teacher on test in fp32
+        "teacher.precision": ("teacher", "logits"),
         "augment.*": ("logits",),
         "student.*": ("distill",),
         "distill.*": ("distill",), "distill.temperature": ("distill", "baseline"),

@@ -18,11 +18,12 @@ ROOT = Path(__file__).parents[1]
 
 
 def with_search(cfg, **kw):
-    """cfg with a [search] request (what the CLI's flags set); no survivors unless asked for (the tests that
-    count trainings count the trials')."""
+    """cfg with a [search] request (what the CLI's flags set); no survivors and no reference unless asked for
+    (the tests that count trainings count the trials')."""
     from pipeline.config import SearchSection
 
     kw.setdefault("survivors", 0)
+    kw.setdefault("reference", False)
     return dataclasses.replace(cfg, search=SearchSection(**kw))
 
 
@@ -88,6 +89,9 @@ def test_tiny_search_end_to_end(search_cfg, capsys):
     assert all(0.0 <= t["validation_accuracy_full"] <= 1.0 for t in survivors)
     assert all(t["validation_accuracy_full"] is None for t in doc["trials"] if t["number"] not in doc["survivors"])
     assert top["number"] in doc["survivors"]
+    # search.reference (default on): the config's own student trained in full too; the verdict compares the two
+    assert 0.0 <= doc["reference"]["validation_accuracy_full"] <= 1.0 and doc["reference"]["latency_ms"] > 0
+    assert f"search: {doc['verdict']}" in printed
     assert top["validation_accuracy_full"] == max(t["validation_accuracy_full"] for t in survivors)
     assert "after the full schedule" in best.read_text().splitlines()[0]
     assert {k: getattr(best_cfg.student, k) for k in top["student"]} == top["student"]
@@ -623,3 +627,61 @@ def test_the_pareto_plot_marks_survivors_and_the_result():
 
     plt.close(fig)
     plt.close(plain)
+
+
+def test_the_reference_is_the_configs_own_student_trained_alike(search_cfg, monkeypatch):
+    """search.reference: the config's own [student] is measured on the target and trained on the full schedule
+    like a survivor, once (survivors.json); trials.json, best-<target>.toml and the stage's summary say whether
+    the result beats it; the report's search section shows it as a row."""
+    from pipeline.search import run_search
+    from pipeline.tasks.classification.search import Candidates
+    from pipeline.tasks.common import search_summary
+
+    _, cfg = search_cfg
+    # a budget of its own: its own study, so no other test's survivors.json scores are reused
+    req = dict(target="host-cpu", budget_ms=999.0, space="tiny", fraction=0.5, trials=3, survivors=1)
+    trained: list = []
+    ref_shape = Candidates.shape_of(cfg.student)
+
+    def scored(self, s, score_variant=None):  # no training: the config's own student scores 0.9, a survivor 0.5
+        trained.append(s)
+        return 0.9 if Candidates.shape_of(s) == ref_shape else 0.5
+
+    monkeypatch.setattr(Candidates, "full_schedule", scored)
+    summary = run_search(with_search(cfg, **req, reference=True))
+    doc = json.loads((cfg.run_dir / "search" / "trials.json").read_text())
+    ref = doc["reference"]
+    assert ref["student"] == ref_shape and ref["validation_accuracy_full"] == pytest.approx(0.9)
+    assert ref["latency_ms"] > 0 and ref["size_bytes"] > 0 and ref["variant"] == "int8-dynamic"
+    best = doc["best_trial"]
+    survivor_is_ref = doc["trials"][best]["student"] == ref_shape
+    assert len(trained) == (1 if survivor_is_ref else 2)  # a survivor of the same shape shares the training
+    if not survivor_is_ref:
+        assert "scores below the config's own student (0.9000)" in doc["verdict"]
+        assert f"trial #{best}, validation accuracy 0.5000" in doc["verdict"]
+    assert summary["verdict"] == doc["verdict"]
+    header = (cfg.run_dir / "search" / "best-host-cpu.toml").read_text().splitlines()
+    assert header[1] == f"# {doc['verdict']}"
+    report = search_summary(cfg.run_dir / "search", cfg.run_dir)
+    assert report["reference"] == ref and report["verdict"] == doc["verdict"]
+    from eval.report import _search
+
+    table = next(b for b in _search({"search": report}, None) if b[0] == "table")
+    assert table[2][-1][0] == "config's own" and table[2][-1][-1] == "0.9000"
+    # run again: the reference and the survivor come from survivors.json, nothing trains
+    n = len(trained)
+    run_search(with_search(cfg, **req, reference=True), force=True)
+    assert len(trained) == n
+
+
+def test_no_reference_flag(search_cfg):
+    """--no-reference sets search.reference = false (the flag is an override of the key, as the others)."""
+    import argparse
+
+    from pipeline.search import flag_overrides
+
+    args = argparse.Namespace(target=None, budget_ms=None, max_mb=None, trials=None, space=None, fraction=None,
+                              storage=None, variants=None, survivors=None, reference=False)
+    assert flag_overrides(args) == ["search.reference=false"]
+    args.reference = None
+    assert flag_overrides(args) == []

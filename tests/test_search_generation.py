@@ -69,14 +69,19 @@ def test_tiny_generation_search_end_to_end(gen_search_cfg, distill_calls, capsys
     # search.survivors (default 3): the best short-schedule trials trained again on the whole budget, one call each
     survivors = sorted(complete, key=lambda t: t["validation_perplexity"])[:3]
     assert doc["survivors"] == [t["number"] for t in survivors]
-    assert len(distill_calls) == len(trained) + len(survivors)
+    # search.reference (default on): the config's own decoder trained the same way, unless a survivor shares its shape
+    ref = doc["reference"]
+    own = ref["student"] in [t["student"] for t in survivors]
+    assert len(distill_calls) == len(trained) + len(survivors) + (0 if own else 1)
+    assert 1.0 < ref["validation_perplexity_full"] < 64 and ref["latency_ms"] > 0 and ref["size_bytes"] > 0
+    assert doc["verdict"].startswith(f"the result (trial #{doc['best_trial']}, validation perplexity")
     assert all(1.0 < t["validation_perplexity_full"] < 64 for t in survivors)
     top = doc["trials"][doc["best_trial"]]
     assert top["validation_perplexity_full"] == min(t["validation_perplexity_full"] for t in survivors)  # lower wins
     assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     best = out / "best-host-cpu.toml"
     printed = capsys.readouterr().out
-    assert f"make all CONFIG={best}" in printed
+    assert f"make all CONFIG={best}" in printed and f"search: {doc['verdict']}" in printed
     assert "validation perplexity" in best.read_text().splitlines()[0]
     best_cfg = load_config(best)  # a valid generation config with the best decoder
     assert best_cfg.run.task == "generation"

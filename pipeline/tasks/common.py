@@ -84,7 +84,7 @@ def search_summary(folder, out) -> dict | None:
             "space": doc.get("space"), "fraction": doc.get("fraction"), "metric": metric,
             "lower_is_better": bool(doc.get("lower_is_better")), "best_trial": doc.get("best_trial"),
             "best": best, "config": f"search/{configs[0]}" if configs else None, "plot": plot,
-            "trials": doc["trials"]}
+            "trials": doc["trials"], "reference": doc.get("reference"), "verdict": doc.get("verdict")}
 
 
 def report(ctx: StageContext) -> dict:
