@@ -179,8 +179,13 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, 
     if max(costs) / min(costs) > 10:  # over-budget shapes run to 10x+ the budget: a log axis keeps both ends
         ax.set_xscale("log")
     ax.set_title(f"student search: {len(done)} trained of {len(rows)} trials")
-    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
+    # the legend grows with what is drawn (up to 9 entries): the figure grows under the axes to hold it
+    rows = math.ceil(len(labels) / 2)
+    height = 3.9 + 0.2 * rows
+    fig.set_size_inches(6.4, height)
+    fig.tight_layout(rect=(0, (0.08 + 0.2 * rows) / height, 1, 1))
     return fig
 
 
