@@ -9,7 +9,9 @@ trial samples a student (a transformer or a recurrent one, distill/search_space.
 copy of it on the target first (latency and int8-dynamic size, cached in measurements.json) and is pruned when
 over budget, before any training; a feasible one is distilled from the cached teacher logits on a short
 schedule and scored on the validation split (never the test split). The best search.survivors of those are
-then trained as the pipeline would train them (the full schedule) and the best of them is the result.
+then trained as the pipeline would train them (the full schedule) and the best of them is the result; the
+config's own student is trained the same way as the yardstick (search.reference), and the verdict says whether
+the result beats it.
 Outputs: search/trials.json, search/pareto.png, search/best-<target>.toml (pipeline/search_report.py),
 written by the stage alone.
 
