@@ -57,8 +57,10 @@ def verdict(best, full: dict[int, float] | None, ref: dict | None, searcher, req
     mine, theirs = full[best.number], ref[f"{metric}_full"]
     a = best.user_attrs
     better = mine >= theirs if searcher.DIRECTION == "maximize" else mine <= theirs
-    ratio = (f"{a['latency_ms'] / ref['latency_ms']:.2f}x its latency on {request.target} and "
-             f"{a['size_bytes'] / ref['size_bytes']:.2f}x its file size")
+    lr = ref.get("latency_ratio")  # timed in alternating rounds (classification); else the cached measurements
+    speed = (f"{lr['ratio']:.2f}x its latency on {request.target} ({lr['rounds']} alternating rounds)" if lr
+             else f"{a['latency_ms'] / ref['latency_ms']:.2f}x its latency on {request.target}")
+    ratio = f"{speed} and {a['size_bytes'] / ref['size_bytes']:.2f}x its file size"
     what = metric.replace("_", " ")
     if better:
         return (f"the result (trial #{best.number}, {what} {mine:.4f}) scores at least as well as the config's own "

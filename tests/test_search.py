@@ -653,6 +653,11 @@ def test_the_reference_is_the_configs_own_student_trained_alike(search_cfg, monk
     ref = doc["reference"]
     assert ref["student"] == ref_shape and ref["validation_accuracy_full"] == pytest.approx(0.9)
     assert ref["latency_ms"] > 0 and ref["size_bytes"] > 0 and ref["variant"] == "int8-dynamic"
+    # the result's latency against the reference's: alternating rounds in one process, not two cached readings
+    lr = ref["latency_ratio"]
+    assert lr["rounds"] == 9 and lr["calls_per_round"] == 100 and len(lr["p50_ms"]) == 2
+    assert lr["ratio_range"][0] <= lr["ratio"] <= lr["ratio_range"][1] and all(p > 0 for p in lr["p50_ms"])
+    assert f"{lr['ratio']:.2f}x its latency on host-cpu (9 alternating rounds)" in doc["verdict"]
     best = doc["best_trial"]
     survivor_is_ref = doc["trials"][best]["student"] == ref_shape
     assert len(trained) == (1 if survivor_is_ref else 2)  # a survivor of the same shape shares the training

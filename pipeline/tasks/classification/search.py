@@ -181,6 +181,36 @@ class Candidates(MeasurementCache):
         self._save()
         return {**out, "cached": False}
 
+    def compare_latency(self, first: tuple, second: tuple, rounds: int = 9, calls: int = 100) -> dict:
+        """p50 of `second` over p50 of `first` (each a (candidate, shape, variant)), their random-weight files
+        timed in alternating rounds in one process as tools.compare_files does: one cached measurement can be
+        off by tens of percent on a shared machine (a shape read 0.58 ms in one study and 0.39 ms in another),
+        the ratio of interleaved rounds is steady. {"ratio", "ratio_range", "p50_ms": [first, second], "rounds",
+        "calls_per_round"}."""
+        import statistics
+
+        from eval.latency import Plan, make_batch, ort_runner, ort_session, summarize, time_calls, token_stream
+        from eval.targets import mobile_provider, resolved_threads
+
+        tok = self.teacher.tokenizer
+        provider = mobile_provider() if self.target.name == "mobile-cpu" else "CPUExecutionProvider"
+        plan = Plan(warmup=10, iterations=calls, max_seconds=1e9, min_iterations=calls)
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = []
+            for i, (s, shape, variant) in enumerate((first, second)):
+                path = self._variant_file(self.random_copy(s), Path(tmp) / str(i), self.max_length(s), variant)
+                length = self.length_of(shape)
+                ids, mask = make_batch(token_stream(tok, self.val_texts, length * 2), length, 1, tok.cls_token_id,
+                                       tok.sep_token_id)
+                runs.append(ort_runner(ort_session(path, resolved_threads(self.target), [provider]))(ids, mask))
+            p50s: list[list[float]] = [[], []]
+            for r in range(rounds):
+                for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                    p50s[i].append(summarize(time_calls(runs[i], plan))["p50_ms"])
+        ratios = [b / a for a, b in zip(*p50s)]
+        return {"ratio": statistics.median(ratios), "ratio_range": [min(ratios), max(ratios)],
+                "p50_ms": [statistics.median(p) for p in p50s], "rounds": rounds, "calls_per_round": calls}
+
     # --- the HTP gate (search.npu_compile) -----------------------------------------------------------
     @staticmethod
     def npu_variant(shape: dict) -> str:
