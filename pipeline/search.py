@@ -198,11 +198,10 @@ def stage_search(ctx) -> dict:
     if not r.storage:
         _copy_sqlite(work / "study.db", ctx.out / "study.db")
     finished = [t for t in rows if t["status"] in ("complete", "pruned")]
+    doc = json.loads((ctx.out / "trials.json").read_text())
     return {"study": study.study_name, "storage": "run folder" if not r.storage else _redacted(r.storage),
             "trials": len(finished), "complete": sum(t["status"] == "complete" for t in rows),
-            "best_trial": json.loads((ctx.out / "trials.json").read_text())["best_trial"],
-            "best_config": best.name if best else None,
-            "verdict": json.loads((ctx.out / "trials.json").read_text())["verdict"],
+            "best_trial": doc["best_trial"], "best_config": best.name if best else None, "verdict": doc["verdict"],
             "workers": sorted({t["worker"] for t in rows if t.get("worker")})}
 
 
@@ -275,13 +274,18 @@ def run_survivors(r: SearchRequest, study, cands, cache_path: Path) -> dict[int,
             print(f"[search] survivor {i}/{len(picks)}: trial {t.number} on the full schedule "
                   f"({metric} {t.value:.4f} after the short one)", flush=True)
             cache[key] = cands.full_schedule(cands.candidate_of(t.user_attrs["student"]), variant if scored else None)
-            tmp = cache_path.with_suffix(".partial")
-            tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-            os.replace(tmp, cache_path)  # a kill mid-write keeps the survivors already trained
+            _save_scores(cache, cache_path)
         out[t.number] = cache[key]
         print(f"[search] survivor {i}/{len(picks)}: trial {t.number}: {metric} {cache[key]:.4f} after the full "
               f"schedule", flush=True)
     return out
+
+
+def _save_scores(cache: dict, cache_path: Path) -> None:
+    """survivors.json, written whole then renamed: a kill mid-write keeps the scores already trained."""
+    tmp = cache_path.with_suffix(".partial")
+    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+    os.replace(tmp, cache_path)
 
 
 def run_reference(r: SearchRequest, study, cands, cache_path: Path) -> dict:
@@ -299,9 +303,7 @@ def run_reference(r: SearchRequest, study, cands, cache_path: Path) -> dict:
     if key not in cache:
         print("[search] reference: the config's own [student] on the full schedule", flush=True)
         cache[key] = cands.full_schedule(s, variant if r.variants != DEFAULT_VARIANTS else None)
-        tmp = cache_path.with_suffix(".partial")
-        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-        os.replace(tmp, cache_path)
+        _save_scores(cache, cache_path)
     print(f"[search] reference: the config's own [student]: {metric} {cache[key]:.4f} after the full schedule, "
           f"{m['latency_ms']:.3f} {cands.COST_SHORT.format(target=r.target)}, {m['size_bytes'] / 1e6:.2f} MB "
           f"{variant}", flush=True)
