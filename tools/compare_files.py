@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
 import numpy as np
 
 from eval import latency as L
+from eval.paired import alternate
 from pipeline.errors import PipelineError
 
 
@@ -68,15 +68,10 @@ def compare(files: list[Path], ids: np.ndarray, pad_id: int, threads: int, round
     sessions = [_session(f, threads) for f in files]
     runs = [(lambda s=s, f=_feeds(s, ids, pad_id): s.run(None, f)) for s in sessions]
     plan = L.Plan(warmup=10, iterations=calls, max_seconds=1e9, min_iterations=calls)
-    p50s: list[list[float]] = [[] for _ in files]
-    for r in range(rounds):
-        order = range(len(files)) if r % 2 == 0 else reversed(range(len(files)))
-        for i in order:
-            p50s[i].append(L.summarize(L.time_calls(runs[i], plan))["p50_ms"])
-    ratios = [b / a for a, b in zip(p50s[0], p50s[1])]
+    res = alternate(runs[1], runs[0], rounds, plan)  # second / first
     return {"files": [str(f) for f in files], "length": int(ids.shape[1]), "threads": threads, "rounds": rounds,
-            "calls_per_round": calls, "p50_ms": [statistics.median(p) for p in p50s],
-            "ratio_second_to_first": statistics.median(ratios), "ratio_range": [min(ratios), max(ratios)]}
+            "calls_per_round": calls, "p50_ms": [res["peer_p50_ms"], res["ours_p50_ms"]],
+            "ratio_second_to_first": res["ratio"], "ratio_range": [res["ratio_min"], res["ratio_max"]]}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -187,9 +187,8 @@ class Candidates(MeasurementCache):
         off by tens of percent on a shared machine (a shape read 0.58 ms in one study and 0.39 ms in another),
         the ratio of interleaved rounds is steady. {"ratio", "ratio_range", "p50_ms": [first, second], "rounds",
         "calls_per_round"}."""
-        import statistics
-
-        from eval.latency import Plan, make_batch, ort_runner, ort_session, summarize, time_calls, token_stream
+        from eval.latency import Plan, make_batch, ort_runner, ort_session, token_stream
+        from eval.paired import alternate
         from eval.targets import mobile_provider, resolved_threads
 
         tok = self.teacher.tokenizer
@@ -203,13 +202,9 @@ class Candidates(MeasurementCache):
                 ids, mask = make_batch(token_stream(tok, self.val_texts, length * 2), length, 1, tok.cls_token_id,
                                        tok.sep_token_id)
                 runs.append(ort_runner(ort_session(path, resolved_threads(self.target), [provider]))(ids, mask))
-            p50s: list[list[float]] = [[], []]
-            for r in range(rounds):
-                for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-                    p50s[i].append(summarize(time_calls(runs[i], plan))["p50_ms"])
-        ratios = [b / a for a, b in zip(*p50s)]
-        return {"ratio": statistics.median(ratios), "ratio_range": [min(ratios), max(ratios)],
-                "p50_ms": [statistics.median(p) for p in p50s], "rounds": rounds, "calls_per_round": calls}
+            res = alternate(runs[1], runs[0], rounds, plan)
+        return {"ratio": res["ratio"], "ratio_range": [res["ratio_min"], res["ratio_max"]],
+                "p50_ms": [res["peer_p50_ms"], res["ours_p50_ms"]], "rounds": rounds, "calls_per_round": calls}
 
     # --- the HTP gate (search.npu_compile) -----------------------------------------------------------
     @staticmethod
