@@ -324,10 +324,5 @@ def size_vs_quality(results: dict, out: Path) -> Path | None:
 
 
 def all_plots(results: dict, out: Path) -> dict[str, Path]:
-    made = {}
-    for name, fn in (("quality_vs_latency", quality_vs_latency), ("latency_vs_length", latency_vs_length),
-                     ("size_vs_quality", size_vs_quality)):
-        path = fn(results, out)
-        if path:
-            made[name] = path
-    return made
+    made = {fn.__name__: fn(results, out) for fn in (quality_vs_latency, latency_vs_length, size_vs_quality)}
+    return {name: path for name, path in made.items() if path}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+from collections import Counter
 from pathlib import Path
 
 from eval.plots import all_plots, off_peers
@@ -24,6 +25,10 @@ def _x(v: float | None) -> str:
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _g(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"
 
 
 def _gflops_cell(point: dict) -> str:
@@ -115,10 +120,8 @@ def _targets(res: dict) -> list[Block]:
 def _goals(res: dict) -> list[Block]:
     rows = []
     for g in res["goals"]:
-        val = "-" if g["value"] is None else f"{g['value']:.3g}"
         met = {True: "yes", False: "NO", None: "not measured"}[g["met"]]
-        limit = "-" if g["limit"] is None else f"{g['limit']:.3g}"
-        rows.append([g["goal"], val, limit, met, g["detail"]])
+        rows.append([g["goal"], _g(g["value"]), _g(g["limit"]), met, g["detail"]])
     return [("h2", "Goals from the issue, checked on this run"),
             ("table", ["goal", "value", "limit", "met", "how"], rows)]
 
@@ -130,10 +133,9 @@ def _failed(res: dict) -> list[Block]:
         if r.get("status") != "failed":
             continue
         c = r.get("check") or {}
-        pct = c.get("kind") == "argmax_agreement"
-        value = "-" if c.get("value") is None else _pct(c["value"]) if pct else f"{c['value']:.3g}"
-        limit = "-" if c.get("tolerance") is None else _pct(c["tolerance"]) if pct else f"{c['tolerance']:.3g}"
-        rows.append(_name(r)[:1] + [r["variant"], r["format"], c.get("kind", "-"), value, limit,
+        show = _pct if c.get("kind") == "argmax_agreement" else _g
+        rows.append(_name(r)[:1] + [r["variant"], r["format"], c.get("kind", "-"), show(c.get("value")),
+                                    show(c.get("tolerance")),
                                     _num(r.get("accuracy")), _num(c.get("max_abs_diff"))])
     if not rows:
         return []
@@ -405,10 +407,8 @@ def _qnn_htp(res: dict) -> list[Block]:
             ok = [str(r["length"]) for r in mine if r["status"] == "passed"]
             bad = sorted({r["status"] for r in mine if r["status"] != "passed"})
             cells.append((", ".join(ok) if ok else "no") + (f" ({'; '.join(bad)} at the others)" if ok and bad else ""))
-        unsup = {u["name"]: u["type"] for r in rs for u in r.get("unsupported") or []}
-        kinds = sorted(set(unsup.values()))
-        ops = ", ".join(f"{t} x{list(unsup.values()).count(t)}" if list(unsup.values()).count(t) > 1 else t
-                        for t in kinds)
+        refused = Counter({u["name"]: u["type"] for r in rs for u in r.get("unsupported") or []}.values())
+        ops = ", ".join(f"{t} x{n}" if n > 1 else t for t, n in sorted(refused.items()))
         top = max(rs, key=lambda r: r["length"])
         sizes = [r["context_bytes"] for r in rs if r.get("context_bytes")]
         emu = [r["emulator"] for r in rs if "argmax_agreement" in (r.get("emulator") or {})]
@@ -490,17 +490,15 @@ def _search(res: dict, out: Path | None) -> list[Block]:
     if s.get("verdict"):  # against the config's own student, trained in full alike (search.reference)
         text += f" Against the config's own student: {s['verdict']}."
 
-    def shape(t: dict) -> str:
-        return ", ".join(f"{k}={v}" for k, v in sorted(t["params"].items()))
+    def line(label: str, t: dict, params: dict, score: str) -> list[str]:
+        return [label, ", ".join(f"{k}={v}" for k, v in sorted(params.items())), t.get("variant", "int8-dynamic"),
+                _ms(t["latency_ms"]), f"{t['size_bytes'] / 1e6:.2f}", score]
 
-    rows = [[f"#{t['number']}", shape(t), t.get("variant", "int8-dynamic"), _ms(t["latency_ms"]),
-             f"{t['size_bytes'] / 1e6:.2f}", _num(t[metric])] + ([_num(t.get(full))] if survivors else [])
+    rows = [line(f"#{t['number']}", t, t["params"], _num(t[metric])) + ([_num(t.get(full))] if survivors else [])
             for t in trained[:10]]
     ref = s.get("reference")
     if ref and survivors:
-        rows.append(["config's own", ", ".join(f"{k}={v}" for k, v in sorted(ref["student"].items())),
-                     ref.get("variant", "int8-dynamic"), _ms(ref["latency_ms"]), f"{ref['size_bytes'] / 1e6:.2f}",
-                     "", _num(ref.get(full))])
+        rows.append(line("config's own", ref, ref["student"], "") + [_num(ref.get(full))])
     head = ["trial", "shape", "file", "p50 ms", "MB", f"{label} (short)" if survivors else label]
     bl: list[Block] = [("h2", "Student search"), ("p", text),
                        ("table", head + (["full schedule"] if survivors else []), rows)]
