@@ -11,6 +11,7 @@ that layer costs 4 d^2 n (K, V) + 4 d^2 (Q, O) + 2 m d d_ff (one token's feed-fo
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 
@@ -79,10 +80,8 @@ def graph_flops(onnx_path: Path, seq_len: int, batch: int = 1) -> int:
         fixed = fix_shapes(Path(onnx_path), Path(tmp) / "fixed.onnx", batch, seq_len)
         # ORT's symbolic inference follows Shape -> Gather -> Reshape chains that onnx's own leaves unknown
         model = SymbolicShapeInference.infer_shapes(onnx.load(str(fixed)), auto_merge=True)
-    shapes = {}
-    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
-        shapes[vi.name] = dims
+    shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+              for vi in [*model.graph.value_info, *model.graph.input, *model.graph.output]}
     for init in model.graph.initializer:
         shapes[init.name] = list(init.dims)
     total = 0
@@ -93,11 +92,7 @@ def graph_flops(onnx_path: Path, seq_len: int, batch: int = 1) -> int:
             if not a or not b or not out or None in out or None in a:
                 continue
             trans_a = any(at.name == "transA" and at.i for at in node.attribute)
-            k = a[-2] if trans_a else a[-1]
-            n_out = 1
-            for d in out:
-                n_out *= d
-            total += 2 * n_out * k
+            total += 2 * math.prod(out) * (a[-2] if trans_a else a[-1])
         elif node.op_type == "LSTM":
             w = shapes.get(node.input[1])  # (dirs, 4h, d_in)
             r = shapes.get(node.input[2])  # (dirs, 4h, h)

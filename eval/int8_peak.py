@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-import time
 from pathlib import Path
 
 SIZE = 1024
@@ -66,21 +65,16 @@ def int8_matmul_peaks(thread_counts: list[int], size: int = SIZE, seconds: float
     dynamically quantized MatMul (2 size^3 integer ops per call) run by onnxruntime."""
     import numpy as np
 
+    from eval.latency import best_seconds
+
     x = np.random.default_rng(1).standard_normal((size, size)).astype(np.float32)
     peaks = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = _quantized_matmul(Path(tmp), size)
         kernels = _kernels_run(path, x, Path(tmp))
         for t in sorted(set(thread_counts)):
-            sess = _session(path, t)
-            for _ in range(2):  # warm-up: weight prepacking, thread pool start
-                sess.run(None, {"x": x})
-            best = float("inf")
-            start = time.perf_counter()
-            while time.perf_counter() - start < seconds:
-                t0 = time.perf_counter()
-                sess.run(None, {"x": x})
-                best = min(best, time.perf_counter() - t0)
+            sess = _session(path, t)  # warm-up calls: weight prepacking, thread pool start
+            best = best_seconds(lambda: sess.run(None, {"x": x}), seconds)
             peaks[str(t)] = round(2 * size ** 3 / best / 1e9, 1)
     return {"peak_gops_int8": peaks, "kernels": kernels}
 

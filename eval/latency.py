@@ -86,6 +86,19 @@ def time_calls(fn: Callable[[], object], plan: Plan) -> list[float]:
     return out
 
 
+def best_seconds(fn: Callable[[], object], seconds: float, warmup: int = 2) -> float:
+    """The fastest of repeated calls over `seconds` (after warm-up calls: thread pool start, page faults)."""
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 class PeakRSS:
     """Samples this process's resident memory in a thread while a session lives (psutil has no peak
     counter per object, and ru_maxrss only ever grows across the whole process)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import platform
-import time
 from pathlib import Path
 
 log = logging.getLogger("pocketformer")
@@ -60,20 +59,14 @@ def matmul_peak_gflops(threads: int, size: int = 1024, seconds: float = 0.5) -> 
     """Best fp32 GFLOP/s of a size x size matmul (torch, MKL/oneDNN) on `threads` threads."""
     import torch
 
+    from eval.latency import best_seconds
+
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         a = torch.randn(size, size)
         b = torch.randn(size, size)
-        for _ in range(2):  # warm-up: thread pool start, page faults
-            torch.mm(a, b)
-        best = float("inf")
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            t0 = time.perf_counter()
-            torch.mm(a, b)
-            best = min(best, time.perf_counter() - t0)
-        return 2 * size ** 3 / best / 1e9
+        return 2 * size ** 3 / best_seconds(lambda: torch.mm(a, b), seconds) / 1e9
     finally:
         torch.set_num_threads(old)
 

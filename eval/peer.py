@@ -13,9 +13,6 @@ import numpy as np
 
 from pipeline.errors import PipelineError
 
-PEER_VARIANTS = ("optimum-fp32", "optimum-int8-dynamic")
-
-
 def quantization_preset() -> str:
     """Optimum's presets are named by instruction set; pick the one this CPU runs best."""
     from eval.machine import cpu_flags
@@ -73,6 +70,8 @@ def peer_rows(folders: dict[str, Path], out: Path, rel_prefix: str, opset: int, 
     Rows carry `file` relative to the run folder (rel_prefix + path under out) and `_path` for now."""
     import json
 
+    from transformers import AutoTokenizer
+
     from eval.metrics import scores
 
     rows = []
@@ -80,7 +79,7 @@ def peer_rows(folders: dict[str, Path], out: Path, rel_prefix: str, opset: int, 
         meta = json.loads((folder / "pocketformer.json").read_text())
         if meta["kind"] != "hf":
             continue  # Optimum exports Hugging Face models only; the LSTMs have no peer
-        tokenizer = _tokenizer(folder)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
         for variant, path in export_peer(folder, out / model, opset).items():
             logits = onnx_logits(path, tokenizer, texts, meta["max_length"], threads)
             ref = reference.get(model, {})
@@ -92,9 +91,3 @@ def peer_rows(folders: dict[str, Path], out: Path, rel_prefix: str, opset: int, 
                          "quantization": None if variant == "optimum-fp32" else
                          f"AutoQuantizationConfig.{quantization_preset()}(is_static=False, per_channel=False)"})
     return rows
-
-
-def _tokenizer(folder: Path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(folder)

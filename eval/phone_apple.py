@@ -8,9 +8,9 @@ from __future__ import annotations
 import platform
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from eval import latency as L
 from pipeline.errors import PipelineError
 
 COMPUTE_UNITS = ("CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE", "ALL")
@@ -45,19 +45,9 @@ def time_coreml(package: Path, input_names: list[str], ids: list[int], units: li
     for unit in units:
         try:
             model = ct.models.MLModel(str(package), compute_units=getattr(ct.ComputeUnit, unit))
-            for _ in range(warmup):
-                model.predict(feed)
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                model.predict(feed)
-                times.append((time.perf_counter() - t0) * 1000.0)
+            times = L.time_calls(lambda: model.predict(feed), L.Plan(warmup, repeats, float("inf"), repeats))
         except Exception as e:  # coremltools raises plain exceptions for a unit the package cannot use
             out.append({"provider": unit, "threads": 0, "status": "failed", "reason": f"{type(e).__name__}: {e}"[:300]})
             continue
-        t = np.sort(np.array(times))
-        out.append({"provider": unit, "threads": 0, "entry": {
-            "p50_ms": float(np.percentile(t, 50)), "p90_ms": float(np.percentile(t, 90)),
-            "p99_ms": float(np.percentile(t, 99)), "mean_ms": float(t.mean()), "min_ms": float(t[0]),
-            "iterations": len(t)}})
+        out.append({"provider": unit, "threads": 0, "entry": L.summarize(times)})
     return out
