@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from eval.rows import find, p50, pick_p50
+from eval.rows import find, goal, p50, pick_p50
 
 TARGET = "browser-wasm"
 WINDOW = 0.01  # bundle.accuracy_window's default: the report has no bundle settings
@@ -94,14 +94,12 @@ def browser_goals(rows: list[dict], length: int, targets: list[str]) -> list[dic
         if paired:
             peer_row, (vs_peer, how) = max(paired, key=lambda p: p[1][0])
             peer = (peer_row["variant"], p50(peer_row, TARGET, length))
-    return [{"goal": f"web bundle's student p50 <= 1/10 of the fp32 teacher on {TARGET} at {length} tokens",
-             "value": vs_teacher, "limit": 0.1, "met": None if vs_teacher is None else vs_teacher <= 0.1,
-             "detail": f"{name} vs teacher fp32 .onnx, onnxruntime-web in Chromium, 1 thread"
-                       f"{_again(ours[0], teacher)}" if ours and t else "not measured"},
-            {"goal": f"web bundle's student p50 <= {PEER_LIMIT:g}x Optimum's export on {TARGET} at {length} tokens",
-             "value": vs_peer, "limit": PEER_LIMIT, "met": None if vs_peer is None else vs_peer <= PEER_LIMIT,
-             "detail": f"{name} vs Optimum's faster file ({peer[0]} .onnx), same Chromium run ({how})"
-                       f"{_again(ours[0], peer_row)}" if ours and peer else "not measured"},
+    return [goal(f"web bundle's student p50 <= 1/10 of the fp32 teacher on {TARGET} at {length} tokens", vs_teacher,
+                 0.1, f"{name} vs teacher fp32 .onnx, onnxruntime-web in Chromium, 1 thread"
+                      f"{_again(ours[0], teacher)}" if ours and t else "not measured"),
+            goal(f"web bundle's student p50 <= {PEER_LIMIT:g}x Optimum's export on {TARGET} at {length} tokens",
+                 vs_peer, PEER_LIMIT, f"{name} vs Optimum's faster file ({peer[0]} .onnx), same Chromium run ({how})"
+                                      f"{_again(ours[0], peer_row)}" if ours and peer else "not measured"),
             _node_goal(ours, peer_row, name, length)]
 
 
@@ -110,9 +108,8 @@ def _node_goal(ours: tuple[dict, float] | None, peer_row: dict | None, name: str
     their same-round ratios (node_ratio)."""
     r = node_ratio(ours[0] if ours else None, peer_row)
     value = r[0] if r else None
-    return {"goal": f"web bundle's student p50 <= {PEER_LIMIT:g}x Optimum's export in the Node cross-check "
-                    f"(same WASM build) at {length} tokens",
-            "value": value, "limit": PEER_LIMIT, "met": None if value is None else value <= PEER_LIMIT,
-            "detail": f"{name} vs Optimum's {peer_row['variant']} .onnx (the files of the goal above), "
-                      f"onnxruntime-web WASM in Node, 1 thread, {r[1]}" if value is not None else
-                      "not measured (no Node cross-check of both files: bench.browser_cross_check, node, web/node_modules)"}
+    return goal(f"web bundle's student p50 <= {PEER_LIMIT:g}x Optimum's export in the Node cross-check "
+                f"(same WASM build) at {length} tokens", value, PEER_LIMIT,
+                f"{name} vs Optimum's {peer_row['variant']} .onnx (the files of the goal above), "
+                f"onnxruntime-web WASM in Node, 1 thread, {r[1]}" if value is not None else
+                "not measured (no Node cross-check of both files: bench.browser_cross_check, node, web/node_modules)")

@@ -2,11 +2,12 @@
 the issue's goals checked on this run's numbers. Schema: eval/SCHEMA.md."""
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from eval.browser_goals import browser_goals
 from eval.paired import PAIRS, our_row
-from eval.rows import find, p50
+from eval.rows import find, goal, p50
 from eval.workloads import workloads
 from pipeline.config import BundleSection
 
@@ -25,10 +26,7 @@ def quality_key(rows: list[dict]) -> str:
 
 def teacher_reference(rows: list[dict], target: str, fmt: str, length: int) -> float | None:
     """p50 of the fp32 teacher on target: the same format when measured there, else any exported one."""
-    same = find(rows, "teacher", "fp32", fmt)
-    if same and p50(same, target, length):
-        return p50(same, target, length)
-    for f in ("onnx", "ort", "pytorch"):
+    for f in (fmt, "onnx", "ort", "pytorch"):
         r = find(rows, "teacher", "fp32", f)
         if r and p50(r, target, length):
             return p50(r, target, length)
@@ -59,22 +57,18 @@ def _goals(rows: list[dict], length: int, seconds: float | None, metric: str,
            head_to_head: list[dict], batch: int = 0) -> list[dict]:
     """The issue's targets, checked on this run (None = could not be measured here). The latency goals are
     the classification demo's; a generation run has its own (perplexity and decode speed)."""
-    budget = {"goal": "benchmark of the models completes within 5 minutes", "value": seconds, "limit": 300.0,
-              "met": None if seconds is None else seconds <= 300.0, "detail": "bench stage seconds"}
+    budget = goal("benchmark of the models completes within 5 minutes", seconds, 300.0, "bench stage seconds")
     if metric != "accuracy":
         return _generation_goals(rows) + [budget]
-    goals = []
     teacher = teacher_reference(rows, "mobile-cpu", "ort", length)
     students = [(r["variant"], p50(r, "mobile-cpu", length)) for r in rows
                 if r["model"] == "student" and r["variant"].startswith("int8") and r["format"] == "ort"]
     students = [s for s in students if s[1]]
     best = min(students, key=lambda s: s[1]) if students else None
     ratio = best[1] / teacher if best and teacher else None
-    goals.append({"goal": f"student int8 p50 <= 1/10 of the fp32 teacher on mobile-cpu at {length} tokens",
-                  "value": ratio, "limit": 0.1, "met": None if ratio is None else ratio <= 0.1,
-                  "detail": f"student {best[0]} .ort vs teacher fp32 .ort" if best else "not measured"})
-    goals += _peer_goals(rows, head_to_head, length, batch)
-    return goals + [budget]
+    return [goal(f"student int8 p50 <= 1/10 of the fp32 teacher on mobile-cpu at {length} tokens", ratio, 0.1,
+                 f"student {best[0]} .ort vs teacher fp32 .ort" if best else "not measured"),
+            *_peer_goals(rows, head_to_head, length, batch), budget]
 
 
 def _generation_goals(rows: list[dict]) -> list[dict]:
@@ -93,13 +87,12 @@ def _generation_goals(rows: list[dict]) -> list[dict]:
     fast, slow = decode("student", "int8-dynamic"), decode("teacher", "fp32")
     ratio = s / t if s and t else None
     speed = fast / slow if fast and slow else None
-    return [{"goal": "student perplexity within 2x of the teacher's", "value": ratio, "limit": 2.0,
-             "met": None if ratio is None else ratio <= 2.0, "detail": "student / teacher perplexity on the held-out text"},
-            {"goal": "student perplexity below the LSTM's", "value": s, "limit": lstm,
-             "met": None if s is None or lstm is None else s < lstm, "detail": "student perplexity; limit = the LSTM's, same held-out text"},
-            {"goal": "student int8 decode >= 5x the teacher's tokens/s on mobile-cpu", "value": speed, "limit": 5.0,
-             "met": None if speed is None else speed >= 5.0,
-             "detail": "best student int8-dynamic vs teacher fp32 decode tokens/s"}]
+    return [goal("student perplexity within 2x of the teacher's", ratio, 2.0,
+                 "student / teacher perplexity on the held-out text"),
+            goal("student perplexity below the LSTM's", s, lstm,
+                 "student perplexity; limit = the LSTM's, same held-out text", operator.lt),
+            goal("student int8 decode >= 5x the teacher's tokens/s on mobile-cpu", speed, 5.0,
+                 "best student int8-dynamic vs teacher fp32 decode tokens/s", operator.ge)]
 
 
 def _throughput(row: dict | None, target: str, batch: int) -> float | None:
@@ -138,10 +131,8 @@ def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int, batch: 
                     ratio = sb / sa if sa and sb else None
                     detail = "sequences/s ratio Optimum / ours (throughput rows)"
                 where = f"{target} at {length} tokens" + (f", batch {B}" if B > 1 else "")
-                goals.append({"goal": f"our student {variant} at most {PEER_LIMIT:g}x Optimum's time on {where}",
-                              "value": ratio, "limit": PEER_LIMIT,
-                              "met": None if ratio is None else ratio <= PEER_LIMIT,
-                              "detail": detail})
+                goals.append(goal(f"our student {variant} at most {PEER_LIMIT:g}x Optimum's time on {where}", ratio,
+                                  PEER_LIMIT, detail))
     return goals
 
 

@@ -2,6 +2,8 @@
 The lowest layer of the results code: results.json, the goals, the report and the plots all read rows so."""
 from __future__ import annotations
 
+import operator
+
 
 def p50(row: dict, target: str, length: int | str) -> float | None:
     entry = row.get("latency", {}).get(target, {})
@@ -22,6 +24,12 @@ def pick_p50(row: dict, target: str, length: int | str) -> float | None:
         mid = len(ordered) // 2
         return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
     return p50(row, target, length)
+
+
+def goal(text: str, value: float | None, limit: float | None, detail: str, ok=operator.le) -> dict:
+    """One entry of results.json's goals: met is ok(value, limit), None when either is unknown."""
+    met = None if value is None or limit is None else ok(value, limit)
+    return {"goal": text, "value": value, "limit": limit, "met": met, "detail": detail}
 
 
 def find(rows: list[dict], model: str, variant: str, fmt: str | None = None) -> dict | None:
