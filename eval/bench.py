@@ -24,9 +24,9 @@ from eval.browser import is_browser
 from eval.browser_bench import measure_browser
 from eval.flops import row_flops
 from eval.npu import check_onnx, coreml_readiness, fix_shapes, get_device, load_devices, roofline_ms
-from eval.peaks import row_peak
+from eval.peaks import add_gflops, row_peak
 from eval.plan import Point, plan_point
-from eval.rows import p50
+from eval.rows import p50, skip
 from eval.targets import TARGETS, Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
     resolved_threads, unavailable
 from pipeline.errors import PipelineError
@@ -109,16 +109,6 @@ def _graph_check(path: Path, n: int, formula: int) -> dict:
     return {"seq_len": n, "graph_flops": g, "ratio_to_formula": g / formula}
 
 
-def _gflops(entry: dict, flops: int | None, batch: int, peak: tuple[float | None, str | None]) -> None:
-    """gflops, and peak_fraction against the peak of the row's own arithmetic (eval/peaks.py), named in
-    `peak` ("fp32" or "int8")."""
-    if flops and entry.get("p50_ms"):
-        entry["gflops"] = flops * batch / (entry["p50_ms"] / 1e3) / 1e9
-        if peak[0]:
-            entry["peak_fraction"] = entry["gflops"] / peak[0]
-            entry["peak"] = peak[1]
-
-
 class Bench:
     def __init__(self, cfg, models: Models, texts: list[str], machine: dict, work: Path):
         self.b = cfg.bench
@@ -176,16 +166,16 @@ class Bench:
             bind, provider = self.runner(t, row, threads)
             for n in point.lengths:
                 entry = L.summarize(L.time_calls(bind(*self.inputs(row["model"], n, 1)), self.plan))
-                _gflops(entry, flops[n], 1, peak)
+                add_gflops(entry, flops[n], 1, peak)
                 out[str(n)] = entry
             if point.throughput:
                 B, n = self.b.throughput_batch, self.b.headline_length
                 entry = L.summarize(L.time_calls(bind(*self.inputs(row["model"], n, B)), self.tplan))
                 entry.update(batch=B, seq_len=n, sequences_per_s=B / (entry["p50_ms"] / 1e3))
-                _gflops(entry, row_flops(self.models.folders, row, n), B, peak)
+                add_gflops(entry, row_flops(self.models.folders, row, n), B, peak)
                 out[f"throughput_b{B}"] = entry
         for n, why in point.skipped_lengths.items():
-            out[n] = {"status": "skipped", "reason": why}
+            out[n] = skip(why)
         out["session"] = {"provider": provider, "threads": threads, **rss.report()}
         return out
 
@@ -207,15 +197,14 @@ class Bench:
         if row["format"] == "coreml":
             readiness = {"coreml": coreml_readiness(row["_path"])}
             precision = "fp16"  # int8 / 4-bit Core ML variants compress weights; compute stays fp16
+            runtime = coreml_runtime()
         else:
             readiness = self.readiness(row)
             precision = "int8"
-        if row["format"] == "onnx-npu" and {"NnapiExecutionProvider", "CoreMLExecutionProvider"} & set(ort_providers()):
-            return self._measure_npu_files(row, point), readiness
-        if row["format"] == "onnx" and {"NnapiExecutionProvider", "CoreMLExecutionProvider"} & set(ort_providers()):
-            return self._measure_npu_onnx(row, point), readiness
-        if row["format"] == "coreml" and coreml_runtime():
-            return self._measure_coreml(row, point), readiness
+            runtime = bool({"NnapiExecutionProvider", "CoreMLExecutionProvider"} & set(ort_providers()))
+        if runtime:  # the static NPU files, fixed-shape copies of an .onnx, or Core ML on macOS
+            measure = {"onnx-npu": self._measure_npu_files, "onnx": self._measure_npu_onnx, "coreml": self._measure_coreml}
+            return measure[row["format"]](row, point), readiness
         d = self.device
         # an estimate costs nothing: every length the model takes, not only the measured ones
         limit = self.models.max_positions(row["model"])
@@ -248,7 +237,7 @@ class Bench:
         v = get_npu_variant(row["variant"].removeprefix("npu-"))
         provider = {"nnapi": "NnapiExecutionProvider"}.get(v.provider, "CoreMLExecutionProvider")
         if provider not in ort_providers():
-            return {"status": "skipped", "reason": f"{provider} is not in this onnxruntime build"}
+            return skip(f"{provider} is not in this onnxruntime build")
         run_dir = row["_run_dir"]
         lookup = L.ort_session(run_dir / row["lookup"], 1, ["CPUExecutionProvider"]) if row.get("lookup") else None
         out: dict = {}
@@ -282,14 +271,12 @@ class Bench:
         if is_browser(t):
             return self.browser[(t.name, (row["model"], row["variant"], row["format"]))], None
         if row.get("missing"):
-            return {"status": "skipped", "reason": row["_reason"] if t.name in row["_targets"] else
-                    f"{t.name} does not take this file (and it was not made)"}, None
+            return skip(row["_reason"] if t.name in row["_targets"] else
+                        f"{t.name} does not take this file (and it was not made)"), None
         if row.get("status") == "failed":  # recorded with its numbers by its stage; never timed or shipped
-            why = f"not timed: the file failed its check ({_check_numbers(row)})"
-            return {"status": "skipped", "reason": why}, None
-        why = unavailable(t)
-        if why:
-            return {"status": "skipped", "reason": why}, None
+            return skip(f"not timed: the file failed its check ({_check_numbers(row)})"), None
+        if why := unavailable(t):
+            return skip(why), None
         if t.name == "qnn-htp":  # the compile stage's verdicts (compile/qnn.json) are its rows, in the NPU section
             return {"status": "not measured here", "reason": "compiled for each chip and run on QAIRT's x86 HTP "
                     "emulator (the compile stage): verdicts and numerics, no phone latency"}, None
@@ -300,14 +287,14 @@ class Bench:
                     and row["_path"]:
                 # not timed there, but the report's NPU table shows every variant's readiness
                 try:
-                    return {"status": "skipped", "reason": point}, self.readiness(row)
+                    return skip(point), self.readiness(row)
                 except Exception as e:  # a file the checker cannot read: say so in its row, keep the others
-                    return {"status": "skipped", "reason": point}, {"onnx": {"error": f"{type(e).__name__}: {e}"[:300]}}
-            return {"status": "skipped", "reason": point}, None
+                    return skip(point), {"onnx": {"error": f"{type(e).__name__}: {e}"[:300]}}
+            return skip(point), None
         if row["format"] != "pytorch" and (row["_path"] is None or not Path(row["_path"]).exists()):
-            return {"status": "skipped", "reason": f"file {row.get('file')} is missing"}, None
+            return skip(f"file {row.get('file')} is missing"), None
         if t.name == "desktop-gpu" and row["format"] == "onnx" and cuda_backend() != "ort-cuda":
-            return {"status": "skipped", "reason": "onnxruntime-gpu is not installed; the GPU runs PyTorch"}, None
+            return skip("onnxruntime-gpu is not installed; the GPU runs PyTorch"), None
         try:
             if t.name == "edge-npu":
                 return self.npu_entry(row, point)

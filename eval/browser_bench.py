@@ -15,30 +15,27 @@ from eval import latency as L
 from eval.browser import chromium_path, is_browser, row_key, run_job, unavailable_reason
 from eval.browser_cross import chromium_rounds, cross_check
 from eval.flops import row_flops
-from eval.peaks import row_peak
+from eval.peaks import add_gflops, row_peak
 from eval.plan import plan_point
+from eval.rows import skip
 from eval.targets import Target, resolved_threads
 
 log = logging.getLogger("pocketformer")
 
 
-def _skip(reason: str) -> dict:
-    return {"status": "skipped", "reason": reason}
-
-
 def _plan(bench, t: Target, row: dict):
     """The Point to measure, or the skip entry (same rules and wording as the other targets)."""
     if row.get("missing"):
-        return _skip(row["_reason"] if t.name in row.get("_targets", []) else
+        return skip(row["_reason"] if t.name in row.get("_targets", []) else
                      f"{t.name} does not take this file (and it was not made)")
     if row.get("status") == "failed":  # recorded with its numbers by its stage; never timed or shipped
-        return _skip(f"not timed: the file failed its check ({row.get('check', {}).get('reason', 'see its variants.json')})")
+        return skip(f"not timed: the file failed its check ({row.get('check', {}).get('reason', 'see its variants.json')})")
     point = plan_point(t, row, bench.b.seq_lengths, bench.b.headline_length, bench.b.sweep_variants,
                        bench.models.max_positions(row["model"]), throughput_targets=())
     if isinstance(point, str):
-        return _skip(point)
+        return skip(point)
     if row["_path"] is None or not Path(row["_path"]).exists():
-        return _skip(f"file {row.get('file')} is missing")
+        return skip(f"file {row.get('file')} is missing")
     return point
 
 
@@ -54,7 +51,7 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
     files: dict[str, dict] = {}  # one job entry per file, with every length any browser target wants
     for t in targets:
         for row in rows:
-            p = _skip(why) if why else _plan(bench, t, row)
+            p = skip(why) if why else _plan(bench, t, row)
             if isinstance(p, dict):
                 out[(t.name, row_key(row))] = p
                 continue
@@ -89,17 +86,13 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
             out[k] = {"status": "failed", "reason": f"onnxruntime-web: {timed['error']}"}
             continue
         # native peaks of the row's arithmetic: WASM reaches a fraction of them
-        peak, kind = row_peak(row["variant"], row["format"], t.name, bench.machine, n_threads)
+        peak = row_peak(row["variant"], row["format"], t.name, bench.machine, n_threads)
         entry: dict = {}
         for n in p.lengths:
             entry[str(n)] = L.summarize(timed[str(n)])
-            flops = row_flops(bench.models.folders, row, n)
-            if flops:
-                entry[str(n)]["gflops"] = flops / (entry[str(n)]["p50_ms"] / 1e3) / 1e9
-                if peak:
-                    entry[str(n)].update(peak_fraction=entry[str(n)]["gflops"] / peak, peak=kind)
+            add_gflops(entry[str(n)], row_flops(bench.models.folders, row, n), 1, peak)
         for n, reason in p.skipped_lengths.items():
-            entry[n] = _skip(reason)
+            entry[n] = skip(reason)
         entry["session"] = {"provider": "onnxruntime-web wasm", "threads": n_threads, "runtime": runtime,
                             "cross_origin_isolated": run.get("isolated"), "chromium": chromium_path(b.browser_executable)}
         out[k] = entry

@@ -27,6 +27,16 @@ def arithmetic(variant: str, fmt: str, target: str, machine: dict) -> tuple[str 
     return "fp32", "fp32 kernels"
 
 
+def add_gflops(entry: dict, flops: int | None, batch: int, peak: tuple[float | None, str | None]) -> None:
+    """gflops, and peak_fraction against the peak of the row's own arithmetic (row_peak), named in `peak`
+    ("fp32" or "int8")."""
+    if flops and entry.get("p50_ms"):
+        entry["gflops"] = flops * batch / (entry["p50_ms"] / 1e3) / 1e9
+        if peak[0]:
+            entry["peak_fraction"] = entry["gflops"] / peak[0]
+            entry["peak"] = peak[1]
+
+
 def row_peak(variant: str, fmt: str, target: str, machine: dict, threads: int) -> tuple[float | None, str | None]:
     """(peak GFLOP/s or GOP/s at `threads`, its kind) for a row on a target; (None, None) when no measured
     peak matches the row's arithmetic."""

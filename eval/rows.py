@@ -26,6 +26,11 @@ def pick_p50(row: dict, target: str, length: int | str) -> float | None:
     return p50(row, target, length)
 
 
+def skip(reason: str) -> dict:
+    """A latency entry for what is not measured, with its reason."""
+    return {"status": "skipped", "reason": reason}
+
+
 def goal(text: str, value: float | None, limit: float | None, detail: str, ok=operator.le) -> dict:
     """One entry of results.json's goals: met is ok(value, limit), None when either is unknown."""
     met = None if value is None or limit is None else ok(value, limit)
