@@ -110,28 +110,23 @@ def greedy(lm: LM, prompt: list[int], n: int) -> list[int]:
     if lm.max_positions and len(prompt) + n > lm.max_positions:
         raise PipelineError(f"{lm.name}: prompt of {len(prompt)} tokens + {n} new tokens exceeds the model's "
                             f"{lm.max_positions} positions (lm.max_cache); shorten the prompt or raise lm.max_cache")
-    with torch.no_grad():
-        x = lm.to_model_ids(torch.tensor([prompt]))  # (1, P)
-        cut = lm.vmap.other_id if lm.vmap is not None and lm.vmap.has_other else None
-        out: list[int] = []
+    def forward(x: torch.Tensor, state):
+        """(logits, the state to carry on: the LSTM's (h, c) or the KV cache)."""
         if lm.kind == "lstm":
-            h, c = lm.model.zero_state(1)
-            logits, h, c = lm.model(x, h, c)
-        else:
-            res = lm.model(input_ids=x, use_cache=True)
-            logits, past = res.logits, res.past_key_values
+            logits, h, c = lm.model(x, *(state or lm.model.zero_state(1)))
+            return logits, (h, c)
+        res = lm.model(input_ids=x, past_key_values=state, use_cache=True)
+        return res.logits, res.past_key_values
+
+    with torch.no_grad():
+        cut = lm.vmap.other_id if lm.vmap is not None and lm.vmap.has_other else None
+        logits, state = forward(lm.to_model_ids(torch.tensor([prompt])), None)  # prompt (1, P)
+        out: list[int] = []
         for step in range(n):
-            last = logits[0, -1, :cut]  # (V,) without "other"
-            nxt = int(last.argmax())
-            out.append(nxt)
+            out.append(int(logits[0, -1, :cut].argmax()))  # (V,) without "other"
             if step + 1 == n:
                 break
-            y = torch.tensor([[nxt]])
-            if lm.kind == "lstm":
-                logits, h, c = lm.model(y, h, c)
-            else:
-                res = lm.model(input_ids=y, past_key_values=past, use_cache=True)
-                logits, past = res.logits, res.past_key_values
+            logits, state = forward(torch.tensor([[out[-1]]]), state)
     return out if lm.vmap is None else lm.vmap.to_teacher(out).tolist()
 
 

@@ -27,23 +27,20 @@ class Point:
     skipped_lengths: dict[str, str] = field(default_factory=dict)  # "256" -> reason
 
 
-def _format_skip(t: Target, fmt: str) -> str:
-    if t.name == "mobile-cpu":
-        return {"onnx": "mobile-cpu runs the .ort file of this variant (the phone build of the same model, see its ort row)",
-                "pytorch": "phones run the exported files, not PyTorch eager",
-                "coreml": "Core ML packages run under Core ML only: see edge-npu"}.get(fmt, "")
-    if t.name == "host-cpu":
-        return {"ort": "host-cpu runs the .onnx file of this variant (the same model); the .ort file is measured "
-                       "on mobile-cpu",
-                "coreml": "Core ML packages run under Core ML only (macOS/iOS): see edge-npu"}.get(fmt, "")
-    if t.name == "edge-npu":
-        return {"pytorch": "NPUs run exported files, not PyTorch eager",
-                "ort": "edge-npu takes the static-QDQ .onnx (shapes fixed per length) and the Core ML package"
-                }.get(fmt, "")
-    if t.name == "desktop-gpu":
-        return {"ort": "the .ort format is for mobile builds of ONNX Runtime",
-                "coreml": "Core ML does not run on CUDA GPUs"}.get(fmt, "")
-    return ""
+# (target, format) -> why the target does not run that format; the others get a generic reason
+FORMAT_SKIPS = {
+    ("mobile-cpu", "onnx"): "mobile-cpu runs the .ort file of this variant (the phone build of the same model, see "
+                            "its ort row)",
+    ("mobile-cpu", "pytorch"): "phones run the exported files, not PyTorch eager",
+    ("mobile-cpu", "coreml"): "Core ML packages run under Core ML only: see edge-npu",
+    ("host-cpu", "ort"): "host-cpu runs the .onnx file of this variant (the same model); the .ort file is measured "
+                         "on mobile-cpu",
+    ("host-cpu", "coreml"): "Core ML packages run under Core ML only (macOS/iOS): see edge-npu",
+    ("edge-npu", "pytorch"): "NPUs run exported files, not PyTorch eager",
+    ("edge-npu", "ort"): "edge-npu takes the static-QDQ .onnx (shapes fixed per length) and the Core ML package",
+    ("desktop-gpu", "ort"): "the .ort format is for mobile builds of ONNX Runtime",
+    ("desktop-gpu", "coreml"): "Core ML does not run on CUDA GPUs",
+}
 
 
 def _variant_skip(t: Target, variant: str) -> str:
@@ -75,9 +72,9 @@ def plan_point(t: Target, row: dict, lengths: list[int], headline: int, sweep_va
     if variant.endswith("-fastgelu") and variant not in t.variants:  # before the format: why is the variant
         return _variant_skip(t, variant)
     if fmt not in t.formats:
-        return _format_skip(t, fmt) or f"{t.name} does not run {fmt} files"
+        return FORMAT_SKIPS.get((t.name, fmt), f"{t.name} does not run {fmt} files")
     if t.name == "mobile-cpu" and fmt == "onnx" and not variant.startswith("optimum-"):
-        return _format_skip(t, fmt)  # only the peer, which has no .ort of ours, runs as .onnx there
+        return FORMAT_SKIPS[(t.name, fmt)]  # only the peer, which has no .ort of ours, runs as .onnx there
     if t.name == "edge-npu" and fmt == "onnx" and variant != "int8-static":
         return _variant_skip(t, variant)
     if "*" not in t.variants and variant not in t.variants:
