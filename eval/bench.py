@@ -203,7 +203,8 @@ class Bench:
             precision = "int8"
             runtime = bool({"NnapiExecutionProvider", "CoreMLExecutionProvider"} & set(ort_providers()))
         if runtime:  # the static NPU files, fixed-shape copies of an .onnx, or Core ML on macOS
-            measure = {"onnx-npu": self._measure_npu_files, "onnx": self._measure_npu_onnx, "coreml": self._measure_coreml}
+            measure = {"onnx-npu": self._measure_npu_files, "onnx": self._measure_npu_onnx,
+                       "coreml": self._measure_coreml}
             return measure[row["format"]](row, point), readiness
         d = self.device
         # an estimate costs nothing: every length the model takes, not only the measured ones
