@@ -430,26 +430,6 @@ class SearchSection:
     reference: bool = True
 
 
-SECTIONS: dict[str, type] = {
-    "run": RunSection,
-    "data": DataSection,
-    "teacher": TeacherSection,
-    "augment": AugmentSection,
-    "student": StudentSection,
-    "distill": DistillSection,
-    "baseline": BaselineSection,
-    "train": TrainSection,
-    "quantize": QuantizeSection,
-    "npu": NpuSection,
-    "export": ExportSection,
-    "bench": BenchSection,
-    "lm": LMSection,
-    "bundle": BundleSection,
-    "phone": PhoneSection,
-    "search": SearchSection,
-}
-
-
 @dataclass(frozen=True)
 class Config:
     run: RunSection = field(default_factory=RunSection)
@@ -484,6 +464,10 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return {name: self.section_dict(name) for name in SECTIONS}
+
+
+# section name -> its dataclass, in Config's order
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(Config) if f.name != "source"}
 
 
 # a scalar field's type -> (what the error asks for, the Python types it accepts)
