@@ -106,12 +106,10 @@ _FILE_READERS = {"csv": read_csv, "jsonl": read_jsonl, "parquet": read_parquet}
 
 def _file_source(kind: str):
     def load(d: DataSection, split: str) -> list[Example]:
-        path = {"train": d.train_path, "validation": d.validation_path, "test": d.test_path}[split]
-        if not path:
-            if split == "train":
-                raise PipelineError(f"data.source = '{kind}' needs data.train_path")
-            return []
-        return _FILE_READERS[kind](Path(path), d)
+        path = getattr(d, f"{split}_path")
+        if not path and split == "train":
+            raise PipelineError(f"data.source = '{kind}' needs data.train_path")
+        return _FILE_READERS[kind](Path(path), d) if path else []
     return load
 
 
