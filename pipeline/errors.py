@@ -6,6 +6,7 @@ Anything else that escapes is a bug and keeps its traceback.
 import errno as _errno
 import os as _os
 import shutil as _shutil
+from contextlib import contextmanager as _contextmanager
 
 
 class PipelineError(Exception):
@@ -87,3 +88,16 @@ def disk_error(exc: BaseException, folder, setting: str, needed: int | None = No
             f"this user may not write). Point {setting} at a writable folder, or make it writable "
             f"(chmod u+w / chown)")
     return None
+
+
+@_contextmanager
+def writing(folder, setting: str = "run.runs_dir"):
+    """A full disk or a folder that cannot be written while the block writes folder: one PipelineError naming it
+    (disk_error); any other OSError keeps its traceback."""
+    try:
+        yield
+    except OSError as e:
+        err = disk_error(e, folder, setting)
+        if err is None:
+            raise
+        raise err from e

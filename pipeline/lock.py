@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.errors import PipelineError, disk_error
+from pipeline.errors import PipelineError, writing
 
 LOCK_NAME = ".lock"
 # Run folders this process holds, with a nesting count: `run` holds the lock and calls `run_stage`, which
@@ -34,15 +34,10 @@ def _holder(path: Path) -> str:
 
 def _open_lock(run_dir: Path, path: Path) -> int:
     """The run folder made and its lock file opened; a read-only or full runs folder is one PipelineError."""
-    try:
+    with writing(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
         # O_CREAT without O_TRUNC: truncating would erase the holder's pid before we know we may write
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        err = disk_error(e, run_dir, "run.runs_dir")
-        if err is None:
-            raise
-        raise err from e
 
 
 @contextmanager
