@@ -6,7 +6,7 @@ Anything else that escapes is a bug and keeps its traceback.
 import errno as _errno
 import os as _os
 import shutil as _shutil
-from contextlib import contextmanager as _contextmanager
+from contextlib import contextmanager as _contextmanager, suppress as _suppress
 
 
 class PipelineError(Exception):
@@ -35,10 +35,8 @@ def tree_bytes(path) -> int:
         total = 0
         for root, _, files in _os.walk(path):
             for f in files:
-                try:
+                with _suppress(OSError):
                     total += _os.lstat(_os.path.join(root, f)).st_size
-                except OSError:
-                    pass
         return total
     except OSError:
         return 0

@@ -120,10 +120,8 @@ def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
 
 def stage_inputs(run_dir, stage: Stage) -> dict[str, str]:
     """The content keys a stage's run is keyed on: its deps, and those of reads_if_present that have run."""
-    inputs = {dep: content_key(run_dir / dep) for dep in stage.deps}
-    inputs.update({dep: content_key(run_dir / dep) for dep in stage.reads_if_present
-                   if read_manifest(run_dir / dep) is not None})
-    return inputs
+    return {dep: content_key(run_dir / dep) for dep in (*stage.deps, *stage.reads_if_present)
+            if dep in stage.deps or read_manifest(run_dir / dep) is not None}
 
 
 def status(cfg: Config, name: str) -> tuple[bool, str]:
