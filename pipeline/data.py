@@ -272,9 +272,6 @@ def build_splits(cfg: Config) -> dict:
     labels = sorted({ex["label"] for ex in splits["train"]})
     if len(labels) < 2:
         raise PipelineError(f"the training data has {len(labels)} label(s) ({labels}); classification needs two or more")
-    if not splits["test"]:
-        raise PipelineError(f"the test split is empty ({len(splits['train'])} training examples, data.test_fraction = "
-                            f"{d.test_fraction:g}): provide data.test_path, more data, or a larger data.test_fraction")
     known = set(labels)
     for s in ("validation", "test"):
         unseen = sorted({ex["label"] for ex in splits[s]} - known)

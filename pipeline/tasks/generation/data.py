@@ -199,8 +199,6 @@ def shifted_windows(stream: np.ndarray, context: int, k: int) -> np.ndarray:
     """Up to k (context + 1)-token windows that start half a context after those of windows(), evenly spaced
     over the stream: each overlaps two plain windows, but none repeats one.  (<= k, context + 1) int64."""
     first = context // 2
-    n = max(0, (len(stream) - 1 - first) // context)
-    if k <= 0 or n == 0:
+    if k <= 0 or (len(stream) - 1 - first) // context < 1:
         return np.zeros((0, context + 1), dtype=np.int64)
-    starts = first + spread(n, k) * context
-    return np.stack([stream[s: s + context + 1] for s in starts])
+    return windows(stream[first:], context, "", k)
