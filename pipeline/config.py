@@ -588,8 +588,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         source = str(p)
     for text in overrides:
         section, key, value = _parse_override(text)
-        raw.setdefault(section, {})
-        if not isinstance(raw[section], dict):
+        if not isinstance(raw.setdefault(section, {}), dict):
             raise PipelineError(f"--set {text!r}: [{section}] is not a table")
         raw[section][key] = value
     return config_from_dict(raw, source)
@@ -620,8 +619,7 @@ def validate(cfg: Config) -> None:
             raise PipelineError(f"{cfg.source}: '{section}.{key}' = {value!r}; choose one of {', '.join(choices)}")
     from pipeline.config_rules import check_all  # ranges and registry names, declared as tables there
 
-    problem = check_all(cfg)
-    if problem:
+    if problem := check_all(cfg):
         raise PipelineError(f"{cfg.source}: {problem}")
     _validate_sizes(cfg)
     delim = cfg.data.delimiter

@@ -42,8 +42,7 @@ def each(rule: Rule) -> Rule:
     """Apply rule to every item of a list setting; the message names the first bad item."""
     def check(items: list) -> str | None:
         for i, v in enumerate(items):
-            problem = rule(v)
-            if problem:
+            if problem := rule(v):
                 return f"item {i} ({v!r}) {problem}"
         return None
     return check
@@ -231,8 +230,7 @@ def check_all(cfg) -> str | None:
         value = cfg.value(dotted)
         if isinstance(value, float) and not math.isfinite(value):
             return f"'{dotted}' = {value!r}; give a finite number"
-        problem = rule(value)
-        if problem:
+        if problem := rule(value):
             return f"'{dotted}' = {value!r} {problem}"
     problem = check_names(cfg, REGISTRY_NAMES)
     for check in CROSS:

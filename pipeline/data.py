@@ -47,8 +47,7 @@ def source_problem(name: str, task: str) -> str | None:
 
 def get_source(name: str, task: str) -> Loader:
     """The loader of data.source = name for task; an unknown name lists those the task can read."""
-    problem = source_problem(name, task)
-    if problem:
+    if problem := source_problem(name, task):
         raise PipelineError(problem)
     return SOURCES[name][task]
 

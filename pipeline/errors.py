@@ -95,7 +95,6 @@ def writing(folder, setting: str = "run.runs_dir"):
     try:
         yield
     except OSError as e:
-        err = disk_error(e, folder, setting)
-        if err is None:
+        if (err := disk_error(e, folder, setting)) is None:
             raise
         raise err from e

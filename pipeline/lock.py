@@ -32,14 +32,6 @@ def _holder(path: Path) -> str:
     return text or "a process that has not written its pid yet"
 
 
-def _open_lock(run_dir: Path, path: Path) -> int:
-    """The run folder made and its lock file opened; a read-only or full runs folder is one PipelineError."""
-    with writing(run_dir):
-        run_dir.mkdir(parents=True, exist_ok=True)
-        # O_CREAT without O_TRUNC: truncating would erase the holder's pid before we know we may write
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-
-
 @contextmanager
 def run_lock(run_dir: Path, what: str) -> Iterator[None]:
     """Hold runs/<run>/.lock for the block; raise PipelineError at once if another process holds it.
@@ -53,7 +45,10 @@ def run_lock(run_dir: Path, what: str) -> Iterator[None]:
         finally:
             _HELD[path] -= 1
         return
-    fd = _open_lock(run_dir, path)
+    with writing(run_dir):  # a read-only or full runs folder: one PipelineError
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # O_CREAT without O_TRUNC: truncating would erase the holder's pid before we know we may write
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
