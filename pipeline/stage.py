@@ -7,7 +7,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from pipeline.config import Config, read_keys
 from pipeline.errors import NO_SPACE, PipelineError, disk_error, lookup, tree_bytes, writing
@@ -85,10 +85,6 @@ def _published(folder, manifest: dict) -> str | None:
     if not dist:
         return None  # nothing was published (a task without this bundle writes only a README)
     return stale_schema(folder) or published_differs(folder, Path(dist))
-
-
-def implementation(cfg: Config, name: str) -> Callable[[StageContext], dict[str, Any]]:
-    return task_of(cfg).step(name).fn
 
 
 def _graph() -> dict[str, tuple[str, ...]]:
@@ -183,14 +179,15 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
     relevant, chash = config_hash(cfg, stage)
     inputs = stage_inputs(run_dir, stage)
     key = sha256_json([chash, inputs])
+    step = task_of(cfg).step(name)
     if not D.is_main():
         # other ranks compute their share of a distributed stage into a private folder that is dropped
-        if task_of(cfg).step(name).distributed:
+        if step.distributed:
             scratch = run_dir / f".{name}.rank{D.rank()}.partial"
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir(parents=True)
             try:
-                implementation(cfg, name)(StageContext(cfg, name, scratch, run_dir, stage.deps, key, _graph()))
+                step.fn(StageContext(cfg, name, scratch, run_dir, stage.deps, key, _graph()))
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
         D.barrier()  # rank 0 has written and renamed the stage folder
@@ -203,7 +200,7 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
     started = time.time()
     try:
         ctx = StageContext(cfg, name, tmp, run_dir, stage.deps, key, _graph())
-        summary = implementation(cfg, name)(ctx) or {}
+        summary = step.fn(ctx) or {}
         manifest = write_manifest(tmp, stage=name, config=relevant, config_hash=chash, inputs=inputs,
                                   summary=summary, started=started)
     except BaseException as e:
