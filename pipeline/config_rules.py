@@ -13,6 +13,8 @@ import json
 import math
 from typing import Any, Callable
 
+from pipeline.task import lazy
+
 # A rule returns what is wrong with a value ("must be > 0") or None when the value is fine.
 Rule = Callable[[Any], "str | None"]
 
@@ -195,10 +197,7 @@ def _ort_optimizers(cfg) -> str | None:
     return None
 
 
-def _search(cfg) -> str | None:
-    from pipeline.search_checks import check  # the [search] section's rules live beside the search
-
-    return check(cfg)
+_search = lazy("pipeline.search_checks:check")  # the [search] section's rules live beside the search
 
 
 CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split_fractions_leave_training_data,
