@@ -70,18 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pipeline", description="pocketformer: distil, quantize, "
                                      "export, benchmark and ship small text models")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("run", help="run every stage (or up to --until), skipping those already up to date")
-    _common(p)
-    p.add_argument("--until", default=None, help="last stage to run")
-    p = sub.add_parser("status", help="show which stages are done and which would run")
-    _common(p)
-    p = sub.add_parser("show-config", help="print the fully resolved config")
-    _common(p)
-    for name, stage in _stages().items():
-        if stage.optional:  # an optional stage brings its own command and flags (search.add_cli below)
-            continue
-        p = sub.add_parser(name, help=stage.doc)
-        _common(p)
+    commands = {"run": "run every stage (or up to --until), skipping those already up to date",
+                "status": "show which stages are done and which would run",
+                "show-config": "print the fully resolved config",
+                # an optional stage brings its own command and flags (search.add_cli below)
+                **{name: stage.doc for name, stage in _stages().items() if not stage.optional}}
+    for name, doc in commands.items():
+        _common(sub.add_parser(name, help=doc))
+    sub.choices["run"].add_argument("--until", default=None, help="last stage to run")
     from pipeline import phone
     from pipeline import search
     from pipeline import verify
@@ -124,24 +120,19 @@ def main(argv: list[str] | None = None) -> int:
             args.overrides = args.overrides + search.flag_overrides(args)
         cfg = load_config(args.config, args.overrides)
         if args.command == "search":
-            from pipeline import search
-
             return search.run_cli(cfg, args)
         if args.command == "show-config":
             print(dumps(cfg))
             return 0
-        stages = list(STAGES)
         if args.command == "status":
-            for name, (_, why) in statuses(cfg, stages).items():
+            for name, (_, why) in statuses(cfg, list(STAGES)).items():
                 print(f"{name:10s} {why}")
             return 0
         if args.command == "run":
             targets = [args.until] if args.until else default_targets()
-            force: tuple[str, ...] = tuple(targets) if args.force else ()
         else:
             targets = [args.command]
-            force = (args.command,) if args.force else ()
-        run(cfg, targets, force=force)
+        run(cfg, targets, force=tuple(targets) if args.force else ())  # --force re-runs the named stages
         return 0
     except PipelineError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -430,26 +430,6 @@ class SearchSection:
     reference: bool = True
 
 
-SECTIONS: dict[str, type] = {
-    "run": RunSection,
-    "data": DataSection,
-    "teacher": TeacherSection,
-    "augment": AugmentSection,
-    "student": StudentSection,
-    "distill": DistillSection,
-    "baseline": BaselineSection,
-    "train": TrainSection,
-    "quantize": QuantizeSection,
-    "npu": NpuSection,
-    "export": ExportSection,
-    "bench": BenchSection,
-    "lm": LMSection,
-    "bundle": BundleSection,
-    "phone": PhoneSection,
-    "search": SearchSection,
-}
-
-
 @dataclass(frozen=True)
 class Config:
     run: RunSection = field(default_factory=RunSection)
@@ -484,6 +464,10 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return {name: self.section_dict(name) for name in SECTIONS}
+
+
+# section name -> its dataclass, in Config's order
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(Config) if f.name != "source"}
 
 
 # a scalar field's type -> (what the error asks for, the Python types it accepts)
@@ -604,8 +588,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         source = str(p)
     for text in overrides:
         section, key, value = _parse_override(text)
-        raw.setdefault(section, {})
-        if not isinstance(raw[section], dict):
+        if not isinstance(raw.setdefault(section, {}), dict):
             raise PipelineError(f"--set {text!r}: [{section}] is not a table")
         raw[section][key] = value
     return config_from_dict(raw, source)
@@ -636,8 +619,7 @@ def validate(cfg: Config) -> None:
             raise PipelineError(f"{cfg.source}: '{section}.{key}' = {value!r}; choose one of {', '.join(choices)}")
     from pipeline.config_rules import check_all  # ranges and registry names, declared as tables there
 
-    problem = check_all(cfg)
-    if problem:
+    if problem := check_all(cfg):
         raise PipelineError(f"{cfg.source}: {problem}")
     _validate_sizes(cfg)
     delim = cfg.data.delimiter

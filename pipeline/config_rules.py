@@ -13,6 +13,8 @@ import json
 import math
 from typing import Any, Callable
 
+from pipeline.task import lazy
+
 # A rule returns what is wrong with a value ("must be > 0") or None when the value is fine.
 Rule = Callable[[Any], "str | None"]
 
@@ -42,8 +44,7 @@ def each(rule: Rule) -> Rule:
     """Apply rule to every item of a list setting; the message names the first bad item."""
     def check(items: list) -> str | None:
         for i, v in enumerate(items):
-            problem = rule(v)
-            if problem:
+            if problem := rule(v):
                 return f"item {i} ({v!r}) {problem}"
         return None
     return check
@@ -55,71 +56,50 @@ HELD_OUT = between(0.0, 1.0, hi_open=True)  # a split fraction of 1 would leave 
 RANGES: dict[str, Rule] = {
     "run.seed": at_least(0),  # numpy's seed must be non-negative
     "run.threads": at_least(0),
-    "data.validation_fraction": HELD_OUT,
-    "data.test_fraction": HELD_OUT,
-    "data.max_train": at_least(0),
-    "data.max_validation": at_least(0),
-    "data.max_test": at_least(0),
+    **dict.fromkeys(("data.validation_fraction", "data.test_fraction"), HELD_OUT),
+    **dict.fromkeys(("data.max_train", "data.max_validation", "data.max_test"), at_least(0)),
     "npu.emulator_samples": at_least(0),  # 0 = the whole test split
     "npu.emulator_chips": one_of("probe", "all"),
     "data.label_variants": one_of("merge", "error", "keep"),
     "teacher.max_length": at_least(2),  # room for [CLS] and [SEP]
-    "teacher.epochs": positive,
-    "teacher.batch_size": positive,
-    "teacher.lr": positive,
+    **dict.fromkeys(("teacher.epochs", "teacher.batch_size", "teacher.lr"), positive),
     "teacher.weight_decay": at_least(0),
     "teacher.warmup_fraction": FRACTION,
     "teacher.eval_batch_size": positive,
     "augment.copies": at_least(0),
-    "augment.p_mask": FRACTION,
-    "augment.p_replace": FRACTION,
-    "augment.p_ngram": FRACTION,
+    **dict.fromkeys(("augment.p_mask", "augment.p_replace", "augment.p_ngram"), FRACTION),
     "augment.ngram_max": at_least(1),
-    "student.layers": positive,
-    "student.hidden": positive,
-    "student.heads": positive,
-    "student.ffn": positive,
+    **dict.fromkeys(("student.layers", "student.hidden", "student.heads", "student.ffn"), positive),
     "student.max_length": at_least(2),
     "distill.epochs": positive,
     "distill.steps": at_least(0),  # 0 = distill.epochs
-    "distill.batch_size": positive,
-    "distill.lr": positive,
+    **dict.fromkeys(("distill.batch_size", "distill.lr"), positive),
     "distill.weight_decay": at_least(0),
     "distill.warmup_fraction": FRACTION,
     "distill.temperature": positive,
     "distill.alpha": FRACTION,
-    "distill.hidden_weight": at_least(0),
-    "distill.attention_weight": at_least(0),
+    **dict.fromkeys(("distill.hidden_weight", "distill.attention_weight"), at_least(0)),
     "distill.layer_map": each(at_least(1)),  # teacher layers are 1-based; the upper end needs the teacher
     "distill.intermediate_epochs": at_least(0),
-    "baseline.embed_dim": positive,
-    "baseline.hidden": positive,
-    "baseline.layers": positive,
+    **dict.fromkeys(("baseline.embed_dim", "baseline.hidden", "baseline.layers"), positive),
     "baseline.dropout": HELD_OUT,
     "baseline.epochs": positive,
     "baseline.steps": at_least(0),  # 0 = baseline.epochs
-    "baseline.batch_size": positive,
-    "baseline.lr": positive,
+    **dict.fromkeys(("baseline.batch_size", "baseline.lr"), positive),
     "baseline.distill_alpha": FRACTION,
     "train.grad_accum": positive,
     "train.checkpoint_every": at_least(0),
-    "quantize.opset": positive,
-    "quantize.calibration_samples": positive,
-    "quantize.check_samples": positive,
-    "quantize.lossless_atol": positive,
+    **dict.fromkeys(("quantize.opset", "quantize.calibration_samples", "quantize.check_samples",
+                     "quantize.lossless_atol"), positive),
     # no upper bound: above 1 every lossy file fails its check, which is how a test forces that path
     "quantize.min_argmax_agreement": at_least(0),
     "export.coreml_lengths": each(positive),
     "export.coreml_min_weight_elements": at_least(0),
     "bench.seq_lengths": each(positive),
     "bench.warmup": at_least(0),
-    "bench.iterations": positive,
-    "bench.throughput_batch": positive,
-    "bench.headline_length": positive,
-    "bench.max_seconds_per_point": positive,
-    "bench.min_iterations": positive,
-    "bench.peer_eval_texts": at_least(0),
-    "bench.head_to_head_rounds": at_least(0),
+    **dict.fromkeys(("bench.iterations", "bench.throughput_batch", "bench.headline_length",
+                     "bench.max_seconds_per_point", "bench.min_iterations"), positive),
+    **dict.fromkeys(("bench.peer_eval_texts", "bench.head_to_head_rounds"), at_least(0)),
     "bench.browser_iterations": positive,
     "bench.browser_warmup": at_least(0),
     "lm.context_length": at_least(2),
@@ -130,17 +110,12 @@ RANGES: dict[str, Rule] = {
     "lm.eval_windows": at_least(0),
     "lm.eval_batch_size": positive,
     "lm.sample_tokens": at_least(0),
-    "lm.max_cache": positive,
-    "lm.check_tokens": positive,
-    "lm.bench_prompt_tokens": positive,
-    "lm.bench_decode_tokens": positive,
-    "lm.bench_iterations": positive,
-    "bundle.accuracy_window": FRACTION,
-    "bundle.min_agreement": FRACTION,
+    **dict.fromkeys(("lm.max_cache", "lm.check_tokens", "lm.bench_prompt_tokens", "lm.bench_decode_tokens",
+                     "lm.bench_iterations"), positive),
+    **dict.fromkeys(("bundle.accuracy_window", "bundle.min_agreement"), FRACTION),
     "bundle.sample_texts": at_least(1),  # verify-bundle replays them: a bundle without one cannot be checked
     "phone.threads": each(positive),
-    "phone.seq_length": positive,
-    "phone.repeats": positive,
+    **dict.fromkeys(("phone.seq_length", "phone.repeats"), positive),
 }
 
 # key -> (what a name there is, ("module:attribute", ...)): the value, or each item of a list, must be a key of
@@ -196,10 +171,7 @@ def _ort_optimizers(cfg) -> str | None:
     return None
 
 
-def _search(cfg) -> str | None:
-    from pipeline.search_checks import check  # the [search] section's rules live beside the search
-
-    return check(cfg)
+_search = lazy("pipeline.search_checks:check")  # the [search] section's rules live beside the search
 
 
 CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split_fractions_leave_training_data,
@@ -231,8 +203,7 @@ def check_all(cfg) -> str | None:
         value = cfg.value(dotted)
         if isinstance(value, float) and not math.isfinite(value):
             return f"'{dotted}' = {value!r}; give a finite number"
-        problem = rule(value)
-        if problem:
+        if problem := rule(value):
             return f"'{dotted}' = {value!r} {problem}"
     problem = check_names(cfg, REGISTRY_NAMES)
     for check in CROSS:

@@ -134,9 +134,8 @@ def dedupe_across_splits(splits: dict[str, list[dict]], enabled: bool) -> dict[s
 def shared_texts(splits: dict[str, list[dict]]) -> dict[str, int]:
     """Distinct texts that two of the written splits share (0 everywhere unless dedupe is off)."""
     texts = {s: {ex["text"] for ex in splits[s]} for s in SPLIT_ORDER}
-    shared = {"test & train": len(texts["test"] & texts["train"]),
-              "validation & train": len(texts["validation"] & texts["train"]),
-              "test & validation": len(texts["test"] & texts["validation"])}
+    shared = {f"{a} & {b}": len(texts[a] & texts[b])
+              for a, b in (("test", "train"), ("validation", "train"), ("test", "validation"))}
     if any(shared.values()):
         log.warning("WARNING: texts shared between splits (data.dedupe_across_splits = false): %s",
                     ", ".join(f"{n} in {pair}" for pair, n in shared.items() if n))

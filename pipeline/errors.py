@@ -6,6 +6,7 @@ Anything else that escapes is a bug and keeps its traceback.
 import errno as _errno
 import os as _os
 import shutil as _shutil
+from contextlib import contextmanager as _contextmanager, suppress as _suppress
 
 
 class PipelineError(Exception):
@@ -34,10 +35,8 @@ def tree_bytes(path) -> int:
         total = 0
         for root, _, files in _os.walk(path):
             for f in files:
-                try:
+                with _suppress(OSError):
                     total += _os.lstat(_os.path.join(root, f)).st_size
-                except OSError:
-                    pass
         return total
     except OSError:
         return 0
@@ -87,3 +86,15 @@ def disk_error(exc: BaseException, folder, setting: str, needed: int | None = No
             f"this user may not write). Point {setting} at a writable folder, or make it writable "
             f"(chmod u+w / chown)")
     return None
+
+
+@_contextmanager
+def writing(folder, setting: str = "run.runs_dir"):
+    """A full disk or a folder that cannot be written while the block writes folder: one PipelineError naming it
+    (disk_error); any other OSError keeps its traceback."""
+    try:
+        yield
+    except OSError as e:
+        if (err := disk_error(e, folder, setting)) is None:
+            raise
+        raise err from e

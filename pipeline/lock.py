@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.errors import PipelineError, disk_error
+from pipeline.errors import PipelineError, writing
 
 LOCK_NAME = ".lock"
 # Run folders this process holds, with a nesting count: `run` holds the lock and calls `run_stage`, which
@@ -32,19 +32,6 @@ def _holder(path: Path) -> str:
     return text or "a process that has not written its pid yet"
 
 
-def _open_lock(run_dir: Path, path: Path) -> int:
-    """The run folder made and its lock file opened; a read-only or full runs folder is one PipelineError."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        # O_CREAT without O_TRUNC: truncating would erase the holder's pid before we know we may write
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        err = disk_error(e, run_dir, "run.runs_dir")
-        if err is None:
-            raise
-        raise err from e
-
-
 @contextmanager
 def run_lock(run_dir: Path, what: str) -> Iterator[None]:
     """Hold runs/<run>/.lock for the block; raise PipelineError at once if another process holds it.
@@ -58,7 +45,10 @@ def run_lock(run_dir: Path, what: str) -> Iterator[None]:
         finally:
             _HELD[path] -= 1
         return
-    fd = _open_lock(run_dir, path)
+    with writing(run_dir):  # a read-only or full runs folder: one PipelineError
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # O_CREAT without O_TRUNC: truncating would erase the holder's pid before we know we may write
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

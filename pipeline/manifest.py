@@ -11,6 +11,7 @@ import importlib.metadata
 import json
 import platform
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,8 @@ def sha256_json(obj: Any) -> str:
 def library_versions() -> dict[str, str]:
     out = {}
     for name in _VERSIONED:
-        try:
+        with suppress(importlib.metadata.PackageNotFoundError):  # not installed: not listed
             out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            pass
     out["python"] = platform.python_version()
     return out
 

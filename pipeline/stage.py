@@ -4,13 +4,13 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable
 
 from pipeline.config import Config, read_keys
-from pipeline.errors import NO_SPACE, PipelineError, disk_error, lookup, tree_bytes
+from pipeline.errors import NO_SPACE, PipelineError, disk_error, lookup, tree_bytes, writing
 from pipeline.hashcache import HashCache
 from pipeline.lock import run_lock
 from pipeline.manifest import content_key, outputs_intact, read_manifest, sha256_json, write_manifest
@@ -87,10 +87,6 @@ def _published(folder, manifest: dict) -> str | None:
     return stale_schema(folder) or published_differs(folder, Path(dist))
 
 
-def implementation(cfg: Config, name: str) -> Callable[[StageContext], dict[str, Any]]:
-    return task_of(cfg).step(name).fn
-
-
 def _graph() -> dict[str, tuple[str, ...]]:
     return {n: s.deps for n, s in STAGES.items()}
 
@@ -120,10 +116,8 @@ def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
 
 def stage_inputs(run_dir, stage: Stage) -> dict[str, str]:
     """The content keys a stage's run is keyed on: its deps, and those of reads_if_present that have run."""
-    inputs = {dep: content_key(run_dir / dep) for dep in stage.deps}
-    inputs.update({dep: content_key(run_dir / dep) for dep in stage.reads_if_present
-                   if read_manifest(run_dir / dep) is not None})
-    return inputs
+    return {dep: content_key(run_dir / dep) for dep in (*stage.deps, *stage.reads_if_present)
+            if dep in stage.deps or read_manifest(run_dir / dep) is not None}
 
 
 def status(cfg: Config, name: str) -> tuple[bool, str]:
@@ -163,24 +157,11 @@ def statuses(cfg: Config, names: list[str]) -> dict[str, tuple[bool, str]]:
     return out
 
 
-@contextmanager
-def _writing(folder) -> Iterator[None]:
-    """A full disk or a read-only runs folder while the runner writes folder: one PipelineError naming it."""
-    try:
-        yield
-    except OSError as e:
-        err = disk_error(e, folder, "run.runs_dir")
-        if err is None:
-            raise
-        raise err from e
-
-
 def run_stage(cfg: Config, name: str) -> dict | None:
     from distill import distributed as D
 
-    if not D.is_main():  # rank 0 holds the run folder's lock for the whole launch
-        return _run_stage(cfg, name)
-    with run_lock(cfg.run_dir, f"stage {name} of {cfg.source or 'a config'}"):
+    # rank 0 holds the run folder's lock for the whole launch
+    with run_lock(cfg.run_dir, f"stage {name} of {cfg.source or 'a config'}") if D.is_main() else nullcontext():
         return _run_stage(cfg, name)
 
 
@@ -189,7 +170,7 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
 
     stage = STAGES[name]
     run_dir = cfg.run_dir
-    with _writing(run_dir):
+    with writing(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
     for dep in stage.deps:
         if read_manifest(run_dir / dep) is None:
@@ -198,27 +179,28 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
     relevant, chash = config_hash(cfg, stage)
     inputs = stage_inputs(run_dir, stage)
     key = sha256_json([chash, inputs])
+    step = task_of(cfg).step(name)
     if not D.is_main():
         # other ranks compute their share of a distributed stage into a private folder that is dropped
-        if task_of(cfg).step(name).distributed:
+        if step.distributed:
             scratch = run_dir / f".{name}.rank{D.rank()}.partial"
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir(parents=True)
             try:
-                implementation(cfg, name)(StageContext(cfg, name, scratch, run_dir, stage.deps, key, _graph()))
+                step.fn(StageContext(cfg, name, scratch, run_dir, stage.deps, key, _graph()))
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
         D.barrier()  # rank 0 has written and renamed the stage folder
         return None
     tmp = run_dir / f".{name}.partial"
-    with _writing(tmp):
+    with writing(tmp):
         if tmp.exists():
             shutil.rmtree(tmp)  # left by an interrupted run; never reused
         tmp.mkdir(parents=True)
     started = time.time()
     try:
         ctx = StageContext(cfg, name, tmp, run_dir, stage.deps, key, _graph())
-        summary = implementation(cfg, name)(ctx) or {}
+        summary = step.fn(ctx) or {}
         manifest = write_manifest(tmp, stage=name, config=relevant, config_hash=chash, inputs=inputs,
                                   summary=summary, started=started)
     except BaseException as e:
@@ -231,7 +213,7 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
         raise
     final = run_dir / name
     try:
-        with _writing(final):
+        with writing(final):
             if final.exists():
                 shutil.rmtree(final)
             tmp.rename(final)
@@ -253,10 +235,8 @@ def run(cfg: Config, targets: list[str], *, force: tuple[str, ...] = ()) -> list
 
     D.init()
     names = order(targets)  # an unknown stage fails before the lock is taken
-    if not D.is_main():
-        return _run(cfg, names, force)
     what = targets[0] if len(targets) == 1 else f"run until {targets[-1]}"
-    with run_lock(cfg.run_dir, f"{what} of {cfg.source or 'a config'}"):
+    with run_lock(cfg.run_dir, f"{what} of {cfg.source or 'a config'}") if D.is_main() else nullcontext():
         return _run(cfg, names, force)
 
 

@@ -149,9 +149,9 @@ def require_digest(bundle: Path, meta: dict) -> None:
                             f"{_REBUILD}")
 
 
-def edited(bundle: Path, what: str, rebuild: str = _REBUILD) -> PipelineError:
+def edited(bundle: Path, what: str) -> PipelineError:
     """metadata.json disagrees with one of the bundle's own (hashed) files: what says which field and file."""
-    return PipelineError(f"{bundle}/{METADATA}: {what}: metadata.json was edited; restore it or {rebuild}")
+    return PipelineError(f"{bundle}/{METADATA}: {what}: metadata.json was edited; restore it or {_REBUILD}")
 
 
 def _json_file(bundle: Path, rel: str) -> object:

