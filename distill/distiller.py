@@ -13,10 +13,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from distill.batching import encode, epoch_stream, pad, param_device, steps_for, window_batches
+from distill.batching import encode, pad, param_device, window_batches
 from distill.losses import attention_mse, distill_loss, hidden_mse, next_token_ce, soft_kl_topk
 from distill.models import HFLogits
-from distill.train import TrainOptions, fit, summarize, tail_mean
+from distill.train import TrainOptions, fit, fit_epochs, tail_mean
 from pipeline.config import DistillSection
 
 
@@ -50,6 +50,8 @@ def distill_student(student: nn.Module, teacher: HFLogits | None, tok, texts: li
     tl = torch.from_numpy(teacher_logits).float()
     pad_id = tok.pad_token_id or 0
     summary: dict = {"texts": len(texts), "truncated_texts": truncated, "layer_map": layer_map}
+    fit_args = dict(lr=d.lr, weight_decay=d.weight_decay, warmup_fraction=d.warmup_fraction, lr_hint="distill.lr",
+                    opts=opts)
 
     def logit_terms(b, logits):
         yb = y[b].to(logits.device)
@@ -80,22 +82,15 @@ def distill_student(student: nn.Module, teacher: HFLogits | None, tok, texts: li
                 loss = loss + d.attention_weight * a / len(layer_map)
             return loss
 
-        n = len(originals)
-        steps = steps_for(n, d.batch_size, d.intermediate_epochs)
-        result = fit(both, epoch_stream(n, [lengths[i] for i in originals], d.batch_size, d.intermediate_epochs, seed),
-                     inter_step, total_steps=steps, lr=d.lr, weight_decay=d.weight_decay,
-                     warmup_fraction=d.warmup_fraction, desc="student: layer transfer", lr_hint="distill.lr", opts=opts)
-        summary["intermediate"] = summarize(result, steps)
+        summary["intermediate"] = fit_epochs(both, inter_step, [lengths[i] for i in originals], d.batch_size,
+                                             d.intermediate_epochs, seed, desc="student: layer transfer", **fit_args)
 
     def step(m, b):
         x, mask = pad([ids[i] for i in b], pad_id, device=param_device(m))
         return logit_terms(b, m(x, mask))
 
-    steps = steps_for(len(ids), d.batch_size, d.epochs)
-    result = fit(student, epoch_stream(len(ids), lengths, d.batch_size, d.epochs, seed + 1), step, total_steps=steps,
-                 lr=d.lr, weight_decay=d.weight_decay, warmup_fraction=d.warmup_fraction,
-                 desc="student: logit distillation", lr_hint="distill.lr", opts=opts)
-    summary["logit"] = summarize(result, steps)
+    summary["logit"] = fit_epochs(student, step, lengths, d.batch_size, d.epochs, seed + 1,
+                                  desc="student: logit distillation", **fit_args)
     return summary
 
 
