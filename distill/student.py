@@ -188,10 +188,6 @@ STUDENTS: dict[str, StudentArch] = {
 }
 
 
-def arches_for(task: str) -> list[str]:
-    return [name for name, arch in STUDENTS.items() if task in arch.tasks]
-
-
 class ArchNames:
     """The student.arch names one task takes, read when iterated, so an arch registered later counts
     (pipeline/tasks/classification/checks.py checks student.arch against CLASSIFICATION_STUDENTS)."""
@@ -200,20 +196,15 @@ class ArchNames:
         self.task = task
 
     def __iter__(self) -> Iterator[str]:
-        return iter(arches_for(self.task))
+        return iter([name for name, arch in STUDENTS.items() if self.task in arch.tasks])
 
 
 CLASSIFICATION_STUDENTS = ArchNames("classification")
 
 
-def student_arch(arch: str, task: str) -> StudentArch:
-    """The registry entry for student.arch, or one error listing what this task takes."""
-    if task not in STUDENTS.get(arch, StudentArch(None, ())).tasks:
-        what = f"does not serve run.task = '{task}'" if arch in STUDENTS else "is unknown"
-        raise PipelineError(f"student.arch = '{arch}' {what}. Known for {task}: {', '.join(arches_for(task))}")
-    return STUDENTS[arch]
-
-
 def build_student(s: StudentSection, teacher, *task_args, task: str = "classification", **kwargs) -> torch.nn.Module:
-    """Build student.arch for the task (see StudentArch for task_args)."""
-    return student_arch(s.arch, task).build(s, teacher, *task_args, **kwargs)
+    """Build student.arch for the task (see StudentArch for task_args), or one error listing what this task takes."""
+    if task not in STUDENTS.get(s.arch, StudentArch(None, ())).tasks:
+        what = f"does not serve run.task = '{task}'" if s.arch in STUDENTS else "is unknown"
+        raise PipelineError(f"student.arch = '{s.arch}' {what}. Known for {task}: {', '.join(ArchNames(task))}")
+    return STUDENTS[s.arch].build(s, teacher, *task_args, **kwargs)
