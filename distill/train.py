@@ -18,7 +18,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from distill import distributed as D
-from distill.batching import epoch_stream, steps_for
+from distill.batching import epoch_stream, pad, param_device, steps_for
 from pipeline.errors import PipelineError
 
 
@@ -161,12 +161,17 @@ def _save(path: Path, model, opt, sched, losses, step, total_steps, key) -> None
     tmp.replace(path)  # a kill during the save leaves the previous checkpoint intact
 
 
-def fit_epochs(model: nn.Module, step_fn, lengths: list[int], batch_size: int, epochs: float, seed: int,
-               **fit_args) -> dict:
-    """fit for `epochs` over texts of these lengths in length-bucketed batches (epoch_stream), summarized."""
-    steps = steps_for(len(lengths), batch_size, epochs)
-    result = fit(model, epoch_stream(len(lengths), lengths, batch_size, epochs, seed), step_fn, total_steps=steps,
-                 **fit_args)
+def fit_texts(model: nn.Module, loss_fn, ids: list[list[int]], pad_id: int, batch_size: int, epochs: float,
+              seed: int, **fit_args) -> dict:
+    """fit for `epochs` over token id lists in length-bucketed batches (epoch_stream), each right-padded:
+    loss_fn(model, batch, input_ids, attention_mask) -> the loss. Returns the run's summary."""
+    steps = steps_for(len(ids), batch_size, epochs)
+
+    def step(m: nn.Module, b: list[int]) -> torch.Tensor:
+        return loss_fn(m, b, *pad([ids[i] for i in b], pad_id, device=param_device(m)))
+
+    result = fit(model, epoch_stream(len(ids), [len(s) for s in ids], batch_size, epochs, seed), step,
+                 total_steps=steps, **fit_args)
     return {"steps": steps, "optimizer_steps": result["optimizer_steps"],
             "final_loss": float(np.mean(result["losses"][-20:])), "resumed_from_step": result["resumed_from"]}
 
