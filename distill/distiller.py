@@ -29,7 +29,7 @@ class WithProjections(nn.Module):
         self.student = student
         self.attentions = attentions
         # a transformers student (HFLogits) or one with its own features() (distill/npu_student.py)
-        ds = student.hidden_size if hasattr(student, "features") else student.hf.config.hidden_size
+        ds = (student.config if hasattr(student, "features") else student.hf.config).hidden_size
         self.projs = nn.ModuleList(nn.Linear(ds, teacher_hidden) for _ in range(n_pairs))
 
     def forward(self, input_ids, attention_mask):
