@@ -57,9 +57,8 @@ def build_bert(s: StudentSection, teacher: HFLogits, labels: list[str], layer_ma
     if t_emb.shape[0] != cfg.vocab_size:
         raise PipelineError("student.init needs the student to share the teacher's vocabulary")
     with torch.no_grad():
-        se = student.bert.embeddings
         if s.init == "teacher-pca":
-            se.word_embeddings.weight.copy_(pca_rows(t_emb, s.hidden))
+            student.bert.embeddings.word_embeddings.weight.copy_(pca_rows(t_emb, s.hidden))
         elif s.init == "teacher-layers":
             _copy_bert_layers(student, teacher, layer_map)
     return HFLogits(student)
