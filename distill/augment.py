@@ -26,9 +26,8 @@ class Augmenter:
 
     def one(self, text: str) -> str:
         c, rng = self.cfg, self.rng
-        words = text.split()
         out = []
-        for w in words:
+        for w in text.split():
             x = rng.random()
             if x < c.p_mask:
                 out.append(self.mask)

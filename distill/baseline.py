@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from distill.batching import encode, epoch_stream, pad, param_device, steps_for, window_batches
+from distill.batching import encode, window_batches
 from distill.losses import distill_loss, next_token_ce
 from distill.lstm import LSTMLM, LSTMLMConfig, RNNClassifier, RNNConfig
-from distill.train import TrainOptions, fit, summarize, tail_mean
+from distill.train import TrainOptions, fit, fit_texts, tail_mean
 from pipeline.config import BaselineSection
 from pipeline.errors import PipelineError
 
@@ -25,13 +25,10 @@ def train_rnn(model: RNNClassifier, tok, texts: list[str], labels: list[int], b:
               opts: TrainOptions = TrainOptions()) -> dict:
     """Gold labels only when teacher_logits is None; else distillation (labels[i] = -1: teacher only)."""
     ids, truncated = encode(tok, texts, max_length, where="baseline texts")
-    lengths = [len(s) for s in ids]
     y = torch.tensor(labels)
     tl = None if teacher_logits is None else torch.from_numpy(teacher_logits).float()
-    pad_id = tok.pad_token_id or 0
 
-    def step(m, batch):
-        x, mask = pad([ids[i] for i in batch], pad_id, device=param_device(m))
+    def loss(m, batch, x, mask):
         logits = m(x, mask)
         yb = y[batch].to(x.device)
         if tl is None:
@@ -39,10 +36,9 @@ def train_rnn(model: RNNClassifier, tok, texts: list[str], labels: list[int], b:
         return distill_loss(logits, tl[batch].to(x.device), yb.clamp(min=0), kind=b.distill_loss,
                             temperature=temperature, alpha=b.distill_alpha, has_label=yb >= 0)
 
-    steps = steps_for(len(ids), b.batch_size, b.epochs)
-    result = fit(model, epoch_stream(len(ids), lengths, b.batch_size, b.epochs, seed), step, total_steps=steps,
-                 lr=b.lr, weight_decay=0.0, warmup_fraction=0.05, desc=desc, lr_hint="baseline.lr", opts=opts)
-    return {"texts": len(texts), **summarize(result, steps), "truncated_texts": truncated}
+    result = fit_texts(model, loss, ids, tok.pad_token_id or 0, b.batch_size, b.epochs, seed, lr=b.lr,
+                       weight_decay=0.0, warmup_fraction=0.05, desc=desc, lr_hint="baseline.lr", opts=opts)
+    return {"texts": len(texts), **result, "truncated_texts": truncated}
 
 
 def build_lstm_lm(b: BaselineSection, vocab_size: int) -> LSTMLM:

@@ -4,10 +4,11 @@ Length bucketing roughly halves step time against padding every batch to the glo
 """
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -84,18 +85,15 @@ def bucketed_batches(lengths: Sequence[int], batch_size: int, rng: random.Random
     return batches
 
 
+def _passes(one_pass: Callable[[], Iterable], total: int) -> Iterator:
+    """The first `total` batches of one_pass(), one_pass(), ... (each call one pass over the data)."""
+    return itertools.islice(itertools.chain.from_iterable(one_pass() for _ in itertools.count()), total)
+
+
 def epoch_stream(n_items: int, lengths: Sequence[int], batch_size: int, epochs: float, seed: int) -> Iterator[list[int]]:
     """Batches for a fractional number of epochs: ceil(epochs * batches per epoch) steps in all."""
-    per_epoch = math.ceil(n_items / batch_size)
-    total = max(1, math.ceil(epochs * per_epoch))
     rng = random.Random(seed)
-    done = 0
-    while done < total:
-        for b in bucketed_batches(lengths, batch_size, rng):
-            if done == total:
-                return
-            yield b
-            done += 1
+    return _passes(lambda: bucketed_batches(lengths, batch_size, rng), steps_for(n_items, batch_size, epochs))
 
 
 def steps_for(n_items: int, batch_size: int, epochs: float, steps: int = 0) -> int:
@@ -110,15 +108,10 @@ def window_batches(n: int, batch_size: int, epochs: float, seed: int, steps: int
     when > 0, else a fractional number of epochs; returns (iterator, total steps). Each pass is a fresh
     permutation of the same seeded stream, so a budget of k steps is the first k batches of any longer one."""
     total = steps_for(n, batch_size, epochs, steps)
+    rng = np.random.default_rng(seed)
 
-    def gen():
-        rng, done = np.random.default_rng(seed), 0
-        while True:
-            order = rng.permutation(n)
-            for i in range(0, n, batch_size):
-                if done == total:
-                    return
-                yield order[i: i + batch_size]
-                done += 1
+    def one_pass() -> list[np.ndarray]:
+        order = rng.permutation(n)
+        return [order[i: i + batch_size] for i in range(0, n, batch_size)]
 
-    return gen(), total
+    return _passes(one_pass, total), total

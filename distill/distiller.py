@@ -13,10 +13,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from distill.batching import encode, epoch_stream, pad, param_device, steps_for, window_batches
+from distill.batching import encode, window_batches
 from distill.losses import attention_mse, distill_loss, hidden_mse, next_token_ce, soft_kl_topk
 from distill.models import HFLogits
-from distill.train import TrainOptions, fit, summarize, tail_mean
+from distill.train import TrainOptions, fit, fit_texts, tail_mean
 from pipeline.config import DistillSection
 
 
@@ -29,7 +29,7 @@ class WithProjections(nn.Module):
         self.student = student
         self.attentions = attentions
         # a transformers student (HFLogits) or one with its own features() (distill/npu_student.py)
-        ds = student.hidden_size if hasattr(student, "features") else student.hf.config.hidden_size
+        ds = (student.config if hasattr(student, "features") else student.hf.config).hidden_size
         self.projs = nn.ModuleList(nn.Linear(ds, teacher_hidden) for _ in range(n_pairs))
 
     def forward(self, input_ids, attention_mask):
@@ -45,11 +45,12 @@ def distill_student(student: nn.Module, teacher: HFLogits | None, tok, texts: li
                     seed: int, opts: TrainOptions = TrainOptions()) -> dict:
     """labels[i] = -1 marks an augmented text (teacher target only)."""
     ids, truncated = encode(tok, texts, max_length, where="distillation texts")
-    lengths = [len(s) for s in ids]
     y = torch.tensor(labels)
     tl = torch.from_numpy(teacher_logits).float()
     pad_id = tok.pad_token_id or 0
     summary: dict = {"texts": len(texts), "truncated_texts": truncated, "layer_map": layer_map}
+    fit_args = dict(lr=d.lr, weight_decay=d.weight_decay, warmup_fraction=d.warmup_fraction, lr_hint="distill.lr",
+                    opts=opts)
 
     def logit_terms(b, logits):
         yb = y[b].to(logits.device)
@@ -63,9 +64,8 @@ def distill_student(student: nn.Module, teacher: HFLogits | None, tok, texts: li
         both = WithProjections(student, teacher.hf.config.hidden_size, len(pairs), d.attention_weight > 0)
         teacher.eval()
 
-        def inter_step(m, b):
+        def inter_loss(m, b, x, mask):
             b = [originals[i] for i in b]
-            x, mask = pad([ids[i] for i in b], pad_id, device=param_device(m))
             logits, hidden, attn = m(x, mask)
             with torch.no_grad():
                 t_out = teacher.to(x.device).hf(input_ids=x, attention_mask=mask, output_hidden_states=True,
@@ -80,22 +80,14 @@ def distill_student(student: nn.Module, teacher: HFLogits | None, tok, texts: li
                 loss = loss + d.attention_weight * a / len(layer_map)
             return loss
 
-        n = len(originals)
-        steps = steps_for(n, d.batch_size, d.intermediate_epochs)
-        result = fit(both, epoch_stream(n, [lengths[i] for i in originals], d.batch_size, d.intermediate_epochs, seed),
-                     inter_step, total_steps=steps, lr=d.lr, weight_decay=d.weight_decay,
-                     warmup_fraction=d.warmup_fraction, desc="student: layer transfer", lr_hint="distill.lr", opts=opts)
-        summary["intermediate"] = summarize(result, steps)
+        summary["intermediate"] = fit_texts(both, inter_loss, [ids[i] for i in originals], pad_id, d.batch_size,
+                                            d.intermediate_epochs, seed, desc="student: layer transfer", **fit_args)
 
-    def step(m, b):
-        x, mask = pad([ids[i] for i in b], pad_id, device=param_device(m))
+    def logit_loss(m, b, x, mask):
         return logit_terms(b, m(x, mask))
 
-    steps = steps_for(len(ids), d.batch_size, d.epochs)
-    result = fit(student, epoch_stream(len(ids), lengths, d.batch_size, d.epochs, seed + 1), step, total_steps=steps,
-                 lr=d.lr, weight_decay=d.weight_decay, warmup_fraction=d.warmup_fraction,
-                 desc="student: logit distillation", lr_hint="distill.lr", opts=opts)
-    summary["logit"] = summarize(result, steps)
+    summary["logit"] = fit_texts(student, logit_loss, ids, pad_id, d.batch_size, d.epochs, seed + 1,
+                                 desc="student: logit distillation", **fit_args)
     return summary
 
 

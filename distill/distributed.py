@@ -59,12 +59,3 @@ def gather(obj: Any) -> list[Any]:
     out: list[Any] = [None] * world_size()
     dist.all_gather_object(out, obj)
     return out
-
-
-def broadcast(obj: Any) -> Any:
-    """Rank 0's obj on every rank."""
-    if not enabled():
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]

@@ -36,10 +36,8 @@ class HFLogits(nn.Module):
             getattr(hf.config, "type_vocab_size", 0) > 0
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        if self._token_types:
-            return self.hf(input_ids=input_ids, attention_mask=attention_mask,
-                           token_type_ids=torch.zeros_like(input_ids)).logits
-        return self.hf(input_ids=input_ids, attention_mask=attention_mask).logits
+        types = {"token_type_ids": torch.zeros_like(input_ids)} if self._token_types else {}
+        return self.hf(input_ids=input_ids, attention_mask=attention_mask, **types).logits
 
 
 @dataclass
@@ -83,10 +81,9 @@ def load_model(folder: Path, name: str = "model") -> LoadedModel:
                             f"run the stage that trains it first")
     meta = json.loads(meta_path.read_text())
     try:
-        if meta["kind"] == "hf" and EMBEDDING_KEY in meta:  # restricted / factorized input embedding
-            model: nn.Module = HFLogits(load_compact_hf(folder, meta[EMBEDDING_KEY]))
-        elif meta["kind"] == "hf":
-            model = HFLogits(AutoModelForSequenceClassification.from_pretrained(folder))
+        if meta["kind"] == "hf":  # with EMBEDDING_KEY: a restricted / factorized input embedding
+            model: nn.Module = HFLogits(load_compact_hf(folder, meta[EMBEDDING_KEY]) if EMBEDDING_KEY in meta
+                                        else AutoModelForSequenceClassification.from_pretrained(folder))
         elif meta["kind"] == "npu":
             from distill.npu_student import NpuStudent
 

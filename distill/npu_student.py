@@ -131,10 +131,6 @@ class NpuStudent(FolderModel):
         elif isinstance(m, NpuStudent):
             nn.init.normal_(m.position_embeddings, std=0.02)
 
-    @property
-    def hidden_size(self) -> int:
-        return self.config.hidden_size
-
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The token lookup alone: (B, T) ids -> (B, T, D)."""
         return self.word_embeddings(input_ids)

@@ -50,10 +50,10 @@ def cpu_bf16_choice(flags: set[str] | list[str]) -> PrecisionChoice:
 def gpu_bf16_choice(name: str, capability: tuple[int, int], hip: bool) -> PrecisionChoice:
     """"auto" on a GPU. CUDA: bf16 tensor cores from compute capability 8.0 (Ampere) on; torch's
     is_bf16_supported() also says True for older GPUs that only emulate it. ROCm: is_bf16_supported()."""
+    cc = f"{capability[0]}.{capability[1]}"
     if hip or capability >= (8, 0):
-        return PrecisionChoice("bf16", f"GPU {name} (compute capability {capability[0]}.{capability[1]}) has bf16 units")
-    return PrecisionChoice("fp32", f"GPU {name} (compute capability {capability[0]}.{capability[1]} < 8.0) would "
-                                   f"emulate bf16")
+        return PrecisionChoice("bf16", f"GPU {name} (compute capability {cc}) has bf16 units")
+    return PrecisionChoice("fp32", f"GPU {name} (compute capability {cc} < 8.0) would emulate bf16")
 
 
 def choose_precision(precision: str, what: str = "precision") -> PrecisionChoice:

@@ -57,9 +57,8 @@ def build_bert(s: StudentSection, teacher: HFLogits, labels: list[str], layer_ma
     if t_emb.shape[0] != cfg.vocab_size:
         raise PipelineError("student.init needs the student to share the teacher's vocabulary")
     with torch.no_grad():
-        se = student.bert.embeddings
         if s.init == "teacher-pca":
-            se.word_embeddings.weight.copy_(pca_rows(t_emb, s.hidden))
+            student.bert.embeddings.word_embeddings.weight.copy_(pca_rows(t_emb, s.hidden))
         elif s.init == "teacher-layers":
             _copy_bert_layers(student, teacher, layer_map)
     return HFLogits(student)
@@ -188,10 +187,6 @@ STUDENTS: dict[str, StudentArch] = {
 }
 
 
-def arches_for(task: str) -> list[str]:
-    return [name for name, arch in STUDENTS.items() if task in arch.tasks]
-
-
 class ArchNames:
     """The student.arch names one task takes, read when iterated, so an arch registered later counts
     (pipeline/tasks/classification/checks.py checks student.arch against CLASSIFICATION_STUDENTS)."""
@@ -200,20 +195,15 @@ class ArchNames:
         self.task = task
 
     def __iter__(self) -> Iterator[str]:
-        return iter(arches_for(self.task))
+        return iter([name for name, arch in STUDENTS.items() if self.task in arch.tasks])
 
 
 CLASSIFICATION_STUDENTS = ArchNames("classification")
 
 
-def student_arch(arch: str, task: str) -> StudentArch:
-    """The registry entry for student.arch, or one error listing what this task takes."""
-    if task not in STUDENTS.get(arch, StudentArch(None, ())).tasks:
-        what = f"does not serve run.task = '{task}'" if arch in STUDENTS else "is unknown"
-        raise PipelineError(f"student.arch = '{arch}' {what}. Known for {task}: {', '.join(arches_for(task))}")
-    return STUDENTS[arch]
-
-
 def build_student(s: StudentSection, teacher, *task_args, task: str = "classification", **kwargs) -> torch.nn.Module:
-    """Build student.arch for the task (see StudentArch for task_args)."""
-    return student_arch(s.arch, task).build(s, teacher, *task_args, **kwargs)
+    """Build student.arch for the task (see StudentArch for task_args), or one error listing what this task takes."""
+    if task not in STUDENTS.get(s.arch, StudentArch(None, ())).tasks:
+        what = f"does not serve run.task = '{task}'" if s.arch in STUDENTS else "is unknown"
+        raise PipelineError(f"student.arch = '{s.arch}' {what}. Known for {task}: {', '.join(ArchNames(task))}")
+    return STUDENTS[s.arch].build(s, teacher, *task_args, **kwargs)

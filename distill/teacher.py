@@ -16,11 +16,11 @@ from typing import Callable
 
 import torch
 
-from distill.batching import encode, epoch_stream, pad, param_device, steps_for
+from distill.batching import encode
 from distill.models import HFLogits
 from distill.teacher_checks import (check_causal, check_folder_files, check_loading_info, check_max_length,
                                     check_model_type)
-from distill.train import TrainOptions, fit, summarize
+from distill.train import TrainOptions, fit_texts
 from pipeline.config import TeacherSection
 from pipeline.errors import PipelineError
 
@@ -126,18 +126,14 @@ def fine_tune(model: HFLogits, tok, texts: list[str], label_ids: list[int], t: T
               opts: TrainOptions = TrainOptions()) -> dict:
     ids, truncated = encode(tok, texts, t.max_length, t.on_too_long, "teacher training data")
     y = torch.tensor(label_ids)
-    lengths = [len(s) for s in ids]
-    pad_id = tok.pad_token_id or 0
-    total = steps_for(len(ids), t.batch_size, t.epochs)
 
-    def step(m, b):
-        x, mask = pad([ids[i] for i in b], pad_id, device=param_device(m))
+    def loss(m, b, x, mask):
         return torch.nn.functional.cross_entropy(m(x, mask), y[b].to(x.device))
 
-    result = fit(model, epoch_stream(len(ids), lengths, t.batch_size, t.epochs, seed), step, total_steps=total,
-                 lr=t.lr, weight_decay=t.weight_decay, warmup_fraction=t.warmup_fraction, desc="teacher fine-tune",
-                 lr_hint="teacher.lr", opts=opts)
-    return {**summarize(result, total), "truncated_texts": truncated}
+    result = fit_texts(model, loss, ids, tok.pad_token_id or 0, t.batch_size, t.epochs, seed, lr=t.lr,
+                       weight_decay=t.weight_decay, warmup_fraction=t.warmup_fraction, desc="teacher fine-tune",
+                       lr_hint="teacher.lr", opts=opts)
+    return {**result, "truncated_texts": truncated}
 
 
 def _load_gguf(path: str):

@@ -18,6 +18,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from distill import distributed as D
+from distill.batching import epoch_stream, pad, param_device, steps_for
 from pipeline.errors import PipelineError
 
 
@@ -47,9 +48,7 @@ def linear_schedule(opt: torch.optim.Optimizer, total: int, warmup_fraction: flo
     warm = max(1, int(total * warmup_fraction))
 
     def factor(step: int) -> float:
-        if step < warm:
-            return (step + 1) / warm
-        return max(0.0, (total - step) / max(1, total - warm))
+        return (step + 1) / warm if step < warm else max(0.0, (total - step) / max(1, total - warm))
 
     return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
@@ -101,7 +100,7 @@ def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, objec
     opt_steps = math.ceil(total_steps / accum)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     sched = linear_schedule(opt, opt_steps, warmup_fraction)
-    scaler = torch.amp.GradScaler("cuda") if opts.precision == "fp16" else None
+    scaler = torch.amp.GradScaler("cuda", enabled=opts.precision == "fp16")  # disabled: each call a pass-through
     losses: list[float] = []
     start = 0
     ckpt = _ckpt_path(opts, desc)
@@ -128,18 +127,13 @@ def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, objec
             if not torch.isfinite(loss):
                 raise PipelineError(f"{desc}: the loss became {loss.item()} at step {step + 1}/{total_steps}. "
                                     f"Lower the learning rate ({lr_hint} = {lr:g}) or check the data for broken labels")
-            scaled = loss / accum
-            (scaler.scale(scaled) if scaler else scaled).backward()
+            scaler.scale(loss / accum).backward()
         losses.append(loss.item())
         if last_micro:
-            if scaler:
-                scaler.unscale_(opt)
+            scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(params, clip)
-            if scaler:
-                scaler.step(opt)
-                scaler.update()
-            else:
-                opt.step()
+            scaler.step(opt)
+            scaler.update()
             sched.step()
             opt.zero_grad(set_to_none=True)
             n_opt = (step + 1 + accum - 1) // accum
@@ -167,10 +161,19 @@ def _save(path: Path, model, opt, sched, losses, step, total_steps, key) -> None
     tmp.replace(path)  # a kill during the save leaves the previous checkpoint intact
 
 
-def summarize(result: dict, steps: int) -> dict:
-    losses = result["losses"]
+def fit_texts(model: nn.Module, loss_fn, ids: list[list[int]], pad_id: int, batch_size: int, epochs: float,
+              seed: int, **fit_args) -> dict:
+    """fit for `epochs` over token id lists in length-bucketed batches (epoch_stream), each right-padded:
+    loss_fn(model, batch, input_ids, attention_mask) -> the loss. Returns the run's summary."""
+    steps = steps_for(len(ids), batch_size, epochs)
+
+    def step(m: nn.Module, b: list[int]) -> torch.Tensor:
+        return loss_fn(m, b, *pad([ids[i] for i in b], pad_id, device=param_device(m)))
+
+    result = fit(model, epoch_stream(len(ids), [len(s) for s in ids], batch_size, epochs, seed), step,
+                 total_steps=steps, **fit_args)
     return {"steps": steps, "optimizer_steps": result["optimizer_steps"],
-            "final_loss": float(np.mean(losses[-20:])), "resumed_from_step": result["resumed_from"]}
+            "final_loss": float(np.mean(result["losses"][-20:])), "resumed_from_step": result["resumed_from"]}
 
 
 def tail_mean(values: list[float], steps: int) -> float:
