@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
 
 from export.optimize import op_counts
 from pipeline.errors import PipelineError
-
-if TYPE_CHECKING:  # config validation imports STATIC_FLOAT; numpy need not load for that
-    import numpy as np
 
 # Gather is listed on purpose: the word-embedding table is most of a small student's (and an LSTM's)
 # weights, and left in fp32 it caps the size gain near 1.3x instead of ~4x.
@@ -97,18 +93,20 @@ class TextCalibration:
             self.batches.append({"input_ids": x.numpy(), "attention_mask": m.numpy()})
 
     def reader(self):
-        from onnxruntime.quantization import CalibrationDataReader
+        return calibration_reader(self.batches)
 
-        batches = self.batches
 
-        class _Reader(CalibrationDataReader):
-            def __init__(self):
-                self.it: Iterator[dict[str, np.ndarray]] = iter(batches)
+def calibration_reader(feeds: list[dict]):
+    """An onnxruntime CalibrationDataReader over the feeds, each once."""
+    from onnxruntime.quantization import CalibrationDataReader
 
-            def get_next(self):
-                return next(self.it, None)
+    it = iter(feeds)
 
-        return _Reader()
+    class _Reader(CalibrationDataReader):
+        def get_next(self):
+            return next(it, None)
+
+    return _Reader()
 
 
 def check_static_float(names: list[str]) -> None:
