@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, tree_bytes
 
 # Finite, fp16-friendly attention fill: float32's min becomes -inf in fp16 and -inf - -inf gives NaN in
 # softmax; exp(-1e4) underflows to exactly 0 in both fp16 and fp32, so the mask still removes padding.
@@ -203,16 +203,12 @@ def kmeans_lut(weight: np.ndarray, nbits: int = 4, iterations: int = 12) -> tupl
     return lut.astype(weight.dtype), idx.astype(np.uint8)  # LUT in the weight's dtype (fp16 here)
 
 
-def package_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 def save(ml, path: Path, metadata: dict[str, object]) -> int:
     """Write ml with metadata (values as strings) to path; returns the package's size in bytes."""
     for k, v in metadata.items():
         ml.user_defined_metadata[k] = str(v)
     ml.save(str(path))
-    return package_size(path)
+    return tree_bytes(path)
 
 
 def can_predict() -> tuple[bool, str]:
