@@ -51,10 +51,6 @@ class CoreMLRNN(nn.Module):
         super().__init__()
         self.rnn = rnn
 
-    @staticmethod
-    def _reverse_valid(x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(perm, x)  # (B, T, T) @ (B, T, C) -> (B, T, C)
-
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         r, c = self.rnn, self.rnn.config
         mask = attention_mask.to(torch.float32).unsqueeze(-1)  # (B, T, 1)
@@ -66,8 +62,8 @@ class CoreMLRNN(nn.Module):
         for i in range(c.layers):
             out_f, _ = r.fwd[i](x)  # (B, T, H)
             if c.bidirectional:
-                out_b, _ = r.bwd[i](self._reverse_valid(x, perm))
-                out_f = torch.cat([out_f, self._reverse_valid(out_b, perm)], dim=-1)  # (B, T, 2H)
+                out_b, _ = r.bwd[i](torch.bmm(perm, x))  # (B, T, T) @ (B, T, C): each row's valid steps reversed
+                out_f = torch.cat([out_f, torch.bmm(perm, out_b)], dim=-1)  # (B, T, 2H)
             x = out_f
         mean = (x * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # (B, D)
         mx = (x * mask + (mask - 1.0) * 1e4).max(1).values  # (B, D), same finite fill as the source model
