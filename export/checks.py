@@ -68,10 +68,7 @@ def check_inputs(tokenizer, texts: Sequence[str], max_length: int, batch_size: i
     rest = [i for i in range(len(ids)) if i not in singles]
     random.Random(seed).shuffle(rest)
     groups = [[i] for i in singles] + [rest[i: i + batch_size] for i in range(0, len(rest), batch_size)]
-    batches = []
-    for g in groups:
-        x, m = pad([ids[i] for i in g], pad_id)  # (B, T) each
-        batches.append((x.numpy(), m.numpy()))
+    batches = [tuple(t.numpy() for t in pad([ids[i] for i in g], pad_id)) for g in groups]  # (B, T) each
     lengths = [len(s) for s in ids]
     n_padded = sum(1 for x, m in batches if x.shape[0] > 1 and (m == 0).any())
     desc = (f"{len(ids)} test texts, {min(lengths)}-{max(lengths)} tokens: {len(singles)} alone (batch 1), "

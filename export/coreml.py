@@ -151,12 +151,9 @@ def convert(loaded, model_name: str, target_name: str, shapes_mode: str, lengths
         raise PipelineError(f"{model_name} -> coreml: operator {op} cannot be expressed in Core ML "
                             f"({str(e).splitlines()[0][:200]}); leave {model_name} out of export.coreml_models "
                             f"or change the model to avoid {op}") from None
-    md = ml.user_defined_metadata
-    md["labels"] = ",".join(loaded.labels)
-    md["max_length"] = str(loaded.max_length)
-    md["tokenizer"] = tokenizer_name  # its files ship beside the ONNX files, in quantize/<model>/tokenizer
-    md["pad_token_id"] = str(loaded.pad_id)
-    md["sequence_shapes"] = note
+    # the tokenizer's files ship beside the ONNX files, in quantize/<model>/tokenizer
+    ml.user_defined_metadata.update(labels=",".join(loaded.labels), max_length=str(loaded.max_length),
+                                    tokenizer=tokenizer_name, pad_token_id=str(loaded.pad_id), sequence_shapes=note)
     ml.short_description = f"pocketformer {model_name}: text classifier ({', '.join(loaded.labels)})"
     return ml, note
 

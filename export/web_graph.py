@@ -314,8 +314,7 @@ def trim_web_graph(src: Path, out: Path, exact: float = 1e-5, close: float = 1e-
     import onnx
 
     model = onnx.load(str(src))
-    before = len(model.graph.node)
-    record: dict = {"nodes_before": before}
+    record: dict = {"nodes_before": len(model.graph.node)}
     with tempfile.TemporaryDirectory() as d:
         step = Path(d) / "bookkeeping.onnx"
         expands, rows, shapes = unexpand_mask(model), fold_constant_rows(model), constant_reshape_shapes(model)

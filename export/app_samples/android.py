@@ -300,12 +300,9 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
 def _kt_inputs(long: bool, x: str, m: str, shape: str, session: str, indent: int) -> str:
     """Kotlin that runs session on ids x and mask m (IntArrays) as int32 or int64 tensors; returns logits[0]."""
     pad = " " * indent
-    if long:
-        make = (f"{pad}val xt = OnnxTensor.createTensor(env, LongBuffer.wrap(LongArray({x}.size) {{ {x}[it].toLong() }}), {shape})\n"
-                f"{pad}val mt = OnnxTensor.createTensor(env, LongBuffer.wrap(LongArray({m}.size) {{ {m}[it].toLong() }}), {shape})\n")
-    else:
-        make = (f"{pad}val xt = OnnxTensor.createTensor(env, IntBuffer.wrap({x}), {shape})\n"
-                f"{pad}val mt = OnnxTensor.createTensor(env, IntBuffer.wrap({m}), {shape})\n")
+    wrap = "LongBuffer.wrap(LongArray({0}.size) {{ {0}[it].toLong() }})" if long else "IntBuffer.wrap({0})"
+    make = "".join(f"{pad}val {t} = OnnxTensor.createTensor(env, {wrap.format(a)}, {shape})\n"
+                   for t, a in (("xt", x), ("mt", m)))
     return (make + f"{pad}try {{\n"
             f"{pad}    {session}.run(mapOf(\"input_ids\" to xt, \"attention_mask\" to mt)).use {{ r ->\n"
             f"{pad}        @Suppress(\"UNCHECKED_CAST\")\n"
