@@ -168,9 +168,8 @@ def int8_weights(src: Path, out: Path, min_elements: int = 1024) -> int:
                                            name=f"{name}_deq")]
             done[name] = f"{name}_deq"
         node.input[1] = done[name]
-    nodes = new_nodes + list(g.node)  # dequantizers first: the graph stays topologically sorted
-    del g.node[:]
-    g.node.extend(nodes)
+    for i, n in enumerate(new_nodes):  # dequantizers first: the graph stays topologically sorted
+        g.node.insert(i, n)
     onnx.checker.check_model(model)
     onnx.save(model, str(out))
     return len(done)
@@ -239,17 +238,15 @@ def write_variant(model: nn.Module, folder: Path, name: str, lengths: list[int],
                   calib_ids: list[list[int]], pad_id: int, model_name: str, cls_only: bool = False) -> dict:
     """Write `<folder>/<name>-<n>.onnx` for every length (and lookup.onnx when the variant needs it).
     Returns {"files": {n: Path}, "lookup": Path | None, "details": {...}}."""
-    v = get_npu_variant(name)
-    folder.mkdir(parents=True, exist_ok=True)
-    files, details = {}, {"quantize": v.quantize, "provider": v.provider, "description": v.description}
-    lookup = None
-    if not v.lookup_in_graph:
-        lookup = folder / LOOKUP_FILE
-        if not lookup.exists():
-            export_lookup(model, lookup, opset)
     from export.cls_only import cls_only_last_layer
 
-    details["cls_only_last_layer"] = cls_only
+    v = get_npu_variant(name)
+    folder.mkdir(parents=True, exist_ok=True)
+    files, details = {}, {"quantize": v.quantize, "provider": v.provider, "description": v.description,
+                          "cls_only_last_layer": cls_only}
+    lookup = None if v.lookup_in_graph else folder / LOOKUP_FILE
+    if lookup is not None and not lookup.exists():
+        export_lookup(model, lookup, opset)
     with tempfile.TemporaryDirectory() as tmp:
         for n in lengths:
             with cls_only_last_layer(model, cls_only):  # the lookup file is the same either way

@@ -272,8 +272,7 @@ def _random_feeds(model, n: int, seed: int) -> list[dict]:
         for i in model.graph.input:
             if "mask" in i.name:
                 m = np.ones((batch, length), np.int64)
-                for b in range(1, batch):
-                    m[b, length - pad:] = 0
+                m[1:, length - pad:] = 0  # every row after the first padded
                 feeds[i.name] = m
             elif "token_type" in i.name:
                 feeds[i.name] = np.zeros((batch, length), np.int64)
