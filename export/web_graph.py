@@ -68,17 +68,12 @@ def _mask_uses_broadcast(model, name: str, graph_outputs: set[str], root: str, s
             starts = constant_value(model, n.input[1])
             if starts is None or np.any(starts != 0) or n.input[0] != name:
                 return False
-            if not _mask_uses_broadcast(model, n.output[0], graph_outputs, root, seen):
-                return False
-        elif n.op_type in ELEMENTWISE:
-            # an elementwise op on the mask alone stays mask-shaped; one onto the scores is the sink
-            others = [i for i in n.input if i and i != name]
-            if n.op_type in BROADCAST_SINKS and any(constant_value(model, i) is None and not _mask_derived(model, i, root)
-                                                    for i in others):
-                continue
-            if not _mask_uses_broadcast(model, n.output[0], graph_outputs, root, seen):
-                return False
-        else:
+        elif n.op_type not in ELEMENTWISE:
+            return False
+        elif n.op_type in BROADCAST_SINKS and any(constant_value(model, i) is None and not _mask_derived(model, i, root)
+                                                  for i in n.input if i and i != name):
+            continue  # onto the scores: the sink (an elementwise op on the mask alone stays mask-shaped)
+        if not _mask_uses_broadcast(model, n.output[0], graph_outputs, root, seen):
             return False
     return True
 
@@ -109,9 +104,7 @@ def unexpand_mask(model, mask: str = "attention_mask") -> int:
         if not _from_mask(model, ex.input[0], mask) or not _mask_uses_broadcast(model, ex.output[0], outputs, ex.output[0]):
             continue
         for n in _consumers(model, ex.output[0]):
-            for i, x in enumerate(n.input):
-                if x == ex.output[0]:
-                    n.input[i] = ex.input[0]
+            n.input[:] = [ex.input[0] if x == ex.output[0] else x for x in n.input]
         model.graph.node.remove(ex)
         done += 1
     return done
@@ -149,9 +142,7 @@ def fold_constant_rows(model) -> int:
         name = f"{out}_constant_row"
         model.graph.initializer.append(numpy_helper.from_array(row.astype(np.float32), name))
         for u in users:
-            for i, x in enumerate(u.input):
-                if x == out:
-                    u.input[i] = name
+            u.input[:] = [name if x == out else x for x in u.input]
         done += 1
     return done
 
