@@ -166,16 +166,13 @@ def compress(ml, variant: str, min_weight_elements: int = 2048):
     if variant == "fp16":
         return ml
     if variant == "int8":
-        cfg = cto.OptimizationConfig(global_config=cto.OpLinearQuantizerConfig(mode="linear_symmetric",
-                                                                               dtype="int8",
-                                                                               weight_threshold=min_weight_elements))
-        return cto.linear_quantize_weights(ml, config=cfg)
+        op = cto.OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8", weight_threshold=min_weight_elements)
+        return cto.linear_quantize_weights(ml, config=cto.OptimizationConfig(global_config=op))
     if variant == "palettized-4bit":
         # coremltools' "kmeans" mode needs scikit-learn (not a dependency here): the same 1-D k-means,
         # written in numpy, goes in as a custom LUT function.
-        cfg = cto.OptimizationConfig(global_config=cto.OpPalettizerConfig(mode="custom", lut_function=kmeans_lut,
-                                                                          weight_threshold=min_weight_elements))
-        return cto.palettize_weights(ml, config=cfg)
+        op = cto.OpPalettizerConfig(mode="custom", lut_function=kmeans_lut, weight_threshold=min_weight_elements)
+        return cto.palettize_weights(ml, config=cto.OptimizationConfig(global_config=op))
     raise PipelineError(f"unknown Core ML variant '{variant}'; known: {', '.join(COREML_VARIANTS)}")
 
 
