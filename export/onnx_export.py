@@ -26,14 +26,10 @@ DYNAMIC_AXES = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: 
 MIN_OPSET = 13
 
 
-def max_supported_opset() -> int:
+def check_opset(opset: int, model_name: str) -> None:
     import onnx.defs
 
-    return min(onnx.defs.onnx_opset_version(), torch.onnx._constants.ONNX_MAX_OPSET)
-
-
-def check_opset(opset: int, model_name: str) -> None:
-    top = max_supported_opset()
+    top = min(onnx.defs.onnx_opset_version(), torch.onnx._constants.ONNX_MAX_OPSET)
     if not MIN_OPSET <= opset <= top:
         raise PipelineError(f"{model_name} -> onnx: quantize.opset = {opset} is outside {MIN_OPSET}..{top} "
                             f"({MIN_OPSET} is the lowest that holds per-channel int8, {top} the highest this "

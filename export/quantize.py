@@ -109,12 +109,6 @@ def calibration_reader(feeds: list[dict]):
     return _Reader()
 
 
-def check_static_float(names: list[str]) -> None:
-    unknown = [n for n in names if n not in STATIC_FLOAT]
-    if unknown:
-        raise PipelineError(f"quantize.static_float names {unknown}; known parts: {', '.join(STATIC_FLOAT)}")
-
-
 def quantize_int8_static(src: Path, out: Path, calibration: TextCalibration, activation_type: str,
                          per_channel: bool, model_name: str, keep_float: list[str] = (),
                          reduce_range: bool = False) -> dict[str, int]:
@@ -157,7 +151,9 @@ def _static_qdq(src: Path, out: Path, calibration: TextCalibration, variant: str
 
     if not calibration.batches:
         raise PipelineError(f"{model_name} -> {variant}: no calibration texts; the training split is empty")
-    check_static_float(list(keep_float))
+    unknown = [n for n in keep_float if n not in STATIC_FLOAT]
+    if unknown:
+        raise PipelineError(f"quantize.static_float names {unknown}; known parts: {', '.join(STATIC_FLOAT)}")
     with tempfile.TemporaryDirectory() as tmp:
         model = onnx.load(str(src))
         tables = widen_index_tables(model)
