@@ -171,8 +171,7 @@ def npu_classifier(meta: dict) -> str:
         return ""
     ort_model = meta["models"]["ort"]
     ort_asset = ort_model["file"].split("/")[-1]
-    ort_types = {i["name"]: i["type"] for i in ort_model["inputs"]}
-    ort_long = ort_types.get("input_ids") == "tensor(int64)"
+    ort_long = next((i["type"] for i in ort_model["inputs"] if i["name"] == "input_ids"), None) == "tensor(int64)"
     chips = qnn["chips"]
     soc_rows = ",\n".join(
         f'        {kt_string(e["android_soc_model"])} to Chip({kt_string(c)}, listOf({", ".join(str(n) for n in e["lengths"])}), '
