@@ -141,8 +141,7 @@ def convert(loaded, model_name: str, target_name: str, shapes_mode: str, lengths
     with torch.no_grad():
         traced = torch.jit.trace(module, (ids, mask), check_trace=False)
     shape, note = sequence_shapes(shapes_mode, lengths, target, loaded.max_length, model_name)
-    inputs = [ct.TensorType(name="input_ids", shape=shape, dtype=np.int32),
-              ct.TensorType(name="attention_mask", shape=shape, dtype=np.int32)]
+    inputs = [ct.TensorType(name=name, shape=shape, dtype=np.int32) for name in ("input_ids", "attention_mask")]
     try:
         ml = ct.convert(traced, inputs=inputs, outputs=[ct.TensorType(name="logits")], convert_to="mlprogram",
                         minimum_deployment_target=target, compute_precision=ct.precision.FLOAT16)
