@@ -92,9 +92,6 @@ class TextCalibration:
             x, m = pad([ids[i] for i in b], pad_id)  # (B, T) each
             self.batches.append({"input_ids": x.numpy(), "attention_mask": m.numpy()})
 
-    def reader(self):
-        return calibration_reader(self.batches)
-
 
 def calibration_reader(feeds: list[dict]):
     """An onnxruntime CalibrationDataReader over the feeds, each once."""
@@ -167,7 +164,7 @@ def _static_qdq(src: Path, out: Path, calibration: TextCalibration, variant: str
         ops = [op for op in STATIC_OPS if not any(op in STATIC_FLOAT[k][0] for k in keep_float)]
         exclude = sorted(set().union(*(STATIC_FLOAT[k][1](graph) for k in keep_float)))
         qdq = Path(tmp) / "qdq.onnx"
-        quantize_static(str(pre), str(qdq), calibration.reader(), quant_format=QuantFormat.QDQ,
+        quantize_static(str(pre), str(qdq), calibration_reader(calibration.batches), quant_format=QuantFormat.QDQ,
                         per_channel=per_channel, activation_type=act, weight_type=weight,
                         op_types_to_quantize=ops, nodes_to_exclude=exclude, reduce_range=reduce_range)
         model = onnx.load(str(qdq))
