@@ -128,8 +128,8 @@ def export_lookup(model: nn.Module, out: Path, opset: int) -> Path:
 
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "lookup.onnx"
-        _export(_Part(model, True, False), (torch.full((1, 8), 5, dtype=torch.int32),), raw, ["input_ids"], ["embeddings"],
-                opset, dynamic={"input_ids": {1: "sequence"}, "embeddings": {1: "sequence"}})
+        _export(_Part(model, True, False), (torch.full((1, 8), 5, dtype=torch.int32),), raw, ["input_ids"],
+                ["embeddings"], opset, dynamic={"input_ids": {1: "sequence"}, "embeddings": {1: "sequence"}})
         _widen_tables(raw)
         quantize_dynamic(str(raw), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"])
     return out
