@@ -68,10 +68,7 @@ def check_inputs(tokenizer, texts: Sequence[str], max_length: int, batch_size: i
     rest = [i for i in range(len(ids)) if i not in singles]
     random.Random(seed).shuffle(rest)
     groups = [[i] for i in singles] + [rest[i: i + batch_size] for i in range(0, len(rest), batch_size)]
-    batches = []
-    for g in groups:
-        x, m = pad([ids[i] for i in g], pad_id)  # (B, T) each
-        batches.append((x.numpy(), m.numpy()))
+    batches = [tuple(t.numpy() for t in pad([ids[i] for i in g], pad_id)) for g in groups]  # (B, T) each
     lengths = [len(s) for s in ids]
     n_padded = sum(1 for x, m in batches if x.shape[0] > 1 and (m == 0).any())
     desc = (f"{len(ids)} test texts, {min(lengths)}-{max(lengths)} tokens: {len(singles)} alone (batch 1), "
@@ -99,19 +96,16 @@ def torch_runner(model: torch.nn.Module) -> Callable[[np.ndarray, np.ndarray], n
     return run
 
 
-def _all_logits(fn, inputs: CheckInputs) -> np.ndarray:
-    return np.concatenate([fn(x, m) for x, m in inputs.batches])  # (N, C)
-
-
-def _counted(inputs: CheckInputs, what: str) -> dict:
-    """The texts a check saw (recorded with its result); fewer than quantize.check_samples refuses it."""
+def _run_check(fn, ref_fn, inputs: CheckInputs, what: str) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Both logits (N, C) on the check batches and the texts they saw (recorded with the result); fewer than
+    quantize.check_samples refuses the check before anything runs."""
     require_check_samples(inputs.texts, inputs.wanted, f"the check of {what}")
-    return {"texts": inputs.texts, "check_samples": inputs.wanted}
+    got, ref = (np.concatenate([f(x, m) for x, m in inputs.batches]) for f in (fn, ref_fn))
+    return got, ref, {"texts": inputs.texts, "check_samples": inputs.wanted}
 
 
 def max_abs_diff_check(fn, ref_fn, inputs: CheckInputs, atol: float, what: str) -> dict:
-    counted = _counted(inputs, what)
-    got, ref = _all_logits(fn, inputs), _all_logits(ref_fn, inputs)
+    got, ref, counted = _run_check(fn, ref_fn, inputs, what)
     value = float(np.abs(got - ref).max()) if np.isfinite(got).all() else float("inf")
     result = {"kind": "max_abs_diff", "value": value, "tolerance": atol, "passed": value <= atol,
               "inputs": inputs.description, **counted}
@@ -125,8 +119,8 @@ def argmax_check(fn, ref_fn, inputs: CheckInputs, minimum: float, what: str,
                  ref_name: str = "the fp32 PyTorch model", fatal: bool = True) -> dict:
     """Argmax agreement with the reference. Below the minimum: a PipelineError, or with fatal=False a
     result with passed False and the message as `reason` (a lossy file that is recorded and not used)."""
-    counted = _counted(inputs, what)  # too few texts is the test split's problem, not the file's: always raised
-    got, ref = _all_logits(fn, inputs), _all_logits(ref_fn, inputs)
+    # too few texts is the test split's problem, not the file's: always raised
+    got, ref, counted = _run_check(fn, ref_fn, inputs, what)
     agree = float((got.argmax(-1) == ref.argmax(-1)).mean())
     result = {"kind": "argmax_agreement", "value": agree, "tolerance": minimum, "passed": agree >= minimum,
               "inputs": inputs.description, "max_abs_diff": float(np.abs(got - ref).max()), **counted}

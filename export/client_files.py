@@ -52,11 +52,7 @@ def add_client_files(out: Path, cfg, *, model: str, model_dir: Path | None, ort_
     if reason:
         meta["hf_layout"] = {"skipped": reason}
         return meta
-    sources: dict[str, Path] = {}
-    run_dir = Path(cfg.run_dir)
-    for name, variant in ONNX_FILES.items():
-        if variant in rows:
-            sources[name] = run_dir / rows[variant]["file"]
+    sources = {name: Path(cfg.run_dir) / rows[v]["file"] for name, v in ONNX_FILES.items() if v in rows}
     info = write_hf_layout(out / HF_DIR, model_dir, tokenizer_dir, labels, max_length, sources)
     missing = [n for n in ONNX_FILES if n not in sources]
     if missing:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, tree_bytes
 
 # Finite, fp16-friendly attention fill: float32's min becomes -inf in fp16 and -inf - -inf gives NaN in
 # softmax; exp(-1e4) underflows to exactly 0 in both fp16 and fp32, so the mask still removes padding.
@@ -51,10 +51,6 @@ class CoreMLRNN(nn.Module):
         super().__init__()
         self.rnn = rnn
 
-    @staticmethod
-    def _reverse_valid(x: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
-        return torch.bmm(perm, x)  # (B, T, T) @ (B, T, C) -> (B, T, C)
-
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         r, c = self.rnn, self.rnn.config
         mask = attention_mask.to(torch.float32).unsqueeze(-1)  # (B, T, 1)
@@ -66,8 +62,8 @@ class CoreMLRNN(nn.Module):
         for i in range(c.layers):
             out_f, _ = r.fwd[i](x)  # (B, T, H)
             if c.bidirectional:
-                out_b, _ = r.bwd[i](self._reverse_valid(x, perm))
-                out_f = torch.cat([out_f, self._reverse_valid(out_b, perm)], dim=-1)  # (B, T, 2H)
+                out_b, _ = r.bwd[i](torch.bmm(perm, x))  # (B, T, T) @ (B, T, C): each row's valid steps reversed
+                out_f = torch.cat([out_f, torch.bmm(perm, out_b)], dim=-1)  # (B, T, 2H)
             x = out_f
         mean = (x * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # (B, D)
         mx = (x * mask + (mask - 1.0) * 1e4).max(1).values  # (B, D), same finite fill as the source model
@@ -145,8 +141,7 @@ def convert(loaded, model_name: str, target_name: str, shapes_mode: str, lengths
     with torch.no_grad():
         traced = torch.jit.trace(module, (ids, mask), check_trace=False)
     shape, note = sequence_shapes(shapes_mode, lengths, target, loaded.max_length, model_name)
-    inputs = [ct.TensorType(name="input_ids", shape=shape, dtype=np.int32),
-              ct.TensorType(name="attention_mask", shape=shape, dtype=np.int32)]
+    inputs = [ct.TensorType(name=name, shape=shape, dtype=np.int32) for name in ("input_ids", "attention_mask")]
     try:
         ml = ct.convert(traced, inputs=inputs, outputs=[ct.TensorType(name="logits")], convert_to="mlprogram",
                         minimum_deployment_target=target, compute_precision=ct.precision.FLOAT16)
@@ -155,12 +150,9 @@ def convert(loaded, model_name: str, target_name: str, shapes_mode: str, lengths
         raise PipelineError(f"{model_name} -> coreml: operator {op} cannot be expressed in Core ML "
                             f"({str(e).splitlines()[0][:200]}); leave {model_name} out of export.coreml_models "
                             f"or change the model to avoid {op}") from None
-    md = ml.user_defined_metadata
-    md["labels"] = ",".join(loaded.labels)
-    md["max_length"] = str(loaded.max_length)
-    md["tokenizer"] = tokenizer_name  # its files ship beside the ONNX files, in quantize/<model>/tokenizer
-    md["pad_token_id"] = str(loaded.pad_id)
-    md["sequence_shapes"] = note
+    # the tokenizer's files ship beside the ONNX files, in quantize/<model>/tokenizer
+    ml.user_defined_metadata.update(labels=",".join(loaded.labels), max_length=str(loaded.max_length),
+                                    tokenizer=tokenizer_name, pad_token_id=str(loaded.pad_id), sequence_shapes=note)
     ml.short_description = f"pocketformer {model_name}: text classifier ({', '.join(loaded.labels)})"
     return ml, note
 
@@ -173,16 +165,13 @@ def compress(ml, variant: str, min_weight_elements: int = 2048):
     if variant == "fp16":
         return ml
     if variant == "int8":
-        cfg = cto.OptimizationConfig(global_config=cto.OpLinearQuantizerConfig(mode="linear_symmetric",
-                                                                               dtype="int8",
-                                                                               weight_threshold=min_weight_elements))
-        return cto.linear_quantize_weights(ml, config=cfg)
+        op = cto.OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8", weight_threshold=min_weight_elements)
+        return cto.linear_quantize_weights(ml, config=cto.OptimizationConfig(global_config=op))
     if variant == "palettized-4bit":
         # coremltools' "kmeans" mode needs scikit-learn (not a dependency here): the same 1-D k-means,
         # written in numpy, goes in as a custom LUT function.
-        cfg = cto.OptimizationConfig(global_config=cto.OpPalettizerConfig(mode="custom", lut_function=kmeans_lut,
-                                                                          weight_threshold=min_weight_elements))
-        return cto.palettize_weights(ml, config=cfg)
+        op = cto.OpPalettizerConfig(mode="custom", lut_function=kmeans_lut, weight_threshold=min_weight_elements)
+        return cto.palettize_weights(ml, config=cto.OptimizationConfig(global_config=op))
     raise PipelineError(f"unknown Core ML variant '{variant}'; known: {', '.join(COREML_VARIANTS)}")
 
 
@@ -203,16 +192,12 @@ def kmeans_lut(weight: np.ndarray, nbits: int = 4, iterations: int = 12) -> tupl
     return lut.astype(weight.dtype), idx.astype(np.uint8)  # LUT in the weight's dtype (fp16 here)
 
 
-def package_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
 def save(ml, path: Path, metadata: dict[str, object]) -> int:
     """Write ml with metadata (values as strings) to path; returns the package's size in bytes."""
     for k, v in metadata.items():
         ml.user_defined_metadata[k] = str(v)
     ml.save(str(path))
-    return package_size(path)
+    return tree_bytes(path)
 
 
 def can_predict() -> tuple[bool, str]:

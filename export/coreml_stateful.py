@@ -121,8 +121,7 @@ def convert_student(hf, max_len: int, window: int, target_name: str):
         ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, T), dtype=int),
                                         ct.TensorType("causal_mask", shape=(1, 1, T, E))],
                         outputs=[ct.TensorType("logits")],
-                        states=[ct.StateType(ct.TensorType(shape=shape), name="k_cache"),
-                                ct.StateType(ct.TensorType(shape=shape), name="v_cache")],
+                        states=[ct.StateType(ct.TensorType(shape=shape), name=n) for n in ("k_cache", "v_cache")],
                         minimum_deployment_target=target, convert_to="mlprogram")
         return ml, f"stateful KV cache ({target_name} states), up to {max_len} positions"
     traced = torch.jit.trace(WindowLM(hf), (torch.zeros((1, window), dtype=torch.int64),))

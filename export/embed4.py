@@ -66,14 +66,10 @@ def embedding_to_4bit(src: Path, out: Path, model_name: str) -> dict:
                                 list(node.output), name=(node.name or "word_embedding") + "_Q4", domain="com.microsoft",
                                 gather_axis=gather_axis, quantize_axis=1, block_size=block, bits=4)
     model.graph.initializer.extend([data_t, scale_t, zp_t])
-    nodes = list(model.graph.node)
-    i = nodes.index(node)
-    model.graph.ClearField("node")
-    model.graph.node.extend(nodes[:i] + [new] + nodes[i + 1:])
+    model.graph.node.insert(list(model.graph.node).index(node), new)
+    model.graph.node.remove(node)
     if not any(table in n.input for n in model.graph.node):  # nothing else reads the float table: drop it
-        keep = [t for t in model.graph.initializer if t.name != table]
-        model.graph.ClearField("initializer")
-        model.graph.initializer.extend(keep)
+        model.graph.initializer.remove(inits[table])
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
     onnx.save(model, str(out))

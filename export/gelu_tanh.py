@@ -37,10 +37,6 @@ def _is(model, name: str, value: float) -> bool:
     return v is not None and v.size == 1 and abs(float(v.reshape(-1)[0]) - value) < 1e-4
 
 
-def _key(node) -> tuple:
-    return node.name, node.op_type, tuple(node.output)
-
-
 def erf_gelu_to_tanh(model) -> int:
     """In place: every GELU written as torch exports it (Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5)
     becomes the tanh form with the same input and output names. Returns how many were rewritten."""
@@ -80,7 +76,6 @@ def erf_gelu_to_tanh(model) -> int:
               "gelu_tanh_one": 1.0}
     for name, v in consts.items():
         g.initializer.append(numpy_helper.from_array(np.array(v, np.float32), name))
-    drop = set()
     for k, (x, y, old) in enumerate(patterns):
         base = old[1].name.rsplit("/", 1)[0] or f"gelu{k}"
         t = lambda s: f"{base}/gelu_tanh_{s}"  # noqa: E731
@@ -97,8 +92,7 @@ def erf_gelu_to_tanh(model) -> int:
         at = list(g.node).index(old[-1])
         for i, n in enumerate(new):
             g.node.insert(at + 1 + i, n)
-        drop.update(_key(n) for n in old)
-    keep = [n for n in g.node if _key(n) not in drop]
-    del g.node[:]
-    g.node.extend(keep)
+        for n in old:
+            if n in g.node:  # a node two patterns share goes once
+                g.node.remove(n)
     return len(patterns)

@@ -34,8 +34,7 @@ def widen_index_tables(model) -> int:
         t = inits[n.input[0]]
         if len(consumers.get(t.name, [])) != 1:
             continue  # shared with another op: leave it alone
-        wide = numpy_helper.from_array(numpy_helper.to_array(t).astype(np.int32), t.name)
-        t.CopyFrom(wide)
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.int32), t.name))
         changed += 1
         after = consumers.get(n.output[0], [])
         cast = after[0] if len(after) == 1 else None

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from export.padding import pad
 from pipeline.errors import PipelineError, lookup
 
 
@@ -64,31 +65,18 @@ def get_npu_variant(name: str) -> NpuVariant:
     return lookup(NPU_VARIANTS, name, f"NPU variant '{name}' in quantize.npu_variants")
 
 
-class _WithLookup(nn.Module):
-    def __init__(self, m: nn.Module):
+class _Part(nn.Module):
+    """The graph one file holds: the token lookup (ids -> embeddings), the encoder from embeddings
+    (embeddings, mask -> logits) or both (ids, mask -> logits)."""
+
+    def __init__(self, m: nn.Module, lookup: bool, encode: bool):
         super().__init__()
-        self.m = m
+        self.m, self.lookup, self.encode = m, lookup, encode
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.m.encode(self.m.embed(input_ids), attention_mask)[0]
-
-
-class _FromEmbeddings(nn.Module):
-    def __init__(self, m: nn.Module):
-        super().__init__()
-        self.m = m
-
-    def forward(self, embeddings: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.m.encode(embeddings, attention_mask)[0]
-
-
-class _Lookup(nn.Module):
-    def __init__(self, m: nn.Module):
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.m.embed(input_ids)
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.lookup:
+            x = self.m.embed(x)
+        return self.m.encode(x, attention_mask)[0] if self.encode else x
 
 
 def _export(module: nn.Module, args: tuple, out: Path, names: list[str], outputs: list[str], opset: int,
@@ -112,10 +100,10 @@ def export_static(model: nn.Module, out: Path, length: int, variant: NpuVariant,
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "raw.onnx"
         if variant.lookup_in_graph:
-            _export(_WithLookup(model), (ids, mask), raw, ["input_ids", "attention_mask"], ["logits"], opset)
+            _export(_Part(model, True, True), (ids, mask), raw, ["input_ids", "attention_mask"], ["logits"], opset)
         else:
             emb = model.embed(ids).detach()
-            _export(_FromEmbeddings(model), (emb, mask), raw, ["embeddings", "attention_mask"], ["logits"], opset)
+            _export(_Part(model, False, True), (emb, mask), raw, ["embeddings", "attention_mask"], ["logits"], opset)
         optimize_model(raw, out)
     _widen_tables(out)
     return out
@@ -140,8 +128,8 @@ def export_lookup(model: nn.Module, out: Path, opset: int) -> Path:
 
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "lookup.onnx"
-        _export(_Lookup(model), (torch.full((1, 8), 5, dtype=torch.int32),), raw, ["input_ids"], ["embeddings"],
-                opset, dynamic={"input_ids": {1: "sequence"}, "embeddings": {1: "sequence"}})
+        _export(_Part(model, True, False), (torch.full((1, 8), 5, dtype=torch.int32),), raw, ["input_ids"],
+                ["embeddings"], opset, dynamic={"input_ids": {1: "sequence"}, "embeddings": {1: "sequence"}})
         _widen_tables(raw)
         quantize_dynamic(str(raw), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"])
     return out
@@ -180,39 +168,11 @@ def int8_weights(src: Path, out: Path, min_elements: int = 1024) -> int:
                                            name=f"{name}_deq")]
             done[name] = f"{name}_deq"
         node.input[1] = done[name]
-    nodes = new_nodes + list(g.node)  # dequantizers first: the graph stays topologically sorted
-    del g.node[:]
-    g.node.extend(nodes)
+    for i, n in enumerate(new_nodes):  # dequantizers first: the graph stays topologically sorted
+        g.node.insert(i, n)
     onnx.checker.check_model(model)
     onnx.save(model, str(out))
     return len(done)
-
-
-class _FixedCalibration:
-    """Calibration batches at one fixed length (batch 1, int32), as the NPU file is called."""
-
-    def __init__(self, ids: list[list[int]], length: int, pad_id: int):
-        self.feeds = [{"input_ids": x, "attention_mask": m} for x, m in (pad_to(s, length, pad_id) for s in ids)]
-
-    def reader(self):
-        from onnxruntime.quantization import CalibrationDataReader
-
-        feeds = iter(self.feeds)
-
-        class _Reader(CalibrationDataReader):
-            def get_next(self):
-                return next(feeds, None)
-
-        return _Reader()
-
-
-def pad_to(ids: Sequence[int], length: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """One text's ids (at most `length`) right-padded to (1, length) int32 ids and mask."""
-    x = np.full((1, length), pad_id, dtype=np.int32)
-    m = np.zeros((1, length), dtype=np.int32)
-    x[0, : len(ids)] = ids
-    m[0, : len(ids)] = 1
-    return x, m
 
 
 def quantize_qdq(src: Path, out: Path, calib_ids: list[list[int]], length: int, pad_id: int, model_name: str,
@@ -223,7 +183,7 @@ def quantize_qdq(src: Path, out: Path, calib_ids: list[list[int]], length: int, 
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from export.quantize import STATIC_OPS
+    from export.quantize import STATIC_OPS, calibration_reader
 
     qtypes = {"uint8": QuantType.QUInt8, "int8": QuantType.QInt8, "uint16": QuantType.QUInt16}
 
@@ -232,7 +192,8 @@ def quantize_qdq(src: Path, out: Path, calib_ids: list[list[int]], length: int, 
     with tempfile.TemporaryDirectory() as tmp:
         pre = Path(tmp) / "pre.onnx"
         quant_pre_process(str(src), str(pre))
-        quantize_static(str(pre), str(out), _FixedCalibration(calib_ids, length, pad_id).reader(),
+        feeds = [{"input_ids": x, "attention_mask": m} for x, m in (pad(s, [length], pad_id) for s in calib_ids)]
+        quantize_static(str(pre), str(out), calibration_reader(feeds),
                         quant_format=QuantFormat.QDQ, per_channel=variant.per_channel,
                         activation_type=qtypes[variant.activations], weight_type=qtypes[variant.weights],
                         op_types_to_quantize=STATIC_OPS)
@@ -255,7 +216,7 @@ class NpuRunner:
 
     def __call__(self, ids: Sequence[int], pad_id: int) -> np.ndarray:
         n = next(k for k in self.sessions if k >= len(ids))
-        x, m = pad_to(ids, n, pad_id)
+        x, m = pad(list(ids), [n], pad_id)
         if self.variant.lookup_in_graph:
             feed = {"input_ids": x, "attention_mask": m}
         else:
@@ -277,17 +238,15 @@ def write_variant(model: nn.Module, folder: Path, name: str, lengths: list[int],
                   calib_ids: list[list[int]], pad_id: int, model_name: str, cls_only: bool = False) -> dict:
     """Write `<folder>/<name>-<n>.onnx` for every length (and lookup.onnx when the variant needs it).
     Returns {"files": {n: Path}, "lookup": Path | None, "details": {...}}."""
-    v = get_npu_variant(name)
-    folder.mkdir(parents=True, exist_ok=True)
-    files, details = {}, {"quantize": v.quantize, "provider": v.provider, "description": v.description}
-    lookup = None
-    if not v.lookup_in_graph:
-        lookup = folder / LOOKUP_FILE
-        if not lookup.exists():
-            export_lookup(model, lookup, opset)
     from export.cls_only import cls_only_last_layer
 
-    details["cls_only_last_layer"] = cls_only
+    v = get_npu_variant(name)
+    folder.mkdir(parents=True, exist_ok=True)
+    files, details = {}, {"quantize": v.quantize, "provider": v.provider, "description": v.description,
+                          "cls_only_last_layer": cls_only}
+    lookup = None if v.lookup_in_graph else folder / LOOKUP_FILE
+    if lookup is not None and not lookup.exists():
+        export_lookup(model, lookup, opset)
     with tempfile.TemporaryDirectory() as tmp:
         for n in lengths:
             with cls_only_last_layer(model, cls_only):  # the lookup file is the same either way

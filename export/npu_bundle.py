@@ -23,23 +23,21 @@ def add_npu_files(run_dir: Path, quantize_dir: Path, model: str, out: Path, pad_
     rows = [r for r in json.loads(path.read_text()) if r["model"] == model] if path.is_file() else []
     if not rows:
         return None
+    def copy(rel: str, folder: Path) -> dict:
+        dst = folder / Path(rel).name
+        shutil.copy2(run_dir / rel, dst)
+        return {"file": dst.relative_to(out).as_posix(), **io_spec(ort_session(dst, 1))}
+
     entry: dict = {}
     for r in rows:
         name = r["variant"].removeprefix("npu-")
         folder = out / "npu" / name
         folder.mkdir(parents=True, exist_ok=True)
-        files = {}
-        for n, rel in r["files"].items():
-            dst = folder / Path(rel).name
-            shutil.copy2(run_dir / rel, dst)
-            files[n] = {"file": dst.relative_to(out).as_posix(), **io_spec(ort_session(dst, 1))}
+        files = {n: copy(rel, folder) for n, rel in r["files"].items()}
         lookup = None
         if r.get("lookup"):
-            dst = folder / Path(r["lookup"]).name
-            shutil.copy2(run_dir / r["lookup"], dst)
-            lookup = {"file": dst.relative_to(out).as_posix(), **io_spec(ort_session(dst, 1)),
-                      "runs_on": "the CPU, before the NPU file (the CoreML provider takes no Gather and no "
-                                 "dimension above 16,384)"}
+            lookup = {**copy(r["lookup"], folder), "runs_on": "the CPU, before the NPU file (the CoreML provider "
+                                                              "takes no Gather and no dimension above 16,384)"}
         entry[name] = {"provider": r["provider"], "lengths": r["lengths"], "files": files, "lookup": lookup,
                        "accuracy": r.get("accuracy"), "accuracy_note": r.get("accuracy_note"),
                        "readiness": {n: _summary(c.get(r["provider"], {}).get("as_is", {}))

@@ -26,14 +26,10 @@ DYNAMIC_AXES = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: 
 MIN_OPSET = 13
 
 
-def max_supported_opset() -> int:
+def check_opset(opset: int, model_name: str) -> None:
     import onnx.defs
 
-    return min(onnx.defs.onnx_opset_version(), torch.onnx._constants.ONNX_MAX_OPSET)
-
-
-def check_opset(opset: int, model_name: str) -> None:
-    top = max_supported_opset()
+    top = min(onnx.defs.onnx_opset_version(), torch.onnx._constants.ONNX_MAX_OPSET)
     if not MIN_OPSET <= opset <= top:
         raise PipelineError(f"{model_name} -> onnx: quantize.opset = {opset} is outside {MIN_OPSET}..{top} "
                             f"({MIN_OPSET} is the lowest that holds per-channel int8, {top} the highest this "
@@ -71,18 +67,15 @@ def export_onnx(model: nn.Module, out: Path, opset: int, model_name: str, pad_id
                               opset_version=opset, do_constant_folding=True)
     except torch.onnx.errors.OnnxExporterError as e:  # UnsupportedOperatorError and SymbolicValueError
         op = _op_name(str(e))
+        first = str(e).strip().split("\n")[0][:300]
         raise PipelineError(f"{model_name} -> onnx (opset {opset}): operator {op} cannot be exported "
-                            f"({_first_line(e)}); raise quantize.opset or change the model so it avoids {op}") from None
+                            f"({first}); raise quantize.opset or change the model so it avoids {op}") from None
     return out
 
 
 def _op_name(message: str) -> str:
     m = re.search(r"operator '([\w:.]+)'", message) or re.search(r"(aten::\w+|prim::\w+|onnx::\w+)", message)
     return m.group(1) if m else "<unknown op>"
-
-
-def _first_line(e: Exception) -> str:
-    return str(e).strip().split("\n")[0][:300]
 
 
 # Generation graphs. Decoders carry their KV cache as inputs / outputs (optimum's text-generation-with-past

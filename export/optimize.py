@@ -24,17 +24,11 @@ def op_counts(path: Path) -> dict[str, int]:
     return dict(Counter(n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node))
 
 
-def fusion_names() -> list[str]:
-    """The fusions quantize.skip_fusions may name: ORT's FusionOptions flags enable_<name>."""
-    from onnxruntime.transformers.fusion_options import FusionOptions
-
-    return sorted(k.removeprefix("enable_") for k in vars(FusionOptions("bert")) if k.startswith("enable_"))
-
-
 def fusion_options(model_type: str, skip: list[str] | tuple[str, ...]):
     from onnxruntime.transformers.fusion_options import FusionOptions
 
-    known = fusion_names()
+    # the fusions quantize.skip_fusions may name: ORT's FusionOptions flags enable_<name>
+    known = sorted(k.removeprefix("enable_") for k in vars(FusionOptions("bert")) if k.startswith("enable_"))
     unknown = [s for s in skip if s not in known]
     if unknown:
         raise PipelineError(f"quantize.skip_fusions names {unknown}, which ORT's transformer optimizer does not "

@@ -64,18 +64,13 @@ def publish(src: Path, dest: Path) -> Path:
     PipelineError naming the folder (and, for a full disk, the bundle's size and the free space)."""
     try:
         _publish(src, dest)
-    except _CopyFailed as e:
-        _raise_disk(e.error, src, dest)
-    except OSError as e:
-        _raise_disk(e, src, dest)
+    except (_CopyFailed, OSError) as failed:
+        e = failed.error if isinstance(failed, _CopyFailed) else failed
+        err = disk_error(e, dest, "bundle.dist_dir", tree_bytes(src), "(the bundle's size)")
+        if err is None:
+            raise e  # not a disk problem: a bug keeps its traceback
+        raise err from e
     return dest
-
-
-def _raise_disk(e: OSError, src: Path, dest: Path) -> None:
-    err = disk_error(e, dest, "bundle.dist_dir", tree_bytes(src), "(the bundle's size)")
-    if err is None:
-        raise e  # not a disk problem: a bug keeps its traceback
-    raise err from e
 
 
 def _publish(src: Path, dest: Path) -> None:

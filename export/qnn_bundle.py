@@ -76,11 +76,8 @@ def add_qnn_files(run_dir: Path, compile_dir: Path, model: str, out: Path, fallb
     passed = [r for r in mine if r.get("status") == "passed" and r.get("context")]
     chips: dict = {}
     for chip in dict.fromkeys(r["chip"] for r in passed):
-        eligible = []
-        for r in (r for r in passed if r["chip"] == chip):
-            io = _io(run_dir / r["context"])
-            if {i["name"] for i in io["inputs"]} <= TOKEN_INPUTS:
-                eligible.append({**r, "io": io})
+        with_io = [{**r, "io": _io(run_dir / r["context"])} for r in passed if r["chip"] == chip]
+        eligible = [r for r in with_io if {i["name"] for i in r["io"]["inputs"]} <= TOKEN_INPUTS]
         picked = _pick(eligible, accuracy or {})
         if picked is None:
             continue

@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
 
 from export.optimize import op_counts
 from pipeline.errors import PipelineError
-
-if TYPE_CHECKING:  # config validation imports STATIC_FLOAT; numpy need not load for that
-    import numpy as np
 
 # Gather is listed on purpose: the word-embedding table is most of a small student's (and an LSTM's)
 # weights, and left in fp32 it caps the size gain near 1.3x instead of ~4x.
@@ -96,25 +92,18 @@ class TextCalibration:
             x, m = pad([ids[i] for i in b], pad_id)  # (B, T) each
             self.batches.append({"input_ids": x.numpy(), "attention_mask": m.numpy()})
 
-    def reader(self):
-        from onnxruntime.quantization import CalibrationDataReader
 
-        batches = self.batches
+def calibration_reader(feeds: list[dict]):
+    """An onnxruntime CalibrationDataReader over the feeds, each once."""
+    from onnxruntime.quantization import CalibrationDataReader
 
-        class _Reader(CalibrationDataReader):
-            def __init__(self):
-                self.it: Iterator[dict[str, np.ndarray]] = iter(batches)
+    it = iter(feeds)
 
-            def get_next(self):
-                return next(self.it, None)
+    class _Reader(CalibrationDataReader):
+        def get_next(self):
+            return next(it, None)
 
-        return _Reader()
-
-
-def check_static_float(names: list[str]) -> None:
-    unknown = [n for n in names if n not in STATIC_FLOAT]
-    if unknown:
-        raise PipelineError(f"quantize.static_float names {unknown}; known parts: {', '.join(STATIC_FLOAT)}")
+    return _Reader()
 
 
 def quantize_int8_static(src: Path, out: Path, calibration: TextCalibration, activation_type: str,
@@ -159,7 +148,9 @@ def _static_qdq(src: Path, out: Path, calibration: TextCalibration, variant: str
 
     if not calibration.batches:
         raise PipelineError(f"{model_name} -> {variant}: no calibration texts; the training split is empty")
-    check_static_float(list(keep_float))
+    unknown = [n for n in keep_float if n not in STATIC_FLOAT]
+    if unknown:
+        raise PipelineError(f"quantize.static_float names {unknown}; known parts: {', '.join(STATIC_FLOAT)}")
     with tempfile.TemporaryDirectory() as tmp:
         model = onnx.load(str(src))
         tables = widen_index_tables(model)
@@ -173,7 +164,7 @@ def _static_qdq(src: Path, out: Path, calibration: TextCalibration, variant: str
         ops = [op for op in STATIC_OPS if not any(op in STATIC_FLOAT[k][0] for k in keep_float)]
         exclude = sorted(set().union(*(STATIC_FLOAT[k][1](graph) for k in keep_float)))
         qdq = Path(tmp) / "qdq.onnx"
-        quantize_static(str(pre), str(qdq), calibration.reader(), quant_format=QuantFormat.QDQ,
+        quantize_static(str(pre), str(qdq), calibration_reader(calibration.batches), quant_format=QuantFormat.QDQ,
                         per_channel=per_channel, activation_type=act, weight_type=weight,
                         op_types_to_quantize=ops, nodes_to_exclude=exclude, reduce_range=reduce_range)
         model = onnx.load(str(qdq))

@@ -103,15 +103,13 @@ def _onnx_optimized(job: ExportJob) -> dict:
 
 @exporter("int8-dynamic", "onnx", lossless=False)
 def _int8_dynamic(job: ExportJob) -> dict:
-    from export.quantize import quantize_int8_dynamic
+    from export.quantize import op_counts, quantize_int8_dynamic
 
     # the fused graph by default (QAttention; faster, export/quantize.py); the fp32 one for an LSTM, which
     # has no optimized file, or when quantize.dynamic_source says so
     src_name, src = _source(job, *dict.fromkeys([job.quantize.dynamic_source, "fp32"]))
     details: dict = {"source": src_name, "per_channel": job.quantize.per_channel}
     with tempfile.TemporaryDirectory() as tmp:
-        from export.quantize import op_counts
-
         recurrent = {"LSTM", "GRU"} & set(op_counts(src))
         if job.quantize.embedding_bits == 4 and recurrent:
             # the rewritten graph no longer lets quantize_dynamic take the LSTM (DynamicQuantizeLSTM), which

@@ -73,9 +73,8 @@ def build_string_model(model_path: Path, tokenizer, max_length: int, out: Path) 
             helper.make_node("Unsqueeze", [renamed["attention_mask"], axes.name], ["attention_mask"],
                              name="batch_mask"),
             helper.make_node("Softmax", ["logits"], ["probabilities"], axis=-1, name="probabilities")]
-    n_labels = g.output[0].type.tensor_type.shape.dim[-1]
-    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, n_labels.dim_value or None]),
-               helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [1, n_labels.dim_value or None])]
+    n_labels = g.output[0].type.tensor_type.shape.dim[-1].dim_value or None
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, n_labels]) for name in OUTPUTS]
     graph = helper.make_graph(glue[:4] + list(g.node) + glue[4:], "string_in_classifier",
                               [helper.make_tensor_value_info(TEXT_INPUT, TensorProto.STRING, [1])], outputs,
                               initializer=[axes, pattern, rewrite, *g.initializer], value_info=list(g.value_info))

@@ -60,22 +60,24 @@ def tokenizer_options(norm: dict) -> dict:
             "tokenizeChineseChars": norm["tokenize_chinese_chars"], "maxLength": norm["max_length"]}
 
 
-def _node(script: str, args: list[str], what: str, timeout_s: float = 600) -> None:
-    proc = subprocess.run(["node", str(WEB_DIR / script), *args], capture_output=True, text=True, timeout=timeout_s)
-    if proc.returncode != 0:
-        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-        raise PipelineError(f"{what}: web/{script} exited with {proc.returncode}: {tail[:400]}")
+def _node(script: str, args: list[str], inputs: dict[str, object], what: str, timeout_s: float = 600):
+    """Run web/<script> on args, then a JSON file per entry of inputs, then the file it writes; its JSON."""
+    with tempfile.TemporaryDirectory(prefix="pocketformer-node-") as tmp:
+        files = [Path(tmp) / f"{name}.json" for name in [*inputs, "out"]]
+        for f, value in zip(files, inputs.values()):
+            f.write_text(json.dumps(value))
+        proc = subprocess.run(["node", str(WEB_DIR / script), *args, *map(str, files)], capture_output=True,
+                              text=True, timeout=timeout_s)
+        if proc.returncode != 0:
+            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+            raise PipelineError(f"{what}: web/{script} exited with {proc.returncode}: {tail[:400]}")
+        return json.loads(files[-1].read_text())
 
 
 def js_token_ids(vocab: Path, norm: dict, texts: list[str]) -> list[list[int]]:
     """The ids the page's tokenizer gives each text (run in node, the same module the page imports)."""
-    with tempfile.TemporaryDirectory(prefix="pocketformer-tok-") as tmp:
-        t = Path(tmp)
-        (t / "opts.json").write_text(json.dumps(tokenizer_options(norm)))
-        (t / "texts.json").write_text(json.dumps(texts))
-        _node("tokenize.mjs", [str(vocab), str(t / "opts.json"), str(t / "texts.json"), str(t / "ids.json")],
-              "the web bundle's tokenizer check")
-        return json.loads((t / "ids.json").read_text())
+    return _node("tokenize.mjs", [str(vocab)], {"opts": tokenizer_options(norm), "texts": texts},
+                 "the web bundle's tokenizer check")
 
 
 def tokenizer_check(js: list[list[int]], py: list[list[int]], texts: list[str], minimum: float) -> dict:
@@ -91,12 +93,7 @@ def drive_page(bundle: Path, texts: list[str], executable: str = "", timeout_s: 
     exe = chromium_path(executable)
     if exe is None:
         raise PipelineError(unavailable_reason(executable) or "no Chromium")
-    with tempfile.TemporaryDirectory(prefix="pocketformer-page-") as tmp:
-        t = Path(tmp)
-        (t / "texts.json").write_text(json.dumps(texts))
-        _node("page_check.mjs", [exe, str(bundle), str(t / "texts.json"), str(t / "out.json")],
-              "the web bundle's demo page", timeout_s)
-        return json.loads((t / "out.json").read_text())
+    return _node("page_check.mjs", [exe, str(bundle)], {"texts": texts}, "the web bundle's demo page", timeout_s)
 
 
 def page_summary(doc: dict, samples: list[dict], labels: list[str]) -> dict:

@@ -36,21 +36,12 @@ from export.gelu_tanh import constant_value
 ELEMENTWISE = {"Cast", "Sub", "Mul", "Add", "Div", "Where", "Not", "Neg", "Equal", "Less", "Greater"}
 # the mask's last use: an arithmetic op whose other input (the attention scores) has the full shape
 BROADCAST_SINKS = {"Add", "Sub", "Mul", "Where"}
+# what the export does to attention_mask before the Expand (the other inputs are axes and shapes)
+MASK_RESHAPES = {"Unsqueeze", "Cast", "Reshape"}
 
 
 def _consumers(model, name: str) -> list:
     return [n for n in model.graph.node if name in n.input]
-
-
-def _from_mask(model, name: str, mask: str) -> bool:
-    """name is attention_mask itself or reached from it through Unsqueeze / Cast / Reshape only."""
-    producer = {o: n for n in model.graph.node for o in n.output}
-    while name != mask:
-        n = producer.get(name)
-        if n is None or n.op_type not in ("Unsqueeze", "Cast", "Reshape"):
-            return False
-        name = n.input[0]
-    return True
 
 
 def _mask_uses_broadcast(model, name: str, graph_outputs: set[str], root: str, seen: set[str] | None = None) -> bool:
@@ -68,23 +59,19 @@ def _mask_uses_broadcast(model, name: str, graph_outputs: set[str], root: str, s
             starts = constant_value(model, n.input[1])
             if starts is None or np.any(starts != 0) or n.input[0] != name:
                 return False
-            if not _mask_uses_broadcast(model, n.output[0], graph_outputs, root, seen):
-                return False
-        elif n.op_type in ELEMENTWISE:
-            # an elementwise op on the mask alone stays mask-shaped; one onto the scores is the sink
-            others = [i for i in n.input if i and i != name]
-            if n.op_type in BROADCAST_SINKS and any(constant_value(model, i) is None and not _mask_derived(model, i, root)
-                                                    for i in others):
-                continue
-            if not _mask_uses_broadcast(model, n.output[0], graph_outputs, root, seen):
-                return False
-        else:
+        elif n.op_type not in ELEMENTWISE:
+            return False
+        elif n.op_type in BROADCAST_SINKS and any(constant_value(model, i) is None
+                                                  and not _derived(model, i, root, ELEMENTWISE | {"Slice"})
+                                                  for i in n.input if i and i != name):
+            continue  # onto the scores: the sink (an elementwise op on the mask alone stays mask-shaped)
+        if not _mask_uses_broadcast(model, n.output[0], graph_outputs, root, seen):
             return False
     return True
 
 
-def _mask_derived(model, name: str, root: str) -> bool:
-    """name is root or computed from root by elementwise ops / Slice (the other inputs constants)."""
+def _derived(model, name: str, root: str, ops: set[str], first_input_only: bool = False) -> bool:
+    """name is root or computed from root by ops (through each op's first input only, with first_input_only)."""
     producer = {o: n for n in model.graph.node for o in n.output}
     stack, seen = [name], set()
     while stack:
@@ -95,8 +82,8 @@ def _mask_derived(model, name: str, root: str) -> bool:
             continue
         seen.add(x)
         n = producer.get(x)
-        if n is not None and (n.op_type in ELEMENTWISE or n.op_type == "Slice"):
-            stack += [i for i in n.input if i]
+        if n is not None and n.op_type in ops:
+            stack += [i for i in (n.input[:1] if first_input_only else n.input) if i]
     return False
 
 
@@ -106,12 +93,11 @@ def unexpand_mask(model, mask: str = "attention_mask") -> int:
     outputs = {o.name for o in model.graph.output}
     done = 0
     for ex in [n for n in model.graph.node if n.op_type == "Expand"]:
-        if not _from_mask(model, ex.input[0], mask) or not _mask_uses_broadcast(model, ex.output[0], outputs, ex.output[0]):
+        if not _derived(model, ex.input[0], mask, MASK_RESHAPES, first_input_only=True) \
+                or not _mask_uses_broadcast(model, ex.output[0], outputs, ex.output[0]):
             continue
         for n in _consumers(model, ex.output[0]):
-            for i, x in enumerate(n.input):
-                if x == ex.output[0]:
-                    n.input[i] = ex.input[0]
+            n.input[:] = [ex.input[0] if x == ex.output[0] else x for x in n.input]
         model.graph.node.remove(ex)
         done += 1
     return done
@@ -149,9 +135,7 @@ def fold_constant_rows(model) -> int:
         name = f"{out}_constant_row"
         model.graph.initializer.append(numpy_helper.from_array(row.astype(np.float32), name))
         for u in users:
-            for i, x in enumerate(u.input):
-                if x == out:
-                    u.input[i] = name
+            u.input[:] = [name if x == out else x for x in u.input]
         done += 1
     return done
 
@@ -272,8 +256,7 @@ def _random_feeds(model, n: int, seed: int) -> list[dict]:
         for i in model.graph.input:
             if "mask" in i.name:
                 m = np.ones((batch, length), np.int64)
-                for b in range(1, batch):
-                    m[b, length - pad:] = 0
+                m[1:, length - pad:] = 0  # every row after the first padded
                 feeds[i.name] = m
             elif "token_type" in i.name:
                 feeds[i.name] = np.zeros((batch, length), np.int64)
@@ -314,8 +297,7 @@ def trim_web_graph(src: Path, out: Path, exact: float = 1e-5, close: float = 1e-
     import onnx
 
     model = onnx.load(str(src))
-    before = len(model.graph.node)
-    record: dict = {"nodes_before": before}
+    record: dict = {"nodes_before": len(model.graph.node)}
     with tempfile.TemporaryDirectory() as d:
         step = Path(d) / "bookkeeping.onnx"
         expands, rows, shapes = unexpand_mask(model), fold_constant_rows(model), constant_reshape_shapes(model)

@@ -171,8 +171,7 @@ def npu_classifier(meta: dict) -> str:
         return ""
     ort_model = meta["models"]["ort"]
     ort_asset = ort_model["file"].split("/")[-1]
-    ort_types = {i["name"]: i["type"] for i in ort_model["inputs"]}
-    ort_long = ort_types.get("input_ids") == "tensor(int64)"
+    ort_long = next((i["type"] for i in ort_model["inputs"] if i["name"] == "input_ids"), None) == "tensor(int64)"
     chips = qnn["chips"]
     soc_rows = ",\n".join(
         f'        {kt_string(e["android_soc_model"])} to Chip({kt_string(c)}, listOf({", ".join(str(n) for n in e["lengths"])}), '
@@ -300,12 +299,9 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
 def _kt_inputs(long: bool, x: str, m: str, shape: str, session: str, indent: int) -> str:
     """Kotlin that runs session on ids x and mask m (IntArrays) as int32 or int64 tensors; returns logits[0]."""
     pad = " " * indent
-    if long:
-        make = (f"{pad}val xt = OnnxTensor.createTensor(env, LongBuffer.wrap(LongArray({x}.size) {{ {x}[it].toLong() }}), {shape})\n"
-                f"{pad}val mt = OnnxTensor.createTensor(env, LongBuffer.wrap(LongArray({m}.size) {{ {m}[it].toLong() }}), {shape})\n")
-    else:
-        make = (f"{pad}val xt = OnnxTensor.createTensor(env, IntBuffer.wrap({x}), {shape})\n"
-                f"{pad}val mt = OnnxTensor.createTensor(env, IntBuffer.wrap({m}), {shape})\n")
+    wrap = "LongBuffer.wrap(LongArray({0}.size) {{ {0}[it].toLong() }})" if long else "IntBuffer.wrap({0})"
+    make = "".join(f"{pad}val {t} = OnnxTensor.createTensor(env, {wrap.format(a)}, {shape})\n"
+                   for t, a in (("xt", x), ("mt", m)))
     return (make + f"{pad}try {{\n"
             f"{pad}    {session}.run(mapOf(\"input_ids\" to xt, \"attention_mask\" to mt)).use {{ r ->\n"
             f"{pad}        @Suppress(\"UNCHECKED_CAST\")\n"
