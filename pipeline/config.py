@@ -43,6 +43,11 @@ class DataSection:
     max_train: int = 0
     max_validation: int = 0
     max_test: int = 0
+    # Classification: training texts that data.max_train leaves out, kept without their labels (at most this many;
+    # 0 = none) as data/unlabeled.jsonl. The logits stage adds them to the distillation set, so the student and
+    # the distilled RNN learn from the teacher's soft labels on real in-domain text as well as on the augmented
+    # copies (a transfer set; their gold labels are never read).
+    max_unlabeled: int = 0
     on_empty_text: str = "error"  # error | drop
     # Bytes that are not UTF-8 in csv / jsonl / text files: "replace" (by U+FFFD) or "ignore" them (warned with
     # counts per file, recorded in split.json), or refuse the file ("strict"). A file that is mostly such bytes

@@ -61,6 +61,7 @@ RANGES: dict[str, Rule] = {
     "data.max_train": at_least(0),
     "data.max_validation": at_least(0),
     "data.max_test": at_least(0),
+    "data.max_unlabeled": at_least(0),
     "npu.emulator_samples": at_least(0),  # 0 = the whole test split
     "npu.emulator_chips": one_of("probe", "all"),
     "data.label_variants": one_of("merge", "error", "keep"),

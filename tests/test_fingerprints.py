@@ -84,9 +84,9 @@ READ_ALL = {"classification": {"search"}, "generation": {"search"}}
 # distill.steps / baseline.steps: the step budget is generation's (pipeline/tasks/classification/checks.py)
 NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.steps"},
                   # search.npu_compile = true: generation has no HTP compile; search.variants: its decoder search
-                  # times int8-dynamic only (pipeline/search_checks.py)
+                  # times int8-dynamic only (pipeline/search_checks.py); data.max_unlabeled: no labels to leave out
                   "generation": {"run.task", "student.arch", "teacher.fine_tune", "search.npu_compile",
-                                 "search.variants"}}
+                                 "search.variants", "data.max_unlabeled"}}
 # Alternatives tried first (strings and lists have no generic "another value").
 ALTERNATIVES = {
     "data.source": ["csv", "text"], "data.on_empty_text": ["error", "drop"], "data.encoding_errors": ["strict"], "data.delimiter": [";"],

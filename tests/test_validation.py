@@ -37,6 +37,7 @@ CASES = [
     (GEN + ["teacher.fine_tune=true"], "teacher.fine_tune", True),
     (GEN + ['student.arch="bert"'], "student.arch", True),
     (GEN + ["lm.max_cache=64"], "lm.bench_prompt_tokens", True),
+    (GEN + ["data.max_unlabeled=100"], "data.max_unlabeled", True),
 ]
 FIX = re.compile(r"--set ([a-z_]+\.[a-z_]+=(?:\[[^\]]*\]|\"[^\"]*\"|[^\s,)]+))")
 

@@ -18,6 +18,8 @@ def stage_data(ctx: StageContext) -> dict:
     splits = build_splits(ctx.cfg)
     for s in ("train", "validation", "test"):
         write_jsonl(ctx.out / f"{s}.jsonl", splits[s])
+    if splits["unlabeled"]:  # data.max_unlabeled: texts only, the logits stage gives them the teacher's labels
+        write_jsonl(ctx.out / "unlabeled.jsonl", [{"text": t} for t in splits["unlabeled"]])
     (ctx.out / "labels.json").write_text(json.dumps(splits["labels"], indent=2))
     (ctx.out / "split.json").write_text(json.dumps(splits["info"], indent=2))
     return splits["info"]
@@ -81,6 +83,8 @@ def stage_logits(ctx: StageContext) -> dict:
         extra = aug.augment(texts)
     rows = [{"text": t, "label": labels[i], "origin": "train"} for t, i in zip(texts, y)]
     rows += [{"text": t, "label": None, "origin": "augmented"} for t in extra]
+    unlabeled = [r["text"] for r in read_split(ctx.input("data"), "unlabeled")]  # data.max_unlabeled
+    rows += [{"text": t, "label": None, "origin": "unlabeled"} for t in unlabeled]
     # teacher.precision: bf16 autocast where the hardware computes it natively ("auto"); the cached logits are
     # soft targets, and the teacher's own accuracy (eval stage) is still scored in fp32
     choice = choose_precision(cfg.teacher.precision, "teacher.precision")
@@ -91,7 +95,8 @@ def stage_logits(ctx: StageContext) -> dict:
     np.save(ctx.out / "teacher_logits.npy", logits.astype(np.float32))
     agree = float((logits[: len(y)].argmax(-1) == np.array(y)).mean())
     return {"train_texts": len(texts), "augmented_texts": len(extra), "teacher_train_accuracy": agree,
-            "precision": precision, "precision_reason": choice.reason}
+            "precision": precision, "precision_reason": choice.reason,
+            **({"unlabeled_texts": len(unlabeled)} if unlabeled else {})}
 
 
 def _distill_set(logits_dir, labels: list[str]) -> tuple[list[str], list[int], np.ndarray]:

@@ -32,6 +32,9 @@ def _generation_settings(cfg) -> str | None:
     if cfg.teacher.fine_tune:
         return ("'teacher.fine_tune' = true: the generation teacher is used as pretrained (fine-tuning a causal LM is "
                 f"not part of this pipeline); {_set('teacher.fine_tune', False)}")
+    if cfg.data.max_unlabeled:
+        return ("'data.max_unlabeled' is for run.task = 'classification' (texts kept without labels for distillation); "
+                f"a language model's corpus has no labels to leave out: {_set('data.max_unlabeled', 0)}")
     lm = cfg.lm
     if lm.bench_prompt_tokens + lm.bench_decode_tokens + 1 > lm.max_cache:
         return (f"'lm.bench_prompt_tokens' ({lm.bench_prompt_tokens}) + 'lm.bench_decode_tokens' "
