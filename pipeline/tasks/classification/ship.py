@@ -69,18 +69,11 @@ def stage_quantize(ctx: StageContext) -> dict:
                                torch_runner)
     from export.ort_session import ort_session
     from export.registry import ONNX_VARIANTS, ExportJob, for_variant
+    from pipeline.tasks.classification.npu import npu_rows
 
+    # variant, fusion and NPU names and lengths were checked when the config loaded (tasks/classification/checks.py)
     cfg, q = ctx.cfg, ctx.cfg.quantize
     threads(cfg)
-    for v in q.variants:
-        for_variant(v)  # unknown names fail before any work
-    if "optimized" in q.variants:
-        from export.optimize import fusion_options
-
-        fusion_options("bert", q.skip_fusions)  # a misspelt fusion name, too
-    from pipeline.tasks.classification.npu import check_npu_settings, npu_rows
-
-    check_npu_settings(q)
     variants = sorted(dict.fromkeys(q.variants), key=list(ONNX_VARIANTS).index)  # sources before what needs them
     labels = read_labels(ctx.input("data"))
     test_texts, y = _xy(ctx.input("data"), "test", labels)

@@ -19,12 +19,10 @@ from pipeline.task import StageContext
 AUTO_ORDER = ("int8-dynamic", "fp32")
 
 
-def choose_variant(onnx_rows: list[dict], model: str, variant: str, source: str) -> dict:
+def choose_variant(onnx_rows: list[dict], variant: str, source: str) -> dict:
     """The quantize-stage row of the student graph to ship. Only the Llama student ships: the LSTM has no
-    runtime that generates from a folder, and the teacher is the reference, not a phone model."""
-    if model not in ("auto", "student"):
-        raise PipelineError(f"bundle.model = '{model}': a generation bundle ships the student decoder (set "
-                            f"bundle.model = \"auto\" or \"student\" in {source})")
+    runtime that generates from a folder, and the teacher is the reference, not a phone model (bundle.model is
+    "auto" or "student": checked when the config loaded)."""
     mine = {r["variant"]: r for r in onnx_rows if r["model"] == "student"}
     if not mine:
         raise PipelineError(f"quantize/onnx_rows.json has no student graph; add \"student\" to quantize.models "
@@ -60,7 +58,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     cfg, b, lmc = ctx.cfg, ctx.cfg.bundle, ctx.cfg.lm
     threads(cfg)
     qdir = ctx.upstream("quantize")
-    row = choose_variant(json.loads((qdir / "onnx_rows.json").read_text()), b.model, b.variant, cfg.source)
+    row = choose_variant(json.loads((qdir / "onnx_rows.json").read_text()), b.variant, cfg.source)
     variant = row["variant"]
     if variant not in H.GRAPH_FILES:
         raise PipelineError(f"the student's {variant} graph has no place in the bundle layout (shipped: "

@@ -107,11 +107,10 @@ def stage_export(ctx: StageContext) -> dict:
     from export.checks import check_greedy
     from export.coreml import can_predict
 
-    cfg, e = ctx.cfg, ctx.cfg.export
-    threads(cfg)
-    from export.ort_format import check_optimizers, convert_to_ort
+    from export.ort_format import convert_to_ort
 
-    check_optimizers(e.ort_disabled_optimizers)  # before the models load, so a typo fails at once
+    cfg, e = ctx.cfg, ctx.cfg.export  # ort_disabled_optimizers was checked when the config loaded
+    threads(cfg)
     qdir = ctx.upstream("quantize")
     onnx_rows = json.loads((qdir / "onnx_rows.json").read_text())
     rows, coreml = [], []
