@@ -144,12 +144,11 @@ def stage_bundle(ctx: StageContext) -> dict:
     # the HTP context binaries that compiled and agreed on the emulator (compile stage), per chip; their
     # reference logits are the emulator's own, which verify-bundle reproduces where onnxruntime-qnn is installed
     npu_json = ctx.input("quantize") / "npu.json"
-    npu_accuracy = {r["variant"]: r["accuracy"] for r in (json.loads(npu_json.read_text()) if npu_json.is_file() else [])
-                    if r["model"] == name and r.get("accuracy") is not None}
+    scored = qrows + (json.loads(npu_json.read_text()) if npu_json.is_file() else [])  # an NPU row wins a tie
     qnn = add_qnn_files(ctx.run_dir, ctx.input("compile"), name, out, fallback=models["ort"]["file"],
                         pad_id=tokenizer.pad_token_id or 0,
-                        accuracy={**{r["variant"]: r["accuracy"] for r in qrows if r["model"] == name
-                                     and r.get("accuracy") is not None}, **npu_accuracy})
+                        accuracy={r["variant"]: r["accuracy"] for r in scored
+                                  if r["model"] == name and r.get("accuracy") is not None})
     refs = run_models(out, models, samples)
     npu_refs = npu_logits(out, npu or {}, samples)
     if qnn["shipped"]:

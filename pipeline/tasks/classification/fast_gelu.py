@@ -79,13 +79,11 @@ def export_fast_gelu(ctx, qrows: list[dict], check_texts: list[str]) -> tuple[li
         try:
             details = get_exporter("ort-fastgelu").fn(ExportJob(model, None, out, cfg.quantize, e, variant=source,
                                                                 sources={source: src}))
-        except PipelineError as err:  # e.g. a graph with no GELU: the other files stand, the skip says why
-            log.warning("[export] %s", err)
-            skipped.append({"model": model, "variant": variant, "format": "ort", "reason": str(err)})
-            continue
-        except Exception as err:  # noqa: BLE001 - ORT's own exception types; the as-trained files still stand
+        except Exception as err:  # noqa: BLE001 - ours (e.g. a graph with no GELU) or ORT's own exception types:
+            # the other files stand, the skip says why
             last = str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
-            reason = f"{model} -> ort-fastgelu: converting {src.name} failed: {last}"
+            reason = (str(err) if isinstance(err, PipelineError) else
+                      f"{model} -> ort-fastgelu: converting {src.name} failed: {last}")
             log.warning("[export] %s", reason)
             skipped.append({"model": model, "variant": variant, "format": "ort", "reason": reason})
             continue

@@ -22,10 +22,8 @@ def npu_rows(ctx: StageContext, name: str, loaded, test_texts: list[str], y: lis
     lengths = sorted(set(q.npu_lengths))
     top = lengths[-1]
     pad_id = loaded.pad_id
-    tok = loaded.tokenizer
-    calib_ids, _ = encode(tok, calibration, top)
-    check_ids, _ = encode(tok, check_texts, top)
-    test_ids, _ = encode(tok, test_texts, top)
+    calib_ids, check_ids, test_ids = (encode(loaded.tokenizer, texts, top)[0]
+                                      for texts in (calibration, check_texts, test_texts))
     ref = torch_logits(loaded.model, check_ids)
     folder = ctx.out / name / NPU_FOLDER
     rel = lambda p: f"{ctx.name}/{p.relative_to(ctx.out).as_posix()}"  # noqa: E731

@@ -159,10 +159,12 @@ def qnn_logits(bundle: Path, qnn: dict, samples: list[dict]) -> dict[str, list[l
     the others)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from eval.targets import host_threads
+
     pad = qnn.get("pad_id", 0)
     todo = [(chip, entry, int(n), spec) for chip, entry in qnn.get("chips", {}).items()
             for n, spec in entry["files"].items()]
-    with ThreadPoolExecutor(max(1, min(len(todo), _cores()))) as pool:
+    with ThreadPoolExecutor(max(1, min(len(todo), host_threads()))) as pool:
         got = list(pool.map(lambda job: _qnn_file(bundle, pad, samples, *job), todo))
     return {spec["file"]: rows for (_, _, _, spec), rows in zip(todo, got)}
 
@@ -185,12 +187,6 @@ def _qnn_file(bundle: Path, pad: int, samples: list[dict], chip: str, entry: dic
                             f"metadata.json's qnn.compiler, or rebuild the bundle with `make bundle`") from None
     rows = iter(np.asarray(got).tolist())
     return [next(rows) if i in picked else None for i in range(len(samples))]
-
-
-def _cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def run_models(bundle: Path, models: dict, samples: list[dict]) -> dict:

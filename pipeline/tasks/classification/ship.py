@@ -115,14 +115,13 @@ def stage_quantize(ctx: StageContext) -> dict:
             sc = scores(predict(run, m.tokenizer, test_texts, m.max_length, cfg.teacher.eval_batch_size),
                         np.array(y), len(labels))
             size = _size(job.out)
-            row = {"model": name, "variant": variant, "format": "onnx", "file": _rel(ctx, job.out),
-                   "status": "passed" if check["passed"] else "failed",
-                   "size_bytes": size, "opset": q.opset, "check": check, **sc, "params": params["params"],
-                   "non_embedding_params": params["non_embedding_params"],
-                   "accuracy_delta_vs_pytorch": sc["accuracy"] - fp32_acc[name] if name in fp32_acc else None,
-                   "size_ratio_vs_fp32": (_size(job.sources["fp32"]) / size) if "fp32" in job.sources else None,
-                   "details": details}
-            rows.append(row)
+            rows.append({"model": name, "variant": variant, "format": "onnx", "file": _rel(ctx, job.out),
+                         "status": "passed" if check["passed"] else "failed",
+                         "size_bytes": size, "opset": q.opset, "check": check, **sc, "params": params["params"],
+                         "non_embedding_params": params["non_embedding_params"],
+                         "accuracy_delta_vs_pytorch": sc["accuracy"] - fp32_acc[name] if name in fp32_acc else None,
+                         "size_ratio_vs_fp32": _size(job.sources["fp32"]) / size if "fp32" in job.sources else None,
+                         "details": details})
             acc = {"model": name, "variant": variant, "format": "onnx", **sc, **params, "size_bytes": size,
                    "accuracy_retention": sc["accuracy"] / teacher_acc if teacher_acc else None}
             acc_rows.append({k: acc.get(k) for k in dict.fromkeys([*eval_keys, *acc])})  # eval's row shape

@@ -84,14 +84,13 @@ def stage_logits(ctx: StageContext) -> dict:
     # teacher.precision: bf16 autocast where the hardware computes it natively ("auto"); the cached logits are
     # soft targets, and the teacher's own accuracy (eval stage) is still scored in fp32
     choice = choose_precision(cfg.teacher.precision, "teacher.precision")
-    precision = choice.precision
     logits = predict_logits(teacher.model, teacher.tokenizer, [r["text"] for r in rows], teacher.max_length,
-                            cfg.teacher.eval_batch_size, desc="teacher logits", shard=True, precision=precision)
+                            cfg.teacher.eval_batch_size, desc="teacher logits", shard=True, precision=choice.precision)
     write_jsonl(ctx.out / "distill_set.jsonl", rows)
     np.save(ctx.out / "teacher_logits.npy", logits.astype(np.float32))
     agree = float((logits[: len(y)].argmax(-1) == np.array(y)).mean())
     return {"train_texts": len(texts), "augmented_texts": len(extra), "teacher_train_accuracy": agree,
-            "precision": precision, "precision_reason": choice.reason}
+            "precision": choice.precision, "precision_reason": choice.reason}
 
 
 def _distill_set(logits_dir, labels: list[str]) -> tuple[list[str], list[int], np.ndarray]:
@@ -114,8 +113,7 @@ def stage_distill(ctx: StageContext) -> dict:
     seed_everything(cfg.run.seed)
     labels = read_labels(ctx.input("data"))
     teacher = load_model(ctx.input("teacher") / "model", "teacher")
-    t_layers = teacher.model.hf.config.num_hidden_layers
-    layer_map = check_layer_map(cfg.distill.layer_map, cfg.student.layers, t_layers)
+    layer_map = check_layer_map(cfg.distill.layer_map, cfg.student.layers, teacher.model.hf.config.num_hidden_layers)
     eager = cfg.distill.attention_weight > 0
     if eager:
         teacher.model.hf.config._attn_implementation = "eager"
@@ -128,9 +126,7 @@ def stage_distill(ctx: StageContext) -> dict:
     student.cpu()
     kind = getattr(student, "kind", "hf")  # "npu" for the NPU student, else a transformers model
     save_model(ctx.out / "student", student, teacher.tokenizer, labels, kind, student_serving_length(cfg.student))
-    summary["embedding"] = embedding
-    summary.update(count_params(student))
-    summary["teacher_params"] = count_params(teacher.model)
+    summary.update(embedding=embedding, **count_params(student), teacher_params=count_params(teacher.model))
     return summary
 
 
