@@ -169,25 +169,18 @@ def stage_baseline(ctx: StageContext) -> dict:
         from distill.vocab import training_vocab
 
         vmap, summary["vocab_kept"] = training_vocab(tok, dtexts, max_len, b.vocab_size_max)
-
-    def rnn():
-        m = build_rnn(b, vocab, len(labels), tok.pad_token_id or 0)
+    # the same RNN twice, from the same seed: on the gold labels, and distilled from the teacher's logits
+    runs = {"lstm": (texts, y, "gold labels", {}),
+            "lstm_distilled": (dtexts, dy, "distilled", {"teacher_logits": tl, "temperature": cfg.distill.temperature})}
+    for name, (x, gold, what, distill_args) in runs.items():
+        seed_everything(cfg.run.seed)
+        rnn = build_rnn(b, vocab, len(labels), tok.pad_token_id or 0)
         if vmap is not None:
-            m.restrict_vocab(vmap)
-        return m
-
-    seed_everything(cfg.run.seed)
-    plain = rnn()
-    summary["lstm"] = train_rnn(plain, tok, texts, y, b, max_len, cfg.run.seed, f"{b.cell}: gold labels",
-                                opts=train_options(ctx))
-    save_model(ctx.out / "lstm", plain.cpu(), tok, labels, "rnn", max_len)
-    seed_everything(cfg.run.seed)
-    distilled = rnn()
-    summary["lstm_distilled"] = train_rnn(distilled, tok, dtexts, dy, b, max_len, cfg.run.seed,
-                                          f"{b.cell}: distilled", teacher_logits=tl, temperature=cfg.distill.temperature,
-                                          opts=train_options(ctx))
-    save_model(ctx.out / "lstm_distilled", distilled.cpu(), tok, labels, "rnn", max_len)
-    summary.update(count_params(plain))
+            rnn.restrict_vocab(vmap)
+        summary[name] = train_rnn(rnn, tok, x, gold, b, max_len, cfg.run.seed, f"{b.cell}: {what}", **distill_args,
+                                  opts=train_options(ctx))
+        save_model(ctx.out / name, rnn.cpu(), tok, labels, "rnn", max_len)
+    summary.update(count_params(rnn))  # both RNNs have this one shape
     return summary
 
 
