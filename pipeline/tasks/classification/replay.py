@@ -53,10 +53,8 @@ def ort_logits(path: Path, spec: dict, samples: list[dict], threads: int = 1) ->
                        fix="restore the file or rebuild the bundle with `make bundle`")
     rows = []
     for s in samples:
-        if takes_text(spec):
-            feed = {spec["inputs"][0]["name"]: np.array([s["text"]], dtype=object)}  # (1,)
-        else:
-            feed = _token_feed(spec, s["token_ids"])
+        feed = ({spec["inputs"][0]["name"]: np.array([s["text"]], dtype=object)} if takes_text(spec)  # (1,)
+                else _token_feed(spec, s["token_ids"]))
         rows.append(np.asarray(_run(sess, spec, feed), dtype=np.float32).reshape(-1).tolist())  # (C,)
     return rows
 
