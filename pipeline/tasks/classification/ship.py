@@ -196,6 +196,7 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
     from export.ort_format import convert_to_ort
     from export.ort_session import ort_session
     from export.registry import for_variant
+    from pipeline.tasks.classification.fast_gelu import ort_row
 
     cfg, e = ctx.cfg, ctx.cfg.export
     by_key = {(r["model"], r["variant"]): r for r in qrows}
@@ -231,14 +232,7 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
                                  fatal=False)
             sc = scores(predict(got, tok, test_texts, max_len, cfg.teacher.eval_batch_size), np.array(y), len(labels))
             acc_from = "ort"
-        rows.append({"model": model, "variant": variant, "format": "ort", "file": _rel(ctx, out),
-                     "status": "passed" if check["passed"] else "failed", "size_bytes": _size(out),
-                     "opset": q["opset"], "check": check, "accuracy": sc["accuracy"],
-                     "macro_f1": sc["macro_f1"], "params": q["params"],
-                     "non_embedding_params": q.get("non_embedding_params"), "accuracy_from": acc_from,
-                     "details": {"source": q["file"], "target_platform": e.ort_target_platform,
-                                 "optimization_style": "Fixed",
-                                 "disabled_optimizers": list(e.ort_disabled_optimizers)}})
+        rows.append(ort_row(q, variant, _rel(ctx, out), _size(out), check, sc, acc_from, e, {"source": q["file"]}))
         print(f"[export] {model} {variant}.ort: {_size(out):,} bytes, accuracy {sc['accuracy']:.4f} "
               f"({acc_from}), {check['kind']} {check['value']:.4g}")
     return rows
