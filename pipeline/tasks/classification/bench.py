@@ -8,9 +8,10 @@ import time
 
 import numpy as np
 
-from pipeline.data import read_labels, read_split
+from pipeline.data import read_labels
 from pipeline.task import StageContext
 from pipeline.tasks.classification import MODEL_FOLDERS, TASK
+from pipeline.tasks.classification.train import _xy
 from pipeline.tasks.common import reports_truncation
 
 log = logging.getLogger("pocketformer")
@@ -39,8 +40,7 @@ def stage_bench(ctx: StageContext) -> dict:
     targets = [get_target(name) for name in b.targets]  # an unknown name fails before any work
     check_settings(cfg)  # as do a bad headline length or NPU device profile
     labels = read_labels(ctx.input("data"))
-    test = read_split(ctx.input("data"), "test")
-    texts = [r["text"] for r in test]
+    texts, y = _xy(ctx.input("data"), "test", labels)
     folders = {name: ctx.input(stage) / sub for name, (stage, sub) in MODEL_FOLDERS.items()}
     models = Models(folders, {name: AutoTokenizer.from_pretrained(f) for name, f in folders.items()})
     rows = collect_rows(ctx.run_dir)
@@ -52,9 +52,8 @@ def stage_bench(ctx: StageContext) -> dict:
     peer_seconds = 0.0
     if b.optimum_peer:
         tp = time.time()
-        n = b.peer_eval_texts or len(test)
-        index = {lab: i for i, lab in enumerate(labels)}
-        gold = np.array([index[r["label"]] for r in test[:n]])
+        n = b.peer_eval_texts or len(texts)
+        gold = np.array(y[:n])
         reference = {r["model"]: r for r in rows if r["format"] == "pytorch"}
         hf = {m: f for m, f in folders.items() if m in ("teacher", "student")}
         rows += peer_rows(hf, ctx.out / "peer", "bench/peer", cfg.quantize.opset, texts[:n], gold, len(labels),

@@ -11,6 +11,7 @@ import numpy as np
 from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
 from pipeline.task import StageContext
+from pipeline.tasks.classification import MODEL_FOLDERS
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -45,17 +46,17 @@ def stage_bundle(ctx: StageContext) -> dict:
     from export.app_samples import classification_readme, write_samples
     from export.bundle import bundle_workloads, choose, coreml_row, finish, io_spec, latency_for, normalisation
     from export.checks import agreement_texts, ort_runner, predict, require_texts
+    from export.client_files import add_client_files, readme_sections
     from export.npu_bundle import add_npu_files
     from export.qnn_bundle import add_qnn_files
     from export.ort_session import ort_session
     from export.padding import allowed_lengths
     from export.string_model import agreement, build_string_model, predict_strings, token_id_mismatches
+    from export.web_model import is_fast_gelu
     from pipeline.manifest import library_versions
     from pipeline.tasks.classification.replay import npu_logits, qnn_logits, run_models
 
     cfg, b = ctx.cfg, ctx.cfg.bundle  # its settings were checked when the config loaded (config_rules.py)
-    from export.web_model import is_fast_gelu
-
     # the browser-only FastGelu files (export/web_model.py says why) are never the phone bundle's
     export_rows = [r for r in json.loads((ctx.input("export") / "variants.json").read_text())
                    if not is_fast_gelu(r["variant"])]
@@ -144,12 +145,11 @@ def stage_bundle(ctx: StageContext) -> dict:
     # the HTP context binaries that compiled and agreed on the emulator (compile stage), per chip; their
     # reference logits are the emulator's own, which verify-bundle reproduces where onnxruntime-qnn is installed
     npu_json = ctx.input("quantize") / "npu.json"
-    npu_accuracy = {r["variant"]: r["accuracy"] for r in (json.loads(npu_json.read_text()) if npu_json.is_file() else [])
-                    if r["model"] == name and r.get("accuracy") is not None}
+    scored = qrows + (json.loads(npu_json.read_text()) if npu_json.is_file() else [])  # an NPU row wins a tie
     qnn = add_qnn_files(ctx.run_dir, ctx.input("compile"), name, out, fallback=models["ort"]["file"],
                         pad_id=tokenizer.pad_token_id or 0,
-                        accuracy={**{r["variant"]: r["accuracy"] for r in qrows if r["model"] == name
-                                     and r.get("accuracy") is not None}, **npu_accuracy})
+                        accuracy={r["variant"]: r["accuracy"] for r in scored
+                                  if r["model"] == name and r.get("accuracy") is not None})
     refs = run_models(out, models, samples)
     npu_refs = npu_logits(out, npu or {}, samples)
     if qnn["shipped"]:
@@ -177,17 +177,12 @@ def stage_bundle(ctx: StageContext) -> dict:
         meta["npu"] = npu
     meta["qnn"] = qnn
     # hf/ (transformers.js, Optimum) and required_operators.config (reduced ONNX Runtime build)
-    from export.client_files import add_client_files
-    from pipeline.tasks.classification import MODEL_FOLDERS
-
     stage_name, sub = MODEL_FOLDERS[name]
     meta.update(add_client_files(out, cfg, model=name, model_dir=ctx.input(stage_name) / sub,
                                  ort_rel=f"model/{stem}.ort", qrows=qrows, results=results, labels=labels,
                                  max_length=max_length, tokenizer_dir=tok_src, test_texts=len(texts),
                                  versions=meta["versions"]))
     write_samples(out, meta)  # no iOS sample without a Core ML package
-    from export.client_files import readme_sections
-
     meta = finish(out, meta, lambda m: classification_readme(m) + readme_sections(m), dist)
     print(f"[bundle] {name} {variant}: {len(meta['files'])} files -> {dist} "
           f"(string-in agreement {check['agreement']:.2%} on {len(texts)} test texts)")

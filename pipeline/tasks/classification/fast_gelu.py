@@ -49,6 +49,17 @@ def check_fast_gelu(got, want, inputs, labels_new: list[int], labels_src: list[i
     return check
 
 
+def ort_row(q: dict, variant: str, file: str, size: int, check: dict, sc: dict, accuracy_from: str, e,
+            details: dict) -> dict:
+    """export/variants.json's row of an .ort file made from the quantize row q (export settings e)."""
+    return {"model": q["model"], "variant": variant, "format": "ort", "file": file,
+            "status": "passed" if check["passed"] else "failed", "size_bytes": size, "opset": q["opset"],
+            "check": check, "accuracy": sc["accuracy"], "macro_f1": sc["macro_f1"], "params": q["params"],
+            "non_embedding_params": q.get("non_embedding_params"), "accuracy_from": accuracy_from,
+            "details": {**details, "target_platform": e.ort_target_platform, "optimization_style": "Fixed",
+                        "disabled_optimizers": list(e.ort_disabled_optimizers)}}
+
+
 def export_fast_gelu(ctx, qrows: list[dict], check_texts: list[str]) -> tuple[list[dict], list[dict]]:
     """(rows for export/variants.json, skips). Reads quantize/<model>/<variant>.onnx and its tokenizer copy,
     data/test.jsonl; writes export/<model>/<variant>-fastgelu.ort."""
@@ -79,13 +90,11 @@ def export_fast_gelu(ctx, qrows: list[dict], check_texts: list[str]) -> tuple[li
         try:
             details = get_exporter("ort-fastgelu").fn(ExportJob(model, None, out, cfg.quantize, e, variant=source,
                                                                 sources={source: src}))
-        except PipelineError as err:  # e.g. a graph with no GELU: the other files stand, the skip says why
-            log.warning("[export] %s", err)
-            skipped.append({"model": model, "variant": variant, "format": "ort", "reason": str(err)})
-            continue
-        except Exception as err:  # noqa: BLE001 - ORT's own exception types; the as-trained files still stand
+        except Exception as err:  # noqa: BLE001 - ours (e.g. a graph with no GELU) or ORT's own exception types:
+            # the other files stand, the skip says why
             last = str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
-            reason = f"{model} -> ort-fastgelu: converting {src.name} failed: {last}"
+            reason = (str(err) if isinstance(err, PipelineError) else
+                      f"{model} -> ort-fastgelu: converting {src.name} failed: {last}")
             log.warning("[export] %s", reason)
             skipped.append({"model": model, "variant": variant, "format": "ort", "reason": reason})
             continue
@@ -103,14 +112,8 @@ def export_fast_gelu(ctx, qrows: list[dict], check_texts: list[str]) -> tuple[li
                                 f"{model} {variant} ({rel} vs {src.name})", src.name)
         size = out.stat().st_size
         sc = scores(new_logits, np.array(gold), len(labels))
-        rows.append({"model": model, "variant": variant, "format": "ort", "file": rel,
-                     "status": "passed" if check["passed"] else "failed", "size_bytes": size,
-                     "opset": q["opset"], "check": check, "accuracy": sc["accuracy"], "macro_f1": sc["macro_f1"],
-                     "params": q["params"], "non_embedding_params": q.get("non_embedding_params"),
-                     "accuracy_from": "ort",
-                     "details": {**details, "source": q["file"], "source_variant": source, "browser_only": True,
-                                 "target_platform": e.ort_target_platform, "optimization_style": "Fixed",
-                                 "disabled_optimizers": list(e.ort_disabled_optimizers)}})
+        rows.append(ort_row(q, variant, rel, size, check, sc, "ort", e,
+                            {**details, "source": q["file"], "source_variant": source, "browser_only": True}))
         g = check["gelu"]
         print(f"[export] {model} {variant}.ort: {size:,} bytes, accuracy {sc['accuracy']:.4f} (source "
               f"{q['accuracy']:.4f}), labels agree with the source on {g['agreement_with_as_trained']:.2%} of "

@@ -59,8 +59,7 @@ def _runtime_advice(meta: dict) -> str:
             f"differ more than measured on any CPU so far; report these figures with the CPU model")
 
 
-def diagnose(meta: dict, samples: list[dict], rel: str, got: np.ndarray, ref: np.ndarray, allowed: np.ndarray,
-             i: int) -> str:
+def diagnose(meta: dict, samples: list[dict], rel: str, got: np.ndarray, ref: np.ndarray, allowed: np.ndarray) -> str:
     """Why a file's logits miss its reference, from the evidence at hand (the file's sha256 matched):
     - the file reproduces another file's reference of the same sample (the same model through other kernels,
       <= 4e-3 apart, or an NPU file at another length) but not its own, or its own no longer gives the stored
@@ -115,7 +114,7 @@ def compare(bundle: Path, meta: dict, samples: list[dict], rel: str, rows: list[
         raise PipelineError(f"{bundle}: {rel} logit {labels[j]} of sample {i + 1} is {got[i, j]:.7g}, its reference "
                             f"is {ref[i, j]:.7g} (difference {abs(got[i, j] - ref[i, j]):.4e}, allowed "
                             f"{allowed[i, j]:.4e} = {LOGIT_ATOL:g} + {LOGIT_RTOL:g} x |reference|); "
-                            f"{diagnose(meta, samples, rel, got, ref, allowed, int(i))}")
+                            f"{diagnose(meta, samples, rel, got, ref, allowed)}")
     index = {lab: c for c, lab in enumerate(labels)}
     for n, s in enumerate(samples if labels_check else []):
         want = index[s["expected_label"]]

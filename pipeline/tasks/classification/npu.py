@@ -6,20 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.errors import PipelineError
 from pipeline.task import StageContext
 
 NPU_FOLDER = "npu"  # quantize/<model>/npu/<variant>-<length>.onnx (+ lookup.onnx)
-
-
-def check_npu_settings(q) -> None:
-    from export.npu import get_npu_variant
-
-    for v in q.npu_variants:
-        get_npu_variant(v)  # a misspelt name fails before any work
-    if q.npu_variants and not q.npu_lengths:
-        raise PipelineError("quantize.npu_lengths is empty but quantize.npu_variants asks for NPU files; give the "
-                            "sequence lengths to export, e.g. [16, 32, 64, 128], or set quantize.npu_variants = []")
 
 
 def npu_rows(ctx: StageContext, name: str, loaded, test_texts: list[str], y: list[int], check_texts: list[str],
@@ -33,10 +22,8 @@ def npu_rows(ctx: StageContext, name: str, loaded, test_texts: list[str], y: lis
     lengths = sorted(set(q.npu_lengths))
     top = lengths[-1]
     pad_id = loaded.pad_id
-    tok = loaded.tokenizer
-    calib_ids, _ = encode(tok, calibration, top)
-    check_ids, _ = encode(tok, check_texts, top)
-    test_ids, _ = encode(tok, test_texts, top)
+    calib_ids, check_ids, test_ids = (encode(loaded.tokenizer, texts, top)[0]
+                                      for texts in (calibration, check_texts, test_texts))
     ref = torch_logits(loaded.model, check_ids)
     folder = ctx.out / name / NPU_FOLDER
     rel = lambda p: f"{ctx.name}/{p.relative_to(ctx.out).as_posix()}"  # noqa: E731

@@ -53,10 +53,8 @@ def ort_logits(path: Path, spec: dict, samples: list[dict], threads: int = 1) ->
                        fix="restore the file or rebuild the bundle with `make bundle`")
     rows = []
     for s in samples:
-        if takes_text(spec):
-            feed = {spec["inputs"][0]["name"]: np.array([s["text"]], dtype=object)}  # (1,)
-        else:
-            feed = _token_feed(spec, s["token_ids"])
+        feed = ({spec["inputs"][0]["name"]: np.array([s["text"]], dtype=object)} if takes_text(spec)  # (1,)
+                else _token_feed(spec, s["token_ids"]))
         rows.append(np.asarray(_run(sess, spec, feed), dtype=np.float32).reshape(-1).tolist())  # (C,)
     return rows
 
@@ -159,10 +157,12 @@ def qnn_logits(bundle: Path, qnn: dict, samples: list[dict]) -> dict[str, list[l
     the others)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from eval.targets import host_threads
+
     pad = qnn.get("pad_id", 0)
     todo = [(chip, entry, int(n), spec) for chip, entry in qnn.get("chips", {}).items()
             for n, spec in entry["files"].items()]
-    with ThreadPoolExecutor(max(1, min(len(todo), _cores()))) as pool:
+    with ThreadPoolExecutor(max(1, min(len(todo), host_threads()))) as pool:
         got = list(pool.map(lambda job: _qnn_file(bundle, pad, samples, *job), todo))
     return {spec["file"]: rows for (_, _, _, spec), rows in zip(todo, got)}
 
@@ -185,12 +185,6 @@ def _qnn_file(bundle: Path, pad: int, samples: list[dict], chip: str, entry: dic
                             f"metadata.json's qnn.compiler, or rebuild the bundle with `make bundle`") from None
     rows = iter(np.asarray(got).tolist())
     return [next(rows) if i in picked else None for i in range(len(samples))]
-
-
-def _cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def run_models(bundle: Path, models: dict, samples: list[dict]) -> dict:

@@ -69,18 +69,11 @@ def stage_quantize(ctx: StageContext) -> dict:
                                torch_runner)
     from export.ort_session import ort_session
     from export.registry import ONNX_VARIANTS, ExportJob, for_variant
+    from pipeline.tasks.classification.npu import npu_rows
 
+    # variant, fusion and NPU names and lengths were checked when the config loaded (tasks/classification/checks.py)
     cfg, q = ctx.cfg, ctx.cfg.quantize
     threads(cfg)
-    for v in q.variants:
-        for_variant(v)  # unknown names fail before any work
-    if "optimized" in q.variants:
-        from export.optimize import fusion_options
-
-        fusion_options("bert", q.skip_fusions)  # a misspelt fusion name, too
-    from pipeline.tasks.classification.npu import check_npu_settings, npu_rows
-
-    check_npu_settings(q)
     variants = sorted(dict.fromkeys(q.variants), key=list(ONNX_VARIANTS).index)  # sources before what needs them
     labels = read_labels(ctx.input("data"))
     test_texts, y = _xy(ctx.input("data"), "test", labels)
@@ -122,14 +115,13 @@ def stage_quantize(ctx: StageContext) -> dict:
             sc = scores(predict(run, m.tokenizer, test_texts, m.max_length, cfg.teacher.eval_batch_size),
                         np.array(y), len(labels))
             size = _size(job.out)
-            row = {"model": name, "variant": variant, "format": "onnx", "file": _rel(ctx, job.out),
-                   "status": "passed" if check["passed"] else "failed",
-                   "size_bytes": size, "opset": q.opset, "check": check, **sc, "params": params["params"],
-                   "non_embedding_params": params["non_embedding_params"],
-                   "accuracy_delta_vs_pytorch": sc["accuracy"] - fp32_acc[name] if name in fp32_acc else None,
-                   "size_ratio_vs_fp32": (_size(job.sources["fp32"]) / size) if "fp32" in job.sources else None,
-                   "details": details}
-            rows.append(row)
+            rows.append({"model": name, "variant": variant, "format": "onnx", "file": _rel(ctx, job.out),
+                         "status": "passed" if check["passed"] else "failed",
+                         "size_bytes": size, "opset": q.opset, "check": check, **sc, "params": params["params"],
+                         "non_embedding_params": params["non_embedding_params"],
+                         "accuracy_delta_vs_pytorch": sc["accuracy"] - fp32_acc[name] if name in fp32_acc else None,
+                         "size_ratio_vs_fp32": _size(job.sources["fp32"]) / size if "fp32" in job.sources else None,
+                         "details": details})
             acc = {"model": name, "variant": variant, "format": "onnx", **sc, **params, "size_bytes": size,
                    "accuracy_retention": sc["accuracy"] / teacher_acc if teacher_acc else None}
             acc_rows.append({k: acc.get(k) for k in dict.fromkeys([*eval_keys, *acc])})  # eval's row shape
@@ -204,6 +196,7 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
     from export.ort_format import convert_to_ort
     from export.ort_session import ort_session
     from export.registry import for_variant
+    from pipeline.tasks.classification.fast_gelu import ort_row
 
     cfg, e = ctx.cfg, ctx.cfg.export
     by_key = {(r["model"], r["variant"]): r for r in qrows}
@@ -239,14 +232,7 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
                                  fatal=False)
             sc = scores(predict(got, tok, test_texts, max_len, cfg.teacher.eval_batch_size), np.array(y), len(labels))
             acc_from = "ort"
-        rows.append({"model": model, "variant": variant, "format": "ort", "file": _rel(ctx, out),
-                     "status": "passed" if check["passed"] else "failed", "size_bytes": _size(out),
-                     "opset": q["opset"], "check": check, "accuracy": sc["accuracy"],
-                     "macro_f1": sc["macro_f1"], "params": q["params"],
-                     "non_embedding_params": q.get("non_embedding_params"), "accuracy_from": acc_from,
-                     "details": {"source": q["file"], "target_platform": e.ort_target_platform,
-                                 "optimization_style": "Fixed",
-                                 "disabled_optimizers": list(e.ort_disabled_optimizers)}})
+        rows.append(ort_row(q, variant, _rel(ctx, out), _size(out), check, sc, acc_from, e, {"source": q["file"]}))
         print(f"[export] {model} {variant}.ort: {_size(out):,} bytes, accuracy {sc['accuracy']:.4f} "
               f"({acc_from}), {check['kind']} {check['value']:.4g}")
     return rows

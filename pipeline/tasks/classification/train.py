@@ -88,14 +88,13 @@ def stage_logits(ctx: StageContext) -> dict:
     # teacher.precision: bf16 autocast where the hardware computes it natively ("auto"); the cached logits are
     # soft targets, and the teacher's own accuracy (eval stage) is still scored in fp32
     choice = choose_precision(cfg.teacher.precision, "teacher.precision")
-    precision = choice.precision
     logits = predict_logits(teacher.model, teacher.tokenizer, [r["text"] for r in rows], teacher.max_length,
-                            cfg.teacher.eval_batch_size, desc="teacher logits", shard=True, precision=precision)
+                            cfg.teacher.eval_batch_size, desc="teacher logits", shard=True, precision=choice.precision)
     write_jsonl(ctx.out / "distill_set.jsonl", rows)
     np.save(ctx.out / "teacher_logits.npy", logits.astype(np.float32))
     agree = float((logits[: len(y)].argmax(-1) == np.array(y)).mean())
     return {"train_texts": len(texts), "augmented_texts": len(extra), "teacher_train_accuracy": agree,
-            "precision": precision, "precision_reason": choice.reason,
+            "precision": choice.precision, "precision_reason": choice.reason,
             **({"unlabeled_texts": len(unlabeled)} if unlabeled else {})}
 
 
@@ -119,8 +118,7 @@ def stage_distill(ctx: StageContext) -> dict:
     seed_everything(cfg.run.seed)
     labels = read_labels(ctx.input("data"))
     teacher = load_model(ctx.input("teacher") / "model", "teacher")
-    t_layers = teacher.model.hf.config.num_hidden_layers
-    layer_map = check_layer_map(cfg.distill.layer_map, cfg.student.layers, t_layers)
+    layer_map = check_layer_map(cfg.distill.layer_map, cfg.student.layers, teacher.model.hf.config.num_hidden_layers)
     eager = cfg.distill.attention_weight > 0
     if eager:
         teacher.model.hf.config._attn_implementation = "eager"
@@ -133,9 +131,7 @@ def stage_distill(ctx: StageContext) -> dict:
     student.cpu()
     kind = getattr(student, "kind", "hf")  # "npu" for the NPU student, else a transformers model
     save_model(ctx.out / "student", student, teacher.tokenizer, labels, kind, student_serving_length(cfg.student))
-    summary["embedding"] = embedding
-    summary.update(count_params(student))
-    summary["teacher_params"] = count_params(teacher.model)
+    summary.update(embedding=embedding, **count_params(student), teacher_params=count_params(teacher.model))
     return summary
 
 
@@ -178,25 +174,18 @@ def stage_baseline(ctx: StageContext) -> dict:
         from distill.vocab import training_vocab
 
         vmap, summary["vocab_kept"] = training_vocab(tok, dtexts, max_len, b.vocab_size_max)
-
-    def rnn():
-        m = build_rnn(b, vocab, len(labels), tok.pad_token_id or 0)
+    # the same RNN twice, from the same seed: on the gold labels, and distilled from the teacher's logits
+    runs = {"lstm": (texts, y, "gold labels", {}),
+            "lstm_distilled": (dtexts, dy, "distilled", {"teacher_logits": tl, "temperature": cfg.distill.temperature})}
+    for name, (x, gold, what, distill_args) in runs.items():
+        seed_everything(cfg.run.seed)
+        rnn = build_rnn(b, vocab, len(labels), tok.pad_token_id or 0)
         if vmap is not None:
-            m.restrict_vocab(vmap)
-        return m
-
-    seed_everything(cfg.run.seed)
-    plain = rnn()
-    summary["lstm"] = train_rnn(plain, tok, texts, y, b, max_len, cfg.run.seed, f"{b.cell}: gold labels",
-                                opts=train_options(ctx))
-    save_model(ctx.out / "lstm", plain.cpu(), tok, labels, "rnn", max_len)
-    seed_everything(cfg.run.seed)
-    distilled = rnn()
-    summary["lstm_distilled"] = train_rnn(distilled, tok, dtexts, dy, b, max_len, cfg.run.seed,
-                                          f"{b.cell}: distilled", teacher_logits=tl, temperature=cfg.distill.temperature,
-                                          opts=train_options(ctx))
-    save_model(ctx.out / "lstm_distilled", distilled.cpu(), tok, labels, "rnn", max_len)
-    summary.update(count_params(plain))
+            rnn.restrict_vocab(vmap)
+        summary[name] = train_rnn(rnn, tok, x, gold, b, max_len, cfg.run.seed, f"{b.cell}: {what}", **distill_args,
+                                  opts=train_options(ctx))
+        save_model(ctx.out / name, rnn.cpu(), tok, labels, "rnn", max_len)
+    summary.update(count_params(rnn))  # both RNNs have this one shape
     return summary
 
 

@@ -15,8 +15,7 @@ from pipeline.tasks.classification.logits_check import (LOGIT_ATOL, LOGIT_RTOL, 
                                                         predict_in_fresh_process)
 from pipeline.tasks.classification.replay import ORT_FORMATS
 from pipeline.verify_bundle_meta import (bundle_kind, check_metadata, check_npu, check_qnn, check_workloads,
-                                         cross_check, load_samples,
-                                         require_digest, resolve)
+                                         cross_check, load_samples, require_digest, resolve)
 
 
 def compare_npu(bundle: Path, meta: dict, samples: list[dict], rows: dict) -> dict:
@@ -51,8 +50,8 @@ def _qnn(bundle: Path, meta: dict, samples: list[dict]) -> dict:
         found = importlib.util.find_spec("onnxruntime_qnn") is not None
     except (ImportError, ValueError):  # an import hook that refuses it counts as absent
         found = False
-    why = None if found else "onnxruntime-qnn is not installed (pip install onnxruntime-qnn, Linux x86_64 / Windows)"
-    if why:
+    if not found:
+        why = "onnxruntime-qnn is not installed (pip install onnxruntime-qnn, Linux x86_64 / Windows)"
         return {f"qnn:{spec['file']}": {"status": "not run", "reason": f"{why} (sha256 checked)"}
                 for entry in qnn["chips"].values() for spec in entry["files"].values()}
     from pipeline.tasks.classification.replay import qnn_logits

@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.tasks.generation import LM_FOLDERS
 from pipeline.tasks.generation.common import check_prompt, load_lm, ort_lm
+from pipeline.tasks.generation.ship import lm_folder
 from pipeline.tasks.common import threads
 from pipeline.task import StageContext
 
@@ -19,12 +19,10 @@ from pipeline.task import StageContext
 AUTO_ORDER = ("int8-dynamic", "fp32")
 
 
-def choose_variant(onnx_rows: list[dict], model: str, variant: str, source: str) -> dict:
+def choose_variant(onnx_rows: list[dict], variant: str, source: str) -> dict:
     """The quantize-stage row of the student graph to ship. Only the Llama student ships: the LSTM has no
-    runtime that generates from a folder, and the teacher is the reference, not a phone model."""
-    if model not in ("auto", "student"):
-        raise PipelineError(f"bundle.model = '{model}': a generation bundle ships the student decoder (set "
-                            f"bundle.model = \"auto\" or \"student\" in {source})")
+    runtime that generates from a folder, and the teacher is the reference, not a phone model (bundle.model is
+    "auto" or "student": checked when the config loaded)."""
     mine = {r["variant"]: r for r in onnx_rows if r["model"] == "student"}
     if not mine:
         raise PipelineError(f"quantize/onnx_rows.json has no student graph; add \"student\" to quantize.models "
@@ -60,13 +58,12 @@ def stage_bundle(ctx: StageContext) -> dict:
     cfg, b, lmc = ctx.cfg, ctx.cfg.bundle, ctx.cfg.lm
     threads(cfg)
     qdir = ctx.upstream("quantize")
-    row = choose_variant(json.loads((qdir / "onnx_rows.json").read_text()), b.model, b.variant, cfg.source)
+    row = choose_variant(json.loads((qdir / "onnx_rows.json").read_text()), b.variant, cfg.source)
     variant = row["variant"]
     if variant not in H.GRAPH_FILES:
         raise PipelineError(f"the student's {variant} graph has no place in the bundle layout (shipped: "
                             f"{', '.join(H.GRAPH_FILES)})")
-    folder = ctx.upstream(LM_FOLDERS["student"][0]) / LM_FOLDERS["student"][1]
-    lm, tok = load_lm(folder, "student")
+    lm, tok = load_lm(lm_folder(ctx, "student"), "student")
     context = lm.max_positions or lm.model.config.max_position_embeddings
     out = ctx.out
     tok.save_pretrained(out)  # tokenizer.json + tokenizer_config.json (+ special tokens): the teacher's
@@ -81,9 +78,9 @@ def stage_bundle(ctx: StageContext) -> dict:
     ids = H.special_ids(tok, lm.model.config)
     vocab = lm.vmap.teacher_vocab if lm.vmap is not None else lm.model.config.vocab_size
     shape = H.decoder_shape(lm.model.config)
-    _write_json(out / "genai_config.json", H.genai_config(graph_rel, shape, ids, vocab, context))
-    _write_json(out / "config.json", H.hf_config(lm.model.config, vocab, ids, context))
-    _write_json(out / "generation_config.json", H.generation_config(ids, context))
+    (out / "genai_config.json").write_text(json.dumps(H.genai_config(graph_rel, shape, ids, vocab, context), indent=2))
+    (out / "config.json").write_text(json.dumps(H.hf_config(lm.model.config, vocab, ids, context), indent=2))
+    (out / "generation_config.json").write_text(json.dumps(H.generation_config(ids, context), indent=2))
 
     # the shipped graph must decode like the pipeline's graph, token for token, before anything is published
     source_runner = ort_lm(qdir / row["path"], lm)
@@ -117,7 +114,3 @@ def stage_bundle(ctx: StageContext) -> dict:
           f"({len(samples)} greedy samples, check {check['matching_prefix']}/{check['tokens']} tokens)")
     return {"model": "student", "variant": variant, "dist": str(dist), "greedy_check": check,
             "files": len(meta["files"])}
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    path.write_text(json.dumps(obj, indent=2))

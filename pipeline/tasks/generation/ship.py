@@ -2,6 +2,7 @@
 token-for-token checks), export (.ort, Core ML) and bench (time to first token, decode tokens/s)."""
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -16,6 +17,12 @@ from pipeline.tasks.common import threads
 from pipeline.task import StageContext
 
 LM_VARIANTS = ("fp32", "int8-dynamic")
+
+
+def lm_folder(ctx: StageContext, name: str) -> Path:
+    """The folder of a model by its LM_FOLDERS name (teacher, student, lstm)."""
+    stage, sub = LM_FOLDERS[name]
+    return ctx.upstream(stage) / sub
 
 
 def ort_perplexity(runner, lm, windows: np.ndarray) -> dict:
@@ -47,8 +54,7 @@ def stage_quantize(ctx: StageContext) -> dict:
                for v in q.variants if v not in LM_VARIANTS]
     rows, checks, win = [], {}, None
     for name in q.models:
-        stage, sub = LM_FOLDERS[name]
-        folder = ctx.upstream(stage) / sub
+        folder = lm_folder(ctx, name)
         lm, tok = load_lm(folder, name)
         if win is None:
             win = held_out_windows(ctx, tok)
@@ -107,22 +113,19 @@ def stage_export(ctx: StageContext) -> dict:
     from export.checks import check_greedy
     from export.coreml import can_predict
 
-    cfg, e = ctx.cfg, ctx.cfg.export
-    threads(cfg)
-    from export.ort_format import check_optimizers, convert_to_ort
+    from export.ort_format import convert_to_ort
 
-    check_optimizers(e.ort_disabled_optimizers)  # before the models load, so a typo fails at once
+    cfg, e = ctx.cfg, ctx.cfg.export  # ort_disabled_optimizers was checked when the config loaded
+    threads(cfg)
     qdir = ctx.upstream("quantize")
     onnx_rows = json.loads((qdir / "onnx_rows.json").read_text())
     rows, coreml = [], []
-    loaded = {}
+    load = functools.cache(lambda name: load_lm(lm_folder(ctx, name), name))  # each model once
     for r in onnx_rows:
         name, variant = r["model"], r["variant"]
         if name == "teacher" or variant not in e.ort_variants:
             continue  # the teacher is benchmarked from its .onnx (a 650 MB model is not shipped to phones)
-        if name not in loaded:
-            loaded[name] = load_lm(ctx.upstream(LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
-        lm, tok = loaded[name]
+        lm, tok = load(name)
         prompt = lm.to_model_ids(torch.tensor(check_prompt(ctx, tok))).tolist()
         ort_path = ctx.out / name / variant / f"{Path(r['path']).stem}.ort"
         convert_to_ort([(name, qdir / r["path"], ort_path)], e.ort_target_platform, e.ort_disabled_optimizers)
@@ -137,7 +140,7 @@ def stage_export(ctx: StageContext) -> dict:
         if name not in ("student", "lstm"):
             coreml.append({"model": name, "status": "skipped", "reason": "Core ML is built for student and lstm"})
             continue
-        lm, tok = loaded.get(name) or load_lm(ctx.upstream(LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
+        lm, tok = load(name)
         coreml += _coreml_model(ctx, lm, tok, e, ok, why)
     (ctx.out / "exports.json").write_text(json.dumps({"ort": rows, "coreml": coreml}, indent=2))
     return {"ort": rows, "coreml": coreml}
@@ -200,12 +203,10 @@ def stage_bench(ctx: StageContext) -> dict:
              for r in json.loads((qdir / "onnx_rows.json").read_text())}
     files |= {(r["model"], r["variant"], "ort"): (edir / r["path"], r)
               for r in json.loads((edir / "exports.json").read_text())["ort"]}
-    loaded: dict = {}
+    load = functools.cache(lambda name: load_lm(lm_folder(ctx, name), name))  # each model once
     rows = []
     for r in json.loads((ctx.upstream("eval") / "perplexity.json").read_text()):  # the PyTorch checkpoints
-        if r["model"] not in loaded:
-            loaded[r["model"]] = load_lm(ctx.upstream(LM_FOLDERS[r["model"]][0]) / LM_FOLDERS[r["model"]][1], r["model"])
-        lm = loaded[r["model"]][0]
+        lm = load(r["model"])[0]
         why = {"status": "skipped", "reason": "generation is benchmarked through ONNX Runtime (.onnx / .ort rows)"}
         rows.append({**{k: r[k] for k in ("model", "variant", "format", "perplexity", "params",
                                           "non_embedding_params", "size_bytes")},
@@ -213,14 +214,9 @@ def stage_bench(ctx: StageContext) -> dict:
                      "latency": {t: dict(why) for t in [*(t.name for t in targets), *skipped]},
                      "generation": {t: dict(why) for t in [*(t.name for t in targets), *skipped]}})
     for (name, variant, fmt), (path, src) in files.items():
-        if name not in loaded:
-            loaded[name] = load_lm(ctx.upstream(LM_FOLDERS[name][0]) / LM_FOLDERS[name][1], name)
-        lm, tok = loaded[name]
-        need = lmc.bench_prompt_tokens + lmc.bench_decode_tokens + 1
+        lm, tok = load(name)
+        # prompt + decode tokens fit the students' lm.max_cache positions: checked when the config loaded
         prompt_t = held_out_windows(ctx, tok)[0][: lmc.bench_prompt_tokens].tolist()
-        if lm.max_positions and need > lm.max_positions:
-            raise PipelineError(f"bench: a {lmc.bench_prompt_tokens}-token prompt + {lmc.bench_decode_tokens + 1} "
-                                f"tokens exceeds {name}'s {lm.max_positions} positions (lm.max_cache)")
         prompt = lm.to_model_ids(torch.tensor(prompt_t)).tolist()
         row = {"model": name, "variant": variant, "format": fmt, "file": str(path.relative_to(ctx.run_dir)),
                "perplexity": src.get("perplexity"), "params": src.get("params"), "size_bytes": src["size_bytes"],

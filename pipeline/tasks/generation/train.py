@@ -80,16 +80,13 @@ def stage_logits(ctx: StageContext) -> dict:
     for note in short:
         log.warning("[logits] %s", note)
     k = min(lm.top_k, teacher.config.vocab_size)
-    ids = np.zeros((len(win), lm.context_length, k), dtype=np.int32)
-    vals = np.zeros((len(win), lm.context_length, k), dtype=np.float16)
     bs = lm.eval_batch_size
     starts = list(range(0, len(win), bs))
     part: dict[int, tuple] = {}  # batch start -> (top-k ids, top-k logits, summed NLL)
     on = next(teacher.parameters()).device.type
     choice = choose_precision(lm.teacher_precision, "lm.teacher_precision")  # logged with its reason
-    precision = choice.precision
     # under torchrun each rank scores every W-th batch and the pieces are merged (distill/distributed.py)
-    with torch.no_grad(), torch.autocast(on, dtype=torch.bfloat16, enabled=precision == "bf16"):
+    with torch.no_grad(), torch.autocast(on, dtype=torch.bfloat16, enabled=choice.precision == "bf16"):
         for i in tqdm(D.shard(starts), desc="teacher top-k logits", unit="batch", mininterval=2.0,
                       disable=not D.is_main()):
             x = torch.from_numpy(win[i: i + bs])  # (B, T + 1)
@@ -113,7 +110,8 @@ def stage_logits(ctx: StageContext) -> dict:
     vmap.save(ctx.out)
     n_tok = win.shape[0] * lm.context_length
     return {"train_tokens": int(len(tokens)), "windows": int(len(win)), "extra_windows": int(len(extra)),
-            "scored_tokens": int(n_tok), "top_k": k, "teacher_precision": precision, "teacher_precision_reason": choice.reason,
+            "scored_tokens": int(n_tok), "top_k": k, "teacher_precision": choice.precision,
+            "teacher_precision_reason": choice.reason,
             "student_vocab": vmap.size, "teacher_vocab": vmap.teacher_vocab,
             "teacher_train_perplexity": float(np.exp(nll / n_tok)),
             "teacher_batches_per_rank": [len(p) for p in shares],
@@ -159,7 +157,9 @@ def _student_targets(logits_dir: Path, vmap) -> tuple[np.ndarray, np.ndarray, np
     return win, ids, np.load(logits_dir / "topk_logits.npy")
 
 
-def _model_meta(folder: Path, kind: str, cfg: Config) -> None:
+def _model_meta(folder: Path, kind: str, cfg: Config, vmap) -> None:
+    """A saved model folder's vocab_map.json and pocketformer.json (kind and positions)."""
+    vmap.save(folder)
     (folder / "pocketformer.json").write_text(json.dumps(
         {"kind": kind, "context_length": cfg.lm.context_length, "max_positions": cfg.lm.max_cache}, indent=2))
 
@@ -204,8 +204,7 @@ def stage_distill(ctx: StageContext) -> dict:
     folder = ctx.out / "student"
     student.save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
-    vmap.save(folder)
-    _model_meta(folder, "hf-causal", cfg)
+    _model_meta(folder, "hf-causal", cfg, vmap)
     return {**summary, **count_params(student), "vocab": vmap.size, "init": cfg.student.init,
             "teacher_params": count_params(teacher)["params"]}
 
@@ -228,8 +227,7 @@ def stage_baseline(ctx: StageContext) -> dict:
     folder = ctx.out / "lstm"
     model.save(folder)
     AutoTokenizer.from_pretrained(ctx.input("teacher") / "model").save_pretrained(folder)
-    vmap.save(folder)
-    _model_meta(folder, "lstm", cfg)
+    _model_meta(folder, "lstm", cfg, vmap)
     return {"lstm": summary, **count_params(model)}
 
 
