@@ -43,10 +43,10 @@ class DataSection:
     max_train: int = 0
     max_validation: int = 0
     max_test: int = 0
-    # Classification: training texts that data.max_train leaves out, kept without their labels (at most this many;
-    # 0 = none) as data/unlabeled.jsonl. The logits stage adds them to the distillation set, so the student and
-    # the distilled RNN learn from the teacher's soft labels on real in-domain text as well as on the augmented
-    # copies (a transfer set; their gold labels are never read).
+    # Classification: how many of the training texts data.max_train leaves out (data/left_out.jsonl, without their
+    # labels) the logits stage adds to the distillation set (0 = none), so the student and the distilled RNN learn
+    # the teacher's soft labels on real in-domain text as well as on the augmented copies (a transfer set; their
+    # gold labels are never read). Read by the logits stage: changing it does not retrain the teacher.
     max_unlabeled: int = 0
     on_empty_text: str = "error"  # error | drop
     # Bytes that are not UTF-8 in csv / jsonl / text files: "replace" (by U+FFFD) or "ignore" them (warned with
@@ -517,9 +517,12 @@ ALWAYS_READ = ("run.seed", "run.task")
 
 def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
     """A step's declared reads with every section wildcard ("train.*" or "train") expanded into its keys, plus
-    ALWAYS_READ, sorted. An unknown section or key is a bug in the declaration (it would never re-run the
-    stage): ValueError."""
+    ALWAYS_READ, sorted; an entry "-section.key" takes that key back out of a wildcard. An unknown section or
+    key is a bug in the declaration (it would never re-run the stage): ValueError."""
     out = set(ALWAYS_READ)
+    dropped = set(read_keys(tuple(e[1:] for e in reads if e.startswith("-")))) - set(ALWAYS_READ) \
+        if any(e.startswith("-") for e in reads) else set()
+    reads = tuple(e for e in reads if not e.startswith("-"))
     if "*" in reads:  # every key of every section (a step whose output is the whole resolved config)
         reads = tuple(SECTIONS)
     for entry in reads:
@@ -533,7 +536,7 @@ def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
             out.add(entry)
         else:
             raise ValueError(f"reads names unknown key {entry!r}")
-    return tuple(sorted(out))
+    return tuple(sorted(out - dropped))
 
 
 def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:

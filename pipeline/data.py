@@ -269,7 +269,7 @@ def build_splits(cfg: Config) -> dict:
     pool = splits["train"]
     for s, n in (("train", d.max_train), ("validation", d.max_validation), ("test", d.max_test)):
         splits[s] = cap(splits[s], n, seed + 2)
-    unlabeled = left_out(pool, splits["train"], d.max_unlabeled, seed + 3)
+    unlabeled = left_out(pool, splits["train"], seed + 3)
     labels = sorted({ex["label"] for ex in splits["train"]})
     if len(labels) < 2:
         raise PipelineError(f"the training data has {len(labels)} label(s) ({labels}); classification needs two or more")
@@ -291,24 +291,20 @@ def build_splits(cfg: Config) -> dict:
         "counts": {s: len(v) for s, v in splits.items()},
         "label_counts": {s: dict(sorted(Counter(ex["label"] for ex in v).items())) for s, v in splits.items()},
     }
-    if d.max_unlabeled:  # absent otherwise, so a config without it writes the same split.json as before
-        info["unlabeled"] = {"texts": len(unlabeled), "of_left_out": len(pool) - len(splits["train"]),
-                             "seed": seed + 3}
-    return {**splits, "unlabeled": unlabeled, "labels": labels, "info": info}
+    if unlabeled:  # absent otherwise, so an uncapped run writes the same split.json as before
+        info["left_out"] = {"texts": len(unlabeled), "seed": seed + 3}
+    return {**splits, "left_out": unlabeled, "labels": labels, "info": info}
 
 
-def left_out(pool: list[Example], kept: list[Example], n: int, seed: int) -> list[str]:
-    """data.max_unlabeled: up to n texts of the training pool that data.max_train did not keep, in a seeded
-    random order, without their labels. Deduplication has already run, so none is in validation or test."""
-    if n <= 0:
-        return []
+def left_out(pool: list[Example], kept: list[Example], seed: int) -> list[str]:
+    """The texts of the training pool that data.max_train did not keep, in a seeded random order, without their
+    labels (data/left_out.jsonl). The logits stage takes the first data.max_unlabeled of them, so changing that
+    key re-runs the logits stage, not the data and teacher stages. Deduplication has already run, so none is
+    in validation or test."""
     taken = {id(ex) for ex in kept}
     rest = [ex["text"] for ex in pool if id(ex) not in taken]
-    if not rest:
-        log.warning("WARNING: data.max_unlabeled = %d, but data.max_train keeps every training text, so none is "
-                    "left to use unlabeled; lower data.max_train to leave some out", n)
     random.Random(seed).shuffle(rest)
-    return rest[:n]
+    return rest
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:

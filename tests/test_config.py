@@ -195,3 +195,13 @@ def test_auto_precision_follows_the_hardware(monkeypatch):
     assert resolve_precision("fp32") == "fp32" and resolve_precision("bf16") == "bf16"
     cfg = config_from_dict({"train": {"precision": "auto"}, "lm": {"teacher_precision": "auto"}}, "t")
     assert cfg.train.precision == cfg.lm.teacher_precision == "auto"
+
+
+def test_a_step_can_take_a_key_back_out_of_a_wildcard():
+    from pipeline.config import read_keys
+
+    keys = read_keys(("data.*", "-data.max_unlabeled"))
+    assert "data.max_train" in keys and "data.max_unlabeled" not in keys and "run.seed" in keys
+    assert read_keys(("data.*", "-run.seed")) == read_keys(("data.*",))  # the always-read keys stay
+    with pytest.raises(ValueError, match="unknown key"):
+        read_keys(("data.*", "-data.no_such_key"))

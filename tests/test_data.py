@@ -246,27 +246,17 @@ def test_hub_class_label_minus_one_is_not_the_last_class(monkeypatch, caplog):
         build_splits(cfg)
 
 
-def test_max_unlabeled_keeps_left_out_training_texts_without_labels(tmp_path, tiny_csv):
-    """data.max_unlabeled: the training texts data.max_train leaves out, texts only, never a validation or test
-    text, seeded; 0 (the default) leaves split.json as it was."""
+def test_the_texts_max_train_leaves_out_are_kept_without_labels(tmp_path, tiny_csv):
+    """data.max_train's left-out texts: texts only, never a validation or test text, in a seeded order; an
+    uncapped run has none and writes split.json as before. data.max_unlabeled does not change the data stage's
+    output (the logits stage takes that many of them)."""
     base = dict(text_column="review", label_column="sentiment", max_train=100)
-    plain = build_splits(cfg_for(tiny_csv, tmp_path, **base))
-    assert plain["unlabeled"] == [] and "unlabeled" not in plain["info"]
-    s = build_splits(cfg_for(tiny_csv, tmp_path, **base, max_unlabeled=50))
-    assert s["train"] == plain["train"] and s["test"] == plain["test"]  # the labelled splits do not move
-    assert len(s["unlabeled"]) == 50 and all(isinstance(t, str) for t in s["unlabeled"])
+    s = build_splits(cfg_for(tiny_csv, tmp_path, **base))
+    assert len(s["left_out"]) == 600 - 60 - 60 - 100 and all(isinstance(t, str) for t in s["left_out"])
     held = {e["text"] for k in ("train", "validation", "test") for e in s[k]}
-    assert not set(s["unlabeled"]) & held
-    left = s["info"]["unlabeled"]["of_left_out"]
-    assert s["info"]["unlabeled"]["texts"] == 50 and left == 600 - 60 - 60 - 100  # 600 rows, 10% test, 10% val
-    everything = build_splits(cfg_for(tiny_csv, tmp_path, **base, max_unlabeled=10_000))
-    assert len(everything["unlabeled"]) == left and set(s["unlabeled"]) <= set(everything["unlabeled"])
-    assert build_splits(cfg_for(tiny_csv, tmp_path, **base, max_unlabeled=50))["unlabeled"] == s["unlabeled"]
-
-
-def test_max_unlabeled_without_a_cap_warns_that_nothing_is_left(tmp_path, tiny_csv, caplog):
-    with caplog.at_level("WARNING"):
-        s = build_splits(cfg_for(tiny_csv, tmp_path, text_column="review", label_column="sentiment",
-                                 max_unlabeled=5))
-    assert s["unlabeled"] == [] and s["info"]["unlabeled"]["texts"] == 0
-    assert "none is left to use unlabeled; lower data.max_train" in caplog.text
+    assert not set(s["left_out"]) & held
+    assert s["info"]["left_out"] == {"texts": 380, "seed": s["info"]["seed"] + 3}
+    again = build_splits(cfg_for(tiny_csv, tmp_path, **base, max_unlabeled=50))
+    assert again["left_out"] == s["left_out"] and again["info"] == s["info"] and again["train"] == s["train"]
+    uncapped = build_splits(cfg_for(tiny_csv, tmp_path, text_column="review", label_column="sentiment"))
+    assert uncapped["left_out"] == [] and "left_out" not in uncapped["info"]

@@ -25,6 +25,7 @@ READERS = {
         "run.seed": ALL, "run.name": ALL, "run.runs_dir": ALL,  # another run folder: nothing run there yet
         "data.*": ("data",), "data.source": ("data", "bundle"), "data.train_path": ("data", "bundle"),
         "data.hub_name": ("data", "bundle"), "data.hub_config": ("data", "bundle"),  # the model card names them
+        "data.max_unlabeled": ("logits",),  # how many of data/left_out.jsonl join the distillation set
         "teacher.*": ("teacher",), "teacher.model": ("teacher", "bundle"), "teacher.max_length": ("teacher", "baseline"),
         # batches only the teacher's validation score; the cached and test logits move by ~1e-8 with it
         "teacher.eval_batch_size": ("logits", "eval", "quantize", "export"),

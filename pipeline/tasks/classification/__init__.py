@@ -15,7 +15,8 @@ TASK = Task(
     models=MODEL_FOLDERS,
     quality="accuracy",
     steps={
-        "data": Step(lazy(f"{_HERE}.train:stage_data"), ("data.*",)),
+        # data.max_unlabeled: the logits stage's (data/left_out.jsonl holds every left-out text): not the teacher's
+        "data": Step(lazy(f"{_HERE}.train:stage_data"), ("data.*", "-data.max_unlabeled")),
         # teacher.eval_batch_size only batches the validation score in the summary: the model is the same
         # (teacher.precision is kept: it moves that score by bf16 rounding);
         # the student / layer-map checks here only fail early (the distill step reads those keys)
@@ -24,7 +25,9 @@ TASK = Task(
                          "teacher.epochs", "teacher.batch_size", "teacher.lr", "teacher.weight_decay",
                          "teacher.warmup_fraction", "teacher.precision", "train.*"), distributed=True),
         # teacher.eval_batch_size: length-sorted batches padded per batch, so the batch size moves logits ~1e-8
-        "logits": Step(lazy(f"{_HERE}.train:stage_logits"), ("augment.*", "teacher.eval_batch_size", "teacher.precision"),
+        # data.max_unlabeled: how many of data/left_out.jsonl join the distillation set (the data stage writes them all)
+        "logits": Step(lazy(f"{_HERE}.train:stage_logits"),
+                       ("augment.*", "teacher.eval_batch_size", "teacher.precision", "data.max_unlabeled"),
                        distributed=True),
         "distill": Step(lazy(f"{_HERE}.train:stage_distill"), ("student.*", "distill.*", "train.*"),
                         distributed=True),

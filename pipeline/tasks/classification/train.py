@@ -3,6 +3,7 @@ stage's declared inputs and writes its own folder; pipeline.stage runs them in o
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 
@@ -12,14 +13,16 @@ from pipeline.task import StageContext
 from pipeline.tasks.classification import MODEL_FOLDERS
 from pipeline.tasks.common import reports_truncation, threads, train_options
 
+log = logging.getLogger("pocketformer")
+
 
 def stage_data(ctx: StageContext) -> dict:
     """Load, clean and split the labelled texts; write train/validation/test JSONL and labels.json."""
     splits = build_splits(ctx.cfg)
     for s in ("train", "validation", "test"):
         write_jsonl(ctx.out / f"{s}.jsonl", splits[s])
-    if splits["unlabeled"]:  # data.max_unlabeled: texts only, the logits stage gives them the teacher's labels
-        write_jsonl(ctx.out / "unlabeled.jsonl", [{"text": t} for t in splits["unlabeled"]])
+    if splits["left_out"]:  # texts only: the logits stage labels data.max_unlabeled of them with the teacher
+        write_jsonl(ctx.out / "left_out.jsonl", [{"text": t} for t in splits["left_out"]])
     (ctx.out / "labels.json").write_text(json.dumps(splits["labels"], indent=2))
     (ctx.out / "split.json").write_text(json.dumps(splits["info"], indent=2))
     return splits["info"]
@@ -83,7 +86,7 @@ def stage_logits(ctx: StageContext) -> dict:
         extra = aug.augment(texts)
     rows = [{"text": t, "label": labels[i], "origin": "train"} for t, i in zip(texts, y)]
     rows += [{"text": t, "label": None, "origin": "augmented"} for t in extra]
-    unlabeled = [r["text"] for r in read_split(ctx.input("data"), "unlabeled")]  # data.max_unlabeled
+    unlabeled = _unlabeled(ctx.input("data"), cfg.data.max_unlabeled)
     rows += [{"text": t, "label": None, "origin": "unlabeled"} for t in unlabeled]
     # teacher.precision: bf16 autocast where the hardware computes it natively ("auto"); the cached logits are
     # soft targets, and the teacher's own accuracy (eval stage) is still scored in fp32
@@ -96,6 +99,17 @@ def stage_logits(ctx: StageContext) -> dict:
     return {"train_texts": len(texts), "augmented_texts": len(extra), "teacher_train_accuracy": agree,
             "precision": choice.precision, "precision_reason": choice.reason,
             **({"unlabeled_texts": len(unlabeled)} if unlabeled else {})}
+
+
+def _unlabeled(data_dir, n: int) -> list[str]:
+    """data.max_unlabeled: the first n texts data.max_train left out (data/left_out.jsonl, seeded order)."""
+    if n <= 0:
+        return []
+    texts = [r["text"] for r in read_split(data_dir, "left_out")][:n]
+    if not texts:
+        log.warning("WARNING: data.max_unlabeled = %d, but data.max_train keeps every training text, so none is "
+                    "left to use unlabeled; lower data.max_train to leave some out", n)
+    return texts
 
 
 def _distill_set(logits_dir, labels: list[str]) -> tuple[list[str], list[int], np.ndarray]:
