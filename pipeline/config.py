@@ -520,8 +520,8 @@ def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
     ALWAYS_READ, sorted; an entry "-section.key" takes that key back out of a wildcard. An unknown section or
     key is a bug in the declaration (it would never re-run the stage): ValueError."""
     out = set(ALWAYS_READ)
-    dropped = set(read_keys(tuple(e[1:] for e in reads if e.startswith("-")))) - set(ALWAYS_READ) \
-        if any(e.startswith("-") for e in reads) else set()
+    minus = tuple(e[1:] for e in reads if e.startswith("-"))
+    dropped = set(read_keys(minus)) - set(ALWAYS_READ) if minus else set()
     reads = tuple(e for e in reads if not e.startswith("-"))
     if "*" in reads:  # every key of every section (a step whose output is the whole resolved config)
         reads = tuple(SECTIONS)
