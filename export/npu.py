@@ -100,10 +100,12 @@ def export_static(model: nn.Module, out: Path, length: int, variant: NpuVariant,
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "raw.onnx"
         if variant.lookup_in_graph:
-            _export(_Part(model, True, True), (ids, mask), raw, ["input_ids", "attention_mask"], ["logits"], opset)
+            _export(_Part(model, lookup=True, encode=True), (ids, mask), raw, ["input_ids", "attention_mask"],
+                    ["logits"], opset)
         else:
             emb = model.embed(ids).detach()
-            _export(_Part(model, False, True), (emb, mask), raw, ["embeddings", "attention_mask"], ["logits"], opset)
+            _export(_Part(model, lookup=False, encode=True), (emb, mask), raw, ["embeddings", "attention_mask"],
+                    ["logits"], opset)
         optimize_model(raw, out)
     _widen_tables(out)
     return out
@@ -128,8 +130,9 @@ def export_lookup(model: nn.Module, out: Path, opset: int) -> Path:
 
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "lookup.onnx"
-        _export(_Part(model, True, False), (torch.full((1, 8), 5, dtype=torch.int32),), raw, ["input_ids"],
-                ["embeddings"], opset, dynamic={"input_ids": {1: "sequence"}, "embeddings": {1: "sequence"}})
+        _export(_Part(model, lookup=True, encode=False), (torch.full((1, 8), 5, dtype=torch.int32),), raw,
+                ["input_ids"], ["embeddings"], opset,
+                dynamic={"input_ids": {1: "sequence"}, "embeddings": {1: "sequence"}})
         _widen_tables(raw)
         quantize_dynamic(str(raw), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=["Gather"])
     return out
