@@ -17,7 +17,7 @@ def _cfg(tiny_cfg_dict, n: int):
     return config_from_dict(d, "tiny-unlabeled")
 
 
-def test_unlabeled_texts_join_the_distillation_set(tiny_cfg_dict, caplog):
+def test_unlabeled_texts_join_the_distillation_set(tiny_cfg_dict):
     cfg = _cfg(tiny_cfg_dict, 40)
     assert run(cfg, ["distill"]) == ["data", "teacher", "logits", "distill"]
     run_dir = cfg.run_dir
