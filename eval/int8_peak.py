@@ -29,7 +29,9 @@ def _quantized_matmul(folder: Path, size: int) -> Path:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [size, size])],
                               [numpy_helper.from_array(w, "w")])
     src, out = folder / "fp32.onnx", folder / "int8.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    # IR 10, not onnx's newest: an onnxruntime one release older than the onnx package refuses the newer IR
+    # (seen with onnx 1.23.1 and onnxruntime-gpu 1.31.1: "Load model ... failed" at model.cc:256)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), src)
     logging.disable(logging.WARNING)  # quantize_dynamic's "consider pre-processing" note on a one-node graph
     try:
         quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8)

@@ -15,7 +15,7 @@ from eval.targets import Target
 
 # the targets timed at bench.throughput_batch too (the batch-32 workload): a server (host-cpu) and a phone
 # batching texts on one core (mobile-cpu, the .ort files); the other targets answer one text at a time
-THROUGHPUT_TARGETS = ("host-cpu", "mobile-cpu")
+THROUGHPUT_TARGETS = ("host-cpu", "mobile-cpu", "desktop-gpu")  # a GPU earns its keep on batches
 
 
 @dataclass

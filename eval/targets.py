@@ -49,8 +49,10 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            ("onnx", "coreml"), ("int8-static", "fp16", "int8", "palettized-4bit"),
            "static-QDQ int8 with fixed shapes, and the Core ML packages; readiness everywhere, latency only "
            "where an NPU runtime exists, else a roofline estimate", expects=(("onnx", "int8-static"),)),
+    # "optimized" is ORT's transformer fusion (Attention, BiasGelu: contrib ops with CUDA kernels), and
+    # Optimum's fp32 file is the peer; int8 files stay off: their kernels are CPU kernels
     Target("desktop-gpu", "onnxruntime CUDA EP, else pytorch", "CUDAExecutionProvider / cuda", 0, "fp16",
-           ("onnx", "pytorch"), ("fp32", "fp16"),
+           ("onnx", "pytorch"), ("fp32", "optimized", "fp16", "optimum-fp32"),
            "ONNX Runtime's CUDA provider when onnxruntime-gpu is installed, else PyTorch CUDA in fp16"),
     # The browser: onnxruntime-web's WASM backend in headless Chromium (eval/browser.py), every file in one
     # browser session. One thread is what a page gets without cross-origin isolation; -mt uses every core.

@@ -8,8 +8,8 @@ Pure functions on results rows: no timing here, so the rule is unit-tested with 
 from __future__ import annotations
 
 # the targets that time both workloads (eval/plan.py THROUGHPUT_TARGETS) and the file format each runs:
-# a server runs the .onnx, a phone the .ort (the Optimum peer, not ours, never serves)
-FORMATS = {"host-cpu": "onnx", "mobile-cpu": "ort"}
+# a server (CPU or GPU) runs the .onnx, a phone the .ort (the Optimum peer, not ours, never serves)
+FORMATS = {"host-cpu": "onnx", "mobile-cpu": "ort", "desktop-gpu": "onnx"}
 
 
 def _point(row: dict, target: str, key: str) -> dict | None:

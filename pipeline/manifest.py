@@ -10,6 +10,7 @@ import hashlib
 import importlib.metadata
 import json
 import platform
+import sys
 import time
 from contextlib import suppress
 from pathlib import Path
@@ -29,6 +30,12 @@ def sha256_json(obj: Any) -> str:
 def library_versions() -> dict[str, str]:
     out = {}
     for name in _VERSIONED:
+        # onnxruntime ships as several distributions of one module (onnxruntime, onnxruntime-gpu): the module's
+        # own version is what ran; the "onnxruntime" distribution's can be another install beside it
+        version = getattr(sys.modules.get(name), "__version__", None) if name == "onnxruntime" else None
+        if isinstance(version, str):
+            out[name] = version
+            continue
         with suppress(importlib.metadata.PackageNotFoundError):  # not installed: not listed
             out[name] = importlib.metadata.version(name)
     out["python"] = platform.python_version()

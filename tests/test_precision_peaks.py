@@ -110,3 +110,27 @@ def test_report_cell_names_the_peak():
     assert _gflops_cell({"gflops": 185.0, "peak_fraction": 0.4625, "peak": "int8"}) == "185.0 (46.2% of int8)"
     assert _gflops_cell({"gflops": 50.0, "peak_fraction": 0.5, "peak": "fp32"}) == "50.0 (50.0% of fp32)"
     assert _gflops_cell({"gflops": 50.0}) == "50.0 (-)"
+
+
+def test_int8_probe_model_uses_an_ir_older_runtimes_load(tmp_path):
+    """onnx writes its newest IR by default; an onnxruntime a release behind the onnx package refuses it, and
+    the int8 peak then failed on a CUDA machine's onnxruntime-gpu 1.31.1 beside onnx 1.23.1."""
+    import onnx
+
+    from eval.int8_peak import _quantized_matmul
+
+    out = _quantized_matmul(tmp_path, 8)
+    assert onnx.load(str(tmp_path / "fp32.onnx")).ir_version == 10
+    assert onnx.load(str(out)).ir_version <= 10
+
+
+def test_versions_name_the_onnxruntime_that_ran(monkeypatch):
+    """onnxruntime-gpu installs the same module as onnxruntime: the version recorded is the imported module's,
+    not whichever 'onnxruntime' distribution metadata the path also holds."""
+    import sys
+    import types
+
+    from pipeline.manifest import library_versions
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", types.SimpleNamespace(__version__="1.31.1"))
+    assert library_versions()["onnxruntime"] == "1.31.1"

@@ -52,6 +52,17 @@ def test_sweep_variants_run_every_length_and_throughput_on_host_and_mobile():
     assert not p.throughput  # outside the sweep variants: batch 1 only (bench time)
 
 
+def test_desktop_gpu_runs_float_files_and_the_batch_workload():
+    """A GPU runs the fp32, fused and fp16 files and Optimum's fp32 peer; batch 32 is where it pays off, so it
+    times the throughput workload too. int8 files stay on the CPU targets."""
+    p = _plan("desktop-gpu")
+    assert p.lengths == LENGTHS and p.throughput
+    for variant in ("optimized", "fp16", "optimum-fp32"):
+        assert isinstance(_plan("desktop-gpu", variant=variant), Point), variant
+    assert _plan("desktop-gpu", variant="optimum-fp32").throughput  # the peer, at the same workloads
+    assert "CPU kernels" in _plan("desktop-gpu", variant="optimum-int8-dynamic")
+
+
 def test_other_variants_run_the_headline_length_with_reasons_for_the_rest():
     p = _plan("host-cpu", variant="int8-static")
     assert p.lengths == [64] and not p.throughput

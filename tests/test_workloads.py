@@ -47,6 +47,14 @@ def test_batch1_is_fastest_and_batch32_most_throughput_within_the_window():
     assert choose_workloads(ROWS, "host-cpu", 0.01, 64, 32)["batch1"]["format"] == "onnx"
 
 
+def test_desktop_gpu_serves_onnx_files():
+    rows = [_row("fp32", "onnx", 0.80, "desktop-gpu", 1.1, 9000), _row("fp16", "onnx", 0.80, "desktop-gpu", 1.2, 20000),
+            _row("int8-dynamic", "ort", 0.80, "desktop-gpu", 0.1, 90000)]  # a phone file: never a GPU pick
+    w = workloads(rows, ["desktop-gpu"], 0.01, 64, 32)["desktop-gpu"]
+    assert (w["batch1"]["variant"], w["batch1"]["format"]) == ("fp32", "onnx")
+    assert (w["batch32"]["variant"], w["batch32"]["sequences_per_s"]) == ("fp16", 20000)
+
+
 def test_unmeasured_workloads_say_why():
     no_b32 = [_row("optimized", "ort", 0.8, "mobile-cpu", 3.0)]
     w = choose_workloads(no_b32, "mobile-cpu", 0.01, 64, 32)
