@@ -82,7 +82,8 @@ def plan_point(t: Target, row: dict, lengths: list[int], headline: int, sweep_va
     if "*" in t.variants and variant == "fp16":
         return _variant_skip(t, variant)
     # PyTorch eager is the reference at the headline length; the sweep uses the files that ship
-    sweep = variant in sweep_variants and fmt != "pytorch"
+    # and the target's own precision is swept too: fp16 is what a GPU runs (desktop-gpu)
+    sweep = (variant in sweep_variants or variant == t.precision) and fmt != "pytorch"
     p = Point()
     for n in lengths:
         if max_positions is not None and n > max_positions:
@@ -95,7 +96,8 @@ def plan_point(t: Target, row: dict, lengths: list[int], headline: int, sweep_va
                    if fmt == "pytorch" else
                    f"length sweep only for {', '.join(sweep_variants)} exports (bench time budget)")
             p.skipped_lengths[str(n)] = f"{why}; this variant is measured at {headline}"
-    p.throughput = t.name in throughput_targets and (variant in sweep_variants or variant.startswith("optimum-")) \
+    p.throughput = t.name in throughput_targets and (variant in sweep_variants or variant == t.precision
+                                                  or variant.startswith("optimum-")) \
         and (max_positions is None or headline <= max_positions)
     if not p.lengths:
         return f"no configured length fits this model (position table {max_positions} tokens)"

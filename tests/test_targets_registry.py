@@ -59,6 +59,8 @@ def test_desktop_gpu_runs_float_files_and_the_batch_workload():
     assert p.lengths == LENGTHS and p.throughput
     for variant in ("optimized", "fp16", "optimum-fp32"):
         assert isinstance(_plan("desktop-gpu", variant=variant), Point), variant
+    fp16 = _plan("desktop-gpu", variant="fp16")  # the GPU's own precision: every length, and batch 32
+    assert fp16.lengths == LENGTHS and fp16.throughput
     assert _plan("desktop-gpu", variant="optimum-fp32").throughput  # the peer, at the same workloads
     assert "CPU kernels" in _plan("desktop-gpu", variant="optimum-int8-dynamic")
 
