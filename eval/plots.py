@@ -272,7 +272,11 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
     if not sweeps:
         return None
     plt = _plt()
-    styles = {"fp32": "-", "int8-dynamic": "--", "int8-static": ":"}
+    # one dash pattern per variant (markers tell the models apart), named in the title
+    styles = {"fp32": "-", "optimized": (0, (5, 1, 1, 1, 1, 1)), "fp16": (0, (8, 3)), "int8-dynamic": "--",
+              "int8-static": ":"}
+    style_names = {"fp32": "solid", "optimized": "dash-dot-dot", "fp16": "long dash", "int8-dynamic": "dashed",
+                   "int8-static": "dotted"}
     labels: dict[str, object] = {}  # one legend for the figure: a row is drawn alike in every panel
     n_labels = len({_line_label(r) for _, lines in sweeps for r, _, _ in lines})
     ncol = 4
@@ -283,7 +287,7 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
             peer = r.get("source") == "optimum"
             (h,) = ax.plot(xs, ys, color=_color(r["model"]), marker=_marker(r), ms=4,
                            mec="black" if peer else None, mew=0.6,
-                           ls="-." if peer else styles.get(r["variant"], (0, (5, 1, 1, 1, 1, 1))),
+                           ls="-." if peer else styles.get(r["variant"], (0, (1, 2))),
                            lw=1.6 if r["model"] not in RNN_MODELS else 1.2, label=_line_label(r))
             labels.setdefault(_line_label(r), h)
         ax.set_xscale("log", base=2)
@@ -296,9 +300,16 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
     order = {m: i for i, m in enumerate(_models([r for _, lines in sweeps for r, _, _ in lines]))}
     keys = sorted(labels, key=lambda k: (order.get(k.split()[0], 99), k.split()[-1], "optimum" in k, k))
     fig.legend([labels[k] for k in keys], keys, loc="lower center", ncol=ncol, fontsize=7.5, frameon=False)
-    fig.suptitle("p50 latency vs sequence length: attention cost grows ~n\u00b2, an LSTM's ~n "
-                 "(line style: fp32 solid, int8-dynamic dashed, int8-static dotted, Optimum dash-dot)", fontsize=10)
-    return _finish(fig, out / "latency_vs_length.png", legend_in)
+    drawn = [r for _, lines in sweeps for r, _, _ in lines]
+    note = [f"{v} {name}" for v, name in style_names.items()
+            if any(r["variant"] == v and r.get("source") != "optimum" for r in drawn)]
+    note += ["Optimum dash-dot"] if any(r.get("source") == "optimum" for r in drawn) else []
+    import textwrap  # wrapped to the figure: a one-panel figure (one target) is 6.4 in wide
+
+    title = textwrap.fill("p50 latency vs sequence length: attention cost grows ~n\u00b2, an LSTM's ~n "
+                          f"(line style: {', '.join(note)})", int(fig.get_figwidth() * 13))
+    fig.suptitle(title, fontsize=10)
+    return _finish(fig, out / "latency_vs_length.png", legend_in, 0.17 + 0.18 * (title.count("\n") + 1))
 
 
 def _line_label(r: dict) -> str:

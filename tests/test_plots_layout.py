@@ -110,3 +110,20 @@ def test_no_band_without_off_scale_rows(tmp_path, kept):
         assert not any("off scale" in t.get_text() for t in ax.texts)
         assert ax.get_ylim()[0] > 0.7
     assert "Caveat" not in to_markdown(blocks(res, {}))
+
+
+def test_one_target_latency_plot_keeps_its_title_inside(tmp_path, kept):
+    """A run that benchmarks one target (desktop-gpu alone, say) draws one 6.4 in panel: the title wraps to it,
+    and the line styles it names are the variants drawn."""
+    res = _results()
+    one = next(iter(res["targets"]))
+    res["targets"] = {one: res["targets"][one]}
+    latency_vs_length(res, tmp_path)
+    fig = kept[-1]
+    fig.canvas.draw()
+    box = fig._suptitle.get_window_extent(fig.canvas.get_renderer())
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width
+    title = fig._suptitle.get_text()
+    assert "fp32 solid" in title and "\n" in title
+    drawn = {line.get_label().split()[1] for ax in fig.axes for line in ax.get_lines()}
+    assert ("int8-static dotted" in title) == ("int8-static" in drawn)
