@@ -23,7 +23,7 @@ def _plt():
     return plt
 
 
-def _log_axis(axis) -> None:
+def log_axis(axis) -> None:
     """Log scale with plain numbers at 1-2-5 steps (10^1 alone says little about 3 ms vs 30 ms)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -143,7 +143,7 @@ def _scatter(ax, pts: list[tuple[float, float, dict]], lo: float, hi: float, met
     for x, y, r in inside:
         _point(ax, x, y, r)
     ax.set_ylim(lo, hi)
-    _log_axis(ax.xaxis)
+    log_axis(ax.xaxis)
     xs = [x for x, _, _ in pts]
     ax.set_xlim(min(xs) / margin, max(xs) * margin)
     _off_scale(ax, [p for p in pts if not lo <= p[1] <= hi], lo, hi, metric)
@@ -291,7 +291,7 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
                            lw=1.6 if r["model"] not in RNN_MODELS else 1.2, label=_line_label(r))
             labels.setdefault(_line_label(r), h)
         ax.set_xscale("log", base=2)
-        _log_axis(ax.yaxis)
+        log_axis(ax.yaxis)
         ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.set_xlabel("sequence length (tokens, batch 1)")
         ax.set_ylabel("p50 latency (ms, log scale)")

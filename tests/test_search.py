@@ -620,12 +620,19 @@ def test_the_pareto_plot_marks_survivors_and_the_result():
     assert sorted(map(tuple, diamonds.get_offsets().tolist())) == [(0.2, 0.71), (0.4, 0.72), (0.5, 0.75)]
     lo, hi = ax.get_ylim()
     assert lo < 0.70 and hi > 0.75
+    wide = pareto_figure(rows + [row(4, 2.5, 0.60)], SimpleNamespace(target="mobile-cpu", budget_ms=0.2),
+                         Candidates, best=2)  # costs over 10x apart: a log axis with plain tick labels
+    fig.canvas.draw()
+    wide.canvas.draw()
+    ticks = [t.get_text() for t in wide.axes[0].get_xticklabels() if t.get_text()]
+    assert wide.axes[0].get_xscale() == "log" and "0.5" in ticks and "1" in ticks and not any("^" in t for t in ticks)
     plain = pareto_figure([dict(r, validation_accuracy_full=None) for r in rows], request, Candidates, best=1)
     labels = plain.axes[0].get_legend_handles_labels()[1]
     assert "survivor, after the full schedule" not in labels and "result: #1 (best-mobile-cpu.toml)" in labels
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+    plt.close(wide)
     plt.close(plain)
 
 
