@@ -433,6 +433,11 @@ class SearchSection:
     # survivor, so the output says whether the result beats what the config already has (trials.json
     # `reference`, the plot, the report). Only with survivors > 0: a short-schedule score is not comparable
     reference: bool = True
+    # Which survivor is the result. "one-se": the fastest survivor whose full-schedule score is within one
+    # standard error of the best (the one-standard-error rule of model selection; scores closer than that are
+    # not told apart by the validation split). "best": the best score, however small its lead. Generation
+    # (perplexity: no binomial standard error) always takes the best
+    select: str = "one-se"
 
 
 @dataclass(frozen=True)

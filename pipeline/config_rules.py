@@ -65,6 +65,7 @@ RANGES: dict[str, Rule] = {
     "npu.emulator_samples": at_least(0),  # 0 = the whole test split
     "npu.emulator_chips": one_of("probe", "all"),
     "data.label_variants": one_of("merge", "error", "keep"),
+    "search.select": one_of("one-se", "best"),
     "teacher.max_length": at_least(2),  # room for [CLS] and [SEP]
     "teacher.epochs": positive,
     "teacher.batch_size": positive,

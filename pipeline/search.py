@@ -69,6 +69,7 @@ class SearchRequest:
     variants: tuple[str, ...] = DEFAULT_VARIANTS  # the files a candidate may ship; more than one: a dimension
     survivors: int = 3  # the best trained trials retrained on the full schedule; the best of them is the result
     reference: bool = True  # the config's own student trained and measured alike, as the yardstick (survivors > 0)
+    select: str = "one-se"  # which survivor is the result: the fastest within one standard error, or the best
 
 
 def request_of(cfg) -> SearchRequest:
@@ -80,7 +81,7 @@ def request_of(cfg) -> SearchRequest:
         raise PipelineError("search: no latency budget: give --budget-ms (a positive latency budget in "
                             "milliseconds), or set search.budget_ms")
     return SearchRequest(s.target, s.budget_ms, s.max_mb, s.trials, s.space, s.fraction, s.storage, s.npu_compile,
-                         tuple(dict.fromkeys(s.variants)), s.survivors, s.reference)
+                         tuple(dict.fromkeys(s.variants)), s.survivors, s.reference, s.select)
 
 
 def check_npu(r: SearchRequest) -> None:
@@ -189,9 +190,9 @@ def stage_search(ctx) -> dict:
     full = run_survivors(r, study, cands, work / "survivors.json")
     ref = run_reference(r, study, cands, work / "survivors.json") if full and r.reference else None
     if ref:
-        retime_against_reference(study, cands, full, ref)
-    rows = write_outputs(study, ctx.out, r, searcher, full, ref)
-    best = best_config(cfg, study, ctx.out, r.target, searcher, full, ref)
+        retime_against_reference(study, cands, full, ref, r.select)
+    rows = write_outputs(study, ctx.out, r, cands, full, ref)
+    best = best_config(cfg, study, ctx.out, r.target, cands, full, ref, r.select)
     for name in ("measurements.json", "survivors.json"):
         if (work / name).is_file():
             shutil.copy2(work / name, ctx.out / name)
@@ -311,13 +312,13 @@ def run_reference(r: SearchRequest, study, cands, cache_path: Path) -> dict:
             f"{cands.METRIC}_full": cache[key]}
 
 
-def retime_against_reference(study, cands, full: dict[int, float], ref: dict) -> None:
+def retime_against_reference(study, cands, full: dict[int, float], ref: dict, select: str = "best") -> None:
     """ref["latency_ratio"]: the result's latency over the reference's, timed in alternating rounds in one
     process (cands.compare_latency) rather than from two measurements taken minutes apart; tasks that cannot
     (generation: decode timing) keep the ratio of the cached measurements."""
     from pipeline.search_report import best_trial
 
-    best = best_trial(study, cands, full)
+    best = best_trial(study, cands, full, select)
     if best is None or not hasattr(cands, "compare_latency"):
         return
     shape, variant = best.user_attrs["student"], best.user_attrs.get("variant", ref["variant"])

@@ -36,16 +36,45 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)  # readers never see half a file
 
 
-def best_trial(study, searcher, full: dict[int, float] | None = None):
+def best_trial(study, searcher, full: dict[int, float] | None = None, select: str = "best"):
     """The complete trial with the best score (highest accuracy, lowest perplexity: searcher.DIRECTION): with
     survivors (full: {trial number: full-schedule score}) the best survivor by that score, else the best
-    short-schedule one; ties go to the faster, then the earlier one."""
+    short-schedule one; ties go to the faster, then the earlier one. select = "one-se" (search.select), with
+    survivors and a searcher that knows its score's standard error: the fastest survivor within one standard
+    error of the best score."""
     complete = [t for t in study.trials if t.state.name == "COMPLETE" and (not full or t.number in full)]
     if not complete:
         return None
     sign = 1.0 if searcher.DIRECTION == "maximize" else -1.0
-    return max(complete, key=lambda t: (sign * (full[t.number] if full else t.value),
+    best = max(complete, key=lambda t: (sign * (full[t.number] if full else t.value),
                                         -t.user_attrs.get("latency_ms", 0.0), -t.number))
+    se = one_se(searcher, full, best) if select == "one-se" else None
+    if se is None:
+        return best
+    close = [t for t in complete if sign * (full[best.number] - full[t.number]) <= se + 1e-12]
+    return min(close, key=lambda t: (t.user_attrs.get("latency_ms", 0.0), -sign * full[t.number], t.number))
+
+
+def one_se(searcher, full: dict[int, float] | None, best) -> float | None:
+    """One standard error of the best survivor's full-schedule score (searcher.standard_error), or None where
+    the rule does not apply: no survivors, or a score without one (perplexity)."""
+    if not full or best is None or not callable(getattr(searcher, "standard_error", None)):
+        return None
+    return searcher.standard_error(full[best.number])
+
+
+def selection(study, searcher, full: dict[int, float] | None, select: str) -> dict | None:
+    """trials.json's account of the one-standard-error rule: the best score's trial, the margin and the pick;
+    None when the rule does not apply."""
+    top = best_trial(study, searcher, full, "best")
+    se = one_se(searcher, full, top) if select == "one-se" else None
+    if se is None:
+        return None
+    pick = best_trial(study, searcher, full, select)
+    return {"rule": "one-se", "standard_error": se, "best_score_trial": top.number,
+            "best_score": full[top.number], "result": pick.number,
+            "why": (f"the fastest survivor within one standard error ({se:.4f}) of the best full-schedule score "
+                    f"(trial #{top.number}, {full[top.number]:.4f})")}
 
 
 def verdict(best, full: dict[int, float] | None, ref: dict | None, searcher, request) -> str | None:
@@ -72,10 +101,12 @@ def verdict(best, full: dict[int, float] | None, ref: dict | None, searcher, req
 
 def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | None = None,
                   ref: dict | None = None) -> list[dict]:
+    select = getattr(request, "select", "best")
     rows = trial_rows(study, searcher, full)
-    best = best_trial(study, searcher, full)
+    best = best_trial(study, searcher, full, select)
     doc = {"study": study.study_name, "target": request.target, "budget_ms": request.budget_ms,
            "best_trial": None if best is None else best.number,
+           "selection": selection(study, searcher, full, select),
            "max_mb": request.max_mb or None, "space": request.space, "fraction": request.fraction,
            "metric": searcher.METRIC_NOTE, "survivors": list(full or {}),  # best short-schedule score first
            "reference": ref, "verdict": verdict(best, full, ref, searcher, request)}
@@ -194,14 +225,14 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, 
 
 
 def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, float] | None = None,
-                ref: dict | None = None) -> Path | None:
+                ref: dict | None = None, select: str = "best") -> Path | None:
     """search/best-<target>.toml: cfg (as resolved) with the best complete trial's shape written in by the task
     (searcher.apply_best: [student], or for a classification LSTM / GRU its [baseline] and bundle.model =
     "lstm_distilled"); None if no trial completed. The file is checked with load_config before it is kept. The
     [search] section is left out: the search is not part of `make all`."""
     from pipeline.config import load_config
 
-    best = best_trial(study, searcher, full)
+    best = best_trial(study, searcher, full, select)
     path = out / f"best-{target}.toml"
     if best is None:  # a file from an earlier search (another budget) would pass for this one's result
         path.unlink(missing_ok=True)
@@ -219,6 +250,9 @@ def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, fl
               f"#{best.number}, {searcher.METRIC.replace('_', ' ')} {score}, "
               f"{a.get('latency_ms', float('nan')):.3f} {searcher.COST_SHORT.format(target=target)}, "
               f"{a.get('size_bytes', 0) / 1e6:.2f} MB {variant}\n")
+    chosen = selection(study, searcher, full, select)
+    if chosen and chosen["result"] != chosen["best_score_trial"]:
+        header += f"# picked as {chosen['why']}\n"
     said = verdict(best, full, ref, searcher, SimpleNamespace(target=target))
     if said:
         header += f"# {said}\n"

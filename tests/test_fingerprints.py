@@ -110,7 +110,7 @@ ALTERNATIVES = {
     "phone.providers": [["cpu"]], "phone.threads": [[2]], "phone.compute_units": [["ALL"]],
     "npu.chips": [["8gen3"]], "npu.emulator_chips": ["all"],
     "search.target": ["host-cpu"], "search.space": ["tiny"], "search.storage": ["sqlite:///other.db"],
-    "search.variants": [["int8-dynamic", "int8-static"]],
+    "search.variants": [["int8-dynamic", "int8-static"]], "search.select": ["best"],
 }
 
 

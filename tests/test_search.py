@@ -24,6 +24,7 @@ def with_search(cfg, **kw):
 
     kw.setdefault("survivors", 0)
     kw.setdefault("reference", False)
+    kw.setdefault("select", "best")  # the tests of the one-standard-error rule ask for it
     return dataclasses.replace(cfg, search=SearchSection(**kw))
 
 
@@ -553,6 +554,16 @@ def test_survivors_are_retrained_once_and_the_best_of_them_wins(search_cfg, monk
     # the same request with a third survivor: the first two come from survivors.json, only the third trains
     run_search(with_search(cfg, **req, survivors=3))
     assert len(trained) == (3 if len(complete) >= 3 else 2)
+    # search.select = "one-se" with a margin that covers both: the faster survivor is the result, nothing retrains
+    monkeypatch.setattr(Candidates, "standard_error", lambda self, acc: 0.5)
+    summary = run_search(with_search(cfg, **req, survivors=2, select="one-se"))
+    doc = json.loads((cfg.run_dir / "search" / "trials.json").read_text())
+    two = [t for t in doc["trials"] if t["number"] in doc["survivors"][:2]]
+    fastest = min(two, key=lambda t: (t["latency_ms"], -t["validation_accuracy_full"], t["number"]))
+    assert summary["best_trial"] == doc["selection"]["result"] == fastest["number"]
+    assert doc["selection"]["best_score_trial"] == complete[1]["number"] and doc["selection"]["standard_error"] == 0.5
+    if fastest["number"] != complete[1]["number"]:
+        assert "# picked as the fastest survivor within one standard error (0.5000)" in best.read_text()
 
 
 def test_real_full_schedule_matches_the_distill_stage(search_cfg):
@@ -697,3 +708,40 @@ def test_no_reference_flag(search_cfg):
     assert flag_overrides(args) == ["search.reference=false"]
     args.reference = None
     assert flag_overrides(args) == []
+
+
+def test_one_standard_error_rule():
+    """search.select = "one-se": among survivors whose full-schedule score is within one standard error of the
+    best, the fastest is the result; "best" and a task without a standard error (perplexity) take the best."""
+    from types import SimpleNamespace
+
+    from pipeline.search_report import best_trial, selection
+    from pipeline.tasks.classification.search import Candidates
+
+    def trial(n, ms):
+        return SimpleNamespace(number=n, value=0.7, state=SimpleNamespace(name="COMPLETE"),
+                               user_attrs={"latency_ms": ms})
+
+    study = SimpleNamespace(trials=[trial(0, 0.56), trial(1, 0.63), trial(2, 0.26), trial(3, 0.10)])
+    full = {0: 0.7396, 1: 0.7383, 2: 0.7367, 3: 0.7300}
+    acc = SimpleNamespace(DIRECTION="maximize", standard_error=lambda a: 0.007)
+    assert best_trial(study, acc, full, "best").number == 0
+    assert best_trial(study, acc, full, "one-se").number == 2  # #3 is 0.96 point below: outside the margin
+    said = selection(study, acc, full, "one-se")
+    assert (said["result"], said["best_score_trial"], said["standard_error"]) == (2, 0, 0.007)
+    assert selection(study, acc, full, "best") is None
+    ppl = SimpleNamespace(DIRECTION="minimize")  # no standard_error: the rule does not apply
+    assert best_trial(study, ppl, {0: 30.0, 1: 31.0, 2: 30.1, 3: 29.0}, "one-se").number == 3
+    assert best_trial(study, acc, None, "one-se").number == 3  # no survivors: short scores tie, the faster wins
+    cands = Candidates.__new__(Candidates)
+    cands.val_y = [0] * 3748
+    assert cands.standard_error(0.74) == pytest.approx((0.74 * 0.26 / 3748) ** 0.5)  # 0.72 point on the demo
+
+
+@pytest.mark.parametrize("value", ["fastest", "", 1])
+def test_search_select_is_checked_at_load(value):
+    from pipeline.config import config_from_dict
+    from pipeline.errors import PipelineError
+
+    with pytest.raises(PipelineError, match="search.select"):
+        config_from_dict({"search": {"select": value}}, "x.toml")

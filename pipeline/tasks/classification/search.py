@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections import Counter
 import logging
 import tempfile
@@ -432,6 +433,10 @@ class Candidates(MeasurementCache):
             acc = self.validation_accuracy(model.cpu(), b)
             report(i, acc)
         return model, acc
+
+    def standard_error(self, accuracy: float) -> float:
+        """One binomial standard error of an accuracy on this validation split: search.select's margin."""
+        return math.sqrt(max(accuracy * (1 - accuracy), 0.0) / len(self.val_y))
 
     def validation_accuracy(self, student, s: Candidate) -> float:
         from distill.models import predict_logits
