@@ -77,7 +77,8 @@ def selection(study, searcher, full: dict[int, float] | None, select: str) -> di
                     f"(trial #{top.number}, {full[top.number]:.4f})")}
 
 
-def verdict(best, full: dict[int, float] | None, ref: dict | None, searcher, request) -> str | None:
+def verdict(best, full: dict[int, float] | None, ref: dict | None, searcher, request,
+            select: str = "best") -> str | None:
     """One sentence: the result against the config's own student (ref, pipeline/search.py run_reference), both
     after the full schedule, on the score and on the budgeted cost and size; None without a reference."""
     if best is None or not full or ref is None:
@@ -94,6 +95,11 @@ def verdict(best, full: dict[int, float] | None, ref: dict | None, searcher, req
     if better:
         return (f"the result (trial #{best.number}, {what} {mine:.4f}) scores at least as well as the config's own "
                 f"student ({theirs:.4f}) on the validation split at {ratio}")
+    se = searcher.standard_error(theirs) if select == "one-se" and callable(getattr(searcher, "standard_error", None)) \
+        else None
+    if se is not None and abs(mine - theirs) <= se:
+        return (f"the result (trial #{best.number}, {what} {mine:.4f}) scores within one standard error ({se:.4f}) "
+                f"of the config's own student ({theirs:.4f}) on the validation split, at {ratio}")
     return (f"the result (trial #{best.number}, {what} {mine:.4f}) scores below the config's own student "
             f"({theirs:.4f}) on the validation split, at {ratio}: the search found nothing better under this "
             f"budget; weigh the speed and size against that")
@@ -109,7 +115,7 @@ def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | 
            "selection": selection(study, searcher, full, select),
            "max_mb": request.max_mb or None, "space": request.space, "fraction": request.fraction,
            "metric": searcher.METRIC_NOTE, "survivors": list(full or {}),  # best short-schedule score first
-           "reference": ref, "verdict": verdict(best, full, ref, searcher, request)}
+           "reference": ref, "verdict": verdict(best, full, ref, searcher, request, select)}
     if searcher.DIRECTION == "minimize":  # say which way is better where it is not the usual "higher"
         doc["lower_is_better"] = True
     doc["trials"] = rows
@@ -253,7 +259,7 @@ def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, fl
     chosen = selection(study, searcher, full, select)
     if chosen and chosen["result"] != chosen["best_score_trial"]:
         header += f"# picked as {chosen['why']}\n"
-    said = verdict(best, full, ref, searcher, SimpleNamespace(target=target))
+    said = verdict(best, full, ref, searcher, SimpleNamespace(target=target), select)
     if said:
         header += f"# {said}\n"
     _write(path, header + dumps_toml(data))

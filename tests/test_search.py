@@ -724,7 +724,7 @@ def test_one_standard_error_rule():
 
     study = SimpleNamespace(trials=[trial(0, 0.56), trial(1, 0.63), trial(2, 0.26), trial(3, 0.10)])
     full = {0: 0.7396, 1: 0.7383, 2: 0.7367, 3: 0.7300}
-    acc = SimpleNamespace(DIRECTION="maximize", standard_error=lambda a: 0.007)
+    acc = SimpleNamespace(DIRECTION="maximize", METRIC="validation_accuracy", standard_error=lambda a: 0.007)
     assert best_trial(study, acc, full, "best").number == 0
     assert best_trial(study, acc, full, "one-se").number == 2  # #3 is 0.96 point below: outside the margin
     said = selection(study, acc, full, "one-se")
@@ -733,6 +733,17 @@ def test_one_standard_error_rule():
     ppl = SimpleNamespace(DIRECTION="minimize")  # no standard_error: the rule does not apply
     assert best_trial(study, ppl, {0: 30.0, 1: 31.0, 2: 30.1, 3: 29.0}, "one-se").number == 3
     assert best_trial(study, acc, None, "one-se").number == 3  # no survivors: short scores tie, the faster wins
+    from pipeline.search_report import verdict
+
+    ref = {"validation_accuracy_full": 0.7449, "latency_ms": 0.64, "size_bytes": 2, "latency_ratio": None}
+    pick, req = study.trials[2], SimpleNamespace(target="mobile-cpu")
+    pick.user_attrs["size_bytes"] = 1
+    assert "scores below the config's own student" in verdict(pick, full, ref, acc, req, "best")
+    near = verdict(pick, full, ref, acc, req, "one-se")  # 0.82 point below: outside 0.7
+    assert "scores below" in near
+    ref["validation_accuracy_full"] = 0.7420  # 0.53 point above the pick: within one standard error
+    assert "within one standard error (0.0070) of the config's own student (0.7420)" in \
+        verdict(pick, full, ref, acc, req, "one-se")
     cands = Candidates.__new__(Candidates)
     cands.val_y = [0] * 3748
     assert cands.standard_error(0.74) == pytest.approx((0.74 * 0.26 / 3748) ** 0.5)  # 0.72 point on the demo
