@@ -2,6 +2,7 @@
 front, latency vs sequence length (transformers solid, LSTMs dashed), size vs quality."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from eval.rows import p50
@@ -304,8 +305,7 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
     note = [f"{v} {name}" for v, name in style_names.items()
             if any(r["variant"] == v and r.get("source") != "optimum" for r in drawn)]
     note += ["Optimum dash-dot"] if any(r.get("source") == "optimum" for r in drawn) else []
-    import textwrap  # wrapped to the figure: a one-panel figure (one target) is 6.4 in wide
-
+    # wrapped to the figure: a one-panel figure (one target) is 6.4 in wide
     title = textwrap.fill("p50 latency vs sequence length: attention cost grows ~n\u00b2, an LSTM's ~n "
                           f"(line style: {', '.join(note)})", int(fig.get_figwidth() * 13))
     fig.suptitle(title, fontsize=10)

@@ -55,12 +55,16 @@ def best_trial(study, searcher, full: dict[int, float] | None = None, select: st
     return min(close, key=lambda t: (t.user_attrs.get("latency_ms", 0.0), -sign * full[t.number], t.number))
 
 
+def standard_error(searcher, score: float) -> float | None:
+    """One standard error of score (searcher.standard_error); None for a score without one (perplexity)."""
+    se = getattr(searcher, "standard_error", None)
+    return se(score) if callable(se) else None
+
+
 def one_se(searcher, full: dict[int, float] | None, best) -> float | None:
-    """One standard error of the best survivor's full-schedule score (searcher.standard_error), or None where
-    the rule does not apply: no survivors, or a score without one (perplexity)."""
-    if not full or best is None or not callable(getattr(searcher, "standard_error", None)):
-        return None
-    return searcher.standard_error(full[best.number])
+    """One standard error of the best survivor's full-schedule score, or None where the rule does not apply:
+    no survivors, or a score without one."""
+    return standard_error(searcher, full[best.number]) if full and best is not None else None
 
 
 def selection(study, searcher, full: dict[int, float] | None, select: str) -> dict | None:
@@ -95,8 +99,7 @@ def verdict(best, full: dict[int, float] | None, ref: dict | None, searcher, req
     if better:
         return (f"the result (trial #{best.number}, {what} {mine:.4f}) scores at least as well as the config's own "
                 f"student ({theirs:.4f}) on the validation split at {ratio}")
-    se = searcher.standard_error(theirs) if select == "one-se" and callable(getattr(searcher, "standard_error", None)) \
-        else None
+    se = standard_error(searcher, theirs) if select == "one-se" else None
     if se is not None and abs(mine - theirs) <= se:
         return (f"the result (trial #{best.number}, {what} {mine:.4f}) scores within one standard error ({se:.4f}) "
                 f"of the config's own student ({theirs:.4f}) on the validation split, at {ratio}")
