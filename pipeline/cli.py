@@ -91,10 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _no_preprocessing_note(record: logging.LogRecord) -> bool:
+    """Drops quantize_dynamic's "Please consider (to run) pre-processing" warning, printed once per file on the
+    root logger: the pipeline runs that pre-processing before quantize_static (export/quantize.py,
+    export/npu.py), where calibration needs it, and checks every quantized file against its source either way."""
+    return "pre-processing before quantization" not in record.getMessage()
+
+
 def main(argv: list[str] | None = None) -> int:
     # The project's own loggers speak at INFO; libraries only from WARNING up: onnxruntime's quantizer and
     # graph optimizer log every tensor and fusion at INFO on the root logger (dozens of lines per file).
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger().addFilter(_no_preprocessing_note)
     for name in ("pocketformer", "pipeline"):
         logging.getLogger(name).setLevel(logging.INFO)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

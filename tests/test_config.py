@@ -1,3 +1,6 @@
+import logging
+
+import numpy as np
 import pytest
 
 from pipeline.config import config_from_dict, load_config
@@ -178,6 +181,31 @@ def test_show_config_rejects_what_a_run_rejects(tmp_path, capsys):
         assert main(["show-config", "--config", str(p), "--set", override]) == 2
         err = capsys.readouterr().err
         assert msg in err and "Traceback" not in err
+
+
+def test_cli_drops_only_the_quantizers_preprocessing_note(tmp_path, caplog):
+    """quantize_dynamic warns "consider pre-processing" once per file on the root logger; under the CLI that
+    line is gone and other warnings still print."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from pipeline.cli import main
+
+    p = tmp_path / "c.toml"
+    p.write_text('[run]\nname = "x"\n')
+    assert main(["show-config", "--config", str(p)]) == 0
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10),
+              tmp_path / "f.onnx")
+    with caplog.at_level(logging.WARNING):
+        quantize_dynamic(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), weight_type=QuantType.QInt8)
+        logging.warning("another library's warning")
+    assert (tmp_path / "q.onnx").exists()
+    assert [r.getMessage() for r in caplog.records] == ["another library's warning"]
 
 
 def test_auto_precision_follows_the_hardware(monkeypatch):
