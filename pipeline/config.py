@@ -438,6 +438,9 @@ class SearchSection:
     # not told apart by the validation split). "best": the best score, however small its lead. Generation
     # (perplexity: no binomial standard error) always takes the best
     select: str = "one-se"
+    # The TPE sampler's seed; 0 = run.seed. Another seed is another study of the same request (another path
+    # through the space: 45 trials cover a space this size only in part); candidates still train with run.seed
+    seed: int = 0
 
 
 @dataclass(frozen=True)

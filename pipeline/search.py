@@ -70,6 +70,7 @@ class SearchRequest:
     survivors: int = 3  # the best trained trials retrained on the full schedule; the best of them is the result
     reference: bool = True  # the config's own student trained and measured alike, as the yardstick (survivors > 0)
     select: str = "one-se"  # which survivor is the result: the fastest within one standard error, or the best
+    seed: int = 0  # the sampler's seed; 0 = run.seed
 
 
 def request_of(cfg) -> SearchRequest:
@@ -81,7 +82,7 @@ def request_of(cfg) -> SearchRequest:
         raise PipelineError("search: no latency budget: give --budget-ms (a positive latency budget in "
                             "milliseconds), or set search.budget_ms")
     return SearchRequest(s.target, s.budget_ms, s.max_mb, s.trials, s.space, s.fraction, s.storage, s.npu_compile,
-                         tuple(dict.fromkeys(s.variants)), s.survivors, s.reference, s.select)
+                         tuple(dict.fromkeys(s.variants)), s.survivors, s.reference, s.select, s.seed)
 
 
 def check_npu(r: SearchRequest) -> None:
@@ -139,6 +140,8 @@ def study_name(cfg, r: SearchRequest, searcher: type | None = None) -> str:
         basis["npu_compile"] = sorted(set(cfg.npu.chips))
     if r.variants != DEFAULT_VARIANTS:  # likewise: int8-dynamic alone keeps the names of earlier studies
         basis["variants"] = list(r.variants)
+    if r.seed and r.seed != cfg.run.seed:  # and a sampler seeded by run.seed keeps them too
+        basis["sampler_seed"] = r.seed
     return f"{r.target}-{r.budget_ms:g}ms-{r.max_mb:g}mb-{sha256_json(basis)[:12]}"
 
 
@@ -228,7 +231,7 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, 
 
     with warnings.catch_warnings():  # "experimental" options in Optuna 5.0 (pinned): not the user's concern
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(seed=cfg.run.seed, multivariate=True, group=True,
+        sampler = optuna.samplers.TPESampler(seed=r.seed or cfg.run.seed, multivariate=True, group=True,
                                              n_startup_trials=max(10, r.trials // 3))
     study = optuna.create_study(study_name=study_name(cfg, r, searcher),
                                 storage=_storage(url, shared=bool(r.storage)), direction=searcher.DIRECTION,
@@ -534,7 +537,7 @@ def run_worker(cfg) -> dict:
 
 FLAGS = {"target": "target", "budget_ms": "budget_ms", "max_mb": "max_mb", "trials": "trials", "space": "space",
          "fraction": "fraction", "storage": "storage", "variants": "variants",
-         "survivors": "survivors", "reference": "reference"}  # argparse dest -> [search] key
+         "survivors": "survivors", "reference": "reference", "seed": "seed"}  # argparse dest -> [search] key
 
 
 def flag_overrides(args) -> list[str]:
@@ -562,6 +565,8 @@ def add_cli(sub, common) -> None:
     p.add_argument("--survivors", type=int, help="the best trained trials retrained on the full schedule; the "
                                                   "best of them is the result (search.survivors, default 3; 0: "
                                                   "the best short-schedule score)")
+    p.add_argument("--seed", type=int, help="the sampler's seed (search.seed; default run.seed): another seed, "
+                                            "another study of the same request")
     p.add_argument("--no-reference", dest="reference", action="store_false", default=None,
                    help="do not train the config's own [student] as the yardstick (search.reference = false)")
     p.add_argument("--worker", action="store_true", help="only add trials to the shared study (search.storage) "

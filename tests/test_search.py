@@ -422,6 +422,7 @@ def test_quantization_variant_as_a_search_dimension(search_cfg, monkeypatch):
     ({"search": {"variants": ["int8-static"]}, "quantize": {"variants": ["fp32", "int8-dynamic"]}},
      "which quantize.variants"),
     ({"search": {"variants": ["int8-static"]}, "run": {"task": "generation"}}, "searches its int8-dynamic decoder"),
+    ({"search": {"seed": -1}}, r"search --seed -1 \('search.seed'\): give a seed >= 1, or 0 for run.seed"),
 ])
 def test_search_variants_load_time_rules(change, needle):
     from pipeline.config import config_from_dict
@@ -704,10 +705,25 @@ def test_no_reference_flag(search_cfg):
     from pipeline.search import flag_overrides
 
     args = argparse.Namespace(target=None, budget_ms=None, max_mb=None, trials=None, space=None, fraction=None,
-                              storage=None, variants=None, survivors=None, reference=False)
+                              storage=None, variants=None, survivors=None, reference=False, seed=None)
     assert flag_overrides(args) == ["search.reference=false"]
-    args.reference = None
-    assert flag_overrides(args) == []
+    args.reference, args.seed = None, 7
+    assert flag_overrides(args) == ["search.seed=7"]
+
+
+def test_another_sampler_seed_is_another_study(search_cfg):
+    """search.seed: 0 (the default) and run.seed name the same study, so studies from before the key resume;
+    another seed starts another study of the same request beside them."""
+    from pipeline.search import NEEDS, request_of, study_name
+    from pipeline.stage import run
+
+    _, cfg = search_cfg
+    run(cfg, NEEDS)  # the study's name hashes the logits
+    names = {}
+    for seed in (0, cfg.run.seed, cfg.run.seed + 1):
+        c = with_search(cfg, target="host-cpu", budget_ms=1.0, seed=seed)
+        names[seed] = study_name(c, request_of(c))
+    assert names[0] == names[cfg.run.seed] != names[cfg.run.seed + 1]
 
 
 def test_one_standard_error_rule():
