@@ -188,8 +188,9 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, 
         ax.step(xs + [request.budget_ms], ys + ys[-1:], where="post", color="black", lw=1, zorder=2,
                 label="Pareto front (within budget)")
         for r in (r for r in done if (r["latency_ms"], r[metric]) in on_front):  # the front only: legible
+            off = 0.4 * area(r) ** 0.5 + 1  # past the marker's rim (s is an area in points^2), not under it
             ax.annotate(f"#{r['number']}", (r["latency_ms"], r[metric]), fontsize=7,
-                        xytext=(4, 4), textcoords="offset points")
+                        xytext=(off, off), textcoords="offset points")
     if full:  # the short schedule's score moved to the full one's: a survivor's two points, joined
         for r in full:
             ax.plot([r["latency_ms"]] * 2, [r[metric], r[f"{metric}_full"]], color="#2ca02c", lw=1, zorder=2)
