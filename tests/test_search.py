@@ -707,7 +707,9 @@ def test_no_reference_flag(search_cfg):
     args = argparse.Namespace(target=None, budget_ms=None, max_mb=None, trials=None, space=None, fraction=None,
                               storage=None, variants=None, survivors=None, reference=False, seed=None)
     assert flag_overrides(args) == ["search.reference=false"]
-    args.reference, args.seed = None, 7
+    args.reference = None
+    assert flag_overrides(args) == []
+    args.seed = 7
     assert flag_overrides(args) == ["search.seed=7"]
 
 
