@@ -369,9 +369,10 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
 
 
 # --- the prompt + decode workload (generation models) ------------------------------------------------
-# Targets: host-cpu (ONNX graphs, every core) and mobile-cpu (the .ort files, 1 thread: on this machine a
-# host proxy for a phone's big core; ORT's PyPI wheel has no XNNPACK), with the threads of the shared
-# registry (eval/targets.py). The NPU, GPU and browser targets are skipped for generation with a reason.
+# Targets: host-cpu (ONNX graphs, every core), mobile-cpu (the .ort files, 1 thread: on this machine a
+# host proxy for a phone's big core; ORT's PyPI wheel has no XNNPACK) and desktop-gpu (ONNX Runtime's CUDA
+# provider, where onnxruntime-gpu and a GPU are present), with the threads of the shared registry
+# (eval/targets.py). The NPU and browser targets are skipped for generation with a reason.
 
 @dataclass(frozen=True)
 class DecodeTarget:
@@ -379,6 +380,10 @@ class DecodeTarget:
     formats: tuple[str, ...]  # preferred first: a model without the first is run from the next
     note: str
     proxy: str = ""  # non-empty: measured here as a stand-in for another device, and why
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    bind_device: str | None = None  # IO binding: the KV cache / LSTM state stays on this device between steps
+    variants: tuple[str, ...] = ()  # only these variants run (() = all); the others are skipped with why_not
+    why_not: str = ""
 
 
 DECODE_TARGETS = {
@@ -386,21 +391,37 @@ DECODE_TARGETS = {
     "mobile-cpu": DecodeTarget("mobile-cpu", ("ort", "onnx"), "ONNX Runtime CPU, 1 thread, .ort files "
                                "(the teacher, which has no .ort, from its .onnx)",
                                "host x86 core standing in for a phone CPU core (no XNNPACK in this wheel)"),
+    "desktop-gpu": DecodeTarget("desktop-gpu", ("onnx",), "ONNX Runtime CUDA provider, fp32 .onnx files, the KV "
+                                "cache kept on the GPU between steps (IO binding)",
+                                providers=("CUDAExecutionProvider",), bind_device="cuda", variants=("fp32",),
+                                why_not="int8 ONNX kernels are CPU kernels: desktop-gpu runs the fp32 files"),
 }
 DECODE_SKIPPED = {
     "edge-npu": "generation with a growing KV cache has dynamic shapes that NPU providers reject; not measured",
-    "desktop-gpu": "no CUDA device or onnxruntime-gpu here; not measured",
     "browser-wasm": "the browser targets time the classifier files; decoding in the browser is not benchmarked",
     "browser-wasm-mt": "the browser targets time the classifier files; decoding in the browser is not benchmarked",
 }
+
+
+def decode_missing(name: str) -> str | None:
+    """Why a decode target cannot run on this machine (None: it can). desktop-gpu decodes through ONNX
+    Runtime only: a GPU that only PyTorch can reach is not enough."""
+    if name != "desktop-gpu" or cuda_backend() == "ort-cuda":
+        return None
+    if cuda_backend() == "torch-cuda":
+        return ("onnxruntime-gpu is not installed (PyTorch sees a GPU, but generation is timed through ONNX "
+                "Runtime: install onnxruntime-gpu in place of onnxruntime); not measured")
+    return f"{unavailable(TARGETS[name])}; not measured"
 
 
 def decode_targets(names: list[str]) -> tuple[list[DecodeTarget], dict[str, str]]:
     """(targets the decode workload runs on, {target: why it is skipped}) for bench.targets."""
     run, skip = [], {}
     for n in names:
-        if n in DECODE_TARGETS:
+        if n in DECODE_TARGETS and decode_missing(n) is None:
             run.append(DECODE_TARGETS[n])
+        elif n in DECODE_TARGETS:
+            skip[n] = decode_missing(n)
         elif n in DECODE_SKIPPED:
             skip[n] = DECODE_SKIPPED[n]
         else:

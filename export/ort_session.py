@@ -62,8 +62,12 @@ def ort_session(model: Path | str | bytes, threads: int = 0, providers: Sequence
 class OrtLM:
     """Greedy generation through an ONNX Runtime session of a decoder (KV cache) or LSTM graph."""
 
-    def __init__(self, path: Path, threads: int = 0, max_positions: int = 0, cut: int | None = None):
-        self.session = ort_session(path, threads, inter_threads=1 if threads > 0 else 0)
+    def __init__(self, path: Path, threads: int = 0, max_positions: int = 0, cut: int | None = None,
+                 providers: Sequence[str] = CPU, bind_device: str | None = None):
+        """bind_device ("cuda", or "cpu" in tests): run through IO binding, so the KV cache / LSTM state stays
+        on that device between steps and only the logits come back to the host; None: plain session.run."""
+        self.session = ort_session(path, threads, providers, inter_threads=1 if threads > 0 else 0)
+        self.bind_device = bind_device
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self.kind = "lstm" if "h0" in self.inputs else "decoder"
         self.max_positions = max_positions
@@ -89,6 +93,8 @@ class OrtLM:
 
     def _run(self, ids: np.ndarray, state: dict, past: int):
         """ids (1, T) -> (logits of the last position (V,), new state)."""
+        if self.bind_device is not None:
+            return self._run_bound(ids, state, past)
         out = self.session.run(None, self._feed(ids, state, past))
         if self.kind == "lstm":
             logits, h, c = out
@@ -96,6 +102,27 @@ class OrtLM:
         names = [o.name for o in self.session.get_outputs()]
         new = {n.replace("present.", "past_key_values."): v for n, v in zip(names, out) if n.startswith("present.")}
         return out[0][0, -1], new
+
+    def _run_bound(self, ids: np.ndarray, state: dict, past: int):
+        """_run through IO binding: host arrays (ids, mask, positions, the empty first state) are copied in
+        by ONNX Runtime; the state outputs stay on bind_device as OrtValues and are fed back as they are."""
+        binding = self.session.io_binding()
+        for name, value in self._feed(ids, state, past).items():
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        names = [o.name for o in self.session.get_outputs()]
+        binding.bind_output(names[0], "cpu")  # the logits: the greedy pick runs on the host
+        for name in names[1:]:
+            binding.bind_output(name, self.bind_device)
+        self.session.run_with_iobinding(binding)
+        out = binding.get_outputs()
+        logits = out[0].numpy()[0, -1]
+        if self.kind == "lstm":
+            return logits, {"h0": out[1], "c0": out[2]}
+        return logits, {n.replace("present.", "past_key_values."): v for n, v in zip(names[1:], out[1:])
+                        if n.startswith("present.")}
 
     def pick(self, logits: np.ndarray) -> int:
         return int(np.argmax(logits[: self.cut]))

@@ -175,6 +175,20 @@ def test_decode_targets_run_skip_with_reason_or_refuse():
         decode_targets(["phone"])
 
 
+def test_decode_on_desktop_gpu_needs_onnxruntime_gpu(monkeypatch):
+    import eval.bench as B
+
+    monkeypatch.setattr(B, "cuda_backend", lambda: None)
+    monkeypatch.setattr(B, "unavailable", lambda t: "no CUDA device on this machine")
+    assert B.decode_targets(["desktop-gpu"]) == ([], {"desktop-gpu": "no CUDA device on this machine; not measured"})
+    monkeypatch.setattr(B, "cuda_backend", lambda: "torch-cuda")
+    assert "onnxruntime-gpu is not installed" in B.decode_targets(["desktop-gpu"])[1]["desktop-gpu"]
+    monkeypatch.setattr(B, "cuda_backend", lambda: "ort-cuda")
+    (t,), skip = B.decode_targets(["desktop-gpu"])
+    assert not skip and t.providers == ("CUDAExecutionProvider",) and t.bind_device == "cuda"
+    assert t.variants == ("fp32",) and "int8" in t.why_not
+
+
 def test_generation_flop_formulas_by_hand():
     from types import SimpleNamespace
 

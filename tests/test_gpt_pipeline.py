@@ -201,6 +201,40 @@ def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir):
 
     assert run(cfg, ["eval"]) == []  # nothing changed: nothing re-runs
 
+    # IO binding (desktop-gpu's decode path, here on the CPU) generates exactly what session.run does
+    from export.ort_session import OrtLM
+
+    for name in ("student", "lstm"):
+        path = rd / "quantize" / name / "fp32" / "model.onnx"
+        lm, tok = load_lm(rd / ("distill" if name == "student" else "baseline") / name, name)
+        ids = tok("ROMEO : my love is sweet , thy", add_special_tokens=False)["input_ids"]
+        prompt = lm.to_model_ids(torch.tensor(ids)).tolist()
+        bound = OrtLM(path, 1, 64, bind_device="cpu").generate(prompt, 8)
+        assert bound == OrtLM(path, 1, 64).generate(prompt, 8) and len(bound) == 8
+
+
+def test_generation_bench_on_a_gpu_target_runs_fp32_and_skips_int8(tmp_path, corpus, tiny_llama_dir, monkeypatch):
+    """desktop-gpu's decode path, with the CPU provider standing in for CUDA: fp32 rows are timed through IO
+    binding, int8 rows are skipped with the reason, the target records its provider."""
+    import dataclasses
+
+    import eval.bench as B
+
+    gpu = dataclasses.replace(B.DECODE_TARGETS["desktop-gpu"], providers=("CPUExecutionProvider",),
+                              bind_device="cpu")
+    monkeypatch.setitem(B.DECODE_TARGETS, "desktop-gpu", gpu)
+    monkeypatch.setattr(B, "cuda_backend", lambda: "ort-cuda")
+    cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, distill__epochs=0.2, baseline__epochs=0.2,
+                                   lm__teacher_windows=8, bench__targets=["desktop-gpu"]), "tiny-gen")
+    run(cfg, ["bench"])
+    res = json.loads((cfg.run_dir / "bench" / "results.json").read_text())
+    assert res["targets"]["desktop-gpu"]["provider"] == "CPUExecutionProvider"
+    by = {(r["model"], r["variant"], r["format"]): r["generation"]["desktop-gpu"] for r in res["rows"]}
+    for model in ("teacher", "student", "lstm"):
+        assert by[(model, "fp32", "onnx")]["decode_tokens_per_s"] > 0
+    assert by[("student", "int8-dynamic", "onnx")] == {"status": "skipped", "reason": gpu.why_not}
+    assert by[("student", "fp32", "ort")]["reason"] == "desktop-gpu runs the .onnx file of this model"
+
 
 def test_prompt_longer_than_exported_cache_is_refused(tmp_path, corpus, tiny_llama_dir):
     from eval.metrics import greedy

@@ -55,10 +55,16 @@ def check_prompt(ctx: StageContext, tok) -> list[int]:
     return tok(ctx.cfg.lm.prompts[0], add_special_tokens=False)["input_ids"] if ctx.cfg.lm.prompts else [0]
 
 
-def ort_lm(path: Path, lm, threads: int = 0):
-    """An OrtLM for a graph exported from lm (same vocabulary, same position limit)."""
+def ort_lm(path: Path, lm, threads: int = 0, providers: tuple[str, ...] = ("CPUExecutionProvider",),
+           bind_device: str | None = None):
+    """An OrtLM for a graph exported from lm (same vocabulary, same position limit), on providers; a
+    session that falls back from the first provider is refused, so CPU times are never filed under a GPU."""
     from export.ort_session import OrtLM
 
     cut = lm.vmap.other_id if lm.vmap is not None and lm.vmap.has_other else None
-    return OrtLM(path, threads, lm.max_positions, cut)
+    runner = OrtLM(path, threads, lm.max_positions, cut, providers, bind_device)
+    if runner.session.get_providers()[0] != providers[0]:
+        raise RuntimeError(f"{providers[0]} could not be created (the session runs on "
+                           f"{runner.session.get_providers()})")
+    return runner
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from pipeline.tasks.common import threads
 from pipeline.task import StageContext
 
 LM_VARIANTS = ("fp32", "int8-dynamic")
+log = logging.getLogger("pocketformer")
 
 
 def lm_folder(ctx: StageContext, name: str) -> Path:
@@ -192,6 +194,7 @@ def stage_bench(ctx: StageContext) -> dict:
     student and LSTM on each target; writes bench/results.json (shared schema) and bench.md."""
     from eval.bench import decode_targets, decode_threads, measure_decode
     from eval.machine import machine_info
+    from eval.rows import skip
     from eval.table import markdown
     from pipeline.manifest import library_versions
 
@@ -225,12 +228,19 @@ def stage_bench(ctx: StageContext) -> dict:
             row["check"] = src.get("greedy_check") or src.get("check_vs_onnx")
         for t in targets:
             chosen = next((f for f in t.formats if (name, variant, f) in files), None)
-            if chosen != fmt:
-                skip = {"status": "skipped", "reason": f"{t.name} runs the .{chosen} file of this model"}
-                row["generation"][t.name], row["latency"][t.name] = skip, dict(skip)
+            why = (f"{t.name} runs the .{chosen} file of this model" if chosen != fmt
+                   else t.why_not if t.variants and variant not in t.variants else None)
+            if why is not None:
+                row["generation"][t.name], row["latency"][t.name] = skip(why), skip(why)
                 continue
-            stats = measure_decode(ort_lm(path, lm, decode_threads(t)), prompt, lmc.bench_decode_tokens,
-                                   lmc.bench_iterations)
+            try:
+                stats = measure_decode(ort_lm(path, lm, decode_threads(t), t.providers, t.bind_device), prompt,
+                                       lmc.bench_decode_tokens, lmc.bench_iterations)
+            except Exception as e:  # e.g. a CUDA provider that lists itself but finds no GPU: say so in the row
+                log.warning("[bench] %s %s %s on %s failed: %s", name, variant, fmt, t.name, e)
+                failed = {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
+                row["generation"][t.name], row["latency"][t.name] = failed, dict(failed)
+                continue
             row["generation"][t.name] = stats
             row["latency"][t.name] = {str(len(prompt)): {
                 "p50_ms": stats["ttft_p50_ms"], "p90_ms": stats["ttft_p90_ms"], "p99_ms": stats["ttft_p99_ms"],
@@ -242,7 +252,7 @@ def stage_bench(ctx: StageContext) -> dict:
     result = {"machine": machine_info(sorted({decode_threads(t) for t in targets})),
               "versions": library_versions(), "task": TASK.name, "quality_metric": TASK.quality,
               "threads": {t.name: decode_threads(t) for t in targets},
-              "targets": {t.name: {"runtime": "onnxruntime", "provider": "CPUExecutionProvider",
+              "targets": {t.name: {"runtime": "onnxruntime", "provider": t.providers[0],
                                    "threads": decode_threads(t), "precision": "as the file (fp32 / int8)",
                                    "formats": list(t.formats), "proxy": t.proxy, "description": t.note}
                           for t in targets},
