@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from distill.batching import encode, window_batches
+from distill.batching import encode, param_device, window_batches
 from distill.losses import distill_loss, next_token_ce
 from distill.lstm import LSTMLM, LSTMLMConfig, RNNClassifier, RNNConfig
 from distill.train import TrainOptions, fit, fit_texts, tail_mean
@@ -55,8 +55,8 @@ def train_lstm_lm(model: LSTMLM, windows: np.ndarray, b: BaselineSection, seed: 
     batches, total = window_batches(len(windows), b.batch_size, b.epochs, seed, b.steps)
 
     def step(m, idx) -> torch.Tensor:
-        x = x_all[np.asarray(idx)]  # (B, T + 1)
-        h, c = model.zero_state(len(idx))
+        x = x_all[np.asarray(idx)].to(param_device(m))  # (B, T + 1)
+        h, c = model.zero_state(len(idx), x.device)
         logits, _, _ = m(x[:, :-1], h, c)  # (B, T, V)
         return next_token_ce(logits, x)
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from distill.batching import encode, window_batches
+from distill.batching import encode, param_device, window_batches
 from distill.losses import attention_mse, distill_loss, hidden_mse, next_token_ce, soft_kl_topk
 from distill.models import HFLogits
 from distill.train import TrainOptions, fit, fit_texts, tail_mean
@@ -104,7 +104,8 @@ def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_l
 
     def step(model, b) -> torch.Tensor:
         b = np.asarray(b)
-        x = x_all[b]  # (B, T + 1)
+        dev = param_device(model)
+        x = x_all[b].to(dev)  # (B, T + 1)
         logits = model(input_ids=x[:, :-1]).logits  # (B, T, V)
         hard = next_token_ce(logits, x)
         parts["hard"].append(hard.item())
@@ -112,8 +113,8 @@ def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_l
         if alpha <= 0 or not scored.any():
             return hard
         tb = b[scored]
-        soft = soft_kl_topk(logits[torch.from_numpy(scored)], torch.from_numpy(topk_ids[tb]),
-                            torch.from_numpy(topk_logits[tb]), d.temperature)
+        soft = soft_kl_topk(logits[torch.from_numpy(scored).to(dev)], torch.from_numpy(topk_ids[tb]).to(dev),
+                            torch.from_numpy(topk_logits[tb]).to(dev), d.temperature)
         parts["soft"].append(soft.item())
         return alpha * soft + (1 - alpha) * hard
 

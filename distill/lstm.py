@@ -113,9 +113,9 @@ class LSTMLM(FolderModel):
         self.drop = nn.Dropout(cfg.dropout)
         self.proj = nn.Linear(cfg.hidden, cfg.embed_dim)  # back to embedding width: the output layer is tied
 
-    def zero_state(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def zero_state(self, batch: int, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         shape = (self.config.layers, batch, self.config.hidden)
-        return torch.zeros(shape), torch.zeros(shape)
+        return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
 
     def forward(self, input_ids: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor):
         """input_ids (B, T), h0/c0 (L, B, H) -> logits (B, T, V), h (L, B, H), c (L, B, H)."""

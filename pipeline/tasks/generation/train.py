@@ -83,17 +83,22 @@ def stage_logits(ctx: StageContext) -> dict:
     bs = lm.eval_batch_size
     starts = list(range(0, len(win), bs))
     part: dict[int, tuple] = {}  # batch start -> (top-k ids, top-k logits, summed NLL)
-    on = next(teacher.parameters()).device.type
+    from distill.train import device
+
+    dev = device()  # the GPU when there is one: the teacher pass is most of this stage's time
+    teacher.to(dev)
+    on = dev.type
     choice = choose_precision(lm.teacher_precision, "lm.teacher_precision")  # logged with its reason
     # under torchrun each rank scores every W-th batch and the pieces are merged (distill/distributed.py)
     with torch.no_grad(), torch.autocast(on, dtype=torch.bfloat16, enabled=choice.precision == "bf16"):
         for i in tqdm(D.shard(starts), desc="teacher top-k logits", unit="batch", mininterval=2.0,
                       disable=not D.is_main()):
-            x = torch.from_numpy(win[i: i + bs])  # (B, T + 1)
+            x = torch.from_numpy(win[i: i + bs]).to(dev)  # (B, T + 1)
             logits = teacher(input_ids=x[:, :-1]).logits.float()  # (B, T, V)
             nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="sum").item()
             top = logits.topk(k, dim=-1)  # (B, T, k)
-            part[i] = (top.indices.numpy().astype(np.int32), top.values.numpy().astype(np.float16), nll)
+            part[i] = (top.indices.cpu().numpy().astype(np.int32), top.values.cpu().numpy().astype(np.float16),
+                       nll)
     shares = D.gather(part)
     for other in shares:
         part.update(other)
