@@ -44,6 +44,9 @@ import math
 import os
 import shutil
 import socket
+import time
+import warnings
+from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -98,18 +101,6 @@ def check_npu(r: SearchRequest) -> None:
                             f"search.npu_compile = false")
 
 
-def check_request(r: SearchRequest) -> None:
-    """The load-time checks (pipeline/search_checks.py) for a request built in code."""
-    from pipeline.search_checks import check_target
-
-    check_target(r.target)
-    if not r.budget_ms > 0:
-        raise PipelineError(f"search --budget-ms {r.budget_ms}: give a positive latency budget in milliseconds")
-    if r.max_mb < 0 or r.trials < 1 or not 0 < r.fraction <= 1 or r.survivors < 0:
-        raise PipelineError(f"search: --max-mb {r.max_mb:g} must be >= 0, --trials {r.trials} >= 1, "
-                            f"--fraction {r.fraction:g} in (0, 1] and --survivors {r.survivors} >= 0")
-
-
 def searcher_of(cfg) -> type:
     """The run's task's candidates class (Task.search), or one error when the task has no search."""
     from pipeline.tasks import task_of
@@ -152,6 +143,17 @@ def rungs(epochs: float, fraction: float) -> list[float]:
     return [total / n] * n
 
 
+def _read_json(path: Path | None) -> dict:
+    return json.loads(path.read_text()) if path and path.is_file() else {}
+
+
+def _write_json(data: dict, path: Path) -> None:
+    """path written whole then renamed: a kill mid-write leaves the previous file whole."""
+    tmp = path.with_suffix(".partial")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
 class MeasurementCache:
     """The candidates classes' shared mechanics: measurements.json (pre-training measurements keyed by what
     decides them) loaded once and rewritten whole after each new entry, and the short schedule's rungs."""
@@ -159,14 +161,11 @@ class MeasurementCache:
     def _load_cache(self, cfg, cache_path: Path | None) -> None:
         self.cfg = cfg
         self.cache_path = cache_path  # None: measurements kept in memory only (a worker of a shared study)
-        self.cache: dict = json.loads(cache_path.read_text()) if cache_path and cache_path.is_file() else {}
+        self.cache = _read_json(cache_path)
 
     def _save(self) -> None:
-        if self.cache_path is None:  # measurements kept in memory only
-            return
-        tmp_path = self.cache_path.with_suffix(".partial")
-        tmp_path.write_text(json.dumps(self.cache, indent=1, sort_keys=True))
-        os.replace(tmp_path, self.cache_path)  # a kill mid-write leaves the previous cache whole
+        if self.cache_path is not None:  # else measurements kept in memory only
+            _write_json(self.cache, self.cache_path)
 
     def rungs(self, fraction: float) -> list[float]:
         """The short schedule: fraction * distill.epochs, cut into rungs of at most one epoch each."""
@@ -218,7 +217,6 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, 
 
     from pipeline.tasks.common import threads
 
-    check_request(r)
     check_npu(r)
     threads(cfg)  # run.threads for the candidates' training, as in the distill stage
     cands = searcher(cfg, r.target, cache_path)
@@ -227,8 +225,6 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, 
     # multivariate + group: the space is conditional (an arch's own parameters), which independent TPE models
     # badly; a third of the trials sampled at random first: with the defaults (10, independent) the demo's
     # 45-trial half-budget search re-sampled shapes it had trained in 21 trials (same_as_trial), training 4
-    import warnings
-
     with warnings.catch_warnings():  # "experimental" options in Optuna 5.0 (pinned): not the user's concern
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = optuna.samplers.TPESampler(seed=r.seed or cfg.run.seed, multivariate=True, group=True,
@@ -249,47 +245,40 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, 
     return study, cands
 
 
-def survivor_trials(study, r: SearchRequest, searcher) -> list:
-    """The r.survivors best complete trials by their short-schedule score (ties: faster, then earlier)."""
-    sign = 1.0 if searcher.DIRECTION == "maximize" else -1.0
-    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
-    ranked = sorted(complete, key=lambda t: (-sign * t.value, t.user_attrs.get("latency_ms", 0.0), t.number))
-    return ranked[: r.survivors]
-
-
 def run_survivors(r: SearchRequest, study, cands, cache_path: Path) -> dict[int, float]:
     """{trial number: score after the full schedule} for the survivors. The short schedule ranks shapes
     cheaply but loosely (on the demo, validation scores of the top shapes sat within noise of each other and the
     best-ranked one was not the best once trained in full), so the best few are trained as the pipeline would
-    train them and the result is the best of those. Cached in survivors.json per (study, shape, variant): a
-    resumed or repeated search retrains nothing it has trained."""
-    picks = survivor_trials(study, r, cands)
-    if not picks:
-        return {}
-    cache: dict = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+    train them and the result is the best of those. The survivors: the r.survivors best complete trials by
+    their short-schedule score (ties: faster, then earlier)."""
+    sign = 1.0 if cands.DIRECTION == "maximize" else -1.0
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    picks = sorted(complete, key=lambda t: (-sign * t.value, t.user_attrs.get("latency_ms", 0.0), t.number))
+    picks = picks[: r.survivors]
     metric = cands.METRIC.replace("_", " ")
-    scored = r.variants != DEFAULT_VARIANTS  # as a trial: the file's own score unless int8-dynamic alone
     out = {}
     for i, t in enumerate(picks, 1):
-        variant = t.user_attrs.get("variant", r.variants[0])
-        key = json.dumps({"study": study.study_name, "student": t.user_attrs["student"], "variant": variant},
-                         sort_keys=True)
-        if key not in cache:
-            print(f"[search] survivor {i}/{len(picks)}: trial {t.number} on the full schedule "
-                  f"({metric} {t.value:.4f} after the short one)", flush=True)
-            cache[key] = cands.full_schedule(cands.candidate_of(t.user_attrs["student"]), variant if scored else None)
-            _save_scores(cache, cache_path)
-        out[t.number] = cache[key]
-        print(f"[search] survivor {i}/{len(picks)}: trial {t.number}: {metric} {cache[key]:.4f} after the full "
+        out[t.number] = _full_score(r, study, cands, cache_path, t.user_attrs["student"],
+                                    t.user_attrs.get("variant", r.variants[0]),
+                                    f"[search] survivor {i}/{len(picks)}: trial {t.number} on the full schedule "
+                                    f"({metric} {t.value:.4f} after the short one)")
+        print(f"[search] survivor {i}/{len(picks)}: trial {t.number}: {metric} {out[t.number]:.4f} after the full "
               f"schedule", flush=True)
     return out
 
 
-def _save_scores(cache: dict, cache_path: Path) -> None:
-    """survivors.json, written whole then renamed: a kill mid-write keeps the scores already trained."""
-    tmp = cache_path.with_suffix(".partial")
-    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-    os.replace(tmp, cache_path)
+def _full_score(r: SearchRequest, study, cands, cache_path: Path, shape: dict, variant: str, starting: str) -> float:
+    """The score of shape after the full schedule (starting: the line printed before training it). Cached in
+    survivors.json per (study, shape, variant), written after each: a resumed or repeated search retrains
+    nothing it has trained."""
+    cache = _read_json(cache_path)
+    key = json.dumps({"study": study.study_name, "student": shape, "variant": variant}, sort_keys=True)
+    if key not in cache:
+        print(starting, flush=True)
+        # as a trial: the file's own score unless int8-dynamic alone
+        cache[key] = cands.full_schedule(cands.candidate_of(shape), variant if r.variants != DEFAULT_VARIANTS else None)
+        _write_json(cache, cache_path)
+    return cache[key]
 
 
 def run_reference(r: SearchRequest, study, cands, cache_path: Path) -> dict:
@@ -301,18 +290,14 @@ def run_reference(r: SearchRequest, study, cands, cache_path: Path) -> dict:
     s = cands.candidate_of(cands.shape_of(cands.cfg.student))
     shape, variant = cands.shape_of(s), r.variants[0]
     m = cands.measure(s, shape, variant)
-    cache: dict = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
-    key = json.dumps({"study": study.study_name, "student": shape, "variant": variant}, sort_keys=True)
+    score = _full_score(r, study, cands, cache_path, shape, variant,
+                        "[search] reference: the config's own [student] on the full schedule")
     metric = cands.METRIC.replace("_", " ")
-    if key not in cache:
-        print("[search] reference: the config's own [student] on the full schedule", flush=True)
-        cache[key] = cands.full_schedule(s, variant if r.variants != DEFAULT_VARIANTS else None)
-        _save_scores(cache, cache_path)
-    print(f"[search] reference: the config's own [student]: {metric} {cache[key]:.4f} after the full schedule, "
+    print(f"[search] reference: the config's own [student]: {metric} {score:.4f} after the full schedule, "
           f"{m['latency_ms']:.3f} {cands.COST_SHORT.format(target=r.target)}, {m['size_bytes'] / 1e6:.2f} MB "
           f"{variant}", flush=True)
     return {"student": shape, "variant": variant, **{k: m[k] for k in cands.MEASURED},
-            f"{cands.METRIC}_full": cache[key]}
+            f"{cands.METRIC}_full": score}
 
 
 def retime_against_reference(study, cands, full: dict[int, float], ref: dict, select: str = "best") -> None:
@@ -439,10 +424,6 @@ def _storage(url: str, *, shared: bool):
     kw: dict = {"engine_kwargs": {"connect_args": {"timeout": 120}}} if url.startswith("sqlite") else {}
     if shared:
         kw.update(heartbeat_interval=30, grace_period=120)
-    import warnings
-
-    import time
-
     for attempt in range(5):
         try:
             with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5.0 (pinned): not the user's concern
@@ -472,20 +453,16 @@ def _copy_sqlite(src: Path, dst: Path) -> None:
     """A consistent copy of an SQLite file (the backup API: no half-written page even if a connection is open)."""
     import sqlite3
 
-    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+    with closing(sqlite3.connect(src)) as a, closing(sqlite3.connect(dst)) as b:
         a.backup(b)
-    b.close()
-    a.close()
 
 
 def _trained_twin(study, trial):
     """An earlier complete trial with the same parameters, or None."""
     from optuna.trial import TrialState
 
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.params == trial.params:
-            return t
-    return None
+    return next((t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                 if t.params == trial.params), None)
 
 
 def _constrain(trial, latency_over_ms: float, size_over_mb: float) -> None:
@@ -535,15 +512,14 @@ def run_worker(cfg) -> dict:
     return {"study": study.study_name, "trials": len(study.trials)}
 
 
-FLAGS = {"target": "target", "budget_ms": "budget_ms", "max_mb": "max_mb", "trials": "trials", "space": "space",
-         "fraction": "fraction", "storage": "storage", "variants": "variants",
-         "survivors": "survivors", "reference": "reference", "seed": "seed"}  # argparse dest -> [search] key
+# the flags' argparse dests, each the name of its [search] key
+FLAGS = ("target", "budget_ms", "max_mb", "trials", "space", "fraction", "storage", "variants", "survivors",
+         "reference", "seed")
 
 
 def flag_overrides(args) -> list[str]:
     """The flags given, as --set overrides of [search] (after the config's and --set's, so they win)."""
-    return [f"search.{key}={json.dumps(getattr(args, dest))}" for dest, key in FLAGS.items()
-            if getattr(args, dest, None) is not None]
+    return [f"search.{key}={json.dumps(getattr(args, key))}" for key in FLAGS if getattr(args, key, None) is not None]
 
 
 def add_cli(sub, common) -> None:
