@@ -48,7 +48,7 @@ def best_trial(study, searcher, full: dict[int, float] | None = None, select: st
     sign = 1.0 if searcher.DIRECTION == "maximize" else -1.0
     best = max(complete, key=lambda t: (sign * (full[t.number] if full else t.value),
                                         -t.user_attrs.get("latency_ms", 0.0), -t.number))
-    se = one_se(searcher, full, best) if select == "one-se" else None
+    se = standard_error(searcher, full[best.number]) if select == "one-se" and full else None
     if se is None:
         return best
     close = [t for t in complete if sign * (full[best.number] - full[t.number]) <= se + 1e-12]
@@ -61,17 +61,11 @@ def standard_error(searcher, score: float) -> float | None:
     return se(score) if callable(se) else None
 
 
-def one_se(searcher, full: dict[int, float] | None, best) -> float | None:
-    """One standard error of the best survivor's full-schedule score, or None where the rule does not apply:
-    no survivors, or a score without one."""
-    return standard_error(searcher, full[best.number]) if full and best is not None else None
-
-
 def selection(study, searcher, full: dict[int, float] | None, select: str) -> dict | None:
     """trials.json's account of the one-standard-error rule: the best score's trial, the margin and the pick;
-    None when the rule does not apply."""
+    None when the rule does not apply (no survivors, or a score without a standard error)."""
     top = best_trial(study, searcher, full, "best")
-    se = one_se(searcher, full, top) if select == "one-se" else None
+    se = standard_error(searcher, full[top.number]) if select == "one-se" and full and top is not None else None
     if se is None:
         return None
     pick = best_trial(study, searcher, full, select)
@@ -156,11 +150,10 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, 
     higher = searcher.DIRECTION == "maximize"
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    # a re-sampled shape reuses its twin's score (same_as_trial): plotted once
-    done = [r for r in rows if r[metric] is not None and r.get("same_as_trial") is None]
-    halved = [r for r in rows if r[metric] is None and r[per_rung] and r.get("same_as_trial") is None]
-    over = [r for r in rows if r["latency_ms"] is not None and r[metric] is None and not r[per_rung]
-            and r.get("same_as_trial") is None]
+    fresh = [r for r in rows if r.get("same_as_trial") is None]  # a re-sampled shape reuses its twin's score
+    done = [r for r in fresh if r[metric] is not None]
+    halved = [r for r in fresh if r[metric] is None and r[per_rung]]
+    over = [r for r in fresh if r["latency_ms"] is not None and r[metric] is None and not r[per_rung]]
     sized = done + halved
     top = max([r["size_bytes"] for r in sized] or [1]) or 1
     full = [r for r in done if r.get(f"{metric}_full") is not None]
