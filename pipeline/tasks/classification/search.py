@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from distill import search_space
+from distill.search_space import RNN_CELLS, config_keys
 from pipeline.config import BaselineSection, StudentSection
 from pipeline.data import read_labels
 from pipeline.errors import PipelineError
@@ -44,11 +46,8 @@ class Candidates(MeasurementCache):
     MEASURED = ("latency_ms", "size_bytes")
 
     # --- the task's side of the search (pipeline/search.py) -----------------------------------------
-    @staticmethod
-    def space(name: str):
-        from distill.search_space import get_space
-
-        return get_space(name)
+    space = staticmethod(search_space.get_space)  # the classification spaces: get_space's default task
+    shape_of = staticmethod(search_space.shape_of)
 
     @staticmethod
     def basis(cfg) -> dict:
@@ -63,8 +62,6 @@ class Candidates(MeasurementCache):
         """The best shape into the config dict: [student], or for an LSTM / GRU its [baseline] and
         bundle.model = "lstm_distilled" (the baseline stage trains it; the bundle ships it); with a searched
         variant (several search.variants), bundle.variant = the quantized file it was timed and scored as."""
-        from distill.search_space import RNN_CELLS, config_keys
-
         if variant:
             data["bundle"] = {**data["bundle"], "variant": variant}
         if shape["arch"] in RNN_CELLS:
@@ -80,15 +77,7 @@ class Candidates(MeasurementCache):
                 data["distill"] = {**data["distill"], "layer_map": []}
 
     def sample(self, trial, space) -> Candidate:
-        from distill.search_space import sample_candidate
-
-        return sample_candidate(trial, space, self.cfg.student, self.cfg.baseline)
-
-    @staticmethod
-    def shape_of(s: Candidate) -> dict:
-        from distill.search_space import shape_of
-
-        return shape_of(s)
+        return search_space.sample_candidate(trial, space, self.cfg.student, self.cfg.baseline)
 
     @staticmethod
     def section(s: Candidate) -> str:
@@ -356,8 +345,6 @@ class Candidates(MeasurementCache):
     def candidate_of(self, shape: dict) -> Candidate:
         """The config section of a trial's shape (its `student` user attribute): [student], or [baseline] for
         an LSTM / GRU, with the user's other settings."""
-        from distill.search_space import RNN_CELLS, config_keys
-
         base = self.cfg.baseline if shape["arch"] in RNN_CELLS else self.cfg.student
         return dataclasses.replace(base, **config_keys(shape))
 

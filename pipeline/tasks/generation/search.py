@@ -16,10 +16,12 @@ import json
 import logging
 import math
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from distill import search_space
 from pipeline.config import StudentSection
 from pipeline.errors import PipelineError
 from pipeline.search import MeasurementCache, rungs
@@ -45,11 +47,7 @@ class Candidates(MeasurementCache):
     MEASURED = ("latency_ms", "size_bytes", "decode_tokens_per_s", "ttft_ms")
 
     # --- the task's side of the search (pipeline/search.py) -----------------------------------------
-    @staticmethod
-    def space(name: str):
-        from distill.search_space import get_space
-
-        return get_space(name, "generation")
+    space = staticmethod(partial(search_space.get_space, task="generation"))
 
     @staticmethod
     def basis(cfg) -> dict:
@@ -63,20 +61,14 @@ class Candidates(MeasurementCache):
 
     @staticmethod
     def apply_best(data: dict, shape: dict, variant: str | None = None) -> None:
-        from distill.search_space import config_keys
-
-        data["student"] = {**data["student"], **config_keys(shape)}
+        data["student"] = {**data["student"], **search_space.config_keys(shape)}
 
     def sample(self, trial, space) -> StudentSection:
-        from distill.search_space import sample_decoder
-
-        return sample_decoder(trial, space, self.cfg.student)
+        return search_space.sample_decoder(trial, space, self.cfg.student)
 
     @staticmethod
     def shape_of(s: StudentSection) -> dict:
-        from distill.search_space import DECODER_SHAPE_KEYS
-
-        return {k: getattr(s, k) for k in DECODER_SHAPE_KEYS}
+        return {k: getattr(s, k) for k in search_space.DECODER_SHAPE_KEYS}
 
     @staticmethod
     def section(s: StudentSection) -> str:
