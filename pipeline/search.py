@@ -47,9 +47,10 @@ import socket
 import time
 import warnings
 from contextlib import closing
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, replace
 from pathlib import Path
 
+from pipeline.config import SearchSection
 from pipeline.errors import PipelineError
 from pipeline.search_checks import DEFAULT_VARIANTS
 
@@ -59,36 +60,19 @@ NEEDS = ["data", "teacher", "logits"]  # the stages whose outputs the search rea
 KEPT = ("study.db", "measurements.json", "survivors.json")
 
 
-@dataclass(frozen=True)
-class SearchRequest:
-    target: str
-    budget_ms: float
-    max_mb: float = 0.0  # 0 = no size limit
-    trials: int = 20  # total finished trials in the study (a resumed study runs only the missing ones)
-    space: str = "default"
-    fraction: float = 0.34  # share of distill.epochs each candidate trains for
-    storage: str = ""  # "" = SQLite in the run folder; else a shared SQLAlchemy URL
-    npu_compile: bool = False  # also prune candidates the HTP compiler does not take whole (npu.chips)
-    variants: tuple[str, ...] = DEFAULT_VARIANTS  # the files a candidate may ship; more than one: a dimension
-    survivors: int = 3  # the best trained trials retrained on the full schedule; the best of them is the result
-    reference: bool = True  # the config's own student trained and measured alike, as the yardstick (survivors > 0)
-    select: str = "one-se"  # which survivor is the result: the fastest within one standard error, or the best
-    seed: int = 0  # the sampler's seed; 0 = run.seed
-
-
-def request_of(cfg) -> SearchRequest:
-    """cfg.search as a request; the keys left "not set" (target, budget) are one error naming the flag."""
+def request_of(cfg) -> SearchSection:
+    """cfg.search as a request (its variants a tuple without repeats); the keys left "not set" (target,
+    budget) are one error naming the flag."""
     s = cfg.search
     if not s.target:
         raise PipelineError("search: no target: give --target mobile-cpu (or host-cpu), or set search.target")
     if not s.budget_ms > 0:
         raise PipelineError("search: no latency budget: give --budget-ms (a positive latency budget in "
                             "milliseconds), or set search.budget_ms")
-    return SearchRequest(s.target, s.budget_ms, s.max_mb, s.trials, s.space, s.fraction, s.storage, s.npu_compile,
-                         tuple(dict.fromkeys(s.variants)), s.survivors, s.reference, s.select, s.seed)
+    return replace(s, variants=tuple(dict.fromkeys(s.variants)))
 
 
-def check_npu(r: SearchRequest) -> None:
+def check_npu(r: SearchSection) -> None:
     """search.npu_compile needs Qualcomm's HTP compiler (onnxruntime-qnn): one error before any stage runs when
     it cannot run here (never a search that silently drops the gate)."""
     if not r.npu_compile:
@@ -111,7 +95,7 @@ def searcher_of(cfg) -> type:
     return task.search()
 
 
-def study_name(cfg, r: SearchRequest, searcher: type | None = None) -> str:
+def study_name(cfg, r: SearchSection, searcher: type | None = None) -> str:
     """One study per (target, budget, size limit, what a trial's score depends on): changing any of those
     starts a fresh study in the same storage; the same request resumes its own. In the run folder's own
     SQLite the logits are keyed by their content; in a shared storage by the settings that make them (the
@@ -193,22 +177,22 @@ def stage_search(ctx) -> dict:
     ref = run_reference(r, study, cands, work / "survivors.json") if full and r.reference else None
     if ref:
         retime_against_reference(study, cands, full, ref, r.select)
-    rows = write_outputs(study, ctx.out, r, cands, full, ref)
-    best = best_config(cfg, study, ctx.out, r.target, cands, full, ref, r.select)
+    doc = write_outputs(study, ctx.out, r, cands, full, ref)
+    rows = doc["trials"]
+    best = best_config(cfg, study, ctx.out, r.target, cands, full, doc)
     for name in ("measurements.json", "survivors.json"):
         if (work / name).is_file():
             shutil.copy2(work / name, ctx.out / name)
     if not r.storage:
         _copy_sqlite(work / "study.db", ctx.out / "study.db")
     finished = [t for t in rows if t["status"] in ("complete", "pruned")]
-    doc = json.loads((ctx.out / "trials.json").read_text())
     return {"study": study.study_name, "storage": "run folder" if not r.storage else _redacted(r.storage),
             "trials": len(finished), "complete": sum(t["status"] == "complete" for t in rows),
             "best_trial": doc["best_trial"], "best_config": best.name if best else None, "verdict": doc["verdict"],
             "workers": sorted({t["worker"] for t in rows if t.get("worker")})}
 
 
-def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, searcher: type):
+def run_trials(cfg, r: SearchSection, space, url: str, cache_path: Path | None, searcher: type):
     """Open (or resume) the study and run trials until it holds r.trials finished (complete or pruned) ones,
     whoever ran them. Returns (the study, the candidates object)."""
     import optuna
@@ -245,7 +229,7 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, 
     return study, cands
 
 
-def run_survivors(r: SearchRequest, study, cands, cache_path: Path) -> dict[int, float]:
+def run_survivors(r: SearchSection, study, cands, cache_path: Path) -> dict[int, float]:
     """{trial number: score after the full schedule} for the survivors. The short schedule ranks shapes
     cheaply but loosely (on the demo, validation scores of the top shapes sat within noise of each other and the
     best-ranked one was not the best once trained in full), so the best few are trained as the pipeline would
@@ -267,7 +251,7 @@ def run_survivors(r: SearchRequest, study, cands, cache_path: Path) -> dict[int,
     return out
 
 
-def _full_score(r: SearchRequest, study, cands, cache_path: Path, shape: dict, variant: str, starting: str) -> float:
+def _full_score(r: SearchSection, study, cands, cache_path: Path, shape: dict, variant: str, starting: str) -> float:
     """The score of shape after the full schedule (starting: the line printed before training it). Cached in
     survivors.json per (study, shape, variant), written after each: a resumed or repeated search retrains
     nothing it has trained."""
@@ -281,7 +265,7 @@ def _full_score(r: SearchRequest, study, cands, cache_path: Path, shape: dict, v
     return cache[key]
 
 
-def run_reference(r: SearchRequest, study, cands, cache_path: Path) -> dict:
+def run_reference(r: SearchSection, study, cands, cache_path: Path) -> dict:
     """The config's own [student], measured on the target as a trial is (r.variants[0]) and trained on the full
     schedule as a survivor is: {"student": shape, "variant", latency and size (cands.MEASURED), "<METRIC>_full"}.
     The yardstick for the result: a search whose best survivor scores below it has found nothing better than
@@ -318,7 +302,7 @@ def retime_against_reference(study, cands, full: dict[int, float], ref: dict, se
           f"{lr['ratio']:.3f}x its p50 (rounds {lr['ratio_range'][0]:.3f}-{lr['ratio_range'][1]:.3f})", flush=True)
 
 
-def _objective(cfg, r: SearchRequest, space, study, cands):
+def _objective(cfg, r: SearchSection, space, study, cands):
     import optuna
 
     from distill.search_space import config_keys
@@ -393,7 +377,7 @@ def _objective(cfg, r: SearchRequest, space, study, cands):
     return objective
 
 
-def _progress(r: SearchRequest, cands):
+def _progress(r: SearchSection, cands):
     """One line per finished trial (Optuna's own log is silenced): what was tried, what it cost, how it ended,
     so a long search can be followed without reading trials.json."""
     from optuna.trial import TrialState

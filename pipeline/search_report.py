@@ -7,7 +7,6 @@ import json
 import math
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 from pipeline.errors import PipelineError
 from pipeline.search_checks import DEFAULT_VARIANTS
@@ -103,7 +102,8 @@ def verdict(best, full: dict[int, float] | None, ref: dict | None, searcher, req
 
 
 def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | None = None,
-                  ref: dict | None = None) -> list[dict]:
+                  ref: dict | None = None) -> dict:
+    """search/trials.json and search/pareto.png; returns trials.json's document."""
     select = getattr(request, "select", "best")
     rows = trial_rows(study, searcher, full)
     best = best_trial(study, searcher, full, select)
@@ -118,7 +118,7 @@ def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | 
     doc["trials"] = rows
     _write(out / "trials.json", json.dumps(doc, indent=2))
     pareto_plot(rows, out / "pareto.png", request, searcher, None if best is None else best.number, ref)
-    return rows
+    return doc
 
 
 def pareto_plot(rows: list[dict], path: Path, request, searcher, best: int | None = None,
@@ -227,19 +227,19 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, 
     return fig
 
 
-def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, float] | None = None,
-                ref: dict | None = None, select: str = "best") -> Path | None:
-    """search/best-<target>.toml: cfg (as resolved) with the best complete trial's shape written in by the task
-    (searcher.apply_best: [student], or for a classification LSTM / GRU its [baseline] and bundle.model =
-    "lstm_distilled"); None if no trial completed. The file is checked with load_config before it is kept. The
-    [search] section is left out: the search is not part of `make all`."""
+def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, float] | None, doc: dict) -> Path | None:
+    """search/best-<target>.toml: cfg (as resolved) with the best complete trial's shape (trials.json's doc:
+    its best trial, selection and verdict) written in by the task (searcher.apply_best: [student], or for a
+    classification LSTM / GRU its [baseline] and bundle.model = "lstm_distilled"); None if no trial completed.
+    The file is checked with load_config before it is kept. The [search] section is left out: the search is not
+    part of `make all`."""
     from pipeline.config import load_config
 
-    best = best_trial(study, searcher, full, select)
     path = out / f"best-{target}.toml"
-    if best is None:  # a file from an earlier search (another budget) would pass for this one's result
+    if doc["best_trial"] is None:  # a file from an earlier search (another budget) would pass for this one's result
         path.unlink(missing_ok=True)
         return None
+    best = next(t for t in study.trials if t.number == doc["best_trial"])
     data = cfg.to_dict()
     data.pop("search", None)
     a = best.user_attrs
@@ -253,12 +253,11 @@ def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, fl
               f"#{best.number}, {searcher.METRIC.replace('_', ' ')} {score}, "
               f"{a.get('latency_ms', float('nan')):.3f} {searcher.COST_SHORT.format(target=target)}, "
               f"{a.get('size_bytes', 0) / 1e6:.2f} MB {variant}\n")
-    chosen = selection(study, searcher, full, select)
+    chosen = doc["selection"]
     if chosen and chosen["result"] != chosen["best_score_trial"]:
         header += f"# picked as {chosen['why']}\n"
-    said = verdict(best, full, ref, searcher, SimpleNamespace(target=target), select)
-    if said:
-        header += f"# {said}\n"
+    if doc["verdict"]:
+        header += f"# {doc['verdict']}\n"
     _write(path, header + dumps_toml(data))
     load_config(path)  # a file the pipeline would reject is a bug here, not the user's
     return path
