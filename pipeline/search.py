@@ -53,6 +53,7 @@ from pathlib import Path
 from pipeline.config import SearchSection
 from pipeline.errors import PipelineError
 from pipeline.search_checks import DEFAULT_VARIANTS
+from pipeline.search_report import best_config, best_trial, write_outputs, write_whole
 
 log = logging.getLogger("pocketformer")
 NEEDS = ["data", "teacher", "logits"]  # the stages whose outputs the search reads (its deps in the graph)
@@ -131,13 +132,6 @@ def _read_json(path: Path | None) -> dict:
     return json.loads(path.read_text()) if path and path.is_file() else {}
 
 
-def _write_json(data: dict, path: Path) -> None:
-    """path written whole then renamed: a kill mid-write leaves the previous file whole."""
-    tmp = path.with_suffix(".partial")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
 class MeasurementCache:
     """The candidates classes' shared mechanics: measurements.json (pre-training measurements keyed by what
     decides them) loaded once and rewritten whole after each new entry, and the short schedule's rungs."""
@@ -149,7 +143,7 @@ class MeasurementCache:
 
     def _save(self) -> None:
         if self.cache_path is not None:  # else measurements kept in memory only
-            _write_json(self.cache, self.cache_path)
+            write_whole(self.cache_path, json.dumps(self.cache, indent=1, sort_keys=True))
 
     def rungs(self, fraction: float) -> list[float]:
         """The short schedule: fraction * distill.epochs, cut into rungs of at most one epoch each."""
@@ -160,8 +154,6 @@ class MeasurementCache:
 def stage_search(ctx) -> dict:
     """Every searchable task's step for `search`: run (or resume) the study until it holds search.trials
     finished trials, then write the outputs into the stage's folder."""
-    from pipeline.search_report import best_config, write_outputs
-
     cfg = ctx.cfg
     searcher = searcher_of(cfg)
     r = request_of(cfg)
@@ -213,9 +205,8 @@ def run_trials(cfg, r: SearchSection, space, url: str, cache_path: Path | None, 
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = optuna.samplers.TPESampler(seed=r.seed or cfg.run.seed, multivariate=True, group=True,
                                              n_startup_trials=max(10, r.trials // 3))
-    study = optuna.create_study(study_name=study_name(cfg, r, searcher),
-                                storage=_storage(url, shared=bool(r.storage)), direction=searcher.DIRECTION,
-                                sampler=sampler,
+    study = optuna.create_study(study_name=study_name(cfg, r, searcher), storage=_storage(url, shared=bool(r.storage)),
+                                direction=searcher.DIRECTION, sampler=sampler,
                                 pruner=optuna.pruners.SuccessiveHalvingPruner(), load_if_exists=True)
     if not r.storage:
         _fail_interrupted(study)  # the run lock says no other process uses this study
@@ -261,7 +252,7 @@ def _full_score(r: SearchSection, study, cands, cache_path: Path, shape: dict, v
         print(starting, flush=True)
         # as a trial: the file's own score unless int8-dynamic alone
         cache[key] = cands.full_schedule(cands.candidate_of(shape), variant if r.variants != DEFAULT_VARIANTS else None)
-        _write_json(cache, cache_path)
+        write_whole(cache_path, json.dumps(cache, indent=1, sort_keys=True))
     return cache[key]
 
 
@@ -288,16 +279,13 @@ def retime_against_reference(study, cands, full: dict[int, float], ref: dict, se
     """ref["latency_ratio"]: the result's latency over the reference's, timed in alternating rounds in one
     process (cands.compare_latency) rather than from two measurements taken minutes apart; tasks that cannot
     (generation: decode timing) keep the ratio of the cached measurements."""
-    from pipeline.search_report import best_trial
-
     best = best_trial(study, cands, full, select)
     if best is None or not hasattr(cands, "compare_latency"):
         return
     shape, variant = best.user_attrs["student"], best.user_attrs.get("variant", ref["variant"])
     mine = (cands.candidate_of(shape), shape, variant)
     theirs = (cands.candidate_of(ref["student"]), ref["student"], ref["variant"])
-    ref["latency_ratio"] = cands.compare_latency(theirs, mine)
-    lr = ref["latency_ratio"]
+    ref["latency_ratio"] = lr = cands.compare_latency(theirs, mine)
     print(f"[search] trial {best.number} against the reference, {lr['rounds']} alternating rounds: "
           f"{lr['ratio']:.3f}x its p50 (rounds {lr['ratio_range'][0]:.3f}-{lr['ratio_range'][1]:.3f})", flush=True)
 

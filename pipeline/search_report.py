@@ -29,10 +29,12 @@ def trial_rows(study, searcher, full: dict[int, float] | None = None) -> list[di
     return rows
 
 
-def _write(path: Path, text: str) -> None:
+def write_whole(path: Path, text: str) -> None:
+    """text into path through a .partial file renamed over it: readers never see half a file, and a kill
+    mid-write leaves the previous one whole."""
     tmp = path.with_name(path.name + ".partial")
     tmp.write_text(text)
-    os.replace(tmp, path)  # readers never see half a file
+    os.replace(tmp, path)
 
 
 def best_trial(study, searcher, full: dict[int, float] | None = None, select: str = "best"):
@@ -116,7 +118,7 @@ def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | 
     if searcher.DIRECTION == "minimize":  # say which way is better where it is not the usual "higher"
         doc["lower_is_better"] = True
     doc["trials"] = rows
-    _write(out / "trials.json", json.dumps(doc, indent=2))
+    write_whole(out / "trials.json", json.dumps(doc, indent=2))
     pareto_plot(rows, out / "pareto.png", request, searcher, None if best is None else best.number, ref)
     return doc
 
@@ -258,7 +260,7 @@ def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, fl
         header += f"# picked as {chosen['why']}\n"
     if doc["verdict"]:
         header += f"# {doc['verdict']}\n"
-    _write(path, header + dumps_toml(data))
+    write_whole(path, header + dumps_toml(data))
     load_config(path)  # a file the pipeline would reject is a bug here, not the user's
     return path
 
