@@ -324,9 +324,30 @@ class Candidates(MeasurementCache):
     def distill(self, s: Candidate, fraction: float, report, score_variant: str | None = None) -> float:
         """Distil a student of shape s from the cached teacher logits (logit loss only: the teacher is not run)
         for the short schedule; after each rung, report(rung, validation accuracy) may raise to stop it.
-        Each rung is one distill_student call (its learning-rate schedule restarts per rung). The score is the
-        trained model's validation accuracy, or with score_variant that quantized file's (ONNX Runtime)."""
-        model, acc = self._distilled(s, fraction, report)
+        Each rung is one distill_student call (its learning-rate schedule restarts per rung); an RNN is the
+        baseline stage's distilled RNN (train_rnn with the teacher logits, baseline.distill_loss and
+        distill.temperature) for fraction * baseline.epochs. The score is the trained model's validation
+        accuracy, or with score_variant that quantized file's (ONNX Runtime)."""
+        from distill.baseline import train_rnn
+        from distill.distiller import distill_student
+        from distill.train import TrainOptions, seed_everything
+
+        cfg, tok = self.cfg, self.teacher.tokenizer
+        seed_everything(cfg.run.seed)
+        model, layer_map = self.build(s)
+        rnn = isinstance(s, BaselineSection)
+        acc = 0.0
+        for i, epochs in enumerate(rungs(s.epochs, fraction) if rnn else self.rungs(fraction)):
+            if rnn:
+                train_rnn(model, tok, self.texts, self.y, dataclasses.replace(s, epochs=epochs), self.rnn_length(s),
+                          cfg.run.seed + i, f"search: {s.cell}", teacher_logits=self.teacher_logits,
+                          temperature=cfg.distill.temperature)
+            else:
+                d = dataclasses.replace(cfg.distill, epochs=epochs, hidden_weight=0.0, attention_weight=0.0)
+                distill_student(model, None, tok, self.texts, self.y, self.teacher_logits, d, layer_map,
+                                s.max_length, cfg.run.seed + i, TrainOptions())
+            acc = self.validation_accuracy(model.cpu(), s)
+            report(i, acc)
         return self.file_accuracy(model, s, score_variant) if score_variant else acc
 
     def file_accuracy(self, model, s: Candidate, variant: str) -> float:
@@ -377,32 +398,6 @@ class Candidates(MeasurementCache):
                             s.max_length, cfg.run.seed, opts)
         model.cpu()
         return self.file_accuracy(model, s, score_variant) if score_variant else self.validation_accuracy(model, s)
-
-    def _distilled(self, s: Candidate, fraction: float, report):
-        """(the trained model, its last rung's validation accuracy). A transformer: distill_student on the logits
-        alone per rung; an RNN: the baseline stage's distilled RNN (train_rnn with the teacher logits,
-        baseline.distill_loss and distill.temperature) for fraction * baseline.epochs."""
-        from distill.baseline import train_rnn
-        from distill.distiller import distill_student
-        from distill.train import TrainOptions, seed_everything
-
-        cfg, tok = self.cfg, self.teacher.tokenizer
-        seed_everything(cfg.run.seed)
-        model, layer_map = self.build(s)
-        rnn = isinstance(s, BaselineSection)
-        acc = 0.0
-        for i, epochs in enumerate(rungs(s.epochs, fraction) if rnn else self.rungs(fraction)):
-            if rnn:
-                train_rnn(model, tok, self.texts, self.y, dataclasses.replace(s, epochs=epochs), self.rnn_length(s),
-                          cfg.run.seed + i, f"search: {s.cell}", teacher_logits=self.teacher_logits,
-                          temperature=cfg.distill.temperature)
-            else:
-                d = dataclasses.replace(cfg.distill, epochs=epochs, hidden_weight=0.0, attention_weight=0.0)
-                distill_student(model, None, tok, self.texts, self.y, self.teacher_logits, d, layer_map,
-                                s.max_length, cfg.run.seed + i, TrainOptions())
-            acc = self.validation_accuracy(model.cpu(), s)
-            report(i, acc)
-        return model, acc
 
     def standard_error(self, accuracy: float) -> float:
         """One binomial standard error of an accuracy on this validation split: search.select's margin."""
