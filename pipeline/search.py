@@ -76,12 +76,9 @@ def request_of(cfg) -> SearchSection:
 def check_npu(r: SearchSection) -> None:
     """search.npu_compile needs Qualcomm's HTP compiler (onnxruntime-qnn): one error before any stage runs when
     it cannot run here (never a search that silently drops the gate)."""
-    if not r.npu_compile:
-        return
     from eval.qnn import unavailable_reason
 
-    why = unavailable_reason()
-    if why:
+    if r.npu_compile and (why := unavailable_reason()):
         raise PipelineError(f"search.npu_compile = true compiles every candidate for the HTP, but {why}; or set "
                             f"search.npu_compile = false")
 
