@@ -81,24 +81,31 @@ def get_space(name: str, task: str = "classification") -> SearchSpace:
 
 
 def sample_decoder(trial, space: SearchSpace, base: StudentSection) -> StudentSection:
-    """A generation [student] section (a decoder: arch, layers, hidden, heads, ffn) from the trial's choices;
-    init stays as in the user's config ("teacher-layers" becomes "teacher-pca": it needs the teacher's width)."""
-    hidden = trial.suggest_categorical("hidden", list(space.hidden))
+    """A generation [student] section (a decoder: arch, layers, hidden, heads, ffn) from the trial's choices."""
+    return _sampled(trial, space, base, trial.suggest_categorical("hidden", list(space.hidden)))
+
+
+def _sampled(trial, space: SearchSpace, base: StudentSection, hidden: int, **keys) -> StudentSection:
+    """base with arch, layers, heads and ffn from the trial's choices, hidden and keys; init stays as in the
+    user's config, but "teacher-layers" becomes "teacher-pca" (copying teacher layers needs the teacher's own
+    width: not searchable)."""
     s = dataclasses.replace(
         base, arch=trial.suggest_categorical("arch", list(space.arch)),
         layers=trial.suggest_categorical("layers", list(space.layers)), hidden=hidden,
         heads=trial.suggest_categorical("heads", list(space.heads)),
-        ffn=hidden * trial.suggest_categorical("ffn_ratio", list(space.ffn_ratio)))
-    if s.init == "teacher-layers":
-        s = dataclasses.replace(s, init="teacher-pca")
-    return s
+        ffn=hidden * trial.suggest_categorical("ffn_ratio", list(space.ffn_ratio)), **keys)
+    return dataclasses.replace(s, init="teacher-pca") if s.init == "teacher-layers" else s
+
+
+def _vocab(trial, space: SearchSpace, cap: int) -> dict:
+    """vocab from the trial's choices, and vocab_size_max: sampled for a "training" vocabulary, else cap."""
+    vocab = trial.suggest_categorical("vocab", list(space.vocab))
+    if vocab == "training":
+        cap = trial.suggest_categorical("vocab_size_max", list(space.vocab_size_max))
+    return {"vocab": vocab, "vocab_size_max": cap}
 
 
 DECODER_SHAPE_KEYS = ("arch", "layers", "hidden", "heads", "ffn", "init")  # what build_llama reads of [student]
-
-
-def is_rnn(s) -> bool:
-    return isinstance(s, BaselineSection)
 
 
 def sample_candidate(trial, space: SearchSpace, base: StudentSection, base_rnn: BaselineSection):
@@ -109,34 +116,21 @@ def sample_candidate(trial, space: SearchSpace, base: StudentSection, base_rnn: 
     arch = trial.suggest_categorical("arch", list(space.arch))
     if arch not in RNN_CELLS:
         return sample_student(trial, space, base)
-    vocab = trial.suggest_categorical("vocab", list(space.vocab))
-    cap = trial.suggest_categorical("vocab_size_max", list(space.vocab_size_max)) if vocab == "training" \
-        else base_rnn.vocab_size_max
+    vocab = _vocab(trial, space, base_rnn.vocab_size_max)
     return dataclasses.replace(
         base_rnn, cell=arch, layers=trial.suggest_categorical("rnn_layers", list(space.rnn_layers)),
         hidden=trial.suggest_categorical("rnn_hidden", list(space.rnn_hidden)),
         embed_dim=trial.suggest_categorical("rnn_embed", list(space.rnn_embed)),
-        bidirectional=trial.suggest_categorical("rnn_bidirectional", list(space.rnn_bidirectional)),
-        vocab=vocab, vocab_size_max=cap)
+        bidirectional=trial.suggest_categorical("rnn_bidirectional", list(space.rnn_bidirectional)), **vocab)
 
 
 def sample_student(trial, space: SearchSpace, base: StudentSection) -> StudentSection:
     """One [student] section from the trial's choices; what the space does not sample (init, max_length,
     max_positions) stays as in the user's config."""
     hidden = trial.suggest_categorical("hidden", list(space.hidden))
-    vocab = trial.suggest_categorical("vocab", list(space.vocab))
-    cap = trial.suggest_categorical("vocab_size_max", list(space.vocab_size_max)) if vocab == "training" \
-        else base.vocab_size_max
+    vocab = _vocab(trial, space, base.vocab_size_max)
     emb = int(hidden * trial.suggest_categorical("embedding_ratio", list(space.embedding_ratio)))
-    s = dataclasses.replace(
-        base, arch=trial.suggest_categorical("arch", list(space.arch)),
-        layers=trial.suggest_categorical("layers", list(space.layers)), hidden=hidden,
-        heads=trial.suggest_categorical("heads", list(space.heads)),
-        ffn=hidden * trial.suggest_categorical("ffn_ratio", list(space.ffn_ratio)),
-        embedding_dim=emb, vocab=vocab, vocab_size_max=cap)
-    if s.init == "teacher-layers":  # copying teacher layers needs the teacher's own width: not searchable
-        s = dataclasses.replace(s, init="teacher-pca")
-    return s
+    return _sampled(trial, space, base, hidden, embedding_dim=emb, **vocab)
 
 
 RNN_SHAPE_KEYS = ("embed_dim", "hidden", "layers", "bidirectional", "vocab", "vocab_size_max", "max_length")
@@ -147,7 +141,7 @@ SHAPE_KEYS = ("arch", "layers", "hidden", "heads", "ffn", "embedding_dim", "voca
 def shape_of(s: StudentSection | BaselineSection) -> dict:
     """The settings that decide a candidate's graph (its latency and file size): [student] keys, or for an RNN
     "arch" (= baseline.cell) and [baseline] keys."""
-    if is_rnn(s):
+    if isinstance(s, BaselineSection):
         return {"arch": s.cell, **{k: getattr(s, k) for k in RNN_SHAPE_KEYS}}
     return {k: getattr(s, k) for k in SHAPE_KEYS}
 

@@ -44,11 +44,16 @@ import math
 import os
 import shutil
 import socket
-from dataclasses import asdict, dataclass
+import time
+import warnings
+from contextlib import closing
+from dataclasses import asdict, replace
 from pathlib import Path
 
+from pipeline.config import SearchSection
 from pipeline.errors import PipelineError
 from pipeline.search_checks import DEFAULT_VARIANTS
+from pipeline.search_report import best_config, best_trial, write_outputs, write_whole
 
 log = logging.getLogger("pocketformer")
 NEEDS = ["data", "teacher", "logits"]  # the stages whose outputs the search reads (its deps in the graph)
@@ -56,58 +61,26 @@ NEEDS = ["data", "teacher", "logits"]  # the stages whose outputs the search rea
 KEPT = ("study.db", "measurements.json", "survivors.json")
 
 
-@dataclass(frozen=True)
-class SearchRequest:
-    target: str
-    budget_ms: float
-    max_mb: float = 0.0  # 0 = no size limit
-    trials: int = 20  # total finished trials in the study (a resumed study runs only the missing ones)
-    space: str = "default"
-    fraction: float = 0.34  # share of distill.epochs each candidate trains for
-    storage: str = ""  # "" = SQLite in the run folder; else a shared SQLAlchemy URL
-    npu_compile: bool = False  # also prune candidates the HTP compiler does not take whole (npu.chips)
-    variants: tuple[str, ...] = DEFAULT_VARIANTS  # the files a candidate may ship; more than one: a dimension
-    survivors: int = 3  # the best trained trials retrained on the full schedule; the best of them is the result
-    reference: bool = True  # the config's own student trained and measured alike, as the yardstick (survivors > 0)
-    select: str = "one-se"  # which survivor is the result: the fastest within one standard error, or the best
-    seed: int = 0  # the sampler's seed; 0 = run.seed
-
-
-def request_of(cfg) -> SearchRequest:
-    """cfg.search as a request; the keys left "not set" (target, budget) are one error naming the flag."""
+def request_of(cfg) -> SearchSection:
+    """cfg.search as a request (its variants a tuple without repeats); the keys left "not set" (target,
+    budget) are one error naming the flag."""
     s = cfg.search
     if not s.target:
         raise PipelineError("search: no target: give --target mobile-cpu (or host-cpu), or set search.target")
     if not s.budget_ms > 0:
         raise PipelineError("search: no latency budget: give --budget-ms (a positive latency budget in "
                             "milliseconds), or set search.budget_ms")
-    return SearchRequest(s.target, s.budget_ms, s.max_mb, s.trials, s.space, s.fraction, s.storage, s.npu_compile,
-                         tuple(dict.fromkeys(s.variants)), s.survivors, s.reference, s.select, s.seed)
+    return replace(s, variants=tuple(dict.fromkeys(s.variants)))
 
 
-def check_npu(r: SearchRequest) -> None:
+def check_npu(r: SearchSection) -> None:
     """search.npu_compile needs Qualcomm's HTP compiler (onnxruntime-qnn): one error before any stage runs when
     it cannot run here (never a search that silently drops the gate)."""
-    if not r.npu_compile:
-        return
     from eval.qnn import unavailable_reason
 
-    why = unavailable_reason()
-    if why:
+    if r.npu_compile and (why := unavailable_reason()):
         raise PipelineError(f"search.npu_compile = true compiles every candidate for the HTP, but {why}; or set "
                             f"search.npu_compile = false")
-
-
-def check_request(r: SearchRequest) -> None:
-    """The load-time checks (pipeline/search_checks.py) for a request built in code."""
-    from pipeline.search_checks import check_target
-
-    check_target(r.target)
-    if not r.budget_ms > 0:
-        raise PipelineError(f"search --budget-ms {r.budget_ms}: give a positive latency budget in milliseconds")
-    if r.max_mb < 0 or r.trials < 1 or not 0 < r.fraction <= 1 or r.survivors < 0:
-        raise PipelineError(f"search: --max-mb {r.max_mb:g} must be >= 0, --trials {r.trials} >= 1, "
-                            f"--fraction {r.fraction:g} in (0, 1] and --survivors {r.survivors} >= 0")
 
 
 def searcher_of(cfg) -> type:
@@ -120,7 +93,7 @@ def searcher_of(cfg) -> type:
     return task.search()
 
 
-def study_name(cfg, r: SearchRequest, searcher: type | None = None) -> str:
+def study_name(cfg, r: SearchSection, searcher: type | None = None) -> str:
     """One study per (target, budget, size limit, what a trial's score depends on): changing any of those
     starts a fresh study in the same storage; the same request resumes its own. In the run folder's own
     SQLite the logits are keyed by their content; in a shared storage by the settings that make them (the
@@ -152,6 +125,10 @@ def rungs(epochs: float, fraction: float) -> list[float]:
     return [total / n] * n
 
 
+def _read_json(path: Path | None) -> dict:
+    return json.loads(path.read_text()) if path and path.is_file() else {}
+
+
 class MeasurementCache:
     """The candidates classes' shared mechanics: measurements.json (pre-training measurements keyed by what
     decides them) loaded once and rewritten whole after each new entry, and the short schedule's rungs."""
@@ -159,14 +136,11 @@ class MeasurementCache:
     def _load_cache(self, cfg, cache_path: Path | None) -> None:
         self.cfg = cfg
         self.cache_path = cache_path  # None: measurements kept in memory only (a worker of a shared study)
-        self.cache: dict = json.loads(cache_path.read_text()) if cache_path and cache_path.is_file() else {}
+        self.cache = _read_json(cache_path)
 
     def _save(self) -> None:
-        if self.cache_path is None:  # measurements kept in memory only
-            return
-        tmp_path = self.cache_path.with_suffix(".partial")
-        tmp_path.write_text(json.dumps(self.cache, indent=1, sort_keys=True))
-        os.replace(tmp_path, self.cache_path)  # a kill mid-write leaves the previous cache whole
+        if self.cache_path is not None:  # else measurements kept in memory only
+            write_whole(self.cache_path, json.dumps(self.cache, indent=1, sort_keys=True))
 
     def rungs(self, fraction: float) -> list[float]:
         """The short schedule: fraction * distill.epochs, cut into rungs of at most one epoch each."""
@@ -177,8 +151,6 @@ class MeasurementCache:
 def stage_search(ctx) -> dict:
     """Every searchable task's step for `search`: run (or resume) the study until it holds search.trials
     finished trials, then write the outputs into the stage's folder."""
-    from pipeline.search_report import best_config, write_outputs
-
     cfg = ctx.cfg
     searcher = searcher_of(cfg)
     r = request_of(cfg)
@@ -194,22 +166,22 @@ def stage_search(ctx) -> dict:
     ref = run_reference(r, study, cands, work / "survivors.json") if full and r.reference else None
     if ref:
         retime_against_reference(study, cands, full, ref, r.select)
-    rows = write_outputs(study, ctx.out, r, cands, full, ref)
-    best = best_config(cfg, study, ctx.out, r.target, cands, full, ref, r.select)
+    doc = write_outputs(study, ctx.out, r, cands, full, ref)
+    rows = doc["trials"]
+    best = best_config(cfg, study, ctx.out, r.target, cands, full, doc)
     for name in ("measurements.json", "survivors.json"):
         if (work / name).is_file():
             shutil.copy2(work / name, ctx.out / name)
     if not r.storage:
         _copy_sqlite(work / "study.db", ctx.out / "study.db")
     finished = [t for t in rows if t["status"] in ("complete", "pruned")]
-    doc = json.loads((ctx.out / "trials.json").read_text())
     return {"study": study.study_name, "storage": "run folder" if not r.storage else _redacted(r.storage),
             "trials": len(finished), "complete": sum(t["status"] == "complete" for t in rows),
             "best_trial": doc["best_trial"], "best_config": best.name if best else None, "verdict": doc["verdict"],
             "workers": sorted({t["worker"] for t in rows if t.get("worker")})}
 
 
-def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, searcher: type):
+def run_trials(cfg, r: SearchSection, space, url: str, cache_path: Path | None, searcher: type):
     """Open (or resume) the study and run trials until it holds r.trials finished (complete or pruned) ones,
     whoever ran them. Returns (the study, the candidates object)."""
     import optuna
@@ -218,7 +190,6 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, 
 
     from pipeline.tasks.common import threads
 
-    check_request(r)
     check_npu(r)
     threads(cfg)  # run.threads for the candidates' training, as in the distill stage
     cands = searcher(cfg, r.target, cache_path)
@@ -227,15 +198,12 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, 
     # multivariate + group: the space is conditional (an arch's own parameters), which independent TPE models
     # badly; a third of the trials sampled at random first: with the defaults (10, independent) the demo's
     # 45-trial half-budget search re-sampled shapes it had trained in 21 trials (same_as_trial), training 4
-    import warnings
-
     with warnings.catch_warnings():  # "experimental" options in Optuna 5.0 (pinned): not the user's concern
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         sampler = optuna.samplers.TPESampler(seed=r.seed or cfg.run.seed, multivariate=True, group=True,
                                              n_startup_trials=max(10, r.trials // 3))
-    study = optuna.create_study(study_name=study_name(cfg, r, searcher),
-                                storage=_storage(url, shared=bool(r.storage)), direction=searcher.DIRECTION,
-                                sampler=sampler,
+    study = optuna.create_study(study_name=study_name(cfg, r, searcher), storage=_storage(url, shared=bool(r.storage)),
+                                direction=searcher.DIRECTION, sampler=sampler,
                                 pruner=optuna.pruners.SuccessiveHalvingPruner(), load_if_exists=True)
     if not r.storage:
         _fail_interrupted(study)  # the run lock says no other process uses this study
@@ -249,50 +217,43 @@ def run_trials(cfg, r: SearchRequest, space, url: str, cache_path: Path | None, 
     return study, cands
 
 
-def survivor_trials(study, r: SearchRequest, searcher) -> list:
-    """The r.survivors best complete trials by their short-schedule score (ties: faster, then earlier)."""
-    sign = 1.0 if searcher.DIRECTION == "maximize" else -1.0
-    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
-    ranked = sorted(complete, key=lambda t: (-sign * t.value, t.user_attrs.get("latency_ms", 0.0), t.number))
-    return ranked[: r.survivors]
-
-
-def run_survivors(r: SearchRequest, study, cands, cache_path: Path) -> dict[int, float]:
+def run_survivors(r: SearchSection, study, cands, cache_path: Path) -> dict[int, float]:
     """{trial number: score after the full schedule} for the survivors. The short schedule ranks shapes
     cheaply but loosely (on the demo, validation scores of the top shapes sat within noise of each other and the
     best-ranked one was not the best once trained in full), so the best few are trained as the pipeline would
-    train them and the result is the best of those. Cached in survivors.json per (study, shape, variant): a
-    resumed or repeated search retrains nothing it has trained."""
-    picks = survivor_trials(study, r, cands)
-    if not picks:
-        return {}
-    cache: dict = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+    train them and the result is the best of those. The survivors: the r.survivors best complete trials by
+    their short-schedule score (ties: faster, then earlier)."""
+    sign = 1.0 if cands.DIRECTION == "maximize" else -1.0
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    picks = sorted(complete, key=lambda t: (-sign * t.value, t.user_attrs.get("latency_ms", 0.0), t.number))
+    picks = picks[: r.survivors]
     metric = cands.METRIC.replace("_", " ")
-    scored = r.variants != DEFAULT_VARIANTS  # as a trial: the file's own score unless int8-dynamic alone
     out = {}
     for i, t in enumerate(picks, 1):
-        variant = t.user_attrs.get("variant", r.variants[0])
-        key = json.dumps({"study": study.study_name, "student": t.user_attrs["student"], "variant": variant},
-                         sort_keys=True)
-        if key not in cache:
-            print(f"[search] survivor {i}/{len(picks)}: trial {t.number} on the full schedule "
-                  f"({metric} {t.value:.4f} after the short one)", flush=True)
-            cache[key] = cands.full_schedule(cands.candidate_of(t.user_attrs["student"]), variant if scored else None)
-            _save_scores(cache, cache_path)
-        out[t.number] = cache[key]
-        print(f"[search] survivor {i}/{len(picks)}: trial {t.number}: {metric} {cache[key]:.4f} after the full "
+        out[t.number] = _full_score(r, study, cands, cache_path, t.user_attrs["student"],
+                                    t.user_attrs.get("variant", r.variants[0]),
+                                    f"[search] survivor {i}/{len(picks)}: trial {t.number} on the full schedule "
+                                    f"({metric} {t.value:.4f} after the short one)")
+        print(f"[search] survivor {i}/{len(picks)}: trial {t.number}: {metric} {out[t.number]:.4f} after the full "
               f"schedule", flush=True)
     return out
 
 
-def _save_scores(cache: dict, cache_path: Path) -> None:
-    """survivors.json, written whole then renamed: a kill mid-write keeps the scores already trained."""
-    tmp = cache_path.with_suffix(".partial")
-    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-    os.replace(tmp, cache_path)
+def _full_score(r: SearchSection, study, cands, cache_path: Path, shape: dict, variant: str, starting: str) -> float:
+    """The score of shape after the full schedule (starting: the line printed before training it). Cached in
+    survivors.json per (study, shape, variant), written after each: a resumed or repeated search retrains
+    nothing it has trained."""
+    cache = _read_json(cache_path)
+    key = json.dumps({"study": study.study_name, "student": shape, "variant": variant}, sort_keys=True)
+    if key not in cache:
+        print(starting, flush=True)
+        # as a trial: the file's own score unless int8-dynamic alone
+        cache[key] = cands.full_schedule(cands.candidate_of(shape), variant if r.variants != DEFAULT_VARIANTS else None)
+        write_whole(cache_path, json.dumps(cache, indent=1, sort_keys=True))
+    return cache[key]
 
 
-def run_reference(r: SearchRequest, study, cands, cache_path: Path) -> dict:
+def run_reference(r: SearchSection, study, cands, cache_path: Path) -> dict:
     """The config's own [student], measured on the target as a trial is (r.variants[0]) and trained on the full
     schedule as a survivor is: {"student": shape, "variant", latency and size (cands.MEASURED), "<METRIC>_full"}.
     The yardstick for the result: a search whose best survivor scores below it has found nothing better than
@@ -301,39 +262,32 @@ def run_reference(r: SearchRequest, study, cands, cache_path: Path) -> dict:
     s = cands.candidate_of(cands.shape_of(cands.cfg.student))
     shape, variant = cands.shape_of(s), r.variants[0]
     m = cands.measure(s, shape, variant)
-    cache: dict = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
-    key = json.dumps({"study": study.study_name, "student": shape, "variant": variant}, sort_keys=True)
+    score = _full_score(r, study, cands, cache_path, shape, variant,
+                        "[search] reference: the config's own [student] on the full schedule")
     metric = cands.METRIC.replace("_", " ")
-    if key not in cache:
-        print("[search] reference: the config's own [student] on the full schedule", flush=True)
-        cache[key] = cands.full_schedule(s, variant if r.variants != DEFAULT_VARIANTS else None)
-        _save_scores(cache, cache_path)
-    print(f"[search] reference: the config's own [student]: {metric} {cache[key]:.4f} after the full schedule, "
+    print(f"[search] reference: the config's own [student]: {metric} {score:.4f} after the full schedule, "
           f"{m['latency_ms']:.3f} {cands.COST_SHORT.format(target=r.target)}, {m['size_bytes'] / 1e6:.2f} MB "
           f"{variant}", flush=True)
     return {"student": shape, "variant": variant, **{k: m[k] for k in cands.MEASURED},
-            f"{cands.METRIC}_full": cache[key]}
+            f"{cands.METRIC}_full": score}
 
 
 def retime_against_reference(study, cands, full: dict[int, float], ref: dict, select: str = "best") -> None:
     """ref["latency_ratio"]: the result's latency over the reference's, timed in alternating rounds in one
     process (cands.compare_latency) rather than from two measurements taken minutes apart; tasks that cannot
     (generation: decode timing) keep the ratio of the cached measurements."""
-    from pipeline.search_report import best_trial
-
     best = best_trial(study, cands, full, select)
     if best is None or not hasattr(cands, "compare_latency"):
         return
     shape, variant = best.user_attrs["student"], best.user_attrs.get("variant", ref["variant"])
     mine = (cands.candidate_of(shape), shape, variant)
     theirs = (cands.candidate_of(ref["student"]), ref["student"], ref["variant"])
-    ref["latency_ratio"] = cands.compare_latency(theirs, mine)
-    lr = ref["latency_ratio"]
+    ref["latency_ratio"] = lr = cands.compare_latency(theirs, mine)
     print(f"[search] trial {best.number} against the reference, {lr['rounds']} alternating rounds: "
           f"{lr['ratio']:.3f}x its p50 (rounds {lr['ratio_range'][0]:.3f}-{lr['ratio_range'][1]:.3f})", flush=True)
 
 
-def _objective(cfg, r: SearchRequest, space, study, cands):
+def _objective(cfg, r: SearchSection, space, study, cands):
     import optuna
 
     from distill.search_space import config_keys
@@ -408,7 +362,7 @@ def _objective(cfg, r: SearchRequest, space, study, cands):
     return objective
 
 
-def _progress(r: SearchRequest, cands):
+def _progress(r: SearchSection, cands):
     """One line per finished trial (Optuna's own log is silenced): what was tried, what it cost, how it ended,
     so a long search can be followed without reading trials.json."""
     from optuna.trial import TrialState
@@ -439,10 +393,6 @@ def _storage(url: str, *, shared: bool):
     kw: dict = {"engine_kwargs": {"connect_args": {"timeout": 120}}} if url.startswith("sqlite") else {}
     if shared:
         kw.update(heartbeat_interval=30, grace_period=120)
-    import warnings
-
-    import time
-
     for attempt in range(5):
         try:
             with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5.0 (pinned): not the user's concern
@@ -472,20 +422,16 @@ def _copy_sqlite(src: Path, dst: Path) -> None:
     """A consistent copy of an SQLite file (the backup API: no half-written page even if a connection is open)."""
     import sqlite3
 
-    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+    with closing(sqlite3.connect(src)) as a, closing(sqlite3.connect(dst)) as b:
         a.backup(b)
-    b.close()
-    a.close()
 
 
 def _trained_twin(study, trial):
     """An earlier complete trial with the same parameters, or None."""
     from optuna.trial import TrialState
 
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.params == trial.params:
-            return t
-    return None
+    return next((t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                 if t.params == trial.params), None)
 
 
 def _constrain(trial, latency_over_ms: float, size_over_mb: float) -> None:
@@ -535,15 +481,14 @@ def run_worker(cfg) -> dict:
     return {"study": study.study_name, "trials": len(study.trials)}
 
 
-FLAGS = {"target": "target", "budget_ms": "budget_ms", "max_mb": "max_mb", "trials": "trials", "space": "space",
-         "fraction": "fraction", "storage": "storage", "variants": "variants",
-         "survivors": "survivors", "reference": "reference", "seed": "seed"}  # argparse dest -> [search] key
+# the flags' argparse dests, each the name of its [search] key
+FLAGS = ("target", "budget_ms", "max_mb", "trials", "space", "fraction", "storage", "variants", "survivors",
+         "reference", "seed")
 
 
 def flag_overrides(args) -> list[str]:
     """The flags given, as --set overrides of [search] (after the config's and --set's, so they win)."""
-    return [f"search.{key}={json.dumps(getattr(args, dest))}" for dest, key in FLAGS.items()
-            if getattr(args, dest, None) is not None]
+    return [f"search.{key}={json.dumps(getattr(args, key))}" for key in FLAGS if getattr(args, key, None) is not None]
 
 
 def add_cli(sub, common) -> None:

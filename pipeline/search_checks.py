@@ -30,8 +30,7 @@ def check_target(name: str):
     """The target the search times on (eval.targets.TARGETS), or target_problem's error."""
     from eval.targets import TARGETS
 
-    problem = target_problem(name)
-    if problem:
+    if problem := target_problem(name):
         raise PipelineError(problem)
     return TARGETS[name]
 
@@ -68,8 +67,7 @@ def variants_problem(cfg) -> str | None:
     v = cfg.search.variants
     if not v:
         return "'search.variants' is empty: name the quantized files a candidate may ship, e.g. [\"int8-dynamic\"]"
-    bad = [x for x in v if x not in SEARCH_VARIANTS]
-    if bad:
+    if bad := [x for x in v if x not in SEARCH_VARIANTS]:
         return f"'search.variants' has {bad}: the search can time {', '.join(SEARCH_VARIANTS)}"
     if cfg.run.task != "classification" and tuple(v) != DEFAULT_VARIANTS:
         return (f"'search.variants' = {list(v)}: run.task = '{cfg.run.task}' searches its int8-dynamic decoder only; "

@@ -7,7 +7,6 @@ import json
 import math
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 from pipeline.errors import PipelineError
 from pipeline.search_checks import DEFAULT_VARIANTS
@@ -30,10 +29,12 @@ def trial_rows(study, searcher, full: dict[int, float] | None = None) -> list[di
     return rows
 
 
-def _write(path: Path, text: str) -> None:
+def write_whole(path: Path, text: str) -> None:
+    """text into path through a .partial file renamed over it: readers never see half a file, and a kill
+    mid-write leaves the previous one whole."""
     tmp = path.with_name(path.name + ".partial")
     tmp.write_text(text)
-    os.replace(tmp, path)  # readers never see half a file
+    os.replace(tmp, path)
 
 
 def best_trial(study, searcher, full: dict[int, float] | None = None, select: str = "best"):
@@ -48,7 +49,7 @@ def best_trial(study, searcher, full: dict[int, float] | None = None, select: st
     sign = 1.0 if searcher.DIRECTION == "maximize" else -1.0
     best = max(complete, key=lambda t: (sign * (full[t.number] if full else t.value),
                                         -t.user_attrs.get("latency_ms", 0.0), -t.number))
-    se = one_se(searcher, full, best) if select == "one-se" else None
+    se = standard_error(searcher, full[best.number]) if select == "one-se" and full else None
     if se is None:
         return best
     close = [t for t in complete if sign * (full[best.number] - full[t.number]) <= se + 1e-12]
@@ -61,17 +62,11 @@ def standard_error(searcher, score: float) -> float | None:
     return se(score) if callable(se) else None
 
 
-def one_se(searcher, full: dict[int, float] | None, best) -> float | None:
-    """One standard error of the best survivor's full-schedule score, or None where the rule does not apply:
-    no survivors, or a score without one."""
-    return standard_error(searcher, full[best.number]) if full and best is not None else None
-
-
 def selection(study, searcher, full: dict[int, float] | None, select: str) -> dict | None:
     """trials.json's account of the one-standard-error rule: the best score's trial, the margin and the pick;
-    None when the rule does not apply."""
+    None when the rule does not apply (no survivors, or a score without a standard error)."""
     top = best_trial(study, searcher, full, "best")
-    se = one_se(searcher, full, top) if select == "one-se" else None
+    se = standard_error(searcher, full[top.number]) if select == "one-se" and full and top is not None else None
     if se is None:
         return None
     pick = best_trial(study, searcher, full, select)
@@ -109,7 +104,8 @@ def verdict(best, full: dict[int, float] | None, ref: dict | None, searcher, req
 
 
 def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | None = None,
-                  ref: dict | None = None) -> list[dict]:
+                  ref: dict | None = None) -> dict:
+    """search/trials.json and search/pareto.png; returns trials.json's document."""
     select = getattr(request, "select", "best")
     rows = trial_rows(study, searcher, full)
     best = best_trial(study, searcher, full, select)
@@ -122,9 +118,9 @@ def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | 
     if searcher.DIRECTION == "minimize":  # say which way is better where it is not the usual "higher"
         doc["lower_is_better"] = True
     doc["trials"] = rows
-    _write(out / "trials.json", json.dumps(doc, indent=2))
+    write_whole(out / "trials.json", json.dumps(doc, indent=2))
     pareto_plot(rows, out / "pareto.png", request, searcher, None if best is None else best.number, ref)
-    return rows
+    return doc
 
 
 def pareto_plot(rows: list[dict], path: Path, request, searcher, best: int | None = None,
@@ -156,11 +152,10 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, 
     higher = searcher.DIRECTION == "maximize"
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    # a re-sampled shape reuses its twin's score (same_as_trial): plotted once
-    done = [r for r in rows if r[metric] is not None and r.get("same_as_trial") is None]
-    halved = [r for r in rows if r[metric] is None and r[per_rung] and r.get("same_as_trial") is None]
-    over = [r for r in rows if r["latency_ms"] is not None and r[metric] is None and not r[per_rung]
-            and r.get("same_as_trial") is None]
+    fresh = [r for r in rows if r.get("same_as_trial") is None]  # a re-sampled shape reuses its twin's score
+    done = [r for r in fresh if r[metric] is not None]
+    halved = [r for r in fresh if r[metric] is None and r[per_rung]]
+    over = [r for r in fresh if r["latency_ms"] is not None and r[metric] is None and not r[per_rung]]
     sized = done + halved
     top = max([r["size_bytes"] for r in sized] or [1]) or 1
     full = [r for r in done if r.get(f"{metric}_full") is not None]
@@ -234,19 +229,19 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, 
     return fig
 
 
-def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, float] | None = None,
-                ref: dict | None = None, select: str = "best") -> Path | None:
-    """search/best-<target>.toml: cfg (as resolved) with the best complete trial's shape written in by the task
-    (searcher.apply_best: [student], or for a classification LSTM / GRU its [baseline] and bundle.model =
-    "lstm_distilled"); None if no trial completed. The file is checked with load_config before it is kept. The
-    [search] section is left out: the search is not part of `make all`."""
+def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, float] | None, doc: dict) -> Path | None:
+    """search/best-<target>.toml: cfg (as resolved) with the best complete trial's shape (trials.json's doc:
+    its best trial, selection and verdict) written in by the task (searcher.apply_best: [student], or for a
+    classification LSTM / GRU its [baseline] and bundle.model = "lstm_distilled"); None if no trial completed.
+    The file is checked with load_config before it is kept. The [search] section is left out: the search is not
+    part of `make all`."""
     from pipeline.config import load_config
 
-    best = best_trial(study, searcher, full, select)
     path = out / f"best-{target}.toml"
-    if best is None:  # a file from an earlier search (another budget) would pass for this one's result
+    if doc["best_trial"] is None:  # a file from an earlier search (another budget) would pass for this one's result
         path.unlink(missing_ok=True)
         return None
+    best = next(t for t in study.trials if t.number == doc["best_trial"])
     data = cfg.to_dict()
     data.pop("search", None)
     a = best.user_attrs
@@ -260,13 +255,12 @@ def best_config(cfg, study, out: Path, target: str, searcher, full: dict[int, fl
               f"#{best.number}, {searcher.METRIC.replace('_', ' ')} {score}, "
               f"{a.get('latency_ms', float('nan')):.3f} {searcher.COST_SHORT.format(target=target)}, "
               f"{a.get('size_bytes', 0) / 1e6:.2f} MB {variant}\n")
-    chosen = selection(study, searcher, full, select)
+    chosen = doc["selection"]
     if chosen and chosen["result"] != chosen["best_score_trial"]:
         header += f"# picked as {chosen['why']}\n"
-    said = verdict(best, full, ref, searcher, SimpleNamespace(target=target), select)
-    if said:
-        header += f"# {said}\n"
-    _write(path, header + dumps_toml(data))
+    if doc["verdict"]:
+        header += f"# {doc['verdict']}\n"
+    write_whole(path, header + dumps_toml(data))
     load_config(path)  # a file the pipeline would reject is a bug here, not the user's
     return path
 

@@ -7,25 +7,27 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
-from collections import Counter
 import logging
+import math
 import tempfile
+from collections import Counter
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
+from distill import search_space
+from distill.search_space import RNN_CELLS, config_keys
 from pipeline.config import BaselineSection, StudentSection
 from pipeline.data import read_labels
 from pipeline.errors import PipelineError
 from pipeline.search import MeasurementCache, rungs
-from pipeline.search_checks import SEARCH_TARGETS, check_target
+from pipeline.search_checks import check_target
 
 log = logging.getLogger("pocketformer")
 VARIANT = "int8-dynamic"  # the file a phone app ships by default; search.variants may add others
 STATIC, NPU_FILE = "int8-static", "nnapi-int8"  # search.npu_compile: the files the compile stage compiles
 Candidate = StudentSection | BaselineSection  # a [baseline] section: a distilled RNN (distill/search_space.py)
-__all__ = ["Candidates", "SEARCH_TARGETS", "check_target", "searcher"]
 
 
 def searcher() -> type:
@@ -44,11 +46,8 @@ class Candidates(MeasurementCache):
     MEASURED = ("latency_ms", "size_bytes")
 
     # --- the task's side of the search (pipeline/search.py) -----------------------------------------
-    @staticmethod
-    def space(name: str):
-        from distill.search_space import get_space
-
-        return get_space(name)
+    space = staticmethod(search_space.get_space)  # the classification spaces: get_space's default task
+    shape_of = staticmethod(search_space.shape_of)
 
     @staticmethod
     def basis(cfg) -> dict:
@@ -63,8 +62,6 @@ class Candidates(MeasurementCache):
         """The best shape into the config dict: [student], or for an LSTM / GRU its [baseline] and
         bundle.model = "lstm_distilled" (the baseline stage trains it; the bundle ships it); with a searched
         variant (several search.variants), bundle.variant = the quantized file it was timed and scored as."""
-        from distill.search_space import RNN_CELLS, config_keys
-
         if variant:
             data["bundle"] = {**data["bundle"], "variant": variant}
         if shape["arch"] in RNN_CELLS:
@@ -80,15 +77,7 @@ class Candidates(MeasurementCache):
                 data["distill"] = {**data["distill"], "layer_map": []}
 
     def sample(self, trial, space) -> Candidate:
-        from distill.search_space import sample_candidate
-
-        return sample_candidate(trial, space, self.cfg.student, self.cfg.baseline)
-
-    @staticmethod
-    def shape_of(s: Candidate) -> dict:
-        from distill.search_space import shape_of
-
-        return shape_of(s)
+        return search_space.sample_candidate(trial, space, self.cfg.student, self.cfg.baseline)
 
     @staticmethod
     def section(s: Candidate) -> str:
@@ -110,17 +99,16 @@ class Candidates(MeasurementCache):
                                 "data.validation_fraction (e.g. 0.1)")
 
     # --- building -----------------------------------------------------------------------------------
-    def build(self, s: Candidate):
-        """A student of shape s (random weights unless s.init says otherwise), vocabulary applied; for an RNN
-        candidate the baseline stage's RNN (layer map None)."""
+    def build(self, s: Candidate, layer_map: list[int] | None = None, attn_eager: bool = False):
+        """(a student of shape s (random weights unless s.init says otherwise), vocabulary applied, its layer map:
+        layer_map checked, [] / None the uniform spread); for an RNN candidate (the baseline stage's RNN, None)."""
         if isinstance(s, BaselineSection):
             return self.build_rnn(s), None
         from distill.student import build_student, check_layer_map
         from pipeline.tasks.classification.train import _student_embedding
 
-        t_layers = self.teacher.model.hf.config.num_hidden_layers
-        layer_map = check_layer_map([], s.layers, t_layers)
-        student = build_student(s, self.teacher.model, self.labels, layer_map)
+        layer_map = check_layer_map(layer_map or [], s.layers, self.teacher.model.hf.config.num_hidden_layers)
+        student = build_student(s, self.teacher.model, self.labels, layer_map, attn_eager=attn_eager)
         _student_embedding(s, student, self.teacher.tokenizer, self.texts)
         return student, layer_map
 
@@ -188,21 +176,15 @@ class Candidates(MeasurementCache):
         off by tens of percent on a shared machine (a shape read 0.58 ms in one study and 0.39 ms in another),
         the ratio of interleaved rounds is steady. {"ratio", "ratio_range", "p50_ms": [first, second], "rounds",
         "calls_per_round"}."""
-        from eval.latency import Plan, make_batch, ort_runner, ort_session, token_stream
+        from eval.latency import Plan
         from eval.paired import alternate
-        from eval.targets import mobile_provider, resolved_threads
 
-        tok = self.teacher.tokenizer
-        provider = mobile_provider() if self.target.name == "mobile-cpu" else "CPUExecutionProvider"
         plan = Plan(warmup=10, iterations=calls, max_seconds=1e9, min_iterations=calls)
         with tempfile.TemporaryDirectory() as tmp:
             runs = []
             for i, (s, shape, variant) in enumerate((first, second)):
                 path = self._variant_file(self.random_copy(s), Path(tmp) / str(i), self.max_length(s), variant)
-                length = self.length_of(shape)
-                ids, mask = make_batch(token_stream(tok, self.val_texts, length * 2), length, 1, tok.cls_token_id,
-                                       tok.sep_token_id)
-                runs.append(ort_runner(ort_session(path, resolved_threads(self.target), [provider]))(ids, mask))
+                runs.append(self._call(path, self.length_of(shape)))
             res = alternate(runs[1], runs[0], rounds, plan)
         return {"ratio": res["ratio"], "ratio_range": [res["ratio_min"], res["ratio_max"]],
                 "p50_ms": [res["peer_p50_ms"], res["ours_p50_ms"]], "rounds": rounds, "calls_per_round": calls}
@@ -290,20 +272,19 @@ class Candidates(MeasurementCache):
         first (transformers), for int8-static calibration on the quantize stage's number of training texts."""
         fused = variant == VARIANT and _kind(student) == "hf" and self.cfg.quantize.dynamic_source == "optimized"
         chain = list(dict.fromkeys(["fp32"] + (["optimized"] if fused else []) + [variant]))
-        kw = {"calibration_texts": self.calibration()} if variant == STATIC else {}
+        kw = {"calibration_texts": self.calibration} if variant == STATIC else {}
         return self._export(student, folder, max_length, chain, **kw)
 
+    @cached_property
     def calibration(self) -> list[str]:
         """The quantize stage's calibration texts (quantize.calibration_samples of the shuffled training split)."""
-        if not hasattr(self, "_calibration"):
-            import random
+        import random
 
-            from pipeline.data import read_split
+        from pipeline.data import read_split
 
-            texts = [r["text"] for r in read_split(self.cfg.run_dir / "data", "train")]
-            random.Random(self.cfg.run.seed).shuffle(texts)
-            self._calibration = texts[: self.cfg.quantize.calibration_samples]
-        return self._calibration
+        texts = [r["text"] for r in read_split(self.cfg.run_dir / "data", "train")]
+        random.Random(self.cfg.run.seed).shuffle(texts)
+        return texts[: self.cfg.quantize.calibration_samples]
 
     def _export(self, student, folder: Path, max_length: int, chain: list[str], **job_kw) -> Path:
         """The export registry's variants in chain order (each reads the ones before it); the last one's file."""
@@ -321,26 +302,52 @@ class Candidates(MeasurementCache):
 
     def _time(self, path: Path, length: int) -> float:
         """p50 milliseconds of one batch-1 call at `length` tokens of validation text, on the target's threads."""
-        from eval.latency import Plan, make_batch, ort_runner, ort_session, summarize, time_calls, token_stream
-        from eval.targets import mobile_provider, resolved_threads
+        from eval.latency import Plan, summarize, time_calls
 
         b = self.cfg.bench
+        plan = Plan(b.warmup, b.iterations, b.max_seconds_per_point, b.min_iterations)
+        return summarize(time_calls(self._call(path, length), plan))["p50_ms"]
+
+    def _call(self, path: Path, length: int):
+        """One batch-1 call of the file at `length` tokens of validation text, on the target's provider and threads."""
+        from eval.latency import make_batch, ort_runner, ort_session, token_stream
+        from eval.targets import mobile_provider, resolved_threads
+
         tok = self.teacher.tokenizer
         provider = mobile_provider() if self.target.name == "mobile-cpu" else "CPUExecutionProvider"
         session = ort_session(path, resolved_threads(self.target), [provider])
-        stream = token_stream(tok, self.val_texts, length * 2)
-        ids, mask = make_batch(stream, length, 1, tok.cls_token_id, tok.sep_token_id)
-        call = ort_runner(session)(ids, mask)
-        plan = Plan(b.warmup, b.iterations, b.max_seconds_per_point, b.min_iterations)
-        return summarize(time_calls(call, plan))["p50_ms"]
+        ids, mask = make_batch(token_stream(tok, self.val_texts, length * 2), length, 1, tok.cls_token_id,
+                               tok.sep_token_id)
+        return ort_runner(session)(ids, mask)
 
     # --- training -----------------------------------------------------------------------------------
     def distill(self, s: Candidate, fraction: float, report, score_variant: str | None = None) -> float:
         """Distil a student of shape s from the cached teacher logits (logit loss only: the teacher is not run)
         for the short schedule; after each rung, report(rung, validation accuracy) may raise to stop it.
-        Each rung is one distill_student call (its learning-rate schedule restarts per rung). The score is the
-        trained model's validation accuracy, or with score_variant that quantized file's (ONNX Runtime)."""
-        model, acc = self._distilled(s, fraction, report)
+        Each rung is one distill_student call (its learning-rate schedule restarts per rung); an RNN is the
+        baseline stage's distilled RNN (train_rnn with the teacher logits, baseline.distill_loss and
+        distill.temperature) for fraction * baseline.epochs. The score is the trained model's validation
+        accuracy, or with score_variant that quantized file's (ONNX Runtime)."""
+        from distill.baseline import train_rnn
+        from distill.distiller import distill_student
+        from distill.train import TrainOptions, seed_everything
+
+        cfg, tok = self.cfg, self.teacher.tokenizer
+        seed_everything(cfg.run.seed)
+        model, layer_map = self.build(s)
+        rnn = isinstance(s, BaselineSection)
+        acc = 0.0
+        for i, epochs in enumerate(rungs(s.epochs, fraction) if rnn else self.rungs(fraction)):
+            if rnn:
+                train_rnn(model, tok, self.texts, self.y, dataclasses.replace(s, epochs=epochs), self.rnn_length(s),
+                          cfg.run.seed + i, f"search: {s.cell}", teacher_logits=self.teacher_logits,
+                          temperature=cfg.distill.temperature)
+            else:
+                d = dataclasses.replace(cfg.distill, epochs=epochs, hidden_weight=0.0, attention_weight=0.0)
+                distill_student(model, None, tok, self.texts, self.y, self.teacher_logits, d, layer_map,
+                                s.max_length, cfg.run.seed + i, TrainOptions())
+            acc = self.validation_accuracy(model.cpu(), s)
+            report(i, acc)
         return self.file_accuracy(model, s, score_variant) if score_variant else acc
 
     def file_accuracy(self, model, s: Candidate, variant: str) -> float:
@@ -359,8 +366,6 @@ class Candidates(MeasurementCache):
     def candidate_of(self, shape: dict) -> Candidate:
         """The config section of a trial's shape (its `student` user attribute): [student], or [baseline] for
         an LSTM / GRU, with the user's other settings."""
-        from distill.search_space import RNN_CELLS, config_keys
-
         base = self.cfg.baseline if shape["arch"] in RNN_CELLS else self.cfg.student
         return dataclasses.replace(base, **config_keys(shape))
 
@@ -372,9 +377,7 @@ class Candidates(MeasurementCache):
         from distill.baseline import train_rnn
         from distill.distiller import distill_student
         from distill.precision import choose_precision
-        from distill.student import build_student, check_layer_map
         from distill.train import TrainOptions, seed_everything
-        from pipeline.tasks.classification.train import _student_embedding
 
         cfg, tok, t = self.cfg, self.teacher.tokenizer, self.cfg.train
         opts = TrainOptions(grad_accum=t.grad_accum, precision=choose_precision(t.precision).precision)
@@ -386,53 +389,15 @@ class Candidates(MeasurementCache):
                       temperature=cfg.distill.temperature, opts=opts)
         else:
             teacher = self.teacher.model
-            layer_map = check_layer_map(layer_map_for(cfg.distill.layer_map, s.layers), s.layers,
-                                        teacher.hf.config.num_hidden_layers)
             eager = cfg.distill.attention_weight > 0
             if eager:  # as the distill stage: attention probabilities need the eager implementation
                 teacher.hf.config._attn_implementation = "eager"
                 teacher.hf.set_attn_implementation("eager")
-            model = build_student(s, teacher, self.labels, layer_map, attn_eager=eager)
-            _student_embedding(s, model, tok, self.texts)
+            model, layer_map = self.build(s, layer_map_for(cfg.distill.layer_map, s.layers), eager)
             distill_student(model, teacher, tok, self.texts, self.y, self.teacher_logits, cfg.distill, layer_map,
                             s.max_length, cfg.run.seed, opts)
         model.cpu()
         return self.file_accuracy(model, s, score_variant) if score_variant else self.validation_accuracy(model, s)
-
-    def _distilled(self, s: Candidate, fraction: float, report):
-        """(the trained model, its last rung's validation accuracy)."""
-        from distill.distiller import distill_student
-        from distill.train import TrainOptions, seed_everything
-
-        cfg = self.cfg
-        seed_everything(cfg.run.seed)
-        if isinstance(s, BaselineSection):
-            return self.distill_rnn(s, fraction, report)
-        student, layer_map = self.build(s)
-        acc = 0.0
-        for i, epochs in enumerate(self.rungs(fraction)):
-            d = dataclasses.replace(cfg.distill, epochs=epochs, hidden_weight=0.0, attention_weight=0.0)
-            distill_student(student, None, self.teacher.tokenizer, self.texts, self.y, self.teacher_logits, d,
-                            layer_map, s.max_length, cfg.run.seed + i, TrainOptions())
-            acc = self.validation_accuracy(student.cpu(), s)
-            report(i, acc)
-        return student, acc
-
-    def distill_rnn(self, b: BaselineSection, fraction: float, report):
-        """The baseline stage's distilled RNN (train_rnn with the teacher logits, baseline.distill_loss and
-        distill.temperature) for fraction * baseline.epochs, in rungs as distill(): (model, last accuracy)."""
-        from distill.baseline import train_rnn
-
-        cfg = self.cfg
-        model = self.build_rnn(b)
-        acc = 0.0
-        for i, epochs in enumerate(rungs(b.epochs, fraction)):
-            rung = dataclasses.replace(b, epochs=epochs)
-            train_rnn(model, self.teacher.tokenizer, self.texts, self.y, rung, self.rnn_length(b), cfg.run.seed + i,
-                      f"search: {b.cell}", teacher_logits=self.teacher_logits, temperature=cfg.distill.temperature)
-            acc = self.validation_accuracy(model.cpu(), b)
-            report(i, acc)
-        return model, acc
 
     def standard_error(self, accuracy: float) -> float:
         """One binomial standard error of an accuracy on this validation split: search.select's margin."""

@@ -16,13 +16,15 @@ import json
 import logging
 import math
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from distill import search_space
 from pipeline.config import StudentSection
 from pipeline.errors import PipelineError
-from pipeline.search import MeasurementCache
+from pipeline.search import MeasurementCache, rungs
 
 log = logging.getLogger("pocketformer")
 VARIANT = "int8-dynamic"  # the student graph a generation bundle ships by default
@@ -45,11 +47,7 @@ class Candidates(MeasurementCache):
     MEASURED = ("latency_ms", "size_bytes", "decode_tokens_per_s", "ttft_ms")
 
     # --- the task's side of the search (pipeline/search.py) -----------------------------------------
-    @staticmethod
-    def space(name: str):
-        from distill.search_space import get_space
-
-        return get_space(name, "generation")
+    space = staticmethod(partial(search_space.get_space, task="generation"))
 
     @staticmethod
     def basis(cfg) -> dict:
@@ -63,20 +61,14 @@ class Candidates(MeasurementCache):
 
     @staticmethod
     def apply_best(data: dict, shape: dict, variant: str | None = None) -> None:
-        from distill.search_space import config_keys
-
-        data["student"] = {**data["student"], **config_keys(shape)}
+        data["student"] = {**data["student"], **search_space.config_keys(shape)}
 
     def sample(self, trial, space) -> StudentSection:
-        from distill.search_space import sample_decoder
-
-        return sample_decoder(trial, space, self.cfg.student)
+        return search_space.sample_decoder(trial, space, self.cfg.student)
 
     @staticmethod
     def shape_of(s: StudentSection) -> dict:
-        from distill.search_space import DECODER_SHAPE_KEYS
-
-        return {k: getattr(s, k) for k in DECODER_SHAPE_KEYS}
+        return {k: getattr(s, k) for k in search_space.DECODER_SHAPE_KEYS}
 
     @staticmethod
     def section(s: StudentSection) -> str:
@@ -161,8 +153,6 @@ class Candidates(MeasurementCache):
     def rungs(self, fraction: float) -> list[float]:
         """The short schedule: fraction * the distill budget (distill.steps as epochs over these windows when
         set, else distill.epochs), cut into rungs of at most one epoch each."""
-        from pipeline.search import rungs
-
         d = self.cfg.distill
         epochs = d.steps / math.ceil(len(self.windows) / d.batch_size) if d.steps > 0 else d.epochs  # steps per epoch
         return rungs(epochs, fraction)
@@ -174,7 +164,6 @@ class Candidates(MeasurementCache):
         call (its learning-rate schedule restarts per rung)."""
         from distill.distiller import distill_lm
         from distill.train import TrainOptions, seed_everything
-        from eval.metrics import LM, perplexity
 
         cfg = self.cfg
         seed_everything(cfg.run.seed)
@@ -183,13 +172,19 @@ class Candidates(MeasurementCache):
         for i, epochs in enumerate(self.rungs(fraction)):
             d = dataclasses.replace(cfg.distill, epochs=epochs, steps=0)  # a rung is a share of the budget
             distill_lm(student, self.windows, self.topk_ids, self.topk_logits, d, cfg.run.seed + i, TrainOptions())
-            student.eval()
-            ppl = perplexity(LM("student", "hf", student, self.vmap, self.max_positions), self.val,
-                             cfg.lm.eval_batch_size)["perplexity"]
-            if not math.isfinite(ppl):  # a diverged candidate ranks last instead of failing the trial
-                ppl = float(self.vmap.teacher_vocab)
+            ppl = self.validation_perplexity(student)
             report(i, ppl)
         return ppl
+
+    def validation_perplexity(self, student) -> float:
+        """The student's perplexity on the validation windows; a diverged candidate's (not finite) is the
+        teacher's vocabulary size, so it ranks last instead of failing the trial."""
+        from eval.metrics import LM, perplexity
+
+        student.eval()
+        ppl = perplexity(LM("student", "hf", student, self.vmap, self.max_positions), self.val,
+                         self.cfg.lm.eval_batch_size)["perplexity"]
+        return ppl if math.isfinite(ppl) else float(self.vmap.teacher_vocab)
 
     def candidate_of(self, shape: dict) -> StudentSection:
         """The [student] section of a trial's shape (its `student` user attribute), the user's other settings kept."""
@@ -201,14 +196,10 @@ class Candidates(MeasurementCache):
         from distill.distiller import distill_lm
         from distill.precision import choose_precision
         from distill.train import TrainOptions, seed_everything
-        from eval.metrics import LM, perplexity
 
         cfg, t = self.cfg, self.cfg.train
         seed_everything(cfg.run.seed)
         student = self.build(s)
         opts = TrainOptions(grad_accum=t.grad_accum, precision=choose_precision(t.precision).precision)
         distill_lm(student, self.windows, self.topk_ids, self.topk_logits, cfg.distill, cfg.run.seed, opts)
-        student.eval()
-        ppl = perplexity(LM("student", "hf", student, self.vmap, self.max_positions), self.val,
-                         cfg.lm.eval_batch_size)["perplexity"]
-        return ppl if math.isfinite(ppl) else float(self.vmap.teacher_vocab)
+        return self.validation_perplexity(student)
