@@ -117,11 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         from pipeline.config import dumps, load_config
         from pipeline.stage import STAGES, default_targets, run, statuses
 
-        if args.command in ("verify-bundle", "phone-bench"):
+        if args.command == "phone-bench":  # verify-bundle returned above
             from pipeline import phone
-            from pipeline import verify
 
-            return {"verify-bundle": verify.run_cli, "phone-bench": phone.run_cli}[args.command](args)
+            return phone.run_cli(args)
         if args.command == "search":  # its flags are overrides of [search] keys (so its fingerprint has them)
             from pipeline import search
 
