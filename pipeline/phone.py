@@ -52,7 +52,7 @@ def write_results(run_dir: Path, results: dict, new_targets: list[str]) -> None:
 def add_cli(subparsers) -> None:
     p = subparsers.add_parser("phone-bench", help="time the bundled model on an Android phone (adb) or a Mac "
                                                   "(Core ML) and merge the rows into report/results.json")
-    p.add_argument("--config", default="configs/demo.toml", help="run config (TOML)")
+    p.add_argument("--config", default=None, help="run config (TOML)")  # None: as every command's (cli._apply_env)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--platform", choices=("android", "apple"), default="android")
     p.add_argument("--adb", default=None, help="adb executable (default: phone.adb, 'adb' on PATH)")
