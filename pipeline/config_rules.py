@@ -12,6 +12,7 @@ import json
 import math
 from typing import Any, Callable
 
+from pipeline.errors import PipelineError
 from pipeline.task import lazy, resolve
 
 # A rule returns what is wrong with a value ("must be > 0") or None when the value is fine.
@@ -189,7 +190,6 @@ def _prompts(cfg) -> str | None:
 
 def _ort_optimizers(cfg) -> str | None:
     from export.ort_format import check_optimizers
-    from pipeline.errors import PipelineError
 
     try:
         check_optimizers(cfg.export.ort_disabled_optimizers)

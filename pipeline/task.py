@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from pipeline.errors import PipelineError
+
 Config = Any  # pipeline.config.Config; not imported, so the config module can look tasks up without a cycle
 
 
@@ -112,8 +114,6 @@ class Task:
     search: Callable[[], type] | None = None
 
     def step(self, stage: str) -> Step:
-        from pipeline.errors import PipelineError
-
         if stage not in self.steps:
             raise PipelineError(f"stage '{stage}' has no step for run.task = '{self.name}'")
         return self.steps[stage]
