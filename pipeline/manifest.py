@@ -73,12 +73,9 @@ def write_manifest(folder: Path, *, stage: str, config: dict, config_hash: str, 
 
 def read_manifest(folder: Path) -> dict | None:
     path = folder / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
+    with suppress(json.JSONDecodeError):  # a damaged manifest is an unfinished stage, as a missing one
+        return json.loads(path.read_text()) if path.is_file() else None
+    return None
 
 
 def content_key(folder: Path) -> str | None:
