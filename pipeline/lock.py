@@ -17,10 +17,10 @@ from typing import Iterator
 from pipeline.errors import PipelineError, writing
 
 LOCK_NAME = ".lock"
-# Run folders this process holds, with a nesting count: `run` holds the lock and calls `run_stage`, which
-# takes it too (for callers that run one stage directly). A second flock on a new descriptor of the same
-# file would conflict with our own first one, so nested takes only count.
-_HELD: dict[Path, int] = {}
+# Run folders this process holds: `run` holds the lock and calls `run_stage`, which takes it too (for callers
+# that run one stage directly). A second flock on a new descriptor of the same file would conflict with our
+# own first one, so a nested take holds nothing more; the outermost one releases.
+_HELD: set[Path] = set()
 
 
 def _holder(path: Path) -> str:
@@ -39,11 +39,7 @@ def run_lock(run_dir: Path, what: str) -> Iterator[None]:
     `what` is the command being run, for the message the other process would see."""
     path = (run_dir / LOCK_NAME).resolve()
     if path in _HELD:
-        _HELD[path] += 1
-        try:
-            yield
-        finally:
-            _HELD[path] -= 1
+        yield
         return
     with writing(run_dir):  # a read-only or full runs folder: one PipelineError
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -61,10 +57,10 @@ def run_lock(run_dir: Path, what: str) -> Iterator[None]:
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}: {what}\n".encode())
         os.fsync(fd)
-        _HELD[path] = 1
+        _HELD.add(path)
         try:
             yield
         finally:
-            del _HELD[path]
+            _HELD.discard(path)
     finally:
         os.close(fd)  # closing the descriptor releases the flock

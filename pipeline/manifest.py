@@ -73,12 +73,9 @@ def write_manifest(folder: Path, *, stage: str, config: dict, config_hash: str, 
 
 def read_manifest(folder: Path) -> dict | None:
     path = folder / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
+    with suppress(json.JSONDecodeError):  # a damaged manifest is an unfinished stage, as a missing one
+        return json.loads(path.read_text()) if path.is_file() else None
+    return None
 
 
 def content_key(folder: Path) -> str | None:
@@ -93,9 +90,8 @@ def content_key(folder: Path) -> str | None:
                         "outputs": {rel: meta.get("sha256") for rel, meta in manifest.get("outputs", {}).items()}})
 
 
-def outputs_intact(folder: Path, manifest: dict, cache=None) -> str | None:
+def outputs_intact(folder: Path, manifest: dict, cache) -> str | None:
     """None if every recorded output is still there with its recorded size and sha256, else what differs.
-
     cache: a pipeline.hashcache.HashCache, so unchanged files are not hashed again on every check."""
     for rel, meta in manifest.get("outputs", {}).items():
         p = folder / rel
@@ -103,7 +99,6 @@ def outputs_intact(folder: Path, manifest: dict, cache=None) -> str | None:
             return f"{rel} is missing"
         if p.stat().st_size != meta["bytes"]:
             return f"{rel} changed size"
-        digest = cache.sha256(p) if cache is not None else sha256_file(p)
-        if digest != meta.get("sha256"):
+        if cache.sha256(p) != meta.get("sha256"):
             return f"{rel} changed (its sha256 differs from the manifest's)"
     return None

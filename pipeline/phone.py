@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -53,7 +52,7 @@ def write_results(run_dir: Path, results: dict, new_targets: list[str]) -> None:
 def add_cli(subparsers) -> None:
     p = subparsers.add_parser("phone-bench", help="time the bundled model on an Android phone (adb) or a Mac "
                                                   "(Core ML) and merge the rows into report/results.json")
-    p.add_argument("--config", default="configs/demo.toml", help="run config (TOML)")
+    p.add_argument("--config", default=None, help="run config (TOML)")  # None: as every command's (cli._apply_env)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--platform", choices=("android", "apple"), default="android")
     p.add_argument("--adb", default=None, help="adb executable (default: phone.adb, 'adb' on PATH)")
@@ -62,14 +61,11 @@ def add_cli(subparsers) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.config, args.overrides)
-        # it rewrites report/ of the run; no run folder: phone_bench says what to run first
-        with run_lock(cfg.run_dir, "phone-bench") if cfg.run_dir.is_dir() else nullcontext():
-            out = phone_bench(cfg, args.platform, args.adb, args.perf_test, args.serial)
-    except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    """Called inside pipeline.cli.main, which prints a PipelineError as one line."""
+    cfg = load_config(args.config, args.overrides)
+    # it rewrites report/ of the run; no run folder: phone_bench says what to run first
+    with run_lock(cfg.run_dir, "phone-bench") if cfg.run_dir.is_dir() else nullcontext():
+        out = phone_bench(cfg, args.platform, args.adb, args.perf_test, args.serial)
     d = out["device"]
     print(f"{d['name']} ({d.get('soc') or 'SoC unknown'}), {out['seq_len']} tokens:")
     for target, run in zip(out["targets"], out["runs"]):

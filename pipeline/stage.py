@@ -67,6 +67,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "Student search under [search]'s latency budget on a target (docs/search.md); only when asked",
           optional=True),
 )}
+GRAPH = {n: s.deps for n, s in STAGES.items()}  # stage -> its deps, for StageContext.upstream
 
 
 def default_targets() -> list[str]:
@@ -85,10 +86,6 @@ def _published(folder, manifest: dict) -> str | None:
     if not dist:
         return None  # nothing was published (a task without this bundle writes only a README)
     return stale_schema(folder) or published_differs(folder, Path(dist))
-
-
-def _graph() -> dict[str, tuple[str, ...]]:
-    return {n: s.deps for n, s in STAGES.items()}
 
 
 def order(targets: list[str]) -> list[str]:
@@ -187,7 +184,7 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir(parents=True)
             try:
-                step.fn(StageContext(cfg, name, scratch, run_dir, stage.deps, key, _graph()))
+                step.fn(StageContext(cfg, name, scratch, run_dir, stage.deps, key, GRAPH))
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
         D.barrier()  # rank 0 has written and renamed the stage folder
@@ -199,7 +196,7 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
         tmp.mkdir(parents=True)
     started = time.time()
     try:
-        ctx = StageContext(cfg, name, tmp, run_dir, stage.deps, key, _graph())
+        ctx = StageContext(cfg, name, tmp, run_dir, stage.deps, key, GRAPH)
         summary = step.fn(ctx) or {}
         manifest = write_manifest(tmp, stage=name, config=relevant, config_hash=chash, inputs=inputs,
                                   summary=summary, started=started)

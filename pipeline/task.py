@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from pipeline.errors import PipelineError
+
 Config = Any  # pipeline.config.Config; not imported, so the config module can look tasks up without a cycle
 
 
@@ -58,15 +60,19 @@ class StageContext:
 StepFn = Callable[[StageContext], "dict[str, Any]"]
 
 
+def resolve(target: str) -> Any:
+    """What 'package.module:name' names, its module imported."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def lazy(target: str) -> Callable:
     """The function 'package.module:name', imported on its first call. Task bindings name their steps this
     way so the registry stays light: the CLI's help, config checks and verify-bundle load no training code."""
-    module, _, name = target.partition(":")
-
     def call(*args, **kwargs):
-        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+        return resolve(target)(*args, **kwargs)
 
-    call.__qualname__ = call.__name__ = name
+    call.__qualname__ = call.__name__ = target.partition(":")[2]
     call.target = target  # type: ignore[attr-defined]
     return call
 
@@ -108,8 +114,6 @@ class Task:
     search: Callable[[], type] | None = None
 
     def step(self, stage: str) -> Step:
-        from pipeline.errors import PipelineError
-
         if stage not in self.steps:
             raise PipelineError(f"stage '{stage}' has no step for run.task = '{self.name}'")
         return self.steps[stage]

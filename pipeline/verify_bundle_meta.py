@@ -154,19 +154,12 @@ def edited(bundle: Path, what: str) -> PipelineError:
     return PipelineError(f"{bundle}/{METADATA}: {what}: metadata.json was edited; restore it or {_REBUILD}")
 
 
-def _json_file(bundle: Path, rel: str) -> object:
-    try:
-        return json.loads((bundle / rel).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PipelineError(f"{bundle}/{rel} is unreadable ({e}); {_REBUILD}") from None
-
-
-def cross_check(bundle: Path, meta: dict, tok_dir: str = "tokenizer") -> None:
-    """A classification bundle's metadata against its own (hashed) files: labels.json, the tokenizer's
-    pocketformer.json and tokenizer_config.json. Names the field that disagrees."""
+def cross_check(bundle: Path, meta: dict) -> None:
+    """A classification bundle's metadata against its own files (check_files has hashed them): labels.json, the
+    tokenizer's pocketformer.json and tokenizer_config.json. Names the field that disagrees."""
     files = meta["files"]
     if "labels.json" in files:
-        labels = _json_file(bundle, "labels.json")
+        labels = read_json(bundle / "labels.json")
         if labels != meta["labels"]:
             raise edited(bundle, f"'labels' is {meta['labels']}, labels.json says {labels}")
     max_length = meta.get("max_length")
@@ -177,15 +170,15 @@ def cross_check(bundle: Path, meta: dict, tok_dir: str = "tokenizer") -> None:
          "'text_normalisation' needs 'lowercase' (true or false)")
     if norm.get("max_length", max_length) != max_length:
         raise edited(bundle, f"max_length is {max_length}, text_normalisation.max_length is {norm['max_length']}")
-    own = f"{tok_dir}/pocketformer.json"
+    own = "tokenizer/pocketformer.json"
     if own in files:
-        trained = _json_file(bundle, own)
+        trained = read_json(bundle / own)
         if isinstance(trained, dict) and trained.get("max_length") not in (None, max_length):
             raise edited(bundle, f"max_length is {max_length}, the model was trained at {trained['max_length']} "
                                  f"({own})")
-    conf = f"{tok_dir}/tokenizer_config.json"
+    conf = "tokenizer/tokenizer_config.json"
     if conf in files:
-        tc = _json_file(bundle, conf)
+        tc = read_json(bundle / conf)
         tc = tc if isinstance(tc, dict) else {}
         lower = tc.get("do_lower_case")
         if isinstance(lower, bool) and lower != norm["lowercase"]:

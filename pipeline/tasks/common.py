@@ -4,9 +4,11 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import shutil
 
 from pipeline.config import Config
 from pipeline.errors import PipelineError
+from pipeline.manifest import read_manifest
 from pipeline.task import StageContext
 
 
@@ -66,10 +68,6 @@ def search_summary(folder, out) -> dict | None:
     """A finished search's trials for the report (the stage `search` is optional; the report reads it when it
     has run): its request, best trial and every trial row from search/trials.json, and its Pareto plot copied
     beside the report's own plots. None when no search has finished in this run folder."""
-    import shutil
-
-    from pipeline.manifest import read_manifest
-
     if read_manifest(folder) is None or not (folder / "trials.json").is_file():
         return None
     doc = json.loads((folder / "trials.json").read_text())

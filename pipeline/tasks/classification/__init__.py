@@ -20,10 +20,8 @@ TASK = Task(
         # teacher.eval_batch_size only batches the validation score in the summary: the model is the same
         # (teacher.precision is kept: it moves that score by bf16 rounding);
         # the student / layer-map checks here only fail early (the distill step reads those keys)
-        "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"),
-                        ("teacher.model", "teacher.fine_tune", "teacher.max_length", "teacher.on_too_long",
-                         "teacher.epochs", "teacher.batch_size", "teacher.lr", "teacher.weight_decay",
-                         "teacher.warmup_fraction", "teacher.precision", "train.*"), distributed=True),
+        "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"), ("teacher.*", "-teacher.eval_batch_size", "train.*"),
+                        distributed=True),
         # teacher.eval_batch_size: length-sorted batches padded per batch, so the batch size moves logits ~1e-8
         # data.max_unlabeled: how many of data/left_out.jsonl join the distillation set (the data stage writes them all)
         "logits": Step(lazy(f"{_HERE}.train:stage_logits"),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pipeline.config_rules import check_names, set_fix as _set
 from pipeline.data import source_problem
+from pipeline.errors import PipelineError
 
 RNN_MODELS = ("lstm", "lstm_distilled")  # no transformer graph: transformer-only variants skip them
 COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
@@ -112,8 +113,6 @@ def _bundle_choice_is_made(cfg) -> str | None:
 
 def _classification_exports(cfg) -> str | None:
     """The quantize and export stages' settings that need more than one key or a registry with a message."""
-    from pipeline.errors import PipelineError
-
     q, e = cfg.quantize, cfg.export
     if q.npu_variants and not q.npu_lengths:
         return ("'quantize.npu_lengths' is empty but 'quantize.npu_variants' asks for NPU files; give the sequence "

@@ -10,11 +10,10 @@ import numpy as np
 from pipeline.data import read_split
 from pipeline.errors import PipelineError
 from pipeline.task import StageContext
+from pipeline.tasks.generation.data import token_stream, windows
 
 
 def stream(tokenizer, data_dir: Path, split: str, sep: int) -> np.ndarray:
-    from pipeline.tasks.generation.data import token_stream
-
     return token_stream(tokenizer, read_split(data_dir, split), sep)
 
 
@@ -40,7 +39,6 @@ def load_lm(folder: Path, name: str):
 def held_out_windows(ctx: StageContext, tok, split: str = "test") -> np.ndarray:
     """lm.eval_windows windows of the split, evenly spaced, teacher ids (N, T + 1)."""
     from distill.teacher import eos_id
-    from pipeline.tasks.generation.data import windows
 
     lm = ctx.cfg.lm
     tokens = stream(tok, ctx.upstream("data"), split, eos_id(tok))

