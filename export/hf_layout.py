@@ -67,14 +67,6 @@ def skip_reason(model_dir: Path) -> str | None:
     return None
 
 
-def _config(model_dir: Path, labels: list[str]) -> dict:
-    config = json.loads((model_dir / "config.json").read_text())
-    # labels.json is the source of truth for the label order every other bundle file uses
-    config["id2label"] = {str(i): lab for i, lab in enumerate(labels)}
-    config["label2id"] = {lab: i for i, lab in enumerate(labels)}
-    return config
-
-
 def _tokenizer(tokenizer_dir: Path, dest: Path, max_length: int) -> list[str]:
     missing = [f for f in REQUIRED_TOKENIZER_FILES if not (tokenizer_dir / f).is_file()]
     if missing:
@@ -109,7 +101,11 @@ def write_hf_layout(dest: Path, model_dir: Path, tokenizer_dir: Path, labels: li
     if unknown:
         raise ValueError(f"unknown Hugging Face ONNX file names {unknown}; known: {sorted(ONNX_FILES)}")
     (dest / "onnx").mkdir(parents=True, exist_ok=True)
-    (dest / "config.json").write_text(json.dumps(_config(model_dir, labels), indent=2))
+    config = json.loads((model_dir / "config.json").read_text())
+    # labels.json is the source of truth for the label order every other bundle file uses
+    config["id2label"] = {str(i): lab for i, lab in enumerate(labels)}
+    config["label2id"] = {lab: i for i, lab in enumerate(labels)}
+    (dest / "config.json").write_text(json.dumps(config, indent=2))
     tok_files = _tokenizer(tokenizer_dir, dest, max_length)
     files = {}
     for name, src in onnx_sources.items():

@@ -99,13 +99,9 @@ def export_static(model: nn.Module, out: Path, length: int, variant: NpuVariant,
     ids = torch.full((1, length), 5, dtype=torch.int32)
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "raw.onnx"
-        if variant.lookup_in_graph:
-            _export(_Part(model, lookup=True, encode=True), (ids, mask), raw, ["input_ids", "attention_mask"],
-                    ["logits"], opset)
-        else:
-            emb = model.embed(ids).detach()
-            _export(_Part(model, lookup=False, encode=True), (emb, mask), raw, ["embeddings", "attention_mask"],
-                    ["logits"], opset)
+        in_graph = variant.lookup_in_graph  # else the file starts from the looked-up embeddings
+        x, name = (ids, "input_ids") if in_graph else (model.embed(ids).detach(), "embeddings")
+        _export(_Part(model, in_graph, encode=True), (x, mask), raw, [name, "attention_mask"], ["logits"], opset)
         optimize_model(raw, out)
     _widen_tables(out)
     return out
@@ -212,10 +208,6 @@ class NpuRunner:
         self.variant = variant
         self.sessions = {n: ort_session(p, threads) for n, p in sorted(files.items())}
         self.lookup = ort_session(lookup, threads) if lookup is not None else None
-
-    @property
-    def max_length(self) -> int:
-        return max(self.sessions)
 
     def __call__(self, ids: Sequence[int], pad_id: int) -> np.ndarray:
         n = next(k for k in self.sessions if k >= len(ids))

@@ -127,15 +127,12 @@ class OrtLM:
     def pick(self, logits: np.ndarray) -> int:
         return int(np.argmax(logits[: self.cut]))
 
-    def check_room(self, prompt_len: int, n: int) -> None:
-        if self.kind == "decoder" and self.max_positions and prompt_len + n > self.max_positions:
-            raise PipelineError(f"a prompt of {prompt_len} tokens + {n} new tokens does not fit the exported model's "
-                                f"{self.max_positions} positions (lm.max_cache); shorten the prompt or raise "
-                                f"lm.max_cache and re-run distill")
-
     def generate(self, prompt: list[int], n: int, timings: dict | None = None) -> list[int]:
         """n greedy model ids after prompt (model ids). timings, if given, gets ttft_s and decode_s."""
-        self.check_room(len(prompt), n)
+        if self.kind == "decoder" and self.max_positions and len(prompt) + n > self.max_positions:
+            raise PipelineError(f"a prompt of {len(prompt)} tokens + {n} new tokens does not fit the exported model's "
+                                f"{self.max_positions} positions (lm.max_cache); shorten the prompt or raise "
+                                f"lm.max_cache and re-run distill")
         t0 = time.perf_counter()
         logits, state = self._run(np.asarray([prompt], np.int64), self._empty(), 0)
         out = [self.pick(logits)]

@@ -63,7 +63,19 @@ def publish(src: Path, dest: Path) -> Path:
     next run removes what a killed one left). A full disk or a read-only bundle.dist_dir is one
     PipelineError naming the folder (and, for a full disk, the bundle's size and the free space)."""
     try:
-        _publish(src, dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        for stale in stale_temps(dest):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = dest.parent / _temp_name(dest, "partial")
+        old = dest.parent / _temp_name(dest, "old")
+        try:
+            shutil.copytree(src, tmp, copy_function=_copy_file)
+            if dest.exists():
+                dest.rename(old)
+            tmp.rename(dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
     except (_CopyFailed, OSError) as failed:
         e = failed.error if isinstance(failed, _CopyFailed) else failed
         err = disk_error(e, dest, "bundle.dist_dir", tree_bytes(src), "(the bundle's size)")
@@ -71,22 +83,6 @@ def publish(src: Path, dest: Path) -> Path:
             raise e  # not a disk problem: a bug keeps its traceback
         raise err from e
     return dest
-
-
-def _publish(src: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    for stale in stale_temps(dest):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = dest.parent / _temp_name(dest, "partial")
-    old = dest.parent / _temp_name(dest, "old")
-    try:
-        shutil.copytree(src, tmp, copy_function=_copy_file)
-        if dest.exists():
-            dest.rename(old)
-        tmp.rename(dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def published_differs(src: Path, dest: Path) -> str | None:

@@ -68,6 +68,8 @@ def add_qnn_files(run_dir: Path, compile_dir: Path, model: str, out: Path, fallb
     """Copy the shipped model's passed context binaries into out/npu/qnn/<chip>/ and return metadata.json's
     "qnn" entry: {"shipped": True, "chips": {...}, ...}, or {"shipped": False, "reason": ...}. accuracy: the
     test accuracy of each variant (qnn.json's variant names), the tie-break between variants that passed."""
+    from eval.qnn import CHIPS
+
     path = compile_dir / "qnn.json"
     if not path.is_file():
         return {"shipped": False, "reason": "the run has no compile/qnn.json"}
@@ -96,7 +98,7 @@ def add_qnn_files(run_dir: Path, compile_dir: Path, model: str, out: Path, fallb
                                        "emulator": r["emulator"]}
         first = rows[0]
         chips[chip] = {"name": first["chip_name"], "soc_model": first["soc_model"], "htp_arch": first["htp_arch"],
-                       "android_soc_model": _android_soc(chip), "variant": variant,
+                       "android_soc_model": CHIPS[chip].android_soc if chip in CHIPS else "", "variant": variant,
                        "accuracy": (accuracy or {}).get(variant),
                        "lengths": [r["length"] for r in rows], "files": files}
     if not chips:
@@ -108,9 +110,3 @@ def add_qnn_files(run_dir: Path, compile_dir: Path, model: str, out: Path, fallb
                            "text; batch 1; load the _ctx.onnx from a file path (its .bin sits beside it) with the "
                            "QNN execution provider (backend libQnnHtp.so) and CPU fallback disabled; else run "
                            "the fallback .ort on the CPU"}
-
-
-def _android_soc(chip: str) -> str:
-    from eval.qnn import CHIPS
-
-    return CHIPS[chip].android_soc if chip in CHIPS else ""

@@ -72,8 +72,7 @@ def quantize_int8_dynamic(src: Path, out: Path, model_name: str, per_channel: bo
     quantize_dynamic(str(src), str(out), weight_type=QuantType.QInt8, op_types_to_quantize=DYNAMIC_OPS,
                      per_channel=per_channel, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     counts = op_counts(out)
-    before = op_counts(src)
-    if before.get("LSTM") and counts.get("LSTM"):
+    if op_counts(src).get("LSTM") and counts.get("LSTM"):
         raise PipelineError(f"{model_name} -> int8-dynamic: {counts['LSTM']} LSTM op(s) were left in fp32 in "
                             f"{out.name}; export with the legacy exporter (its LSTM weights are initializers)")
     return _quantized(counts)

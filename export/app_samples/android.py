@@ -6,6 +6,13 @@ from __future__ import annotations
 from export.app_samples.common import generation_facts, header, kt_string, ort_version
 
 
+def _package(*imports: str) -> str:
+    """The package line and the sorted imports: ONNX Runtime's, Context and Log in every sample, then imports."""
+    common = ("ai.onnxruntime.OnnxTensor", "ai.onnxruntime.OrtEnvironment", "ai.onnxruntime.OrtSession",
+              "android.content.Context", "android.util.Log")
+    return "package com.example.pocketformer\n\n" + "\n".join(f"import {i}" for i in sorted({*common, *imports}))
+
+
 def classifier(meta: dict) -> str:
     text_model = meta["models"]["string_onnx"]
     (text_in,) = [i["name"] for i in text_model["inputs"]]
@@ -19,14 +26,7 @@ def classifier(meta: dict) -> str:
 //   implementation("com.microsoft.onnxruntime:onnxruntime-android:{ort_version(meta)}")
 //   implementation("com.microsoft.onnxruntime:onnxruntime-extensions-android:<latest>")  // the tokenizer op
 // Copy {text_model['file']} into app/src/main/assets/.
-package com.example.pocketformer
-
-import ai.onnxruntime.OnnxTensor
-import ai.onnxruntime.OrtEnvironment
-import ai.onnxruntime.OrtSession
-import ai.onnxruntime.extensions.OrtxPackage
-import android.content.Context
-import android.util.Log
+{_package("ai.onnxruntime.extensions.OrtxPackage")}
 
 class PocketformerClassifier(context: Context) : AutoCloseable {{
     private val env = OrtEnvironment.getEnvironment()
@@ -78,15 +78,7 @@ def generator(meta: dict) -> str:
 // Gradle: implementation("com.microsoft.onnxruntime:onnxruntime-android:{ort_version(meta)}")
 // Copy {meta['graph']['file']} into app/src/main/assets/. Tokenize with tokenizer.json (any BPE
 // implementation of it), or use onnxruntime-genai's Android package, which loads the whole bundle folder.
-package com.example.pocketformer
-
-import ai.onnxruntime.OnnxTensor
-import ai.onnxruntime.OrtEnvironment
-import ai.onnxruntime.OrtSession
-import android.content.Context
-import android.util.Log
-import java.nio.FloatBuffer
-import java.nio.LongBuffer
+{_package("java.nio.FloatBuffer", "java.nio.LongBuffer")}
 
 class PocketformerGenerator(context: Context) : AutoCloseable {{
     private val env = OrtEnvironment.getEnvironment()
@@ -190,17 +182,7 @@ def npu_classifier(meta: dict) -> str:
 //   implementation("com.microsoft.onnxruntime:onnxruntime-android-qnn:{ort_version(meta)}")  // QNN EP + libQnnHtp.so
 // Copy npu/qnn/ and {ort_model['file']} into app/src/main/assets/ (keep the folder layout: a _ctx.onnx names
 // its _ctx_qnn.bin, which must sit beside it on disk). On any other phone this class runs {ort_asset} on the CPU.
-package com.example.pocketformer
-
-import ai.onnxruntime.OnnxTensor
-import ai.onnxruntime.OrtEnvironment
-import ai.onnxruntime.OrtSession
-import android.content.Context
-import android.os.Build
-import android.util.Log
-import java.io.File
-import java.nio.IntBuffer
-import java.nio.LongBuffer
+{_package("android.os.Build", "java.io.File", "java.nio.IntBuffer", "java.nio.LongBuffer")}
 
 class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
     private data class Chip(val folder: String, val lengths: List<Int>, val variant: String)
