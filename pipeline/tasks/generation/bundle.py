@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 from pipeline.errors import PipelineError
 from pipeline.tasks.generation.common import check_prompt, load_lm, ort_lm
-from pipeline.tasks.generation.ship import lm_folder
+from pipeline.tasks.generation.ship import lm_folder, reference_continuations
 from pipeline.tasks.common import threads
 from pipeline.task import StageContext
 
@@ -33,16 +31,6 @@ def choose_variant(onnx_rows: list[dict], variant: str, source: str) -> dict:
         raise PipelineError(f"bundle.variant = '{variant}' has no student graph (made: {', '.join(mine)}); add it "
                             f"to quantize.variants in {source} and run the quantize stage")
     return mine[variant]
-
-
-def reference_continuations(runner, lm, prompts: list[list[int]], n: int) -> list[list[int]]:
-    """The pipeline's greedy continuations (teacher ids): its own ONNX Runtime loop over the quantize-stage
-    graph, in student ids, exactly as the quantize stage checked it against PyTorch."""
-    out = []
-    for p in prompts:
-        got = runner.generate(lm.to_model_ids(torch.tensor(p)).tolist(), n)
-        out.append(got if lm.vmap is None else lm.vmap.to_teacher(got).tolist())
-    return out
 
 
 def stage_bundle(ctx: StageContext) -> dict:
