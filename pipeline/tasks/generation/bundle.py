@@ -17,20 +17,13 @@ from pipeline.task import StageContext
 AUTO_ORDER = ("int8-dynamic", "fp32")
 
 
-def choose_variant(onnx_rows: list[dict], variant: str, source: str) -> dict:
+def choose_variant(onnx_rows: list[dict], variant: str) -> dict:
     """The quantize-stage row of the student graph to ship. Only the Llama student ships: the LSTM has no
-    runtime that generates from a folder, and the teacher is the reference, not a phone model (bundle.model is
-    "auto" or "student": checked when the config loaded)."""
+    runtime that generates from a folder, and the teacher is the reference, not a phone model. That
+    bundle.model is "auto" or "student", quantize.models holds the student and bundle.variant is one of its
+    graphs was checked when the config loaded (tasks/generation/checks.py)."""
     mine = {r["variant"]: r for r in onnx_rows if r["model"] == "student"}
-    if not mine:
-        raise PipelineError(f"quantize/onnx_rows.json has no student graph; add \"student\" to quantize.models "
-                            f"in {source} and run `python -m pipeline quantize --config {source}`")
-    if variant == "auto":
-        return next(mine[v] for v in (*AUTO_ORDER, *mine) if v in mine)
-    if variant not in mine:
-        raise PipelineError(f"bundle.variant = '{variant}' has no student graph (made: {', '.join(mine)}); add it "
-                            f"to quantize.variants in {source} and run the quantize stage")
-    return mine[variant]
+    return next(mine[v] for v in (*AUTO_ORDER, *mine) if v in mine) if variant == "auto" else mine[variant]
 
 
 def stage_bundle(ctx: StageContext) -> dict:
@@ -46,11 +39,8 @@ def stage_bundle(ctx: StageContext) -> dict:
     cfg, b, lmc = ctx.cfg, ctx.cfg.bundle, ctx.cfg.lm
     threads(cfg)
     qdir = ctx.upstream("quantize")
-    row = choose_variant(json.loads((qdir / "onnx_rows.json").read_text()), b.variant, cfg.source)
-    variant = row["variant"]
-    if variant not in H.GRAPH_FILES:
-        raise PipelineError(f"the student's {variant} graph has no place in the bundle layout (shipped: "
-                            f"{', '.join(H.GRAPH_FILES)})")
+    row = choose_variant(json.loads((qdir / "onnx_rows.json").read_text()), b.variant)
+    variant = row["variant"]  # one of H.GRAPH_FILES: the quantize stage builds those only
     lm, tok = load_lm(lm_folder(ctx, "student"), "student")
     context = lm.max_positions or lm.model.config.max_position_embeddings
     out = ctx.out
