@@ -121,7 +121,6 @@ def stage_export(ctx: StageContext) -> dict:
     Writes export/<model>/<variant>/model.ort, export/coreml/<model>-<variant>.mlpackage, exports.json."""
     from export.checks import check_greedy
     from export.coreml import can_predict
-
     from export.ort_format import convert_to_ort
 
     cfg, e = ctx.cfg, ctx.cfg.export  # ort_disabled_optimizers was checked when the config loaded
