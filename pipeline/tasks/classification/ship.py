@@ -112,7 +112,8 @@ def stage_quantize(ctx: StageContext) -> dict:
                          "size_bytes": size, "opset": q.opset, "check": check, **sc, "params": params["params"],
                          "non_embedding_params": params["non_embedding_params"],
                          "accuracy_delta_vs_pytorch": sc["accuracy"] - fp32_acc[name] if name in fp32_acc else None,
-                         "size_ratio_vs_fp32": tree_bytes(job.sources["fp32"]) / size if "fp32" in job.sources else None,
+                         "size_ratio_vs_fp32": tree_bytes(job.sources["fp32"]) / size if "fp32" in job.sources
+                         else None,
                          "details": details})
             acc = {"model": name, "variant": variant, "format": "onnx", **sc, **params, "size_bytes": size,
                    "accuracy_retention": sc["accuracy"] / teacher_acc if teacher_acc else None}
