@@ -70,9 +70,7 @@ def stage_bench(ctx: StageContext) -> dict:
     shutil.rmtree(ctx.out / "scratch", ignore_errors=True)  # fixed-shape copies: reproducible, not results
 
     doc = {
-        "task": TASK.name, "quality_metric": TASK.quality,
-        "machine": machine,
-        "versions": library_versions(),
+        "task": TASK.name, "quality_metric": TASK.quality, "machine": machine, "versions": library_versions(),
         "threads": threads,
         "plan": {"seq_lengths": b.seq_lengths, "headline_length": b.headline_length, "warmup": b.warmup,
                  "iterations": b.iterations, "min_iterations": b.min_iterations,

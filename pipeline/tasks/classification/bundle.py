@@ -112,9 +112,8 @@ def stage_bundle(ctx: StageContext) -> dict:
                             f"{tokenizer.__class__.__name__}")
     index = {lab: i for i, lab in enumerate(labels)}
     acc = scores(pair, np.array([index[r["label"]] for r in test]), len(labels))
-    ort_spec = io_spec(ort_session(out / "model" / f"{stem}.ort", 1))
-    models = {"ort": {"file": f"model/{stem}.ort", **ort_spec, "format": "ort",
-                      "target_platform": row.get("details", {}).get("target_platform")},
+    models = {"ort": {"file": f"model/{stem}.ort", **io_spec(ort_session(out / "model" / f"{stem}.ort", 1)),
+                      "format": "ort", "target_platform": row.get("details", {}).get("target_platform")},
               "onnx": {"file": f"model/{stem}.onnx", **io_spec(pair_session), "format": "onnx",
                        "opset": onnx_row.get("opset")},
               "string_onnx": {"file": f"model/{stem}-text.onnx", **io_spec(text_session), "format": "onnx",

@@ -53,16 +53,15 @@ def jobs(quantize: Path, lengths: list[int]) -> list[dict]:
             tok = quantize / r["model"] / "tokenizer"
             max_len = json.loads((tok / "pocketformer.json").read_text()).get("max_length") \
                 if (tok / "pocketformer.json").is_file() else None
-            for n in lengths:
-                out.append({"model": r["model"], "variant": v, "length": n, "src": quantize.parent / r["file"],
-                            "fix": True, "lookup": None, "tokenizer": tok,
-                            "too_long": bool(max_len and n > max_len), "max_length": max_len})
+            out += [{"model": r["model"], "variant": v, "length": n, "src": quantize.parent / r["file"], "fix": True,
+                     "lookup": None, "tokenizer": tok, "too_long": bool(max_len and n > max_len), "max_length": max_len}
+                    for n in lengths]
     npu = quantize / "npu.json"
     for r in json.loads(npu.read_text()) if npu.is_file() else []:
-        for n, f in sorted(r["files"].items(), key=lambda kv: int(kv[0])):
-            out.append({"model": r["model"], "variant": r["variant"], "length": int(n), "src": quantize.parent / f,
-                        "fix": False, "lookup": quantize.parent / r["lookup"] if r.get("lookup") else None,
-                        "tokenizer": quantize / r["model"] / "tokenizer", "too_long": False, "max_length": None})
+        out += [{"model": r["model"], "variant": r["variant"], "length": int(n), "src": quantize.parent / f,
+                 "fix": False, "lookup": quantize.parent / r["lookup"] if r.get("lookup") else None,
+                 "tokenizer": quantize / r["model"] / "tokenizer", "too_long": False, "max_length": None}
+                for n, f in sorted(r["files"].items(), key=lambda kv: int(kv[0]))]
     return out
 
 
@@ -74,6 +73,7 @@ def feeds(job: dict, onnx_path: Path, texts: list[str]) -> list[dict[str, np.nda
 
     from distill.batching import encode
     from export.ort_session import ort_session
+    from pipeline.tasks.classification.replay import padded
 
     tok = AutoTokenizer.from_pretrained(job["tokenizer"])
     n, pad_id = job["length"], tok.pad_token_id or 0
@@ -83,10 +83,7 @@ def feeds(job: dict, onnx_path: Path, texts: list[str]) -> list[dict[str, np.nda
     lookup = ort_session(job["lookup"], 1) if job["lookup"] is not None else None
     out = []
     for s in ids:
-        x = np.full((1, n), pad_id, dtype=np.int64)
-        x[0, :len(s)] = s[:n]
-        m = (x != pad_id).astype(np.int64)
-        m[0, :len(s)] = 1
+        x, m = padded(s, n, pad_id, np.int64)  # s holds at most n ids (encoded to n)
         feed = {"input_ids": x, "attention_mask": m, "token_type_ids": np.zeros_like(x)}
         if "embeddings" in types:
             name = lookup.get_inputs()[0].name
@@ -239,12 +236,11 @@ def _row(base: dict, rec: dict, num: dict | None, rel, minimum: float) -> dict:
 
 
 def _versions() -> dict:
+    from contextlib import suppress
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {}
-    for pkg in ("onnxruntime", "onnxruntime-qnn"):
-        try:
+    out = dict.fromkeys(("onnxruntime", "onnxruntime-qnn"))
+    for pkg in out:
+        with suppress(PackageNotFoundError):
             out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = None
     return out

@@ -46,19 +46,6 @@ def predict_in_fresh_process(bundle: Path, models: dict, samples: list[dict], np
     return result["logits"], result["npu"]
 
 
-def _runtime_advice(meta: dict) -> str:
-    built = meta.get("versions", {}).get("onnxruntime", "?")
-    try:
-        here = importlib.metadata.version("onnxruntime")
-    except importlib.metadata.PackageNotFoundError:
-        here = "?"
-    if built != here:
-        return (f"the file is intact (sha256 matches), so this onnxruntime {here} computes it differently from "
-                f"{built}, which built the bundle: check it with `pip install onnxruntime=={built}`")
-    return (f"the file is intact (sha256 matches) and onnxruntime is the build's {built}: this CPU's kernels "
-            f"differ more than measured on any CPU so far; report these figures with the CPU model")
-
-
 def diagnose(meta: dict, samples: list[dict], rel: str, got: np.ndarray, ref: np.ndarray, allowed: np.ndarray) -> str:
     """Why a file's logits miss its reference, from the evidence at hand (the file's sha256 matched):
     - the file reproduces another file's reference of the same sample (the same model through other kernels,
@@ -93,7 +80,16 @@ def diagnose(meta: dict, samples: list[dict], rel: str, got: np.ndarray, ref: np
                 f"{int(off.sum())} of {n} samples, by up to {float(np.abs(got - ref).max()):.3g}: it is not the model "
                 f"these references were made with (a file from another run, with metadata.json's hashes "
                 f"rewritten?); restore it from the build's runs/<run>/ folder or rebuild the bundle with `make bundle`")
-    return _runtime_advice(meta)
+    built = meta.get("versions", {}).get("onnxruntime", "?")
+    try:
+        here = importlib.metadata.version("onnxruntime")
+    except importlib.metadata.PackageNotFoundError:
+        here = "?"
+    if built != here:
+        return (f"the file is intact (sha256 matches), so this onnxruntime {here} computes it differently from "
+                f"{built}, which built the bundle: check it with `pip install onnxruntime=={built}`")
+    return (f"the file is intact (sha256 matches) and onnxruntime is the build's {built}: this CPU's kernels "
+            f"differ more than measured on any CPU so far; report these figures with the CPU model")
 
 
 def compare(bundle: Path, meta: dict, samples: list[dict], rel: str, rows: list[list[float]],

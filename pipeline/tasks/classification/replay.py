@@ -87,7 +87,7 @@ def coreml_logits(path: Path, spec: dict, samples: list[dict]) -> list[list[floa
     return rows
 
 
-def _padded(ids: list[int], n: int, pad_id: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+def padded(ids: list[int], n: int, pad_id: int, dtype) -> tuple[np.ndarray, np.ndarray]:
     x = np.full((1, n), pad_id, dtype=dtype)  # (1, n)
     x[0, :len(ids)] = ids
     m = np.zeros((1, n), dtype=dtype)  # (1, n): 1 on the ids, 0 on the padding
@@ -123,13 +123,13 @@ def npu_logits(bundle: Path, npu: dict, samples: list[dict]) -> dict[str, list[l
                     continue
                 feed = {}
                 for i in spec["inputs"]:
-                    x, m = _padded(ids, int(n), pad, _dtype(spec, i["name"]))
+                    x, m = padded(ids, int(n), pad, _dtype(spec, i["name"]))
                     if i["name"] == "attention_mask":
                         feed[i["name"]] = m
                     elif i["name"] == "input_ids":
                         feed[i["name"]] = x
                     elif look is not None:  # the embeddings the lookup file makes of the padded ids
-                        lx, _ = _padded(ids, int(n), pad, _dtype(lookup, "input_ids"))
+                        lx, _ = padded(ids, int(n), pad, _dtype(lookup, "input_ids"))
                         feed[i["name"]] = look.run(None, {lookup["inputs"][0]["name"]: lx})[0]
                     else:
                         raise PipelineError(f"{spec['file']}: input '{i['name']}' needs the variant's lookup file, "
@@ -174,7 +174,7 @@ def _qnn_file(bundle: Path, pad: int, samples: list[dict], chip: str, entry: dic
     picked = [i for i, s in enumerate(samples) if len(s["token_ids"]) <= n][:QNN_SAMPLES]
     feeds = []
     for s in (samples[i] for i in picked):
-        x, m = _padded(s["token_ids"], n, pad, _dtype(spec, "input_ids"))
+        x, m = padded(s["token_ids"], n, pad, _dtype(spec, "input_ids"))
         feeds.append({i["name"]: (m if i["name"] == "attention_mask" else x) for i in spec["inputs"]})
     try:
         got = emulator_logits(bundle / spec["file"], str(entry["soc_model"]), str(entry["htp_arch"]), feeds) \

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.data import read_labels, read_split
-from pipeline.errors import lookup
+from pipeline.errors import lookup, tree_bytes
 from pipeline.task import StageContext
 from pipeline.tasks.classification import MODEL_FOLDERS
 from pipeline.tasks.classification.train import _xy
@@ -39,18 +39,8 @@ def _check_texts(ctx: StageContext, n: int) -> list[str]:
     return texts[:n] if n > 0 else texts
 
 
-def _calibration_texts(ctx: StageContext) -> list[str]:
-    texts = [r["text"] for r in read_split(ctx.input("data"), "train")]
-    random.Random(ctx.cfg.run.seed).shuffle(texts)  # a sample across labels, not the file's first rows
-    return texts[: ctx.cfg.quantize.calibration_samples]
-
-
 def _rel(ctx: StageContext, path: Path) -> str:
     return f"{ctx.name}/{path.relative_to(ctx.out).as_posix()}"
-
-
-def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
 
 
 @reports_truncation
@@ -78,7 +68,9 @@ def stage_quantize(ctx: StageContext) -> dict:
     labels = read_labels(ctx.input("data"))
     test_texts, y = _xy(ctx.input("data"), "test", labels)
     check_texts = _check_texts(ctx, q.check_samples)
-    calibration = _calibration_texts(ctx)
+    calibration = [r["text"] for r in read_split(ctx.input("data"), "train")]
+    random.Random(cfg.run.seed).shuffle(calibration)  # a sample across labels, not the file's first rows
+    calibration = calibration[: q.calibration_samples]
     eval_rows = json.loads((ctx.input("eval") / "accuracy.json").read_text())
     fp32_acc = {r["model"]: r["accuracy"] for r in eval_rows}
     teacher_acc = fp32_acc.get("teacher")
@@ -114,13 +106,14 @@ def stage_quantize(ctx: StageContext) -> dict:
                      else argmax_check(run, ref, inputs, q.min_argmax_agreement, what, fatal=False))
             sc = scores(predict(run, m.tokenizer, test_texts, m.max_length, cfg.teacher.eval_batch_size),
                         np.array(y), len(labels))
-            size = _size(job.out)
+            size = tree_bytes(job.out)
             rows.append({"model": name, "variant": variant, "format": "onnx", "file": _rel(ctx, job.out),
                          "status": "passed" if check["passed"] else "failed",
                          "size_bytes": size, "opset": q.opset, "check": check, **sc, "params": params["params"],
                          "non_embedding_params": params["non_embedding_params"],
                          "accuracy_delta_vs_pytorch": sc["accuracy"] - fp32_acc[name] if name in fp32_acc else None,
-                         "size_ratio_vs_fp32": _size(job.sources["fp32"]) / size if "fp32" in job.sources else None,
+                         "size_ratio_vs_fp32": tree_bytes(job.sources["fp32"]) / size if "fp32" in job.sources
+                         else None,
                          "details": details})
             acc = {"model": name, "variant": variant, "format": "onnx", **sc, **params, "size_bytes": size,
                    "accuracy_retention": sc["accuracy"] / teacher_acc if teacher_acc else None}
@@ -164,7 +157,12 @@ def stage_export(ctx: StageContext) -> dict:
     """
     cfg, e = ctx.cfg, ctx.cfg.export
     threads(cfg)
-    _check_coreml_settings(e)  # before the slow steps, so a typo fails at once
+    # the Core ML deployment target needs coremltools, so it is checked here (not when the config loads, as the
+    # variant and model names are), before the slow steps: a typo fails at once
+    if e.coreml_models and e.coreml_variants:
+        from export.coreml import deployment_target
+
+        deployment_target(e.coreml_target, e.coreml_models[0])
     from export.checks import failed_rows
 
     qrows = json.loads((ctx.input("quantize") / "variants.json").read_text())
@@ -232,19 +230,10 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
                                  fatal=False)
             sc = scores(predict(got, tok, test_texts, max_len, cfg.teacher.eval_batch_size), np.array(y), len(labels))
             acc_from = "ort"
-        rows.append(ort_row(q, variant, _rel(ctx, out), _size(out), check, sc, acc_from, e, {"source": q["file"]}))
-        print(f"[export] {model} {variant}.ort: {_size(out):,} bytes, accuracy {sc['accuracy']:.4f} "
+        rows.append(ort_row(q, variant, _rel(ctx, out), tree_bytes(out), check, sc, acc_from, e, {"source": q["file"]}))
+        print(f"[export] {model} {variant}.ort: {tree_bytes(out):,} bytes, accuracy {sc['accuracy']:.4f} "
               f"({acc_from}), {check['kind']} {check['value']:.4g}")
     return rows
-
-
-def _check_coreml_settings(e) -> None:
-    """The deployment target needs coremltools, so it is checked here rather than when the config loads
-    (variant and model names are: pipeline/config_rules.py)."""
-    from export.coreml import deployment_target
-
-    if e.coreml_models and e.coreml_variants:
-        deployment_target(e.coreml_target, e.coreml_models[0])
 
 
 def _export_coreml(ctx: StageContext, check_texts: list[str]) -> list[dict]:
@@ -278,7 +267,7 @@ def _export_coreml(ctx: StageContext, check_texts: list[str]) -> list[dict]:
             rows.append({"model": name, "variant": variant, "format": "coreml", "file": _rel(ctx, job.out),
                          "status": "failed" if check.get("passed") is False else
                          "not checked" if check.get("skipped") else "passed",
-                         "size_bytes": _size(job.out), "opset": None, "check": check, "accuracy": None,
+                         "size_bytes": tree_bytes(job.out), "opset": None, "check": check, "accuracy": None,
                          "macro_f1": None, "params": params["params"],
                          "non_embedding_params": params["non_embedding_params"],
                          "deployment_target": e.coreml_target, "sequence_shapes": details["sequence_shapes"],

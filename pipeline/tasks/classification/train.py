@@ -178,7 +178,6 @@ def stage_baseline(ctx: StageContext) -> dict:
     labels = read_labels(ctx.input("data"))
     teacher = load_model(ctx.input("teacher") / "model", "teacher")
     tok = teacher.tokenizer
-    vocab = len(tok)
     max_len = b.max_length or cfg.teacher.max_length
     summary: dict = {"max_length": max_len, "vocab": b.vocab}
     texts, y = _xy(ctx.input("data"), "train", labels)
@@ -193,7 +192,7 @@ def stage_baseline(ctx: StageContext) -> dict:
             "lstm_distilled": (dtexts, dy, "distilled", {"teacher_logits": tl, "temperature": cfg.distill.temperature})}
     for name, (x, gold, what, distill_args) in runs.items():
         seed_everything(cfg.run.seed)
-        rnn = build_rnn(b, vocab, len(labels), tok.pad_token_id or 0)
+        rnn = build_rnn(b, len(tok), len(labels), tok.pad_token_id or 0)
         if vmap is not None:
             rnn.restrict_vocab(vmap)
         summary[name] = train_rnn(rnn, tok, x, gold, b, max_len, cfg.run.seed, f"{b.cell}: {what}", **distill_args,

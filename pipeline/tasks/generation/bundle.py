@@ -7,11 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 from pipeline.errors import PipelineError
 from pipeline.tasks.generation.common import check_prompt, load_lm, ort_lm
-from pipeline.tasks.generation.ship import lm_folder
+from pipeline.tasks.generation.ship import lm_folder, reference_continuations
 from pipeline.tasks.common import threads
 from pipeline.task import StageContext
 
@@ -19,30 +17,13 @@ from pipeline.task import StageContext
 AUTO_ORDER = ("int8-dynamic", "fp32")
 
 
-def choose_variant(onnx_rows: list[dict], variant: str, source: str) -> dict:
+def choose_variant(onnx_rows: list[dict], variant: str) -> dict:
     """The quantize-stage row of the student graph to ship. Only the Llama student ships: the LSTM has no
-    runtime that generates from a folder, and the teacher is the reference, not a phone model (bundle.model is
-    "auto" or "student": checked when the config loaded)."""
+    runtime that generates from a folder, and the teacher is the reference, not a phone model. That
+    bundle.model is "auto" or "student", quantize.models holds the student and bundle.variant is one of its
+    graphs was checked when the config loaded (tasks/generation/checks.py)."""
     mine = {r["variant"]: r for r in onnx_rows if r["model"] == "student"}
-    if not mine:
-        raise PipelineError(f"quantize/onnx_rows.json has no student graph; add \"student\" to quantize.models "
-                            f"in {source} and run `python -m pipeline quantize --config {source}`")
-    if variant == "auto":
-        return next(mine[v] for v in (*AUTO_ORDER, *mine) if v in mine)
-    if variant not in mine:
-        raise PipelineError(f"bundle.variant = '{variant}' has no student graph (made: {', '.join(mine)}); add it "
-                            f"to quantize.variants in {source} and run the quantize stage")
-    return mine[variant]
-
-
-def reference_continuations(runner, lm, prompts: list[list[int]], n: int) -> list[list[int]]:
-    """The pipeline's greedy continuations (teacher ids): its own ONNX Runtime loop over the quantize-stage
-    graph, in student ids, exactly as the quantize stage checked it against PyTorch."""
-    out = []
-    for p in prompts:
-        got = runner.generate(lm.to_model_ids(torch.tensor(p)).tolist(), n)
-        out.append(got if lm.vmap is None else lm.vmap.to_teacher(got).tolist())
-    return out
+    return next(mine[v] for v in (*AUTO_ORDER, *mine) if v in mine) if variant == "auto" else mine[variant]
 
 
 def stage_bundle(ctx: StageContext) -> dict:
@@ -58,11 +39,8 @@ def stage_bundle(ctx: StageContext) -> dict:
     cfg, b, lmc = ctx.cfg, ctx.cfg.bundle, ctx.cfg.lm
     threads(cfg)
     qdir = ctx.upstream("quantize")
-    row = choose_variant(json.loads((qdir / "onnx_rows.json").read_text()), b.variant, cfg.source)
-    variant = row["variant"]
-    if variant not in H.GRAPH_FILES:
-        raise PipelineError(f"the student's {variant} graph has no place in the bundle layout (shipped: "
-                            f"{', '.join(H.GRAPH_FILES)})")
+    row = choose_variant(json.loads((qdir / "onnx_rows.json").read_text()), b.variant)
+    variant = row["variant"]  # one of H.GRAPH_FILES: the quantize stage builds those only
     lm, tok = load_lm(lm_folder(ctx, "student"), "student")
     context = lm.max_positions or lm.model.config.max_position_embeddings
     out = ctx.out

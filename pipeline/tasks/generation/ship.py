@@ -41,6 +41,16 @@ def ort_perplexity(runner, lm, windows: np.ndarray) -> dict:
     return {"perplexity": math.exp(total / count), "tokens": count}
 
 
+def reference_continuations(runner, lm, prompts: list[list[int]], n: int) -> list[list[int]]:
+    """The pipeline's greedy continuations (teacher ids): its own ONNX Runtime loop over a quantize-stage graph,
+    in student ids, exactly as the quantize stage checks it against PyTorch."""
+    out = []
+    for p in prompts:
+        got = runner.generate(lm.to_model_ids(torch.tensor(p)).tolist(), n)
+        out.append(got if lm.vmap is None else lm.vmap.to_teacher(got).tolist())
+    return out
+
+
 def stage_quantize(ctx: StageContext) -> dict:
     """ONNX export (KV cache for the decoders, state for the LSTM) and int8 dynamic quantization; every
     fp32 graph must reproduce the PyTorch greedy decode token for token. Writes quantize/<model>/<variant>/
@@ -54,7 +64,7 @@ def stage_quantize(ctx: StageContext) -> dict:
     eval_rows = {r["model"]: r for r in json.loads((ctx.upstream("eval") / "perplexity.json").read_text())}
     skipped = [{"variant": v, "reason": f"'{v}' is not built for generation models (built: {', '.join(LM_VARIANTS)})"}
                for v in q.variants if v not in LM_VARIANTS]
-    rows, checks, win = [], {}, None
+    rows, win = [], None
     for name in q.models:
         folder = lm_folder(ctx, name)
         lm, tok = load_lm(folder, name)
@@ -76,11 +86,10 @@ def stage_quantize(ctx: StageContext) -> dict:
         for variant in variants:
             path = variant_graph(variant, fp32, ctx.out / name / variant, name, q)
             runner = ort_lm(path, lm)
-            got = runner.generate(lm.to_model_ids(torch.tensor(prompt)).tolist(), cfg.lm.check_tokens)
-            got = got if lm.vmap is None else lm.vmap.to_teacher(got).tolist()
-            checks[f"{name}/{variant}"] = check_greedy(ref, got, f"{name} {variant} ONNX", must_match=variant == "fp32")
+            got = reference_continuations(runner, lm, [prompt], cfg.lm.check_tokens)[0]
             row = {"model": name, "variant": variant, "format": "onnx", "path": str(path.relative_to(ctx.out)),
-                   "size_bytes": _onnx_size(path), "greedy_check": checks[f"{name}/{variant}"],
+                   "size_bytes": _onnx_size(path),
+                   "greedy_check": check_greedy(ref, got, f"{name} {variant} ONNX", must_match=variant == "fp32"),
                    "params": eval_rows[name]["params"]}
             if name == "teacher" and variant == "fp32":  # 30 layers over the test windows again costs minutes;
                 # the graph is greedy-checked against the same PyTorch model eval scored
@@ -114,7 +123,6 @@ def stage_export(ctx: StageContext) -> dict:
     Writes export/<model>/<variant>/model.ort, export/coreml/<model>-<variant>.mlpackage, exports.json."""
     from export.checks import check_greedy
     from export.coreml import can_predict
-
     from export.ort_format import convert_to_ort
 
     cfg, e = ctx.cfg, ctx.cfg.export  # ort_disabled_optimizers was checked when the config loaded
@@ -210,12 +218,12 @@ def stage_bench(ctx: StageContext) -> dict:
     rows = []
     for r in json.loads((ctx.upstream("eval") / "perplexity.json").read_text()):  # the PyTorch checkpoints
         lm = load(r["model"])[0]
-        why = {"status": "skipped", "reason": "generation is benchmarked through ONNX Runtime (.onnx / .ort rows)"}
+        why = "generation is benchmarked through ONNX Runtime (.onnx / .ort rows)"
         rows.append({**{k: r[k] for k in ("model", "variant", "format", "perplexity", "params",
                                           "non_embedding_params", "size_bytes")},
                      "flops_per_seq": _flops(lm, lmc.bench_prompt_tokens),
-                     "latency": {t: dict(why) for t in [*(t.name for t in targets), *skipped]},
-                     "generation": {t: dict(why) for t in [*(t.name for t in targets), *skipped]}})
+                     "latency": {t: skip(why) for t in [*(t.name for t in targets), *skipped]},
+                     "generation": {t: skip(why) for t in [*(t.name for t in targets), *skipped]}})
     for (name, variant, fmt), (path, src) in files.items():
         lm, tok = load(name)
         # prompt + decode tokens fit the students' lm.max_cache positions: checked when the config loaded
@@ -246,8 +254,7 @@ def stage_bench(ctx: StageContext) -> dict:
                 "p50_ms": stats["ttft_p50_ms"], "p90_ms": stats["ttft_p90_ms"], "p99_ms": stats["ttft_p99_ms"],
                 "mean_ms": stats["ttft_mean_ms"], "iterations": stats["iterations"], "what": "time to first token"}}
         for name_t, reason in skipped.items():
-            row["generation"][name_t] = {"status": "skipped", "reason": reason}
-            row["latency"][name_t] = {"status": "skipped", "reason": reason}
+            row["generation"][name_t], row["latency"][name_t] = skip(reason), skip(reason)
         rows.append(row)
     result = {"machine": machine_info(sorted({decode_threads(t) for t in targets})),
               "versions": library_versions(), "task": TASK.name, "quality_metric": TASK.quality,

@@ -108,10 +108,8 @@ def stage_logits(ctx: StageContext) -> dict:
     for i in starts:  # batch order, so the NLL sums as in one process
         ids[i: i + bs], vals[i: i + bs], batch_nll = part[i]
         nll += batch_nll
-    np.save(ctx.out / "windows.npy", win)
-    np.save(ctx.out / "extra_windows.npy", extra)
-    np.save(ctx.out / "topk_ids.npy", ids)
-    np.save(ctx.out / "topk_logits.npy", vals)
+    for fname, array in (("windows", win), ("extra_windows", extra), ("topk_ids", ids), ("topk_logits", vals)):
+        np.save(ctx.out / f"{fname}.npy", array)
     vmap.save(ctx.out)
     n_tok = win.shape[0] * lm.context_length
     return {"train_tokens": int(len(tokens)), "windows": int(len(win)), "extra_windows": int(len(extra)),
@@ -155,13 +153,6 @@ def _training_windows(logits_dir: Path, vmap) -> np.ndarray:
                                            np.load(logits_dir / "extra_windows.npy")]))
 
 
-def _student_targets(logits_dir: Path, vmap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Training windows and the teacher top-k of the first N of them, teacher ids mapped to student ids."""
-    win = _training_windows(logits_dir, vmap)
-    ids = vmap.to_student(np.load(logits_dir / "topk_ids.npy").astype(np.int64))
-    return win, ids, np.load(logits_dir / "topk_logits.npy")
-
-
 def _model_meta(folder: Path, kind: str, cfg: Config, vmap) -> None:
     """A saved model folder's vocab_map.json and pocketformer.json (kind and positions)."""
     vmap.save(folder)
@@ -201,8 +192,11 @@ def stage_distill(ctx: StageContext) -> dict:
     teacher, tok = load_causal_folder(ctx.input("teacher") / "model")
     vmap = VocabMap.load(ctx.input("logits"))
     student = build_student(cfg.student, teacher, vmap, max(cfg.lm.max_cache, cfg.lm.context_length), task="generation")
-    win, ids, vals = _student_targets(ctx.input("logits"), vmap)
-    summary = distill_lm(student, win, ids, vals, cfg.distill, cfg.run.seed, train_options(ctx))
+    # the training windows and the teacher top-k of the first N of them, teacher ids mapped to student ids
+    logits = ctx.input("logits")
+    ids = vmap.to_student(np.load(logits / "topk_ids.npy").astype(np.int64))
+    summary = distill_lm(student, _training_windows(logits, vmap), ids, np.load(logits / "topk_logits.npy"),
+                         cfg.distill, cfg.run.seed, train_options(ctx))
     note = _pca_note(cfg, vmap.size)
     if note:
         summary["init_note"] = note
