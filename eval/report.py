@@ -118,10 +118,8 @@ def _targets(res: dict) -> list[Block]:
 
 
 def _goals(res: dict) -> list[Block]:
-    rows = []
-    for g in res["goals"]:
-        met = {True: "yes", False: "NO", None: "not measured"}[g["met"]]
-        rows.append([g["goal"], _g(g["value"]), _g(g["limit"]), met, g["detail"]])
+    met = {True: "yes", False: "NO", None: "not measured"}
+    rows = [[g["goal"], _g(g["value"]), _g(g["limit"]), met[g["met"]], g["detail"]] for g in res["goals"]]
     return [("h2", "Goals from the issue, checked on this run"),
             ("table", ["goal", "value", "limit", "met", "how"], rows)]
 
@@ -249,13 +247,8 @@ def _browser_cross(res: dict) -> list[Block]:
 def _shown_targets(res: dict, length: int) -> list[tuple[str, bool]]:
     """(target, measured?) for targets with a measurement or an estimate at length; the rest are only
     in the Targets and Skipped tables."""
-    out = []
-    for t in res["targets"]:
-        measured = any(p50(r, t, length) for r in res["rows"])
-        estimated = any("estimate" in r["latency"].get(t, {}) for r in res["rows"])
-        if measured or estimated:
-            out.append((t, measured))
-    return out
+    measured = {t: any(p50(r, t, length) for r in res["rows"]) for t in res["targets"]}
+    return [(t, m) for t, m in measured.items() if m or any("estimate" in r["latency"].get(t, {}) for r in res["rows"])]
 
 
 def _summary(res: dict) -> list[Block]:
@@ -298,6 +291,14 @@ def _flops_check(res: dict) -> list[Block]:
                   "1.0 = agree): " + ", ".join(checks) + ".")] if checks else []
 
 
+def _entries(res: dict, key: str):
+    """(row, target, part) for every row's latency entry holding a non-empty `key` part."""
+    for r in res["rows"]:
+        for t, entry in r["latency"].items():
+            if isinstance(entry, dict) and entry.get(key):
+                yield r, t, entry[key]
+
+
 def _sweeps(res: dict) -> list[Block]:
     lengths = res["plan"]["seq_lengths"]
     out: list[Block] = [("h2", "Latency vs sequence length (p50 ms, batch 1)")]
@@ -307,24 +308,14 @@ def _sweeps(res: dict) -> list[Block]:
         if rows:
             out += [("p", f"{t}:"), ("table", ["model", "variant", "format"] + [str(n) for n in lengths], rows)]
     B = res["plan"]["throughput_batch"]
-    rows = []
-    for r in res["rows"]:
-        for t, entry in r["latency"].items():
-            tp = entry.get(f"throughput_b{B}") if isinstance(entry, dict) else None
-            if tp and "p50_ms" in tp:
-                rows.append(_name(r) + [t, _ms(tp["p50_ms"]), f"{tp['sequences_per_s']:.1f}",
-                                        _gflops_cell(tp) if "gflops" in tp else "-"])
+    rows = [_name(r) + [t, _ms(tp["p50_ms"]), f"{tp['sequences_per_s']:.1f}",
+                        _gflops_cell(tp) if "gflops" in tp else "-"] for r, t, tp in _entries(res, f"throughput_b{B}") if "p50_ms" in tp]
     if rows:
         out += [("h2", f"Throughput: batch {B} at {res['plan']['headline_length']} tokens"),
                 ("table", ["model", "variant", "format", "target", "p50 ms / batch", "sequences/s",
                            "GFLOP/s (% peak)"], rows)]
-    rows = []
-    for r in res["rows"]:
-        for t, entry in r["latency"].items():
-            s = entry.get("session") if isinstance(entry, dict) else None
-            if s and "peak_rss_mb" in s:
-                rows.append(_name(r) + [t, s["provider"], str(s["threads"]), f"{s['peak_rss_mb']:.0f}",
-                                        f"{s['session_rss_mb']:.0f}"])
+    rows = [_name(r) + [t, s["provider"], str(s["threads"]), f"{s['peak_rss_mb']:.0f}", f"{s['session_rss_mb']:.0f}"]
+            for r, t, s in _entries(res, "session") if "peak_rss_mb" in s]
     if rows:
         out += [("h2", "Memory per session"),
                 ("p", "Peak resident memory of the benchmark process while the session lived (sampled every 5 ms), "

@@ -7,7 +7,7 @@ from typing import Any
 
 from eval.browser_goals import browser_goals
 from eval.paired import PAIRS, our_row
-from eval.rows import find, goal, p50
+from eval.rows import find, goal, p50, point
 from eval.workloads import workloads
 from pipeline.config import BundleSection
 
@@ -95,12 +95,6 @@ def _generation_goals(rows: list[dict]) -> list[dict]:
                  "best student int8-dynamic vs teacher fp32 decode tokens/s", operator.ge)]
 
 
-def _throughput(row: dict | None, target: str, batch: int) -> float | None:
-    entry = (row or {}).get("latency", {}).get(target)
-    point = entry.get(f"throughput_b{batch}") if isinstance(entry, dict) else None
-    return point.get("sequences_per_s") if isinstance(point, dict) else None
-
-
 # ours / Optimum's time at most this: a clear win, not a tie within noise (the paired rounds spread ~0.1)
 PEER_LIMIT = 0.8
 
@@ -127,7 +121,7 @@ def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int, batch: 
                     ratio = fa / fb if fa and fb else None
                     detail = "p50 ratio ours / Optimum (sweep)"
                 else:  # time per batch ours / Optimum = Optimum's sequences/s / ours
-                    sa, sb = _throughput(a, target, B), _throughput(b, target, B)
+                    sa, sb = (point(r, target, f"throughput_b{B}").get("sequences_per_s") for r in (a, b))
                     ratio = sb / sa if sa and sb else None
                     detail = "sequences/s ratio Optimum / ours (throughput rows)"
                 where = f"{target} at {length} tokens" + (f", batch {B}" if B > 1 else "")
