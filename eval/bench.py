@@ -373,22 +373,18 @@ DECODE_TARGETS = {
 DECODE_SKIPPED = {
     "edge-npu": "generation with a growing KV cache has dynamic shapes that NPU providers reject; not measured",
     "desktop-gpu": "no CUDA device or onnxruntime-gpu here; not measured",
-    "browser-wasm": "the browser targets time the classifier files; decoding in the browser is not benchmarked",
-    "browser-wasm-mt": "the browser targets time the classifier files; decoding in the browser is not benchmarked",
+    **dict.fromkeys(("browser-wasm", "browser-wasm-mt"),
+                    "the browser targets time the classifier files; decoding in the browser is not benchmarked"),
 }
 
 
 def decode_targets(names: list[str]) -> tuple[list[DecodeTarget], dict[str, str]]:
     """(targets the decode workload runs on, {target: why it is skipped}) for bench.targets."""
-    run, skip = [], {}
     for n in names:
-        if n in DECODE_TARGETS:
-            run.append(DECODE_TARGETS[n])
-        elif n in DECODE_SKIPPED:
-            skip[n] = DECODE_SKIPPED[n]
-        else:
+        if n not in DECODE_TARGETS and n not in DECODE_SKIPPED:
             raise PipelineError(f"unknown bench target '{n}'. Known: {', '.join([*DECODE_TARGETS, *DECODE_SKIPPED])}")
-    return run, skip
+    return [DECODE_TARGETS[n] for n in names if n in DECODE_TARGETS], {n: DECODE_SKIPPED[n] for n in names
+                                                                      if n in DECODE_SKIPPED}
 
 
 def decode_threads(t: DecodeTarget) -> int:

@@ -152,12 +152,10 @@ def _head_to_head(res: dict) -> list[Block]:
     rows = []
     for h in pairs:
         ours, peer = f"{h['ours']['variant']} {h['ours']['format']}", f"{h['peer']['variant']} {h['peer']['format']}"
-        batch = str(h.get("batch", 1))
-        if h.get("status") == "failed":
-            rows.append([h["target"], batch, ours, peer, "-", "-", "failed", h["reason"]])
-            continue
-        rows.append([h["target"], batch, ours, peer, f"{h['ours_p50_ms']:.3f}", f"{h['peer_p50_ms']:.3f}",
-                     f"{h['ratio']:.3f}", f"{h['ratio_min']:.3f}-{h['ratio_max']:.3f}"])
+        nums = ["-", "-", "failed", h["reason"]] if h.get("status") == "failed" else \
+            [f"{h['ours_p50_ms']:.3f}", f"{h['peer_p50_ms']:.3f}", f"{h['ratio']:.3f}",
+             f"{h['ratio_min']:.3f}-{h['ratio_max']:.3f}"]
+        rows.append([h["target"], str(h.get("batch", 1)), ours, peer, *nums])
     first = pairs[0]
     per_round = ", ".join(sorted({f"batch {h.get('batch', 1)}: {h.get('iterations_per_round', '?')}" for h in pairs}))
     note = (" At fp32 ours is the optimized file (attention fused, layer norms left to ONNX Runtime's faster "

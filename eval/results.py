@@ -185,9 +185,8 @@ def validate_results(doc: dict) -> list[str]:
                      if not isinstance(r.get(k), t)]
         if not any(k in r for k in ("accuracy", "perplexity")):
             problems.append(f"{name}: needs 'accuracy' or 'perplexity' (null when unknown)")
-        for k in ("size_bytes", "flops_per_seq"):
-            if k not in r:
-                problems.append(f"{name}: missing '{k}' (null when unknown)")
+        problems += [f"{name}: missing '{k}' (null when unknown)" for k in ("size_bytes", "flops_per_seq")
+                     if k not in r]
         if r.get("status") == "failed":  # kept for its numbers, never timed (eval/bench.py)
             if not isinstance(r.get("check"), dict) or r["check"].get("passed") is not False:
                 problems.append(f"{name}: a failed row needs its check, with passed false")
