@@ -29,7 +29,7 @@ from eval.plan import Point, plan_point
 from eval.rows import p50, skip
 from eval.targets import TARGETS, Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
     resolved_threads, unavailable
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, lookup
 
 log = logging.getLogger("pocketformer")
 
@@ -145,12 +145,9 @@ class Bench:
             if t.name == "desktop-gpu":
                 return L.torch_runner(m.model, "cuda", torch.float16), "pytorch cuda fp16"
             return L.torch_runner(m.model), f"pytorch eager cpu ({threads} threads)"
-        if t.name == "desktop-gpu":
-            providers = ["CUDAExecutionProvider"]
-        elif t.name == "mobile-cpu":
-            providers = list(dict.fromkeys([mobile_provider(), "CPUExecutionProvider"]))
-        else:
-            providers = ["CPUExecutionProvider"]
+        providers = {"desktop-gpu": ["CUDAExecutionProvider"],
+                     "mobile-cpu": list(dict.fromkeys([mobile_provider(), "CPUExecutionProvider"]))
+                     }.get(t.name, ["CPUExecutionProvider"])
         sess = L.ort_session(row["_path"], threads, providers)
         if t.name == "desktop-gpu" and "CUDAExecutionProvider" not in sess.get_providers():
             # ORT falls back to the CPU with only a warning; CPU numbers must not be filed under a GPU target
@@ -381,8 +378,7 @@ DECODE_SKIPPED = {
 def decode_targets(names: list[str]) -> tuple[list[DecodeTarget], dict[str, str]]:
     """(targets the decode workload runs on, {target: why it is skipped}) for bench.targets."""
     for n in names:
-        if n not in DECODE_TARGETS and n not in DECODE_SKIPPED:
-            raise PipelineError(f"unknown bench target '{n}'. Known: {', '.join([*DECODE_TARGETS, *DECODE_SKIPPED])}")
+        lookup({**DECODE_TARGETS, **DECODE_SKIPPED}, n, f"bench target '{n}'")
     return [DECODE_TARGETS[n] for n in names if n in DECODE_TARGETS], {n: DECODE_SKIPPED[n] for n in names
                                                                       if n in DECODE_SKIPPED}
 

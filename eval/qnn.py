@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import PipelineError
+from pipeline.errors import lookup
 
 INSTALL_HINT = ("pip install '.[qnn]'; wheels exist for Linux x86_64 (glibc >= 2.35) and Windows")
 EMULATOR_NOTE = ("compiled for the chip and run on QAIRT's x86 HTP emulator: the logits are the compiled "
@@ -49,9 +49,7 @@ DEFAULT_CHIPS = ["8gen2", "8gen3", "8elite"]
 
 
 def get_chip(name: str) -> Chip:
-    if name not in CHIPS:
-        raise PipelineError(f"unknown Snapdragon chip '{name}' in npu.chips. Known: {', '.join(CHIPS)}")
-    return CHIPS[name]
+    return lookup(CHIPS, name, f"Snapdragon chip '{name}' in npu.chips")
 
 
 def unavailable_reason() -> str | None:
