@@ -400,5 +400,4 @@ def measure_decode(runner, prompt: list[int], decode_tokens: int, iterations: in
     s = L.summarize(ttft)
     return {"ttft_ms": s["p50_ms"], "decode_tokens_per_s": statistics.median(rate),
             "prompt_tokens": len(prompt), "decode_tokens": decode_tokens, "iterations": iterations,
-            "ttft_p50_ms": s["p50_ms"], "ttft_p90_ms": s["p90_ms"], "ttft_p99_ms": s["p99_ms"],
-            "ttft_mean_ms": s["mean_ms"]}
+            **{f"ttft_{k}": s[k] for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")}}
