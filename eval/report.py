@@ -343,13 +343,11 @@ def _npu(res: dict) -> list[Block]:
                 onnx_rows.append(_name(r)[:2] + [made_for, "checker failed: " + c["error"], "", "", "", est_cell])
                 continue
 
-            def cov(k):
-                a = c.get(k, {}).get("as_is", {})
-                return f"{a.get('supported_nodes', '?')}/{a.get('total_nodes', '?')} in {a.get('partitions', '?')}" \
-                    + (" (recommended)" if a.get("recommended") else "")
-            ops = sorted({o for k in _PROVIDER_NAMES for o in c.get(k, {}).get("as_is", {}).get("unsupported_ops", [])})
-            onnx_rows.append(_name(r)[:2] + [made_for] + [cov(k) for k in _PROVIDER_NAMES] +
-                             [", ".join(ops) or "none", est_cell])
+            as_is = [c.get(k, {}).get("as_is", {}) for k in _PROVIDER_NAMES]
+            cov = [f"{a.get('supported_nodes', '?')}/{a.get('total_nodes', '?')} in {a.get('partitions', '?')}"
+                   + (" (recommended)" if a.get("recommended") else "") for a in as_is]
+            ops = sorted({o for a in as_is for o in a.get("unsupported_ops", [])})
+            onnx_rows.append(_name(r)[:2] + [made_for, *cov, ", ".join(ops) or "none", est_cell])
         if "coreml" in npu:
             c = npu["coreml"]
             cm_rows.append(_name(r)[:2] + [str(c["ops"]), "yes" if c["ane_ready"] else "no",
@@ -362,9 +360,8 @@ def _npu(res: dict) -> list[Block]:
                       f"mobile usability checker: nodes the provider takes / all nodes, in how many partitions "
                       f"(each partition boundary is a CPU hand-over; unsupported ops run on the CPU). Only the "
                       f"int8-static and npu-* rows are edge-npu's files; the others show what keeps them off."),
-                ("table", ["model", "variant", "made for", "NNAPI nodes", "CoreML MLProgram nodes",
-                           "CoreML NeuralNetwork nodes", "ops a provider rejects", f"latency at {L} (ms)"],
-                 onnx_rows)]
+                ("table", ["model", "variant", "made for", *(f"{n} nodes" for n in _PROVIDER_NAMES.values()),
+                           "ops a provider rejects", f"latency at {L} (ms)"], onnx_rows)]
     if cm_rows:
         out += [("p", "Core ML packages, read from their spec: ops and input shapes that keep them off the "
                       "Neural Engine."),
