@@ -121,8 +121,7 @@ def measure_phone(cfg, platform_name: str = "android", adb: str | None = None, p
     if platform_name == "apple":
         from eval import phone_apple
 
-        reason = phone_apple.skip_reason()
-        if reason:
+        if reason := phone_apple.skip_reason():
             raise PipelineError(reason)
         if "coreml" not in meta["models"]:
             raise PipelineError(f"the bundle has no Core ML package for {name}; add it to export.coreml_models")

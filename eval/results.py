@@ -61,9 +61,8 @@ def _goals(rows: list[dict], length: int, seconds: float | None, metric: str,
     if metric != "accuracy":
         return _generation_goals(rows) + [budget]
     teacher = teacher_reference(rows, "mobile-cpu", "ort", length)
-    students = [(r["variant"], p50(r, "mobile-cpu", length)) for r in rows
-                if r["model"] == "student" and r["variant"].startswith("int8") and r["format"] == "ort"]
-    students = [s for s in students if s[1]]
+    students = [(r["variant"], t) for r in rows if r["model"] == "student" and r["variant"].startswith("int8")
+                and r["format"] == "ort" and (t := p50(r, "mobile-cpu", length))]
     best = min(students, key=lambda s: s[1]) if students else None
     ratio = best[1] / teacher if best and teacher else None
     return [goal(f"student int8 p50 <= 1/10 of the fp32 teacher on mobile-cpu at {length} tokens", ratio, 0.1,

@@ -37,8 +37,7 @@ def choose_workloads(rows: list[dict], target: str, window: float, length: int, 
     out: dict = {}
     if not rows:
         why = f"no {model} .{fmt} row with an accuracy in this run"
-        return {"batch1": {"status": "not measured", "reason": why},
-                f"batch{batch}": {"status": "not measured", "reason": why}}
+        return {key: {"status": "not measured", "reason": why} for key in ("batch1", f"batch{batch}")}
     best = max(r["accuracy"] for r in rows)
     within = [r for r in rows if r["accuracy"] >= best - window - 1e-12]
     scope = (f"{model} .{fmt} files on {target} whose test accuracy is within {window:.3f} of the best "
