@@ -39,11 +39,6 @@ def node_p50(row: dict | None, runtime: str = "node-wasm") -> float | None:
     return _cross(row, runtime).get("p50_ms")
 
 
-def node_rounds(row: dict | None, runtime: str = "node-wasm") -> list[float]:
-    """The cross-check's per-round p50s of the browser-wasm entry (interleaved rounds), [] when none."""
-    return [float(x) for x in _cross(row, runtime).get("round_p50_ms", []) or []]
-
-
 def _round_ratio(ra: list[float], rb: list[float], where: str = "") -> tuple[float, str] | None:
     """(median of the same-round ratios a / b, how) when both carry the same number of rounds, else None."""
     if not ra or len(ra) != len(rb) or not all(rb):
@@ -56,7 +51,8 @@ def _round_ratio(ra: list[float], rb: list[float], where: str = "") -> tuple[flo
 def node_ratio(ours: dict | None, other: dict | None) -> tuple[float, str] | None:
     """(ratio, how) of two cross-checked files in Node's WASM: the median of their same-round p50 ratios when
     both carry the same number of interleaved rounds, else the ratio of their p50s; None if either is missing."""
-    if r := _round_ratio(node_rounds(ours), node_rounds(other)):
+    # the cross-check's per-round p50s (interleaved rounds), [] when none
+    if r := _round_ratio(*(_cross(row, "node-wasm").get("round_p50_ms") or [] for row in (ours, other))):
         return r
     a, b = node_p50(ours), node_p50(other)
     return (a / b, "p50s' ratio") if a and b else None
