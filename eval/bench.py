@@ -29,7 +29,7 @@ from eval.plan import Point, plan_point
 from eval.rows import p50, skip
 from eval.targets import TARGETS, Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
     resolved_threads, unavailable
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, lookup
 
 log = logging.getLogger("pocketformer")
 
@@ -145,12 +145,9 @@ class Bench:
             if t.name == "desktop-gpu":
                 return L.torch_runner(m.model, "cuda", torch.float16), "pytorch cuda fp16"
             return L.torch_runner(m.model), f"pytorch eager cpu ({threads} threads)"
-        if t.name == "desktop-gpu":
-            providers = ["CUDAExecutionProvider"]
-        elif t.name == "mobile-cpu":
-            providers = list(dict.fromkeys([mobile_provider(), "CPUExecutionProvider"]))
-        else:
-            providers = ["CPUExecutionProvider"]
+        providers = {"desktop-gpu": ["CUDAExecutionProvider"],
+                     "mobile-cpu": list(dict.fromkeys([mobile_provider(), "CPUExecutionProvider"]))
+                     }.get(t.name, ["CPUExecutionProvider"])
         sess = L.ort_session(row["_path"], threads, providers)
         if t.name == "desktop-gpu" and "CUDAExecutionProvider" not in sess.get_providers():
             # ORT falls back to the CPU with only a warning; CPU numbers must not be filed under a GPU target
@@ -313,25 +310,9 @@ def _check_numbers(row: dict) -> str:
 
 
 def check_settings(cfg) -> None:
-    """[bench] values that need more than a type check; raised before anything slow runs."""
-    b = cfg.bench
-    for name in b.targets:
-        get_target(name)
-    if not b.seq_lengths or min(b.seq_lengths) < 3:
-        raise PipelineError(f"bench.seq_lengths = {b.seq_lengths}: give lengths of at least 3 tokens ([CLS] x [SEP])")
-    if b.headline_length not in b.seq_lengths:
-        raise PipelineError(f"bench.headline_length ({b.headline_length}) must be one of bench.seq_lengths "
-                            f"{b.seq_lengths}")
-    if b.iterations < 1 or b.min_iterations < 1 or b.warmup < 0 or b.throughput_batch < 1:
-        raise PipelineError("bench.iterations, bench.min_iterations and bench.throughput_batch must be >= 1 and "
-                            "bench.warmup >= 0")
-    if b.browser_iterations < 1 or b.browser_warmup < 0:
-        raise PipelineError(f"bench.browser_iterations ({b.browser_iterations}) must be >= 1 and "
-                            f"bench.browser_warmup ({b.browser_warmup}) >= 0")
-    if b.head_to_head_rounds < 0:
-        raise PipelineError(f"bench.head_to_head_rounds = {b.head_to_head_rounds}: give 0 (no head-to-head "
-                            f"timing) or a number of rounds, e.g. 9")
-    get_device(load_devices(b.devices_file), b.npu_device)
+    """The NPU device profile (bench.devices_file, bench.npu_device), before anything slow runs; the rest of
+    [bench] is checked when the config loads (pipeline/config_rules.py, the task's checks.py)."""
+    get_device(load_devices(cfg.bench.devices_file), cfg.bench.npu_device)
 
 
 def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: dict, work: Path,
@@ -341,7 +322,6 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
     from eval.paired import head_to_head
 
     b = cfg.bench
-    check_settings(cfg)
     targets = [get_target(name) for name in b.targets]
     bench = Bench(cfg, models, texts, machine, work)
     rows = rows + missing_rows(rows, list(models.folders), targets, known_skips or {})
@@ -398,8 +378,8 @@ DECODE_TARGETS = {
 }
 DECODE_SKIPPED = {
     "edge-npu": "generation with a growing KV cache has dynamic shapes that NPU providers reject; not measured",
-    "browser-wasm": "the browser targets time the classifier files; decoding in the browser is not benchmarked",
-    "browser-wasm-mt": "the browser targets time the classifier files; decoding in the browser is not benchmarked",
+    **dict.fromkeys(("browser-wasm", "browser-wasm-mt"),
+                    "the browser targets time the classifier files; decoding in the browser is not benchmarked"),
 }
 
 
@@ -418,14 +398,12 @@ def decode_targets(names: list[str]) -> tuple[list[DecodeTarget], dict[str, str]
     """(targets the decode workload runs on, {target: why it is skipped}) for bench.targets."""
     run, skip = [], {}
     for n in names:
-        if n in DECODE_TARGETS and decode_missing(n) is None:
-            run.append(DECODE_TARGETS[n])
-        elif n in DECODE_TARGETS:
-            skip[n] = decode_missing(n)
-        elif n in DECODE_SKIPPED:
-            skip[n] = DECODE_SKIPPED[n]
+        lookup({**DECODE_TARGETS, **DECODE_SKIPPED}, n, f"bench target '{n}'")
+        why = DECODE_SKIPPED.get(n) or decode_missing(n)
+        if why:
+            skip[n] = why
         else:
-            raise PipelineError(f"unknown bench target '{n}'. Known: {', '.join([*DECODE_TARGETS, *DECODE_SKIPPED])}")
+            run.append(DECODE_TARGETS[n])
     return run, skip
 
 
@@ -446,5 +424,4 @@ def measure_decode(runner, prompt: list[int], decode_tokens: int, iterations: in
     s = L.summarize(ttft)
     return {"ttft_ms": s["p50_ms"], "decode_tokens_per_s": statistics.median(rate),
             "prompt_tokens": len(prompt), "decode_tokens": decode_tokens, "iterations": iterations,
-            "ttft_p50_ms": s["p50_ms"], "ttft_p90_ms": s["p90_ms"], "ttft_p99_ms": s["p99_ms"],
-            "ttft_mean_ms": s["mean_ms"]}
+            **{f"ttft_{k}": s[k] for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")}}

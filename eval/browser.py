@@ -44,10 +44,9 @@ def unavailable_reason(configured: str = "") -> str | None:
     """Why no browser target can run here (one line naming the fix), or None."""
     if shutil.which("node") is None:
         return f"node is not installed (Node.js 18+ drives Chromium); install it, then {INSTALL_HINT}"
-    if not (WEB_DIR / "node_modules" / "onnxruntime-web" / "package.json").is_file():
-        return f"web/node_modules has no onnxruntime-web: {INSTALL_HINT}"
-    if not (WEB_DIR / "node_modules" / "playwright-core" / "package.json").is_file():
-        return f"web/node_modules has no playwright-core: {INSTALL_HINT}"
+    for package in ("onnxruntime-web", "playwright-core"):
+        if not (WEB_DIR / "node_modules" / package / "package.json").is_file():
+            return f"web/node_modules has no {package}: {INSTALL_HINT}"
     if chromium_path(configured) is None:
         where = f"bench.browser_executable = {configured!r} is not a file" if configured else \
             f"no Chromium on PATH ({', '.join(CHROMIUM_NAMES)})"

@@ -64,17 +64,25 @@ def run_cross_check(files: list[dict], warmup: int, iterations: int, max_seconds
     return run_node_script("cross_check.mjs", job, timeout_s)
 
 
+def _timed_files(out: dict, files: dict[str, dict], rows: list[dict], n: str, want) -> list[dict]:
+    """The job files of the rows `want` takes whose browser-wasm entry in out has a p50 at length n."""
+    return [files[str(row["_path"])] for row in rows
+            if want(row) and "p50_ms" in (out.get((TARGET, row_key(row))) or {}).get(n, {})]
+
+
+def _picked_entries(out: dict, files: dict[str, dict], rows: list[dict], picked: dict):
+    """(file key, browser-wasm entry) of every row whose file is in picked."""
+    for row in rows:
+        key = files.get(str(row["_path"]), {}).get("key")
+        if key in picked:
+            yield key, out.get((TARGET, row_key(row)))
+
+
 def cross_check(bench, out: dict, files: dict[str, dict], rows: list[dict]) -> None:
     """Add `cross_check` to the browser-wasm entries in out ({(target, row key): entry}) of the wanted
     rows, at the headline length. Failures are recorded in the entries, never raised."""
     n = str(bench.b.headline_length)
-    picked = {}
-    for row in rows:
-        entry = out.get((TARGET, row_key(row)))
-        if not wanted(row) or not isinstance(entry, dict) or "p50_ms" not in entry.get(n, {}):
-            continue
-        f = files[str(row["_path"])]
-        picked[f["key"]] = dict(f, inputs={n: f["inputs"][n]})
+    picked = {f["key"]: dict(f, inputs={n: f["inputs"][n]}) for f in _timed_files(out, files, rows, n, wanted)}
     if not picked:
         return
     why = unavailable()
@@ -89,11 +97,7 @@ def cross_check(bench, out: dict, files: dict[str, dict], rows: list[dict]) -> N
     if doc is not None:
         log.info("[bench] browser cross-check in Node: %d files in %.1f s (%s)", len(picked),
                  time.perf_counter() - t0, ", ".join(f"{k} {v}" for k, v in doc["versions"].items()))
-    for row in rows:
-        entry = out.get((TARGET, row_key(row)))
-        key = files.get(str(row["_path"]), {}).get("key")
-        if key not in picked:
-            continue
+    for key, entry in _picked_entries(out, files, rows, picked):
         check: dict = {"length": int(n)}
         for rt in RUNTIMES:
             if doc is None:
@@ -123,12 +127,8 @@ def chromium_rounds(bench, out: dict, files: dict[str, dict], rows: list[dict]) 
     times each file at its own moment, and on a shared machine its two p50s drifted by more than the
     goal's margin (0.691 and 0.727 for the same two files in two runs). Failures are recorded, never raised."""
     n = str(bench.b.headline_length)
-    picked = {}
-    for row in rows:
-        entry = out.get((TARGET, row_key(row)))
-        if paired(row) and isinstance(entry, dict) and "p50_ms" in entry.get(n, {}):
-            f = files[str(row["_path"])]
-            picked[f["key"]] = {"key": f["key"], "path": str(Path(f["path"]).resolve()), "input": f["inputs"][n]}
+    picked = {f["key"]: {"key": f["key"], "path": str(Path(f["path"]).resolve()), "input": f["inputs"][n]}
+              for f in _timed_files(out, files, rows, n, paired)}
     if len(picked) < 2:
         return
     rounds, _ = plan(bench.b.browser_iterations, bench.b.head_to_head_rounds)
@@ -144,10 +144,7 @@ def chromium_rounds(bench, out: dict, files: dict[str, dict], rows: list[dict]) 
     if not why:
         log.info("[bench] Chromium interleaved rounds: %d files x %d rounds in %.1f s", len(picked), rounds,
                  time.perf_counter() - t0)
-    for row in rows:
-        entry = out.get((TARGET, row_key(row)))
-        key = files.get(str(row["_path"]), {}).get("key")
-        if key in picked:
-            timed = (doc.get("files") or {}).get(key) or {"error": why or "no result came back for this file"}
-            entry["chromium_rounds"] = {"error": timed["error"]} if "error" in timed else \
-                {"length": int(n), "round_p50_ms": [float(x) for x in timed["rounds"]]}
+    for key, entry in _picked_entries(out, files, rows, picked):
+        timed = (doc.get("files") or {}).get(key) or {"error": why or "no result came back for this file"}
+        entry["chromium_rounds"] = {"error": timed["error"]} if "error" in timed else \
+            {"length": int(n), "round_p50_ms": [float(x) for x in timed["rounds"]]}

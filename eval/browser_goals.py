@@ -29,29 +29,31 @@ def _ours(rows: list[dict], length: int) -> tuple[dict, float] | None:
     return min(timed, key=lambda x: x[1]) if timed else None
 
 
+def _cross(row: dict | None, runtime: str) -> dict:
+    entry = row.get("latency", {}).get(TARGET, {}) if row else {}
+    return (entry.get("cross_check", {}) if isinstance(entry, dict) else {}).get(runtime, {})
+
+
 def node_p50(row: dict | None, runtime: str = "node-wasm") -> float | None:
     """The browser-wasm entry's cross-check p50 in Node (eval/browser_cross.py), when it has one."""
-    if row is None:
+    return _cross(row, runtime).get("p50_ms")
+
+
+def _round_ratio(ra: list[float], rb: list[float], where: str = "") -> tuple[float, str] | None:
+    """(median of the same-round ratios a / b, how) when both carry the same number of rounds, else None."""
+    if not ra or len(ra) != len(rb) or not all(rb):
         return None
-    entry = row.get("latency", {}).get(TARGET, {})
-    check = entry.get("cross_check", {}) if isinstance(entry, dict) else {}
-    return check.get(runtime, {}).get("p50_ms")
-
-
-def node_rounds(row: dict | None, runtime: str = "node-wasm") -> list[float]:
-    """The cross-check's per-round p50s of the browser-wasm entry (interleaved rounds), [] when none."""
-    entry = row.get("latency", {}).get(TARGET, {}) if row else {}
-    check = entry.get("cross_check", {}) if isinstance(entry, dict) else {}
-    return [float(x) for x in check.get(runtime, {}).get("round_p50_ms", []) or []]
+    r = [a / b for a, b in zip(ra, rb)]
+    how = f"median of {len(r)} interleaved-round ratios{where} (rounds {min(r):.3f}-{max(r):.3f})"
+    return statistics.median(r), how
 
 
 def node_ratio(ours: dict | None, other: dict | None) -> tuple[float, str] | None:
     """(ratio, how) of two cross-checked files in Node's WASM: the median of their same-round p50 ratios when
     both carry the same number of interleaved rounds, else the ratio of their p50s; None if either is missing."""
-    ra, rb = node_rounds(ours), node_rounds(other)
-    if ra and len(ra) == len(rb) and all(rb):
-        r = [a / b for a, b in zip(ra, rb)]
-        return statistics.median(r), f"median of {len(r)} interleaved-round ratios (rounds {min(r):.3f}-{max(r):.3f})"
+    # the cross-check's per-round p50s (interleaved rounds), [] when none
+    if r := _round_ratio(*(_cross(row, "node-wasm").get("round_p50_ms") or [] for row in (ours, other))):
+        return r
     a, b = node_p50(ours), node_p50(other)
     return (a / b, "p50s' ratio") if a and b else None
 
@@ -60,11 +62,7 @@ def chromium_ratio(ours: dict | None, other: dict | None) -> tuple[float, str] |
     """(ratio, how) of two files timed in the same Chromium page in interleaved rounds (eval/browser_cross.py
     chromium_rounds): the median of their same-round p50 ratios; None when either has no rounds."""
     get = lambda row: (row or {}).get("latency", {}).get(TARGET, {}).get("chromium_rounds", {})  # noqa: E731
-    ra, rb = get(ours).get("round_p50_ms") or [], get(other).get("round_p50_ms") or []
-    if not ra or len(ra) != len(rb) or not all(rb):
-        return None
-    r = [a / b for a, b in zip(ra, rb)]
-    return statistics.median(r), f"median of {len(r)} interleaved-round ratios in one page (rounds {min(r):.3f}-{max(r):.3f})"
+    return _round_ratio(get(ours).get("round_p50_ms") or [], get(other).get("round_p50_ms") or [], " in one page")
 
 
 def _again(ours: dict | None, other: dict | None) -> str:

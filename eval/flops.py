@@ -26,11 +26,7 @@ def encoder_flops(layers: int, d: int, d_ff: int, n: int, ffn_mats: int = 2, cls
 def rnn_flops(layers: int, d_embed: int, h: int, bidirectional: bool, n: int, cell: str = "lstm") -> int:
     gates = {"lstm": 4, "gru": 3}[cell]
     dirs = 2 if bidirectional else 1
-    total = 0
-    for i in range(layers):
-        d_in = d_embed if i == 0 else h * dirs
-        total += dirs * n * 2 * gates * h * (d_in + h)
-    return total
+    return sum(dirs * n * 2 * gates * h * ((d_embed if i == 0 else h * dirs) + h) for i in range(layers))
 
 
 def folder_flops(folder: Path, n: int, cls_only: bool = False) -> int | None:

@@ -81,6 +81,12 @@ def int8_matmul_peaks(thread_counts: list[int], size: int = SIZE, seconds: float
     return {"peak_gops_int8": peaks, "kernels": kernels}
 
 
+# x86: the first whose flags the CPU has, in MLAS's order of checks
+X86_INT8_KERNELS = (({"amx_int8", "amx_tile"}, "AMX"), ({"avx512_vnni"}, "AVX512-VNNI"),
+                    ({"avx512bw", "avx512f"}, "AVX512 core (no VNNI)"), ({"avx_vnni"}, "AVX-VNNI"),
+                    ({"avx2"}, "AVX2 (no VNNI)"))
+
+
 def mlas_int8_kernel(flags: set[str] | list[str], machine: str) -> str:
     """The MLAS integer-GEMM code path (u8 activations x s8 weights) this CPU gets, by MLAS's own order of
     checks. AMX needs an ORT build with it and the kernel's permission for AMX state; assumed granted."""
@@ -89,17 +95,7 @@ def mlas_int8_kernel(flags: set[str] | list[str], machine: str) -> str:
         if "i8mm" in f:
             return "NEON I8MM (SMMLA/UMMLA)"
         return "NEON UDOT" if "asimddp" in f else "NEON"
-    if {"amx_int8", "amx_tile"} <= f:
-        return "AMX"
-    if "avx512_vnni" in f:
-        return "AVX512-VNNI"
-    if {"avx512bw", "avx512f"} <= f:
-        return "AVX512 core (no VNNI)"
-    if "avx_vnni" in f:
-        return "AVX-VNNI"
-    if "avx2" in f:
-        return "AVX2 (no VNNI)"
-    return "SSE4.1"
+    return next((name for need, name in X86_INT8_KERNELS if need <= f), "SSE4.1")
 
 
 def has_vnni(flags: set[str] | list[str]) -> bool:

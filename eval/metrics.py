@@ -77,10 +77,8 @@ class LM:
         import torch.nn.functional as F
 
         logp = F.log_softmax(logits.float(), -1)
-        if self.vmap is None:
-            return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        lp = logp.gather(-1, self.vmap.to_student(targets).unsqueeze(-1)).squeeze(-1)  # (B, T)
-        if self.vmap.has_other:
+        lp = logp.gather(-1, self.to_model_ids(targets).unsqueeze(-1)).squeeze(-1)  # (B, T)
+        if self.vmap is not None and self.vmap.has_other:
             unkept = torch.from_numpy(self.vmap.lookup())[targets] == self.vmap.other_id
             lp = torch.where(unkept, lp - math.log(max(1, self.vmap.n_unkept)), lp)
         return lp

@@ -114,9 +114,8 @@ def coreml_readiness(package: Path) -> dict:
         for fn in spec.mlProgram.functions.values():
             for block in fn.block_specializations.values():
                 ops.extend(_ops(block))
-    blockers = []
-    for t in sorted({o for o in ops if o in ANE_UNSUPPORTED_OPS}):
-        blockers.append(f"{t} op x{ops.count(t)} (recurrent cells run on the CPU, not the Neural Engine)")
+    blockers = [f"{t} op x{ops.count(t)} (recurrent cells run on the CPU, not the Neural Engine)"
+                for t in sorted({o for o in ops if o in ANE_UNSUPPORTED_OPS})]
     shapes = {}
     for inp in spec.description.input:
         arr = inp.type.multiArrayType

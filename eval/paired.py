@@ -25,17 +25,12 @@ PAIRS = ((("optimized", "fp32"), "optimum-fp32", ("host-cpu", "mobile-cpu")),
          (("int8-dynamic",), "optimum-int8-dynamic", ("host-cpu", "mobile-cpu")))
 
 
-def our_format(target: str) -> str:
-    """On mobile-cpu ours is the .ort file (what ships to a phone); Optimum writes no .ort, so its .onnx
-    runs there."""
-    return "ort" if target == "mobile-cpu" else "onnx"
-
-
 def our_row(rows: list[dict], variants: tuple[str, ...], target: str, model: str = "student",
             usable=lambda r: True) -> dict | None:
     """Our file for target: the first of variants that has one (optimized is transformer-only and
-    optional). The bench passes usable = "the file is on disk"; the report's goals take any row."""
-    fmt = our_format(target)
+    optional). The bench passes usable = "the file is on disk"; the report's goals take any row. On mobile-cpu
+    ours is the .ort file (what ships to a phone); Optimum writes no .ort, so its .onnx runs there."""
+    fmt = "ort" if target == "mobile-cpu" else "onnx"
     return next((r for v in variants for r in rows
                  if (r["model"], r["variant"], r["format"]) == (model, v, fmt) and usable(r)), None)
 

@@ -49,19 +49,12 @@ def export_peer(hf_folder: Path, out: Path, opset: int) -> dict[str, Path]:
 def onnx_logits(path: Path, tokenizer, texts: Sequence[str], max_length: int, threads: int,
                 batch_size: int = 64) -> np.ndarray:
     """(N, C) logits of an ONNX classifier on texts, in length-sorted batches (as eval scores PyTorch)."""
-    from distill.batching import bucketed_batches, encode, pad
     from eval.latency import feeds, ort_session
+    from export.checks import predict
 
     sess = ort_session(path, threads, ["CPUExecutionProvider"])
     names = [i.name for i in sess.get_inputs()]
-    ids, _ = encode(tokenizer, texts, max_length)
-    out: list[np.ndarray | None] = [None] * len(ids)
-    for b in bucketed_batches([len(s) for s in ids], batch_size, None):
-        x, m = pad([ids[i] for i in b], tokenizer.pad_token_id or 0)
-        logits = sess.run(["logits"], feeds(names, x.numpy(), m.numpy()))[0]  # (B, C)
-        for j, i in enumerate(b):
-            out[i] = logits[j]
-    return np.stack(out)
+    return predict(lambda x, m: sess.run(["logits"], feeds(names, x, m))[0], tokenizer, texts, max_length, batch_size)
 
 
 def peer_rows(folders: dict[str, Path], out: Path, rel_prefix: str, opset: int, texts: Sequence[str],

@@ -121,8 +121,7 @@ def measure_phone(cfg, platform_name: str = "android", adb: str | None = None, p
     if platform_name == "apple":
         from eval import phone_apple
 
-        reason = phone_apple.skip_reason()
-        if reason:
+        if reason := phone_apple.skip_reason():
             raise PipelineError(reason)
         if "coreml" not in meta["models"]:
             raise PipelineError(f"the bundle has no Core ML package for {name}; add it to export.coreml_models")
@@ -141,11 +140,10 @@ def measure_phone(cfg, platform_name: str = "android", adb: str | None = None, p
     names = merge(results, name, var, fmt, runs, device, targets_prefix, seq, runtime)
     keep = run_dir / "phone"
     keep.mkdir(exist_ok=True)
+    saved = {"device": device, "model": name, "variant": var, "format": fmt, "seq_len": seq,
+             "prefix": targets_prefix, "runtime": runtime}
     for target, run in zip(names, runs):
-        (keep / f"{_safe(target)}.json").write_text(json.dumps({"target": target, "device": device, "model": name,
-                                                                "variant": var, "format": fmt, "seq_len": seq,
-                                                                "prefix": targets_prefix, "runtime": runtime,
-                                                                **run}, indent=2))
+        (keep / f"{_safe(target)}.json").write_text(json.dumps({"target": target, **saved, **run}, indent=2))
     return {"device": device, "targets": names, "runs": runs, "seq_len": seq, "results": results}
 
 

@@ -55,12 +55,9 @@ def devices(adb_exe: str) -> list[str]:
     proc = subprocess.run([adb_exe, "devices"], capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         raise PipelineError(f"`{adb_exe} devices` failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
-    out = []
-    for line in proc.stdout.splitlines()[1:]:
-        parts = line.split("\t") if "\t" in line else line.split()  # adb separates with a tab
-        if len(parts) >= 2 and parts[1].strip() == "device":
-            out.append(parts[0])
-    return out
+    # adb separates with a tab
+    rows = [line.split("\t") if "\t" in line else line.split() for line in proc.stdout.splitlines()[1:]]
+    return [parts[0] for parts in rows if len(parts) >= 2 and parts[1].strip() == "device"]
 
 
 def device_info(adb: Adb) -> dict:
@@ -74,15 +71,12 @@ def device_info(adb: Adb) -> dict:
 
 def parse_perf_test(text: str) -> dict:
     """onnxruntime_perf_test's stdout (run with -s) -> latency entry in ms, or {} if it did not finish."""
-    def num(pattern: str) -> float | None:
-        m = re.search(pattern, text)
+    def num(pattern: str, flags: int = 0) -> float | None:
+        m = re.search(pattern, text, flags)
         return float(m.group(1)) if m else None
 
-    p = {}
-    for key in ("Min", "Max", "P50", "P90", "P95", "P99"):
-        m = re.search(rf"^{key} Latency: ([0-9.eE+-]+) s\s*$", text, re.M)
-        if m:
-            p[key] = float(m.group(1)) * 1000.0  # seconds -> ms
+    p = {key: sec * 1000.0 for key in ("Min", "Max", "P50", "P90", "P95", "P99")  # seconds -> ms
+         if (sec := num(rf"^{key} Latency: ([0-9.eE+-]+) s\s*$", re.M)) is not None}
     if "P50" not in p:
         return {}
     runs = num(r"Total inference requests: (\d+)") or num(r"^Runs:\s*(\d+)")

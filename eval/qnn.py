@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import PipelineError
+from pipeline.errors import lookup
 
 INSTALL_HINT = ("pip install '.[qnn]'; wheels exist for Linux x86_64 (glibc >= 2.35) and Windows")
 EMULATOR_NOTE = ("compiled for the chip and run on QAIRT's x86 HTP emulator: the logits are the compiled "
@@ -49,9 +49,7 @@ DEFAULT_CHIPS = ["8gen2", "8gen3", "8elite"]
 
 
 def get_chip(name: str) -> Chip:
-    if name not in CHIPS:
-        raise PipelineError(f"unknown Snapdragon chip '{name}' in npu.chips. Known: {', '.join(CHIPS)}")
-    return CHIPS[name]
+    return lookup(CHIPS, name, f"Snapdragon chip '{name}' in npu.chips")
 
 
 def unavailable_reason() -> str | None:
@@ -108,9 +106,12 @@ def parse_log(log: str) -> dict:
 
 
 def _worker(job: dict, timeout_s: float) -> tuple[dict | None, str]:
-    """Run one pipeline/qnn_worker.py job; (its result or None when the process died, its log)."""
+    """Run one pipeline/qnn_worker.py job (its "chip" a CHIPS name, passed on as QNN's ids); (its result or None
+    when the process died, its log)."""
+    c = get_chip(job["chip"])
     with tempfile.TemporaryDirectory() as tmp:
-        job = {**job, "result": str(Path(tmp) / "result.json")}
+        job = {**job, "chip": {"soc_model": c.soc_model, "htp_arch": c.htp_arch},
+               "result": str(Path(tmp) / "result.json")}
         (Path(tmp) / "job.json").write_text(json.dumps(job))
         try:
             proc = subprocess.run([sys.executable, "-m", "pipeline.qnn_worker", str(Path(tmp) / "job.json")],
@@ -138,9 +139,7 @@ def compile_htp(onnx_path: Path, chip: str, out_dir: Path, name: str = "", timeo
     "context": path or None, "context_files": {file: bytes}, "context_bytes"}."""
     c = get_chip(chip)
     ctx = Path(out_dir) / f"{name or Path(onnx_path).stem}_ctx.onnx"
-    job = {"kind": "compile", "onnx": str(onnx_path), "context": str(ctx),
-           "chip": {"soc_model": c.soc_model, "htp_arch": c.htp_arch}}
-    result, log = _worker(job, timeout_s)
+    result, log = _worker({"kind": "compile", "onnx": str(onnx_path), "context": str(ctx), "chip": chip}, timeout_s)
     parsed = parse_log(log)
     if result is None:  # the compiler crashed: what its log says is all there is
         first = log.strip().splitlines()[0] if log.strip() else "no output"
@@ -172,12 +171,10 @@ def emulate(context: Path, onnx_path: Path, chip: str, feeds: list[dict[str, np.
     same feeds. Returns {"samples", "argmax_agreement", "max_abs_diff", "emulator_seconds_per_inference",
     "logits", "cpu_logits"} (the last two arrays (N, C), not for JSON), or {"error": ...} when the emulator
     process died."""
-    c = get_chip(chip)
     with tempfile.TemporaryDirectory() as tmp:
         arrays = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
         np.savez(Path(tmp) / "feeds.npz", n=np.array(len(feeds)), **arrays)
-        job = {"kind": "emulate", "context": str(context), "onnx": str(onnx_path),
-               "chip": {"soc_model": c.soc_model, "htp_arch": c.htp_arch},
+        job = {"kind": "emulate", "context": str(context), "onnx": str(onnx_path), "chip": chip,
                "feeds": str(Path(tmp) / "feeds.npz"), "logits": str(Path(tmp) / "logits.npz")}
         result, log = _worker(job, timeout_s)
         if result is None:

@@ -118,10 +118,8 @@ def _targets(res: dict) -> list[Block]:
 
 
 def _goals(res: dict) -> list[Block]:
-    rows = []
-    for g in res["goals"]:
-        met = {True: "yes", False: "NO", None: "not measured"}[g["met"]]
-        rows.append([g["goal"], _g(g["value"]), _g(g["limit"]), met, g["detail"]])
+    met = {True: "yes", False: "NO", None: "not measured"}
+    rows = [[g["goal"], _g(g["value"]), _g(g["limit"]), met[g["met"]], g["detail"]] for g in res["goals"]]
     return [("h2", "Goals from the issue, checked on this run"),
             ("table", ["goal", "value", "limit", "met", "how"], rows)]
 
@@ -154,12 +152,10 @@ def _head_to_head(res: dict) -> list[Block]:
     rows = []
     for h in pairs:
         ours, peer = f"{h['ours']['variant']} {h['ours']['format']}", f"{h['peer']['variant']} {h['peer']['format']}"
-        batch = str(h.get("batch", 1))
-        if h.get("status") == "failed":
-            rows.append([h["target"], batch, ours, peer, "-", "-", "failed", h["reason"]])
-            continue
-        rows.append([h["target"], batch, ours, peer, f"{h['ours_p50_ms']:.3f}", f"{h['peer_p50_ms']:.3f}",
-                     f"{h['ratio']:.3f}", f"{h['ratio_min']:.3f}-{h['ratio_max']:.3f}"])
+        nums = ["-", "-", "failed", h["reason"]] if h.get("status") == "failed" else \
+            [f"{h['ours_p50_ms']:.3f}", f"{h['peer_p50_ms']:.3f}", f"{h['ratio']:.3f}",
+             f"{h['ratio_min']:.3f}-{h['ratio_max']:.3f}"]
+        rows.append([h["target"], str(h.get("batch", 1)), ours, peer, *nums])
     first = pairs[0]
     per_round = ", ".join(sorted({f"batch {h.get('batch', 1)}: {h.get('iterations_per_round', '?')}" for h in pairs}))
     note = (" At fp32 ours is the optimized file (attention fused, layer norms left to ONNX Runtime's faster "
@@ -249,13 +245,8 @@ def _browser_cross(res: dict) -> list[Block]:
 def _shown_targets(res: dict, length: int) -> list[tuple[str, bool]]:
     """(target, measured?) for targets with a measurement or an estimate at length; the rest are only
     in the Targets and Skipped tables."""
-    out = []
-    for t in res["targets"]:
-        measured = any(p50(r, t, length) for r in res["rows"])
-        estimated = any("estimate" in r["latency"].get(t, {}) for r in res["rows"])
-        if measured or estimated:
-            out.append((t, measured))
-    return out
+    measured = {t: any(p50(r, t, length) for r in res["rows"]) for t in res["targets"]}
+    return [(t, m) for t, m in measured.items() if m or any("estimate" in r["latency"].get(t, {}) for r in res["rows"])]
 
 
 def _summary(res: dict) -> list[Block]:
@@ -298,6 +289,14 @@ def _flops_check(res: dict) -> list[Block]:
                   "1.0 = agree): " + ", ".join(checks) + ".")] if checks else []
 
 
+def _entries(res: dict, key: str):
+    """(row, target, part) for every row's latency entry holding a non-empty `key` part."""
+    for r in res["rows"]:
+        for t, entry in r["latency"].items():
+            if isinstance(entry, dict) and entry.get(key):
+                yield r, t, entry[key]
+
+
 def _sweeps(res: dict) -> list[Block]:
     lengths = res["plan"]["seq_lengths"]
     out: list[Block] = [("h2", "Latency vs sequence length (p50 ms, batch 1)")]
@@ -307,24 +306,14 @@ def _sweeps(res: dict) -> list[Block]:
         if rows:
             out += [("p", f"{t}:"), ("table", ["model", "variant", "format"] + [str(n) for n in lengths], rows)]
     B = res["plan"]["throughput_batch"]
-    rows = []
-    for r in res["rows"]:
-        for t, entry in r["latency"].items():
-            tp = entry.get(f"throughput_b{B}") if isinstance(entry, dict) else None
-            if tp and "p50_ms" in tp:
-                rows.append(_name(r) + [t, _ms(tp["p50_ms"]), f"{tp['sequences_per_s']:.1f}",
-                                        _gflops_cell(tp) if "gflops" in tp else "-"])
+    rows = [_name(r) + [t, _ms(tp["p50_ms"]), f"{tp['sequences_per_s']:.1f}",
+                        _gflops_cell(tp) if "gflops" in tp else "-"] for r, t, tp in _entries(res, f"throughput_b{B}") if "p50_ms" in tp]
     if rows:
         out += [("h2", f"Throughput: batch {B} at {res['plan']['headline_length']} tokens"),
                 ("table", ["model", "variant", "format", "target", "p50 ms / batch", "sequences/s",
                            "GFLOP/s (% peak)"], rows)]
-    rows = []
-    for r in res["rows"]:
-        for t, entry in r["latency"].items():
-            s = entry.get("session") if isinstance(entry, dict) else None
-            if s and "peak_rss_mb" in s:
-                rows.append(_name(r) + [t, s["provider"], str(s["threads"]), f"{s['peak_rss_mb']:.0f}",
-                                        f"{s['session_rss_mb']:.0f}"])
+    rows = [_name(r) + [t, s["provider"], str(s["threads"]), f"{s['peak_rss_mb']:.0f}", f"{s['session_rss_mb']:.0f}"]
+            for r, t, s in _entries(res, "session") if "peak_rss_mb" in s]
     if rows:
         out += [("h2", "Memory per session"),
                 ("p", "Peak resident memory of the benchmark process while the session lived (sampled every 5 ms), "
@@ -354,13 +343,11 @@ def _npu(res: dict) -> list[Block]:
                 onnx_rows.append(_name(r)[:2] + [made_for, "checker failed: " + c["error"], "", "", "", est_cell])
                 continue
 
-            def cov(k):
-                a = c.get(k, {}).get("as_is", {})
-                return f"{a.get('supported_nodes', '?')}/{a.get('total_nodes', '?')} in {a.get('partitions', '?')}" \
-                    + (" (recommended)" if a.get("recommended") else "")
-            ops = sorted({o for k in _PROVIDER_NAMES for o in c.get(k, {}).get("as_is", {}).get("unsupported_ops", [])})
-            onnx_rows.append(_name(r)[:2] + [made_for] + [cov(k) for k in _PROVIDER_NAMES] +
-                             [", ".join(ops) or "none", est_cell])
+            as_is = [c.get(k, {}).get("as_is", {}) for k in _PROVIDER_NAMES]
+            cov = [f"{a.get('supported_nodes', '?')}/{a.get('total_nodes', '?')} in {a.get('partitions', '?')}"
+                   + (" (recommended)" if a.get("recommended") else "") for a in as_is]
+            ops = sorted({o for a in as_is for o in a.get("unsupported_ops", [])})
+            onnx_rows.append(_name(r)[:2] + [made_for, *cov, ", ".join(ops) or "none", est_cell])
         if "coreml" in npu:
             c = npu["coreml"]
             cm_rows.append(_name(r)[:2] + [str(c["ops"]), "yes" if c["ane_ready"] else "no",
@@ -373,9 +360,8 @@ def _npu(res: dict) -> list[Block]:
                       f"mobile usability checker: nodes the provider takes / all nodes, in how many partitions "
                       f"(each partition boundary is a CPU hand-over; unsupported ops run on the CPU). Only the "
                       f"int8-static and npu-* rows are edge-npu's files; the others show what keeps them off."),
-                ("table", ["model", "variant", "made for", "NNAPI nodes", "CoreML MLProgram nodes",
-                           "CoreML NeuralNetwork nodes", "ops a provider rejects", f"latency at {L} (ms)"],
-                 onnx_rows)]
+                ("table", ["model", "variant", "made for", *(f"{n} nodes" for n in _PROVIDER_NAMES.values()),
+                           "ops a provider rejects", f"latency at {L} (ms)"], onnx_rows)]
     if cm_rows:
         out += [("p", "Core ML packages, read from their spec: ops and input shapes that keep them off the "
                       "Neural Engine."),

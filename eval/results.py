@@ -7,7 +7,7 @@ from typing import Any
 
 from eval.browser_goals import browser_goals
 from eval.paired import PAIRS, our_row
-from eval.rows import find, goal, p50
+from eval.rows import find, goal, p50, point
 from eval.workloads import workloads
 from pipeline.config import BundleSection
 
@@ -61,9 +61,8 @@ def _goals(rows: list[dict], length: int, seconds: float | None, metric: str,
     if metric != "accuracy":
         return _generation_goals(rows) + [budget]
     teacher = teacher_reference(rows, "mobile-cpu", "ort", length)
-    students = [(r["variant"], p50(r, "mobile-cpu", length)) for r in rows
-                if r["model"] == "student" and r["variant"].startswith("int8") and r["format"] == "ort"]
-    students = [s for s in students if s[1]]
+    students = [(r["variant"], t) for r in rows if r["model"] == "student" and r["variant"].startswith("int8")
+                and r["format"] == "ort" and (t := p50(r, "mobile-cpu", length))]
     best = min(students, key=lambda s: s[1]) if students else None
     ratio = best[1] / teacher if best and teacher else None
     return [goal(f"student int8 p50 <= 1/10 of the fp32 teacher on mobile-cpu at {length} tokens", ratio, 0.1,
@@ -95,12 +94,6 @@ def _generation_goals(rows: list[dict]) -> list[dict]:
                  "best student int8-dynamic vs teacher fp32 decode tokens/s", operator.ge)]
 
 
-def _throughput(row: dict | None, target: str, batch: int) -> float | None:
-    entry = (row or {}).get("latency", {}).get(target)
-    point = entry.get(f"throughput_b{batch}") if isinstance(entry, dict) else None
-    return point.get("sequences_per_s") if isinstance(point, dict) else None
-
-
 # ours / Optimum's time at most this: a clear win, not a tie within noise (the paired rounds spread ~0.1)
 PEER_LIMIT = 0.8
 
@@ -127,7 +120,7 @@ def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int, batch: 
                     ratio = fa / fb if fa and fb else None
                     detail = "p50 ratio ours / Optimum (sweep)"
                 else:  # time per batch ours / Optimum = Optimum's sequences/s / ours
-                    sa, sb = _throughput(a, target, B), _throughput(b, target, B)
+                    sa, sb = (point(r, target, f"throughput_b{B}").get("sequences_per_s") for r in (a, b))
                     ratio = sb / sa if sa and sb else None
                     detail = "sequences/s ratio Optimum / ours (throughput rows)"
                 where = f"{target} at {length} tokens" + (f", batch {B}" if B > 1 else "")
@@ -191,9 +184,8 @@ def validate_results(doc: dict) -> list[str]:
                      if not isinstance(r.get(k), t)]
         if not any(k in r for k in ("accuracy", "perplexity")):
             problems.append(f"{name}: needs 'accuracy' or 'perplexity' (null when unknown)")
-        for k in ("size_bytes", "flops_per_seq"):
-            if k not in r:
-                problems.append(f"{name}: missing '{k}' (null when unknown)")
+        problems += [f"{name}: missing '{k}' (null when unknown)" for k in ("size_bytes", "flops_per_seq")
+                     if k not in r]
         if r.get("status") == "failed":  # kept for its numbers, never timed (eval/bench.py)
             if not isinstance(r.get("check"), dict) or r["check"].get("passed") is not False:
                 problems.append(f"{name}: a failed row needs its check, with passed false")

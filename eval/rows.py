@@ -3,12 +3,18 @@ The lowest layer of the results code: results.json, the goals, the report and th
 from __future__ import annotations
 
 import operator
+import statistics
+
+
+def point(row: dict | None, target: str, key: int | str) -> dict:
+    """The measurement under key (a length, or "throughput_b32") of row's entry on target; {} when none."""
+    entry = (row or {}).get("latency", {}).get(target)
+    got = entry.get(str(key)) if isinstance(entry, dict) else None
+    return got if isinstance(got, dict) else {}
 
 
 def p50(row: dict, target: str, length: int | str) -> float | None:
-    entry = row.get("latency", {}).get(target, {})
-    point = entry.get(str(length)) if isinstance(entry, dict) else None
-    return point.get("p50_ms") if isinstance(point, dict) else None
+    return point(row, target, length).get("p50_ms")
 
 
 def pick_p50(row: dict, target: str, length: int | str) -> float | None:
@@ -19,11 +25,7 @@ def pick_p50(row: dict, target: str, length: int | str) -> float | None:
     entry = row.get("latency", {}).get(target, {})
     rounds = entry.get("chromium_rounds", {}) if isinstance(entry, dict) else {}
     got = rounds.get("round_p50_ms") if str(rounds.get("length")) == str(length) else None
-    if got:
-        ordered = sorted(got)
-        mid = len(ordered) // 2
-        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return p50(row, target, length)
+    return statistics.median(got) if got else p50(row, target, length)
 
 
 def skip(reason: str) -> dict:

@@ -7,15 +7,16 @@ Pure functions on results rows: no timing here, so the rule is unit-tested with 
 """
 from __future__ import annotations
 
+from eval.rows import point
+
 # the targets that time both workloads (eval/plan.py THROUGHPUT_TARGETS) and the file format each runs:
 # a server (CPU or GPU) runs the .onnx, a phone the .ort (the Optimum peer, not ours, never serves)
 FORMATS = {"host-cpu": "onnx", "mobile-cpu": "ort", "desktop-gpu": "onnx"}
 
 
 def _point(row: dict, target: str, key: str) -> dict | None:
-    entry = row.get("latency", {}).get(target)
-    point = entry.get(key) if isinstance(entry, dict) else None
-    return point if isinstance(point, dict) and "p50_ms" in point else None
+    got = point(row, target, key)
+    return got if "p50_ms" in got else None
 
 
 def candidates(rows: list[dict], target: str, model: str = "student") -> list[dict]:
@@ -36,8 +37,7 @@ def choose_workloads(rows: list[dict], target: str, window: float, length: int, 
     out: dict = {}
     if not rows:
         why = f"no {model} .{fmt} row with an accuracy in this run"
-        return {"batch1": {"status": "not measured", "reason": why},
-                f"batch{batch}": {"status": "not measured", "reason": why}}
+        return {key: {"status": "not measured", "reason": why} for key in ("batch1", f"batch{batch}")}
     best = max(r["accuracy"] for r in rows)
     within = [r for r in rows if r["accuracy"] >= best - window - 1e-12]
     scope = (f"{model} .{fmt} files on {target} whose test accuracy is within {window:.3f} of the best "
