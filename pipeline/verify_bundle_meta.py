@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from pipeline.errors import PipelineError
@@ -56,6 +58,20 @@ def read_json(path: Path, where: object = None, rebuild: str = _REBUILD) -> obje
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise PipelineError(f"{where or path} is not valid JSON ({e}); {rebuild}") from None
+
+
+def fresh_process(bundle: Path, module: str, args: list[str], plan: str | None, what: str, fix: str) -> dict:
+    """The JSON last line `python -m module args` prints (plan on stdin), run in a fresh process with no training
+    code loaded; a crash (naming what ran and the fix) or the {"error"} it reports is one PipelineError."""
+    proc = subprocess.run([sys.executable, "-m", module, *args], input=plan, capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[1])
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:400]
+        raise PipelineError(f"{bundle}: running the {what} in a fresh process failed ({last}); {fix}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "error" in result:
+        raise PipelineError(f"{bundle}: {result['error']}")
+    return result
 
 
 def load_metadata(bundle: Path) -> dict:

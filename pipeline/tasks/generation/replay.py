@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.verify_bundle_meta import (METADATA, bundle_kind, edited, int_list, is_int, need, read_json,
-                                         require_digest, resolve)
+from pipeline.verify_bundle_meta import (METADATA, bundle_kind, edited, fresh_process, int_list, is_int, need,
+                                         read_json, require_digest, resolve)
 
 REQUIRED = ("genai_config.json", "tokenizer.json", "config.json", "samples.json")
 
@@ -140,19 +138,6 @@ def _child(bundle: Path) -> dict:
             "onnxruntime-genai": genai_greedy(bundle, prompts, n)}
 
 
-def in_fresh_process(bundle: Path, timeout_s: int = 300) -> dict:
-    cmd = [sys.executable, "-m", "pipeline.tasks.generation.replay", "--child", str(bundle.resolve())]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:400]
-        raise PipelineError(f"{bundle}: running the decoder in a fresh process failed ({last}); install onnxruntime "
-                            f"and tokenizers, or rebuild the bundle with `make bundle`")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "error" in result:
-        raise PipelineError(f"{bundle}: {result['error']}")
-    return result
-
-
 def verify(bundle: Path, files: dict) -> dict:
     """The replay on a bundle whose files pipeline.verify.check_files has hashed; raises PipelineError on the
     first failure, returns a summary (with the lines verify-bundle prints) otherwise."""
@@ -161,7 +146,8 @@ def verify(bundle: Path, files: dict) -> dict:
     meta = check_metadata(bundle, files["meta"])
     require_digest(bundle, meta)
     samples = load_samples(bundle)
-    got = in_fresh_process(bundle)
+    got = fresh_process(bundle, "pipeline.tasks.generation.replay", ["--child", str(bundle.resolve())], None, "decoder",
+                        "install onnxruntime and tokenizers, or rebuild the bundle with `make bundle`")
     for s, ids in zip(samples, got["token_ids"]):
         if ids != s["prompt_ids"]:
             raise PipelineError(f"{bundle}: tokenizer.json encodes {s['prompt'][:60]!r} as {ids[:12]}..., not the "
