@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from pipeline.errors import PipelineError
@@ -32,6 +34,19 @@ def resolve(bundle: Path, rel: object, where: str) -> Path:
     return bundle / rel
 
 
+def is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def int_list(v: object) -> bool:
+    """A non-empty list of integers (token ids)."""
+    return isinstance(v, list) and len(v) > 0 and all(map(is_int, v))
+
+
 def need(ok: bool, bundle: Path, what: str) -> None:
     if not ok:
         raise PipelineError(f"{bundle}/{METADATA}: {what}; {_REBUILD}")
@@ -43,6 +58,20 @@ def read_json(path: Path, where: object = None, rebuild: str = _REBUILD) -> obje
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise PipelineError(f"{where or path} is not valid JSON ({e}); {rebuild}") from None
+
+
+def fresh_process(bundle: Path, module: str, args: list[str], plan: str | None, what: str, fix: str) -> dict:
+    """The JSON last line `python -m module args` prints (plan on stdin), run in a fresh process with no training
+    code loaded; a crash (naming what ran and the fix) or the {"error"} it reports is one PipelineError."""
+    proc = subprocess.run([sys.executable, "-m", module, *args], input=plan, capture_output=True, text=True,
+                          timeout=300, cwd=Path(__file__).resolve().parents[1])
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:400]
+        raise PipelineError(f"{bundle}: running the {what} in a fresh process failed ({last}); {fix}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "error" in result:
+        raise PipelineError(f"{bundle}: {result['error']}")
+    return result
 
 
 def load_metadata(bundle: Path) -> dict:
@@ -110,16 +139,13 @@ def load_samples(bundle: Path, meta: dict) -> list[dict]:
     need_refs = [spec["file"] for spec in meta["models"].values() if spec["format"] in ORT_FORMATS]
     for n, s in enumerate(samples, 1):
         ok = (isinstance(s, dict) and isinstance(s.get("text"), str) and s.get("expected_label") in meta["labels"]
-              and isinstance(s.get("token_ids"), list) and len(s["token_ids"]) > 0
-              and all(isinstance(t, int) and not isinstance(t, bool) for t in s["token_ids"])
-              and isinstance(s.get("reference_logits"), dict))
+              and int_list(s.get("token_ids")) and isinstance(s.get("reference_logits"), dict))
         if not ok:
             raise PipelineError(f"{where}: sample {n} needs 'text', 'token_ids' (integers), 'expected_label' (one of "
                                 f"{meta['labels']}) and 'reference_logits'; {_REBUILD}")
         for rel in {*need_refs, *s["reference_logits"]}:  # the models' files, and NPU files where a sample fits
             row = s["reference_logits"].get(rel)
-            if not (isinstance(row, list) and len(row) == n_labels
-                    and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)):
+            if not (isinstance(row, list) and len(row) == n_labels and all(map(is_number, row))):
                 raise PipelineError(f"{where}: sample {n} has no reference logits ({n_labels} numbers) for {rel}; "
                                     f"{_REBUILD}")
     return samples
@@ -163,8 +189,7 @@ def cross_check(bundle: Path, meta: dict) -> None:
         if labels != meta["labels"]:
             raise edited(bundle, f"'labels' is {meta['labels']}, labels.json says {labels}")
     max_length = meta.get("max_length")
-    need(isinstance(max_length, int) and not isinstance(max_length, bool) and max_length > 0, bundle,
-         "'max_length' must be a positive integer")
+    need(is_int(max_length) and max_length > 0, bundle, "'max_length' must be a positive integer")
     norm = meta.get("text_normalisation")
     need(isinstance(norm, dict) and isinstance(norm.get("lowercase"), bool), bundle,
          "'text_normalisation' needs 'lowercase' (true or false)")
@@ -185,13 +210,9 @@ def cross_check(bundle: Path, meta: dict) -> None:
             raise edited(bundle, f"text_normalisation.lowercase is {norm['lowercase']}, {conf} has "
                                  f"do_lower_case = {lower}")
         limit = tc.get("model_max_length")
-        if isinstance(limit, int) and not isinstance(limit, bool) and limit < max_length:
+        if is_int(limit) and limit < max_length:
             raise edited(bundle, f"max_length is {max_length}, beyond the tokenizer's model_max_length {limit} "
                                  f"({conf})")
-
-
-def _number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v > 0
 
 
 def check_workloads(bundle: Path, meta: dict) -> None:
@@ -215,10 +236,10 @@ def check_workloads(bundle: Path, meta: dict) -> None:
         need(w.get("batch") == batch, bundle, f"{where}.batch must be {batch}")
         need(all(isinstance(w.get(k), str) and w[k] for k in ("variant", "format", "rule", "target")), bundle,
              f"{where} needs variant, format, target and rule (strings)")
-        need(isinstance(w.get("accuracy"), (int, float)) and not isinstance(w["accuracy"], bool)
-             and 0 <= w["accuracy"] <= 1, bundle, f"{where}.accuracy must be a number in [0, 1]")
+        need(is_number(w.get("accuracy")) and 0 <= w["accuracy"] <= 1, bundle,
+             f"{where}.accuracy must be a number in [0, 1]")
         won = "p50_ms" if batch == 1 else "sequences_per_s"
-        need(_number(w.get(won)), bundle, f"{where}.{won} must be a positive number")
+        need(is_number(v := w.get(won)) and v == v and v > 0, bundle, f"{where}.{won} must be a positive number")
         need(isinstance(w.get("in_bundle"), bool), bundle, f"{where}.in_bundle must be true or false")
         if w["in_bundle"]:
             _listed(bundle, meta["files"], w.get("file"), f"{where}.file")

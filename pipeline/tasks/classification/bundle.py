@@ -171,10 +171,7 @@ def stage_bundle(ctx: StageContext) -> dict:
             # the file per workload (batch 1 latency, batch-N throughput) on the choice target, as the report says
             "workloads": bundle_workloads(results, b.accuracy_window, name, variant, models["ort"]["file"]),
             "string_model_check": check, "samples": samples[:1], "samples_file": "samples.json",
-            "versions": library_versions()}
-    if npu:
-        meta["npu"] = npu
-    meta["qnn"] = qnn
+            "versions": library_versions(), **({"npu": npu} if npu else {}), "qnn": qnn}
     # hf/ (transformers.js, Optimum) and required_operators.config (reduced ONNX Runtime build)
     stage_name, sub = MODEL_FOLDERS[name]
     meta.update(add_client_files(out, cfg, model=name, model_dir=ctx.input(stage_name) / sub,

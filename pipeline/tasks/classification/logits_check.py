@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.errors import PipelineError
+from pipeline.verify_bundle_meta import fresh_process
 
 # Each file is compared with its own reference (same file, batch 1, one thread, stored at full float32
 # precision), so what is left is the CPU: ORT picks kernels by instruction set, and an int8-dynamic file
@@ -27,22 +26,15 @@ LOGIT_ATOL = 5e-3
 LOGIT_RTOL = 1e-3
 
 
-def predict_in_fresh_process(bundle: Path, models: dict, samples: list[dict], npu: dict | None = None,
-                             timeout_s: int = 300) -> tuple[dict, dict]:
+def predict_in_fresh_process(bundle: Path, models: dict, samples: list[dict],
+                             npu: dict | None = None) -> tuple[dict, dict]:
     """({model key: logits rows}, {NPU file: rows, None where a sample does not fit}) from `python -m
     pipeline.tasks.classification.replay` (no training code loaded there)."""
     plan = {"bundle": str(bundle.resolve()), "models": models, "npu": npu or {},
             "samples": [{"text": s["text"], "token_ids": s["token_ids"]} for s in samples]}
-    proc = subprocess.run([sys.executable, "-m", "pipeline.tasks.classification.replay"], input=json.dumps(plan),
-                          capture_output=True, text=True, timeout=timeout_s, cwd=Path(__file__).resolve().parents[3])
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:400]
-        raise PipelineError(f"{bundle}: running the models in a fresh process failed ({last}); install "
-                            f"onnxruntime and onnxruntime-extensions (pip install onnxruntime "
-                            f"onnxruntime-extensions)")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "error" in result:
-        raise PipelineError(f"{bundle}: {result['error']}")
+    result = fresh_process(bundle, "pipeline.tasks.classification.replay", [], json.dumps(plan), "models",
+                           "install onnxruntime and onnxruntime-extensions (pip install onnxruntime "
+                           "onnxruntime-extensions)")
     return result["logits"], result["npu"]
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 from pipeline.tasks.classification.replay import ORT_FORMATS
-from pipeline.verify_bundle_meta import (cross_check, need, need_io, need_labels, read_json, require_digest,
-                                         resolve)
+from pipeline.verify_bundle_meta import (cross_check, int_list, is_number, need, need_io, need_labels, read_json,
+                                         require_digest, resolve)
 
 PAGE = ("index.html", "app.mjs", "classifier.mjs", "wordpiece.mjs")  # what the page loads, hashed
 _REBUILD = "rebuild the web bundle with `make web-bundle`"
@@ -51,14 +51,12 @@ def load_samples(bundle: Path, meta: dict) -> list[dict]:
     rel, n_labels = meta["model"]["file"], len(meta["labels"])
     for n, s in enumerate(samples, 1):
         ok = (isinstance(s, dict) and isinstance(s.get("text"), str) and s.get("expected_label") in meta["labels"]
-              and isinstance(s.get("input_ids"), list) and len(s["input_ids"]) > 0
-              and all(isinstance(t, int) and not isinstance(t, bool) for t in s["input_ids"]))
+              and int_list(s.get("input_ids")))
         if not ok:
             raise PipelineError(f"{where}: sample {n} needs 'text', 'input_ids' (integers) and 'expected_label' (one "
                                 f"of {meta['labels']}); {_REBUILD}")
         row = s.get("reference_logits", {}).get(rel) if isinstance(s.get("reference_logits"), dict) else None
-        if not (isinstance(row, list) and len(row) == n_labels
-                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row)):
+        if not (isinstance(row, list) and len(row) == n_labels and all(map(is_number, row))):
             raise PipelineError(f"{where}: sample {n} has no reference logits ({n_labels} numbers) for {rel} (a web "
                                 f"bundle built before they were stored); {_REBUILD}")
     return samples

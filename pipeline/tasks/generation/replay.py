@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.verify_bundle_meta import bundle_kind, edited, need, read_json, require_digest, resolve
+from pipeline.verify_bundle_meta import (METADATA, bundle_kind, edited, fresh_process, int_list, is_int, need,
+                                         read_json, require_digest, resolve)
 
-METADATA = "metadata.json"
 REQUIRED = ("genai_config.json", "tokenizer.json", "config.json", "samples.json")
 
 
@@ -33,7 +31,7 @@ def check_metadata(bundle: Path, meta: dict) -> dict:
         resolve(bundle, rel, "graph.file" if rel == graph["file"] else "files")
         need(rel in files, bundle, f"'files' does not list {rel}, so its sha256 is unchecked")
     ids = meta.get("special_ids")
-    need(isinstance(ids, dict) and _is_int(ids.get("eos_token_id")), bundle, "'special_ids' needs 'eos_token_id'")
+    need(isinstance(ids, dict) and is_int(ids.get("eos_token_id")), bundle, "'special_ids' needs 'eos_token_id'")
     need(meta.get("samples_file") == "samples.json", bundle, "'samples_file' must be samples.json")
     _cross_check(bundle, meta)
     return meta
@@ -56,19 +54,15 @@ def _cross_check(bundle: Path, meta: dict) -> None:
             raise edited(bundle, f"{key} is {v!r}, genai_config.json says {theirs[key]!r}")
 
 
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def load_samples(bundle: Path) -> list[dict]:
     """samples.json: prompts, their token ids and the greedy continuation the build stored."""
     where = f"{bundle}/samples.json"
     samples = read_json(bundle / "samples.json", where)
     need(isinstance(samples, list) and len(samples) > 0, bundle, "samples.json holds no samples")
     for n, s in enumerate(samples, 1):
-        ok = (isinstance(s, dict) and isinstance(s.get("prompt"), str) and _is_int(s.get("max_new_tokens"))
-              and all(isinstance(s.get(k), list) and all(_is_int(t) for t in s[k])
-                      for k in ("prompt_ids", "continuation_ids")) and len(s["prompt_ids"]) > 0)
+        ok = (isinstance(s, dict) and isinstance(s.get("prompt"), str) and is_int(s.get("max_new_tokens"))
+              and int_list(s.get("prompt_ids")) and isinstance(s.get("continuation_ids"), list)
+              and all(map(is_int, s["continuation_ids"])))
         if not ok:
             raise PipelineError(f"{where}: sample {n} needs 'prompt', 'prompt_ids' (integers), 'max_new_tokens' and "
                                 f"'continuation_ids' (integers); rebuild the bundle with `make bundle`")
@@ -144,19 +138,6 @@ def _child(bundle: Path) -> dict:
             "onnxruntime-genai": genai_greedy(bundle, prompts, n)}
 
 
-def in_fresh_process(bundle: Path, timeout_s: int = 300) -> dict:
-    cmd = [sys.executable, "-m", "pipeline.tasks.generation.replay", "--child", str(bundle.resolve())]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:400]
-        raise PipelineError(f"{bundle}: running the decoder in a fresh process failed ({last}); install onnxruntime "
-                            f"and tokenizers, or rebuild the bundle with `make bundle`")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    if "error" in result:
-        raise PipelineError(f"{bundle}: {result['error']}")
-    return result
-
-
 def verify(bundle: Path, files: dict) -> dict:
     """The replay on a bundle whose files pipeline.verify.check_files has hashed; raises PipelineError on the
     first failure, returns a summary (with the lines verify-bundle prints) otherwise."""
@@ -165,7 +146,8 @@ def verify(bundle: Path, files: dict) -> dict:
     meta = check_metadata(bundle, files["meta"])
     require_digest(bundle, meta)
     samples = load_samples(bundle)
-    got = in_fresh_process(bundle)
+    got = fresh_process(bundle, "pipeline.tasks.generation.replay", ["--child", str(bundle.resolve())], None, "decoder",
+                        "install onnxruntime and tokenizers, or rebuild the bundle with `make bundle`")
     for s, ids in zip(samples, got["token_ids"]):
         if ids != s["prompt_ids"]:
             raise PipelineError(f"{bundle}: tokenizer.json encodes {s['prompt'][:60]!r} as {ids[:12]}..., not the "

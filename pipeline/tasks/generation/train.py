@@ -153,6 +153,13 @@ def _training_windows(logits_dir: Path, vmap) -> np.ndarray:
                                            np.load(logits_dir / "extra_windows.npy")]))
 
 
+def _student_targets(logits_dir: Path, vmap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Training windows and the teacher top-k of the first N of them, teacher ids mapped to student ids (the
+    distill stage's and the search's)."""
+    ids = vmap.to_student(np.load(logits_dir / "topk_ids.npy").astype(np.int64))
+    return _training_windows(logits_dir, vmap), ids, np.load(logits_dir / "topk_logits.npy")
+
+
 def _model_meta(folder: Path, kind: str, cfg: Config, vmap) -> None:
     """A saved model folder's vocab_map.json and pocketformer.json (kind and positions)."""
     vmap.save(folder)
@@ -192,11 +199,8 @@ def stage_distill(ctx: StageContext) -> dict:
     teacher, tok = load_causal_folder(ctx.input("teacher") / "model")
     vmap = VocabMap.load(ctx.input("logits"))
     student = build_student(cfg.student, teacher, vmap, max(cfg.lm.max_cache, cfg.lm.context_length), task="generation")
-    # the training windows and the teacher top-k of the first N of them, teacher ids mapped to student ids
-    logits = ctx.input("logits")
-    ids = vmap.to_student(np.load(logits / "topk_ids.npy").astype(np.int64))
-    summary = distill_lm(student, _training_windows(logits, vmap), ids, np.load(logits / "topk_logits.npy"),
-                         cfg.distill, cfg.run.seed, train_options(ctx))
+    win, ids, vals = _student_targets(ctx.input("logits"), vmap)
+    summary = distill_lm(student, win, ids, vals, cfg.distill, cfg.run.seed, train_options(ctx))
     note = _pca_note(cfg, vmap.size)
     if note:
         summary["init_note"] = note
