@@ -495,8 +495,7 @@ def _check_value(where: str, value: Any, hint: Any) -> Any:
         (item,) = typing.get_args(hint)
         if not isinstance(value, list):
             raise PipelineError(f"{where}: expected a list of {item.__name__}, got {value!r}")
-        inner = where[:-1] if where.endswith("'") else where  # 'distill.layer_map' -> 'distill.layer_map[1]'
-        return [_check_value(f"{inner}[{i}]'", v, item) for i, v in enumerate(value)]
+        return [_check_value(f"{where[:-1]}[{i}]'", v, item) for i, v in enumerate(value)]  # 'key' -> 'key[0]'
     if hint in _SCALARS:
         what, types = _SCALARS[hint]
         # bool is an int in Python, but true is not a number of epochs
@@ -637,8 +636,7 @@ def validate(cfg: Config) -> None:
     if problem := check_all(cfg):
         raise PipelineError(f"{cfg.source}: {problem}")
     _validate_sizes(cfg)
-    delim = cfg.data.delimiter
-    if delim != "auto" and (len(delim) != 1 or delim in "\"\r\n"):
+    if (delim := cfg.data.delimiter) != "auto" and (len(delim) != 1 or delim in "\"\r\n"):
         raise PipelineError(f"{cfg.source}: 'data.delimiter' = {delim!r}: give one character (\",\", \";\", \"\\t\") "
                             f"other than a quote or a line break, or \"auto\"")
     bad = [n for n in cfg.quantize.npu_lengths if not 3 <= n <= cfg.student.max_length]
@@ -652,8 +650,8 @@ def validate(cfg: Config) -> None:
 def _validate_sizes(cfg: Config) -> None:
     """Vocabulary, embedding and length settings of the student and the baselines."""
     s, b, src = cfg.student, cfg.baseline, cfg.source
-    for where, cap in (("student.vocab_size_max", s.vocab_size_max), ("baseline.vocab_size_max", b.vocab_size_max)):
-        if cap < 16:
+    for where in ("student.vocab_size_max", "baseline.vocab_size_max"):
+        if (cap := cfg.value(where)) < 16:
             raise PipelineError(f"{src}: '{where}' = {cap} cannot hold the special tokens and a vocabulary; "
                                 f"use at least 16 (16384 keeps the demo's whole training vocabulary)")
     if cfg.quantize.embedding_bits not in (4, 8):

@@ -181,8 +181,7 @@ def set_fix(key: str, value: Any) -> str:
 
 def _prompts(cfg) -> str | None:
     prompts = cfg.lm.prompts
-    empty = [i for i, p in enumerate(prompts) if not p.strip()]
-    if empty:
+    if empty := [i for i, p in enumerate(prompts) if not p.strip()]:
         return (f"'lm.prompts' item {empty[0]} is empty: a prompt needs text to continue; give one or remove it, "
                 f"e.g. {set_fix('lm.prompts', [p for p in prompts if p.strip()] or ['ROMEO:'])}")
     return None
@@ -210,8 +209,7 @@ def check_names(cfg, names: dict[str, tuple[str, tuple[str, ...]]]) -> str | Non
     for dotted, (what, refs) in names.items():
         value = cfg.value(dotted)
         known = [name for ref in refs for name in resolve(ref)]
-        bad = [v for v in (value if isinstance(value, list) else [value]) if v not in known]
-        if bad:
+        if bad := [v for v in (value if isinstance(value, list) else [value]) if v not in known]:
             return f"unknown {what} {', '.join(map(repr, bad))} in '{dotted}'. Known: {', '.join(known)}"
     return None
 

@@ -30,8 +30,8 @@ def _step_budget_is_generation(cfg) -> str | None:
     """distill.steps / baseline.steps fix the generation budget; classification trains for epochs over its
     texts, so a step count there would be silently ignored."""
     for section in ("distill", "baseline"):
-        if getattr(cfg, section).steps:
-            return (f"'{section}.steps' = {getattr(cfg, section).steps} sets the training budget of run.task = "
+        if steps := getattr(cfg, section).steps:
+            return (f"'{section}.steps' = {steps} sets the training budget of run.task = "
                     f"\"generation\" only; classification trains for '{section}.epochs'. Remove {section}.steps "
                     f"(or set it to 0)")
     return None
@@ -118,12 +118,10 @@ def _classification_exports(cfg) -> str | None:
         return ("'quantize.npu_lengths' is empty but 'quantize.npu_variants' asks for NPU files; give the sequence "
                 f"lengths to export, e.g. {_set('quantize.npu_lengths', [16, 32, 64, 128])}, or "
                 f"{_set('quantize.npu_variants', [])}")
-    unknown = [v for v in e.ort_variants if v not in q.variants]
-    if unknown:
+    if unknown := [v for v in e.ort_variants if v not in q.variants]:
         return (f"'export.ort_variants' names {unknown}, which 'quantize.variants' {q.variants} does not make; add "
                 f"them there ({_set('quantize.variants', [*q.variants, *unknown])}) or drop them")
-    bad = [m for m in e.coreml_models if m not in COREML_MODELS]
-    if bad:
+    if bad := [m for m in e.coreml_models if m not in COREML_MODELS]:
         return (f"'export.coreml_models' names {bad}; Core ML export is for {', '.join(COREML_MODELS)} (the teacher "
                 f"is the model too big to ship): {_set('export.coreml_models', [m for m in e.coreml_models if m not in bad])}")
     if "optimized" in q.variants:
