@@ -52,22 +52,13 @@ class CoreMLRNN(nn.Module):
         self.rnn = rnn
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        r, c = self.rnn, self.rnn.config
         mask = attention_mask.to(torch.float32).unsqueeze(-1)  # (B, T, 1)
         lengths = mask.sum(1).clamp(min=1.0)  # (B, 1)
         pos = torch.cumsum(torch.ones_like(mask[..., 0]), 1) - 1.0  # (B, T): 0..T-1
         src = torch.where(pos < lengths, lengths - 1.0 - pos, pos)  # (B, T): where row step t reads from
         perm = (src.unsqueeze(2) == pos.unsqueeze(1)).to(torch.float32)  # (B, T, T) one-hot rows
-        x = r.embed(input_ids)  # (B, T, E)
-        for i in range(c.layers):
-            out_f, _ = r.fwd[i](x)  # (B, T, H)
-            if c.bidirectional:
-                out_b, _ = r.bwd[i](torch.bmm(perm, x))  # (B, T, T) @ (B, T, C): each row's valid steps reversed
-                out_f = torch.cat([out_f, torch.bmm(perm, out_b)], dim=-1)  # (B, T, 2H)
-            x = out_f
-        mean = (x * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # (B, D)
-        mx = (x * mask + (mask - 1.0) * 1e4).max(1).values  # (B, D), same finite fill as the source model
-        return r.head(torch.cat([mean, mx], dim=-1))  # (B, C)
+        # (B, T, T) @ (B, T, C): each row's valid steps reversed; the dropouts are identities in eval mode
+        return self.rnn.pooled(input_ids, mask, lambda t: torch.bmm(perm, t))  # (B, C)
 
 
 def traceable(loaded, model_name: str = "model") -> nn.Module:
