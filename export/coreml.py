@@ -9,7 +9,6 @@ flexible (see sequence_shapes for why enumerated shapes where the target allows 
 from __future__ import annotations
 
 import platform
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from export.onnx_export import op_name
 from pipeline.errors import PipelineError, tree_bytes
 
 # Finite, fp16-friendly attention fill: float32's min becomes -inf in fp16 and -inf - -inf gives NaN in
@@ -137,7 +137,7 @@ def convert(loaded, model_name: str, target_name: str, shapes_mode: str, lengths
         ml = ct.convert(traced, inputs=inputs, outputs=[ct.TensorType(name="logits")], convert_to="mlprogram",
                         minimum_deployment_target=target, compute_precision=ct.precision.FLOAT16)
     except (NotImplementedError, RuntimeError, ValueError, TypeError) as e:
-        op = _op_name(str(e))
+        op = op_name(str(e), r"op '?(\w+)'?", r"aten::(\w+)")
         raise PipelineError(f"{model_name} -> coreml: operator {op} cannot be expressed in Core ML "
                             f"({str(e).splitlines()[0][:200]}); leave {model_name} out of export.coreml_models "
                             f"or change the model to avoid {op}") from None
@@ -208,11 +208,6 @@ def spec_summary(path: Path) -> dict:
                        for block in fn.block_specializations.values() for op in block.operations))
     return {"inputs": [i.name for i in desc.input], "outputs": [o.name for o in desc.output],
             "metadata": dict(desc.metadata.userDefined), "spec_version": spec.specificationVersion, "ops": ops}
-
-
-def _op_name(message: str) -> str:
-    m = re.search(r"op '?(\w+)'?", message) or re.search(r"aten::(\w+)", message)
-    return m.group(1) if m else "<unknown op>"
 
 
 def verify_package(path: Path, loaded, variant: str, model_name: str) -> dict:
