@@ -72,12 +72,17 @@ class RNNClassifier(FolderModel):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         mask = attention_mask.to(torch.float32).unsqueeze(-1)  # (B, T, 1)
         lengths = attention_mask.to(torch.int64).sum(1).clamp(min=1)  # (B,)
+        return self.pooled(input_ids, mask, lambda t: reverse_valid(t, lengths))
+
+    def pooled(self, input_ids: torch.Tensor, mask: torch.Tensor, reverse) -> torch.Tensor:
+        """Logits from ids and the float mask (B, T, 1); reverse(t) reverses each row's valid steps of t
+        (B, T, C) (export/coreml.py passes a Core ML-friendly one)."""
         x = self.drop(self.embed(input_ids))  # (B, T, E)
         for i in range(self.config.layers):
             out_f, _ = self.fwd[i](x)  # (B, T, H): causal, so right padding cannot reach valid steps
             if self.config.bidirectional:
-                out_b, _ = self.bwd[i](reverse_valid(x, lengths))
-                out_f = torch.cat([out_f, reverse_valid(out_b, lengths)], dim=-1)  # (B, T, 2H)
+                out_b, _ = self.bwd[i](reverse(x))
+                out_f = torch.cat([out_f, reverse(out_b)], dim=-1)  # (B, T, 2H)
             x = self.drop(out_f) if i + 1 < self.config.layers else out_f
         mean = (x * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # (B, D)
         # finite large negative rather than -inf: stays finite in fp16 exports

@@ -111,10 +111,8 @@ DECODER_SHAPE_KEYS = ("arch", "layers", "hidden", "heads", "ffn", "init")  # wha
 def sample_candidate(trial, space: SearchSpace, base: StudentSection, base_rnn: BaselineSection):
     """A [student] section (transformer arch) or a [baseline] section (lstm / gru) from the trial's choices.
     A space without RNN arches samples exactly as before they existed (same order, same numbers)."""
-    if not any(a in RNN_CELLS for a in space.arch):
-        return sample_student(trial, space, base)
-    arch = trial.suggest_categorical("arch", list(space.arch))
-    if arch not in RNN_CELLS:
+    if not any(a in RNN_CELLS for a in space.arch) \
+            or (arch := trial.suggest_categorical("arch", list(space.arch))) not in RNN_CELLS:
         return sample_student(trial, space, base)
     vocab = _vocab(trial, space, base_rnn.vocab_size_max)
     return dataclasses.replace(

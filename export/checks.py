@@ -145,13 +145,11 @@ def predict(fn, tokenizer, texts: Sequence[str], max_length: int, batch_size: in
 
     ids, _ = encode(tokenizer, texts, max_length)
     pad_id = tokenizer.pad_token_id or 0
-    out: list[np.ndarray | None] = [None] * len(ids)
+    out: dict[int, np.ndarray] = {}
     for b in bucketed_batches([len(s) for s in ids], batch_size, None):
         x, m = pad([ids[i] for i in b], pad_id)
-        logits = fn(x.numpy(), m.numpy())
-        for j, i in enumerate(b):
-            out[i] = logits[j]
-    return np.stack(out)  # (N, C)
+        out.update(zip(b, fn(x.numpy(), m.numpy())))  # text index -> its logits row
+    return np.stack([out[i] for i in range(len(ids))])  # (N, C)
 
 
 def check_greedy(torch_tokens: list[int], ort_tokens: list[int], name: str, must_match: bool) -> dict:

@@ -9,7 +9,6 @@ flexible (see sequence_shapes for why enumerated shapes where the target allows 
 from __future__ import annotations
 
 import platform
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from export.onnx_export import op_name
 from pipeline.errors import PipelineError, tree_bytes
 
 # Finite, fp16-friendly attention fill: float32's min becomes -inf in fp16 and -inf - -inf gives NaN in
@@ -52,22 +52,13 @@ class CoreMLRNN(nn.Module):
         self.rnn = rnn
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        r, c = self.rnn, self.rnn.config
         mask = attention_mask.to(torch.float32).unsqueeze(-1)  # (B, T, 1)
         lengths = mask.sum(1).clamp(min=1.0)  # (B, 1)
         pos = torch.cumsum(torch.ones_like(mask[..., 0]), 1) - 1.0  # (B, T): 0..T-1
         src = torch.where(pos < lengths, lengths - 1.0 - pos, pos)  # (B, T): where row step t reads from
         perm = (src.unsqueeze(2) == pos.unsqueeze(1)).to(torch.float32)  # (B, T, T) one-hot rows
-        x = r.embed(input_ids)  # (B, T, E)
-        for i in range(c.layers):
-            out_f, _ = r.fwd[i](x)  # (B, T, H)
-            if c.bidirectional:
-                out_b, _ = r.bwd[i](torch.bmm(perm, x))  # (B, T, T) @ (B, T, C): each row's valid steps reversed
-                out_f = torch.cat([out_f, torch.bmm(perm, out_b)], dim=-1)  # (B, T, 2H)
-            x = out_f
-        mean = (x * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # (B, D)
-        mx = (x * mask + (mask - 1.0) * 1e4).max(1).values  # (B, D), same finite fill as the source model
-        return r.head(torch.cat([mean, mx], dim=-1))  # (B, C)
+        # (B, T, T) @ (B, T, C): each row's valid steps reversed; the dropouts are identities in eval mode
+        return self.rnn.pooled(input_ids, mask, lambda t: torch.bmm(perm, t))  # (B, C)
 
 
 def traceable(loaded, model_name: str = "model") -> nn.Module:
@@ -146,7 +137,7 @@ def convert(loaded, model_name: str, target_name: str, shapes_mode: str, lengths
         ml = ct.convert(traced, inputs=inputs, outputs=[ct.TensorType(name="logits")], convert_to="mlprogram",
                         minimum_deployment_target=target, compute_precision=ct.precision.FLOAT16)
     except (NotImplementedError, RuntimeError, ValueError, TypeError) as e:
-        op = _op_name(str(e))
+        op = op_name(str(e), r"op '?(\w+)'?", r"aten::(\w+)")
         raise PipelineError(f"{model_name} -> coreml: operator {op} cannot be expressed in Core ML "
                             f"({str(e).splitlines()[0][:200]}); leave {model_name} out of export.coreml_models "
                             f"or change the model to avoid {op}") from None
@@ -217,11 +208,6 @@ def spec_summary(path: Path) -> dict:
                        for block in fn.block_specializations.values() for op in block.operations))
     return {"inputs": [i.name for i in desc.input], "outputs": [o.name for o in desc.output],
             "metadata": dict(desc.metadata.userDefined), "spec_version": spec.specificationVersion, "ops": ops}
-
-
-def _op_name(message: str) -> str:
-    m = re.search(r"op '?(\w+)'?", message) or re.search(r"aten::(\w+)", message)
-    return m.group(1) if m else "<unknown op>"
 
 
 def verify_package(path: Path, loaded, variant: str, model_name: str) -> dict:

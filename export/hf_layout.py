@@ -93,13 +93,8 @@ def write_hf_layout(dest: Path, model_dir: Path, tokenizer_dir: Path, labels: li
                     onnx_sources: dict[str, Path]) -> dict:
     """Write the layout into dest (bundle/hf); onnx_sources maps ONNX_FILES names to the files to copy.
 
-    Returns the metadata entry: the folder, each ONNX file's source variant and the tokenizer files."""
-    if not onnx_sources.get("model.onnx"):
-        raise PipelineError("the Hugging Face layout needs the fp32 ONNX file (onnx/model.onnx): add fp32 to "
-                            "quantize.variants and run the quantize stage")
-    unknown = sorted(set(onnx_sources) - set(ONNX_FILES))
-    if unknown:
-        raise ValueError(f"unknown Hugging Face ONNX file names {unknown}; known: {sorted(ONNX_FILES)}")
+    Returns the metadata entry: the folder, each ONNX file's source variant and the tokenizer files. The caller
+    (export/client_files.py) passes ONNX_FILES names only, and only when fp32 (onnx/model.onnx) is among them."""
     (dest / "onnx").mkdir(parents=True, exist_ok=True)
     config = json.loads((model_dir / "config.json").read_text())
     # labels.json is the source of truth for the label order every other bundle file uses

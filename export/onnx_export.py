@@ -66,16 +66,19 @@ def export_onnx(model: nn.Module, out: Path, opset: int, model_name: str, pad_id
                               input_names=INPUT_NAMES, output_names=OUTPUT_NAMES, dynamic_axes=DYNAMIC_AXES,
                               opset_version=opset, do_constant_folding=True)
     except torch.onnx.errors.OnnxExporterError as e:  # UnsupportedOperatorError and SymbolicValueError
-        op = _op_name(str(e))
+        op = op_name(str(e), r"operator '([\w:.]+)'", r"(aten::\w+|prim::\w+|onnx::\w+)")
         first = str(e).strip().split("\n")[0][:300]
         raise PipelineError(f"{model_name} -> onnx (opset {opset}): operator {op} cannot be exported "
                             f"({first}); raise quantize.opset or change the model so it avoids {op}") from None
     return out
 
 
-def _op_name(message: str) -> str:
-    m = re.search(r"operator '([\w:.]+)'", message) or re.search(r"(aten::\w+|prim::\w+|onnx::\w+)", message)
-    return m.group(1) if m else "<unknown op>"
+def op_name(message: str, *patterns: str) -> str:
+    """The operator an exporter's error names: the first group of the first pattern found in it."""
+    for p in patterns:
+        if m := re.search(p, message):
+            return m.group(1)
+    return "<unknown op>"
 
 
 # Generation graphs. Decoders carry their KV cache as inputs / outputs (optimum's text-generation-with-past

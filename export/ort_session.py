@@ -93,36 +93,31 @@ class OrtLM:
 
     def _run(self, ids: np.ndarray, state: dict, past: int):
         """ids (1, T) -> (logits of the last position (V,), new state)."""
-        if self.bind_device is not None:
-            return self._run_bound(ids, state, past)
-        out = self.session.run(None, self._feed(ids, state, past))
-        if self.kind == "lstm":
-            logits, h, c = out
-            return logits[0, -1], {"h0": h, "c0": c}
         names = [o.name for o in self.session.get_outputs()]
-        new = {n.replace("present.", "past_key_values."): v for n, v in zip(names, out) if n.startswith("present.")}
-        return out[0][0, -1], new
+        if self.bind_device is None:
+            out = self.session.run(None, self._feed(ids, state, past))
+        else:
+            out = self._run_bound(ids, state, past, names)
+        if self.kind == "lstm":
+            return out[0][0, -1], {"h0": out[1], "c0": out[2]}
+        return out[0][0, -1], {n.replace("present.", "past_key_values."): v for n, v in zip(names[1:], out[1:])
+                               if n.startswith("present.")}
 
-    def _run_bound(self, ids: np.ndarray, state: dict, past: int):
-        """_run through IO binding: host arrays (ids, mask, positions, the empty first state) are copied in
-        by ONNX Runtime; the state outputs stay on bind_device as OrtValues and are fed back as they are."""
+    def _run_bound(self, ids: np.ndarray, state: dict, past: int, names: list[str]) -> list:
+        """The outputs through IO binding: host arrays (ids, mask, positions, the empty first state) are copied
+        in by ONNX Runtime; the state outputs stay on bind_device as OrtValues and are fed back as they are."""
         binding = self.session.io_binding()
         for name, value in self._feed(ids, state, past).items():
             if isinstance(value, np.ndarray):
                 binding.bind_cpu_input(name, value)
             else:
                 binding.bind_ortvalue_input(name, value)
-        names = [o.name for o in self.session.get_outputs()]
         binding.bind_output(names[0], "cpu")  # the logits: the greedy pick runs on the host
         for name in names[1:]:
             binding.bind_output(name, self.bind_device)
         self.session.run_with_iobinding(binding)
         out = binding.get_outputs()
-        logits = out[0].numpy()[0, -1]
-        if self.kind == "lstm":
-            return logits, {"h0": out[1], "c0": out[2]}
-        return logits, {n.replace("present.", "past_key_values."): v for n, v in zip(names[1:], out[1:])
-                        if n.startswith("present.")}
+        return [out[0].numpy(), *out[1:]]
 
     def pick(self, logits: np.ndarray) -> int:
         return int(np.argmax(logits[: self.cut]))

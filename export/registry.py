@@ -177,11 +177,9 @@ def _ort_fastgelu(job: ExportJob) -> dict:
     approximated by FastGelu. Written through a temporary file; a graph with no GELU to approximate (the
     result would be the plain .ort again) is refused."""
     from export.optimize import op_counts
-    from export.ort_format import check_optimizers
     from export.web_model import fast_gelu_file
 
     src_name, src = _source(job, job.variant)
-    check_optimizers(job.export.ort_disabled_optimizers)
     tmp = job.out.with_name(f".{job.out.name}.partial")
     with tempfile.TemporaryDirectory() as d:
         probe = Path(d) / "graph.onnx"  # the same graph as ONNX, to count what the approximation changed
