@@ -7,6 +7,8 @@ import html
 from collections import Counter
 from pathlib import Path
 
+from eval.browser_goals import TARGET as BROWSER, node_p50
+from eval.machine import is_busy
 from eval.plots import all_plots, off_peers
 from eval.rows import p50
 
@@ -14,9 +16,7 @@ Block = tuple  # ("h1"|"h2"|"p", text) | ("list", [str]) | ("table", headers, ro
 
 
 def _ms(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.3f}" if v < 1 else f"{v:.2f}" if v < 100 else f"{v:,.0f}"
+    return "-" if v is None else f"{v:.3f}" if v < 1 else f"{v:.2f}" if v < 100 else f"{v:,.0f}"
 
 
 def _x(v: float | None) -> str:
@@ -40,9 +40,7 @@ def _gflops_cell(point: dict) -> str:
 
 
 def _num(v, digits: int = 4) -> str:
-    if v is None:
-        return "-"
-    return f"{v:,}" if isinstance(v, int) else f"{v:.{digits}f}"
+    return "-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.{digits}f}"
 
 
 def _cell(row: dict, target: str, length: int) -> str:
@@ -78,8 +76,6 @@ def _header(res: dict) -> list[Block]:
     v = res["versions"]
     plan = res["plan"]
     proxies = [t for t, d in res["targets"].items() if d.get("proxy")]
-    from eval.machine import is_busy
-
     cores = m.get("usable_cores") or 1
     busy = [("p", f"WARNING: the machine was busy when the bench started (other processes used "
                   f"{m.get('cpu_busy_percent')}% of {cores} cores; load average {m.get('load_average_1m')}). "
@@ -217,17 +213,13 @@ def _peer_caveat(res: dict) -> list[Block]:
 
 def _browser_cross(res: dict) -> list[Block]:
     """The browser-wasm rows timed again in Node (eval/browser_cross.py)."""
-    from eval.browser_goals import TARGET, node_p50
-
     L = res["plan"]["headline_length"]
     rows, versions = [], {}
-    for r in res["rows"]:
-        entry = r.get("latency", {}).get(TARGET, {})
-        check = entry.get("cross_check") if isinstance(entry, dict) else None
-        if not check:
+    for r, t, check in _entries(res, "cross_check"):
+        if t != BROWSER:
             continue
         versions = check.get("versions", versions)
-        chrome, wasm, native = p50(r, TARGET, L), node_p50(r), node_p50(r, "node-native")
+        chrome, wasm, native = p50(r, BROWSER, L), node_p50(r), node_p50(r, "node-native")
         err = next((check[k]["error"] for k in ("node-wasm", "node-native") if "error" in check.get(k, {})), "")
         rows.append(_name(r)[:1] + [r["variant"], r["format"], _ms(chrome), _ms(wasm),
                                     f"{wasm / chrome:.2f}" if wasm and chrome else "-", _ms(native), err[:120]])
@@ -251,21 +243,19 @@ def _shown_targets(res: dict, length: int) -> list[tuple[str, bool]]:
 
 def _summary(res: dict) -> list[Block]:
     metric, L = res["quality_metric"], res["plan"]["headline_length"]
+    acc = metric == "accuracy"
     targets = _shown_targets(res, L)
-    head = ["model", "variant", "format", metric, "retention" if metric == "accuracy" else "ppl ratio",
-            "macro-F1" if metric == "accuracy" else "", "params", "size MiB", "smaller"]
-    head = [h for h in head if h]
+    head = ["model", "variant", "format", metric, *(["retention", "macro-F1"] if acc else ["ppl ratio"]), "params",
+            "size MiB", "smaller"]
     for t, measured in targets:
         head += [f"{t} p50 ms", "faster"] if measured else [f"{t} ms (est.*)"]
     head.append("host GFLOP/s (% peak)")
     rows = []
     for r in res["rows"]:
         vs = r.get("vs_teacher", {})
-        cells = _name(r) + [_num(r.get(metric)), _pct(vs.get("quality_retention"))]
-        if metric == "accuracy":
-            cells.append(_num(r.get("macro_f1")))
-        cells += [_num(r.get("params")), "-" if not r.get("size_bytes") else f"{r['size_bytes'] / 2**20:.2f}",
-                  _x(vs.get("size_ratio"))]
+        cells = _name(r) + [_num(r.get(metric)), _pct(vs.get("quality_retention")),
+                            *([_num(r.get("macro_f1"))] if acc else []), _num(r.get("params")),
+                            f"{r['size_bytes'] / 2**20:.2f}" if r.get("size_bytes") else "-", _x(vs.get("size_ratio"))]
         for t, measured in targets:
             cells += [_cell(r, t, L), _x(vs.get("speedup", {}).get(t))] if measured else [_cell(r, t, L)]
         point = r["latency"].get("host-cpu", {}).get(str(L), {})
@@ -274,7 +264,7 @@ def _summary(res: dict) -> list[Block]:
     return [("h2", f"Summary at {L} tokens, batch 1"),
             ("p", f"'smaller' and 'faster' are ratios against the fp32 teacher (size: its PyTorch checkpoint; speed: "
                   f"the fp32 teacher in the same format on the same target). Retention = {metric} / the teacher's"
-                  f"{' (perplexity: teacher / row)' if metric != 'accuracy' else ''}. '-' = not run on that target "
+                  f"{'' if acc else ' (perplexity: teacher / row)'}. '-' = not run on that target "
                   f"(reasons under Skipped). GFLOP/s = formula FLOPs / p50 (GOP/s for int8 rows), as a share of "
                   f"the matmul peak of the row's own arithmetic, named in the cell: fp32 and fp16 rows (no fp16 "
                   f"units) against the fp32 peak, int8 rows against the int8 peak (both under Machine); '-' = "
@@ -497,10 +487,9 @@ def blocks(res: dict, plots: dict[str, Path], out: Path | None = None) -> list[B
                 "latency_vs_length": "Latency vs sequence length: transformers vs LSTMs.",
                 "size_vs_quality": "File size vs quality, every model and variant." + caveat}
     imgs: list[Block] = [("h2", "Plots")] + [("img", p, captions[k]) for k, p in plots.items()]
-    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _workloads(res) + _head_to_head(res) + _peer_caveat(res)
-            + _browser_cross(res) + _summary(res)
-            + _sweeps(res) + _npu(res)
-            + _generation(res) + (imgs if plots else []) + _search(res, out) + _skipped(res))
+    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _workloads(res) + _head_to_head(res)
+            + _peer_caveat(res) + _browser_cross(res) + _summary(res) + _sweeps(res) + _npu(res) + _generation(res)
+            + (imgs if plots else []) + _search(res, out) + _skipped(res))
 
 
 def to_markdown(bl: list[Block]) -> str:
