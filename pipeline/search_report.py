@@ -113,10 +113,9 @@ def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | 
            "selection": selection(study, searcher, full, select),
            "max_mb": request.max_mb or None, "space": request.space, "fraction": request.fraction,
            "metric": searcher.METRIC_NOTE, "survivors": list(full or {}),  # best short-schedule score first
-           "reference": ref, "verdict": verdict(best, full, ref, searcher, request, select)}
-    if searcher.DIRECTION == "minimize":  # say which way is better where it is not the usual "higher"
-        doc["lower_is_better"] = True
-    doc["trials"] = rows
+           "reference": ref, "verdict": verdict(best, full, ref, searcher, request, select),
+           # say which way is better where it is not the usual "higher"
+           **({"lower_is_better": True} if searcher.DIRECTION == "minimize" else {}), "trials": rows}
     write_whole(out / "trials.json", json.dumps(doc, indent=2))
     pareto_plot(rows, out / "pareto.png", request, searcher, None if best is None else best.number, ref)
     return doc
