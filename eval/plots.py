@@ -138,12 +138,13 @@ def _off_scale(ax, pts: list[tuple[float, float, dict]], lo: float, hi: float, m
 
 
 def _scatter(ax, pts: list[tuple[float, float, dict]], lo: float, hi: float, metric: str, margin: float) -> list:
-    """The points on a log x-axis (widened by margin either side) and y in [lo, hi]; those beyond it in the
-    off-scale band (_off_scale). Returns the points inside."""
+    """The points on a log x-axis (widened by margin either side) and y in [lo, hi], the y-axis labelled with
+    metric; those beyond it in the off-scale band (_off_scale). Returns the points inside."""
     inside = [(x, y, r) for x, y, r in pts if lo <= y <= hi]
     for x, y, r in inside:
         _point(ax, x, y, r)
     ax.set_ylim(lo, hi)
+    ax.set_ylabel(metric + ("" if metric == "accuracy" else " (lower is better)"))
     log_axis(ax.xaxis)
     xs = [x for x, _, _ in pts]
     ax.set_xlim(min(xs) / margin, max(xs) * margin)
@@ -182,7 +183,7 @@ def _number_labels(ax, named: list[tuple[float, float, dict]]) -> None:
         ax.annotate(str(i), (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7, fontweight="bold",
                     color=_color(r["model"]))
         handles.append(Line2D([], [], ls="", marker=f"${i}$", color=_color(r["model"]), ms=6,
-                              label=f"{_short(r)}: {x:.3g} ms, {r['_q']:.4g}"))
+                              label=f"{_short(r)}: {x:.3g} ms, {y:.4g}"))
     if handles:
         ax.legend(handles=handles, loc="best", fontsize=6.5, framealpha=0.9, handletextpad=0.3, borderpad=0.4,
                   title="Pareto front", title_fontsize=7)
@@ -202,9 +203,7 @@ def _finish(fig, path: Path, legend_in: float, top_in: float = 0.35) -> Path:
     h = fig.get_figheight()
     fig.tight_layout(rect=(0, legend_in / h, 1, 1 - top_in / h))
     fig.savefig(path, dpi=110)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
+    _plt().close(fig)
     return path
 
 
@@ -233,14 +232,12 @@ def quality_vs_latency(results: dict, out: Path) -> Path | None:
             xs, ys = zip(*front)
             ax.step(xs, ys, where="post", color="black", lw=1, ls="--", alpha=0.6, zorder=2)
             ax.scatter(xs, ys, s=130, facecolors="none", edgecolors="black", linewidths=1, zorder=4)
-            named, seen = [], set()
+            named: dict[tuple[float, float], dict] = {}  # one row per front point, the first by latency
             for x, y, r in sorted(cand, key=lambda p: p[0]):
-                if (x, y) in front and (x, y) not in seen:
-                    seen.add((x, y))
-                    named.append((x, y, {**r, "_q": y}))
-            _number_labels(ax, named)
+                if (x, y) in front:
+                    named.setdefault((x, y), r)
+            _number_labels(ax, [(x, y, r) for (x, y), r in named.items()])
         ax.set_xlabel(f"p50 latency at {length} tokens, batch 1 (ms, log scale)")
-        ax.set_ylabel(metric + ("" if higher else " (lower is better)"))
         proxy = " - host proxy" if results["targets"][t].get("proxy") else ""
         ax.set_title(f"{t} ({results['threads'].get(t, '?')} thread(s)){proxy}")
     from matplotlib.lines import Line2D
@@ -274,10 +271,8 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
         return None
     plt = _plt()
     # one dash pattern per variant (markers tell the models apart), named in the title
-    styles = {"fp32": "-", "optimized": (0, (5, 1, 1, 1, 1, 1)), "fp16": (0, (8, 3)), "int8-dynamic": "--",
-              "int8-static": ":"}
-    style_names = {"fp32": "solid", "optimized": "dash-dot-dot", "fp16": "long dash", "int8-dynamic": "dashed",
-                   "int8-static": "dotted"}
+    styles = {"fp32": ("-", "solid"), "optimized": ((0, (5, 1, 1, 1, 1, 1)), "dash-dot-dot"),
+              "fp16": ((0, (8, 3)), "long dash"), "int8-dynamic": ("--", "dashed"), "int8-static": (":", "dotted")}
     labels: dict[str, object] = {}  # one legend for the figure: a row is drawn alike in every panel
     n_labels = len({_line_label(r) for _, lines in sweeps for r, _, _ in lines})
     ncol = 4
@@ -288,7 +283,7 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
             peer = r.get("source") == "optimum"
             (h,) = ax.plot(xs, ys, color=_color(r["model"]), marker=_marker(r), ms=4,
                            mec="black" if peer else None, mew=0.6,
-                           ls="-." if peer else styles.get(r["variant"], (0, (1, 2))),
+                           ls="-." if peer else styles[r["variant"]][0] if r["variant"] in styles else (0, (1, 2)),
                            lw=1.6 if r["model"] not in RNN_MODELS else 1.2, label=_line_label(r))
             labels.setdefault(_line_label(r), h)
         ax.set_xscale("log", base=2)
@@ -302,7 +297,7 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
     keys = sorted(labels, key=lambda k: (order.get(k.split()[0], 99), k.split()[-1], "optimum" in k, k))
     fig.legend([labels[k] for k in keys], keys, loc="lower center", ncol=ncol, fontsize=7.5, frameon=False)
     drawn = [r for _, lines in sweeps for r, _, _ in lines]
-    note = [f"{v} {name}" for v, name in style_names.items()
+    note = [f"{v} {name}" for v, (_, name) in styles.items()
             if any(r["variant"] == v and r.get("source") != "optimum" for r in drawn)]
     note += ["Optimum dash-dot"] if any(r.get("source") == "optimum" for r in drawn) else []
     # wrapped to the figure: a one-panel figure (one target) is 6.4 in wide
@@ -328,7 +323,6 @@ def size_vs_quality(results: dict, out: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(9.0, 4.6 + legend_in))
     _scatter(ax, [(r["size_bytes"] / 2**20, r[metric], r) for r in rows], lo, hi, metric, 1.4)
     ax.set_xlabel("file size (MiB, log scale)")
-    ax.set_ylabel(metric + ("" if metric == "accuracy" else " (lower is better)"))
     ax.set_title(f"size vs {metric}, every model and variant")
     _fig_legend(fig, rows, ncol=6)
     return _finish(fig, out / "size_vs_quality.png", legend_in, 0.05)

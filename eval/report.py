@@ -7,6 +7,8 @@ import html
 from collections import Counter
 from pathlib import Path
 
+from eval.browser_goals import TARGET as BROWSER, node_p50
+from eval.machine import is_busy
 from eval.plots import all_plots, off_peers
 from eval.rows import p50
 
@@ -14,9 +16,7 @@ Block = tuple  # ("h1"|"h2"|"p", text) | ("list", [str]) | ("table", headers, ro
 
 
 def _ms(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.3f}" if v < 1 else f"{v:.2f}" if v < 100 else f"{v:,.0f}"
+    return "-" if v is None else f"{v:.3f}" if v < 1 else f"{v:.2f}" if v < 100 else f"{v:,.0f}"
 
 
 def _x(v: float | None) -> str:
@@ -40,9 +40,7 @@ def _gflops_cell(point: dict) -> str:
 
 
 def _num(v, digits: int = 4) -> str:
-    if v is None:
-        return "-"
-    return f"{v:,}" if isinstance(v, int) else f"{v:.{digits}f}"
+    return "-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.{digits}f}"
 
 
 def _cell(row: dict, target: str, length: int) -> str:
@@ -52,6 +50,11 @@ def _cell(row: dict, target: str, length: int) -> str:
             if "estimate" in entry else "-"
     point = entry.get(str(length), {})
     return _ms(point.get("p50_ms")) if "p50_ms" in point else ("failed" if point.get("status") == "failed" else "-")
+
+
+def _section(*blocks: Block) -> list[Block]:
+    """The blocks, or none when the table that ends them has no rows."""
+    return list(blocks) if blocks[-1][2] else []
 
 
 def _name(r: dict) -> list[str]:
@@ -73,8 +76,6 @@ def _header(res: dict) -> list[Block]:
     v = res["versions"]
     plan = res["plan"]
     proxies = [t for t, d in res["targets"].items() if d.get("proxy")]
-    from eval.machine import is_busy
-
     cores = m.get("usable_cores") or 1
     busy = [("p", f"WARNING: the machine was busy when the bench started (other processes used "
                   f"{m.get('cpu_busy_percent')}% of {cores} cores; load average {m.get('load_average_1m')}). "
@@ -135,14 +136,12 @@ def _failed(res: dict) -> list[Block]:
         rows.append(_name(r)[:1] + [r["variant"], r["format"], c.get("kind", "-"), show(c.get("value")),
                                     show(c.get("tolerance")),
                                     _num(r.get("accuracy")), _num(c.get("max_abs_diff"))])
-    if not rows:
-        return []
-    return [("h2", "Variants that failed their check (not timed, not shipped)"),
-            ("p", "Each lossy file is compared with its source on the check texts; below the minimum "
-                  "(quantize.min_argmax_agreement) it is recorded here and in its stage's variants.json, the "
-                  "run goes on, and the file is not converted further, timed or put in the bundle."),
-            ("table", ["model", "variant", "format", "check", "value", "minimum", "test accuracy",
-                       "max abs logit diff"], rows)]
+    return _section(("h2", "Variants that failed their check (not timed, not shipped)"),
+                    ("p", "Each lossy file is compared with its source on the check texts; below the minimum "
+                          "(quantize.min_argmax_agreement) it is recorded here and in its stage's variants.json, "
+                          "the run goes on, and the file is not converted further, timed or put in the bundle."),
+                    ("table", ["model", "variant", "format", "check", "value", "minimum", "test accuracy",
+                               "max abs logit diff"], rows))
 
 
 def _head_to_head(res: dict) -> list[Block]:
@@ -185,14 +184,13 @@ def _workloads(res: dict) -> list[Block]:
             rows.append([target, label, f"{w['variant']} {w['format']}", w.get("file") or "-",
                          f"{w['accuracy']:.4f}", measured])
             rules[key] = w["rule"].split(" among ")[0]
-    if not rows:
-        return []
-    return [("h2", "Which file for which workload"),
-            ("p", "Per target, among our student files whose test accuracy is within the accuracy window "
-                  "(bundle.accuracy_window) of the best: for answering one text at a time, the fastest p50 at "
-                  "batch 1; for batches, the most sequences/s at the throughput batch. The app bundle's "
-                  "metadata.json names the same files under \"workloads\". Rules: " + "; ".join(rules.values()) + "."),
-            ("table", ["target", "workload", "file", "path", "accuracy", "measured"], rows)]
+    return _section(("h2", "Which file for which workload"),
+                    ("p", "Per target, among our student files whose test accuracy is within the accuracy window "
+                          "(bundle.accuracy_window) of the best: for answering one text at a time, the fastest p50 "
+                          "at batch 1; for batches, the most sequences/s at the throughput batch. The app bundle's "
+                          "metadata.json names the same files under \"workloads\". Rules: "
+                          + "; ".join(rules.values()) + "."),
+                    ("table", ["target", "workload", "file", "path", "accuracy", "measured"], rows))
 
 
 def _peer_caveat(res: dict) -> list[Block]:
@@ -215,31 +213,25 @@ def _peer_caveat(res: dict) -> list[Block]:
 
 def _browser_cross(res: dict) -> list[Block]:
     """The browser-wasm rows timed again in Node (eval/browser_cross.py)."""
-    from eval.browser_goals import TARGET, node_p50
-
     L = res["plan"]["headline_length"]
     rows, versions = [], {}
-    for r in res["rows"]:
-        entry = r.get("latency", {}).get(TARGET, {})
-        check = entry.get("cross_check") if isinstance(entry, dict) else None
-        if not check:
+    for r, t, check in _entries(res, "cross_check"):
+        if t != BROWSER:
             continue
         versions = check.get("versions", versions)
-        chrome, wasm, native = p50(r, TARGET, L), node_p50(r), node_p50(r, "node-native")
+        chrome, wasm, native = p50(r, BROWSER, L), node_p50(r), node_p50(r, "node-native")
         err = next((check[k]["error"] for k in ("node-wasm", "node-native") if "error" in check.get(k, {})), "")
         rows.append(_name(r)[:1] + [r["variant"], r["format"], _ms(chrome), _ms(wasm),
                                     f"{wasm / chrome:.2f}" if wasm and chrome else "-", _ms(native), err[:120]])
-    if not rows:
-        return []
     used = ", ".join(f"{k} {v}" for k, v in versions.items())
-    return [("h2", f"Browser rows cross-checked outside the browser ({L} tokens, 1 thread)"),
-            ("p", "The files the browser goals compare, timed again in Node: the same onnxruntime-web WASM build "
-                  "without Chromium, and onnxruntime-node (ONNX Runtime's native CPU build, what a desktop or "
-                  "Electron app runs), the files interleaved in rounds. Chromium and Node-WASM should agree to within "
-                  "the machine's noise; the goals above also give their ratio in Node-WASM (the median of the "
-                  f"same-round ratios). Versions: {used or 'n/a'}."),
-            ("table", ["model", "variant", "format", "Chromium WASM p50 ms", "Node WASM p50 ms", "Node / Chromium",
-                       "onnxruntime-node p50 ms", "error"], rows)]
+    return _section(("h2", f"Browser rows cross-checked outside the browser ({L} tokens, 1 thread)"),
+                    ("p", "The files the browser goals compare, timed again in Node: the same onnxruntime-web WASM "
+                          "build without Chromium, and onnxruntime-node (ONNX Runtime's native CPU build, what a "
+                          "desktop or Electron app runs), the files interleaved in rounds. Chromium and Node-WASM "
+                          "should agree to within the machine's noise; the goals above also give their ratio in "
+                          f"Node-WASM (the median of the same-round ratios). Versions: {used or 'n/a'}."),
+                    ("table", ["model", "variant", "format", "Chromium WASM p50 ms", "Node WASM p50 ms",
+                               "Node / Chromium", "onnxruntime-node p50 ms", "error"], rows))
 
 
 def _shown_targets(res: dict, length: int) -> list[tuple[str, bool]]:
@@ -251,21 +243,19 @@ def _shown_targets(res: dict, length: int) -> list[tuple[str, bool]]:
 
 def _summary(res: dict) -> list[Block]:
     metric, L = res["quality_metric"], res["plan"]["headline_length"]
+    acc = metric == "accuracy"
     targets = _shown_targets(res, L)
-    head = ["model", "variant", "format", metric, "retention" if metric == "accuracy" else "ppl ratio",
-            "macro-F1" if metric == "accuracy" else "", "params", "size MiB", "smaller"]
-    head = [h for h in head if h]
+    head = ["model", "variant", "format", metric, *(["retention", "macro-F1"] if acc else ["ppl ratio"]), "params",
+            "size MiB", "smaller"]
     for t, measured in targets:
         head += [f"{t} p50 ms", "faster"] if measured else [f"{t} ms (est.*)"]
     head.append("host GFLOP/s (% peak)")
     rows = []
     for r in res["rows"]:
         vs = r.get("vs_teacher", {})
-        cells = _name(r) + [_num(r.get(metric)), _pct(vs.get("quality_retention"))]
-        if metric == "accuracy":
-            cells.append(_num(r.get("macro_f1")))
-        cells += [_num(r.get("params")), "-" if not r.get("size_bytes") else f"{r['size_bytes'] / 2**20:.2f}",
-                  _x(vs.get("size_ratio"))]
+        cells = _name(r) + [_num(r.get(metric)), _pct(vs.get("quality_retention")),
+                            *([_num(r.get("macro_f1"))] if acc else []), _num(r.get("params")),
+                            f"{r['size_bytes'] / 2**20:.2f}" if r.get("size_bytes") else "-", _x(vs.get("size_ratio"))]
         for t, measured in targets:
             cells += [_cell(r, t, L), _x(vs.get("speedup", {}).get(t))] if measured else [_cell(r, t, L)]
         point = r["latency"].get("host-cpu", {}).get(str(L), {})
@@ -274,7 +264,7 @@ def _summary(res: dict) -> list[Block]:
     return [("h2", f"Summary at {L} tokens, batch 1"),
             ("p", f"'smaller' and 'faster' are ratios against the fp32 teacher (size: its PyTorch checkpoint; speed: "
                   f"the fp32 teacher in the same format on the same target). Retention = {metric} / the teacher's"
-                  f"{' (perplexity: teacher / row)' if metric != 'accuracy' else ''}. '-' = not run on that target "
+                  f"{'' if acc else ' (perplexity: teacher / row)'}. '-' = not run on that target "
                   f"(reasons under Skipped). GFLOP/s = formula FLOPs / p50 (GOP/s for int8 rows), as a share of "
                   f"the matmul peak of the row's own arithmetic, named in the cell: fp32 and fp16 rows (no fp16 "
                   f"units) against the fp32 peak, int8 rows against the int8 peak (both under Machine); '-' = "
@@ -308,19 +298,16 @@ def _sweeps(res: dict) -> list[Block]:
     B = res["plan"]["throughput_batch"]
     rows = [_name(r) + [t, _ms(tp["p50_ms"]), f"{tp['sequences_per_s']:.1f}",
                         _gflops_cell(tp) if "gflops" in tp else "-"] for r, t, tp in _entries(res, f"throughput_b{B}") if "p50_ms" in tp]
-    if rows:
-        out += [("h2", f"Throughput: batch {B} at {res['plan']['headline_length']} tokens"),
-                ("table", ["model", "variant", "format", "target", "p50 ms / batch", "sequences/s",
-                           "GFLOP/s (% peak)"], rows)]
+    out += _section(("h2", f"Throughput: batch {B} at {res['plan']['headline_length']} tokens"),
+                    ("table", ["model", "variant", "format", "target", "p50 ms / batch", "sequences/s",
+                               "GFLOP/s (% peak)"], rows))
     rows = [_name(r) + [t, s["provider"], str(s["threads"]), f"{s['peak_rss_mb']:.0f}", f"{s['session_rss_mb']:.0f}"]
             for r, t, s in _entries(res, "session") if "peak_rss_mb" in s]
-    if rows:
-        out += [("h2", "Memory per session"),
-                ("p", "Peak resident memory of the benchmark process while the session lived (sampled every 5 ms), "
-                      "and how much of it the session added."),
-                ("table", ["model", "variant", "format", "target", "provider", "threads", "peak RSS MiB",
-                           "added MiB"], rows)]
-    return out
+    return out + _section(("h2", "Memory per session"),
+                          ("p", "Peak resident memory of the benchmark process while the session lived (sampled "
+                                "every 5 ms), and how much of it the session added."),
+                          ("table", ["model", "variant", "format", "target", "provider", "threads", "peak RSS MiB",
+                                     "added MiB"], rows))
 
 
 # the usability checker's provider sections (eval/npu.py), in the table's column order
@@ -353,20 +340,19 @@ def _npu(res: dict) -> list[Block]:
             cm_rows.append(_name(r)[:2] + [str(c["ops"]), "yes" if c["ane_ready"] else "no",
                                            "; ".join(c["ane_blockers"]) or "none", est_cell])
     out: list[Block] = [("h2", "Edge NPU readiness")] + _qnn_htp(res)
-    if onnx_rows:
-        out += [("p", f"HEURISTIC (ONNX Runtime's mobile usability checker, op lists, nothing compiled): every "
-                      f"ONNX variant at [1, {L}] tokens (a fixed-shape copy; the npu-* rows are the npu "
-                      f"student's static files as written, each made for one provider), checked by ONNX Runtime's "
-                      f"mobile usability checker: nodes the provider takes / all nodes, in how many partitions "
-                      f"(each partition boundary is a CPU hand-over; unsupported ops run on the CPU). Only the "
-                      f"int8-static and npu-* rows are edge-npu's files; the others show what keeps them off."),
-                ("table", ["model", "variant", "made for", *(f"{n} nodes" for n in _PROVIDER_NAMES.values()),
-                           "ops a provider rejects", f"latency at {L} (ms)"], onnx_rows)]
-    if cm_rows:
-        out += [("p", "Core ML packages, read from their spec: ops and input shapes that keep them off the "
-                      "Neural Engine."),
-                ("table", ["model", "variant", "ops", "Neural Engine ready", "blockers", f"latency at {L} (ms)"],
-                 cm_rows)]
+    out += _section(("p", "HEURISTIC (ONNX Runtime's mobile usability checker, op lists, nothing compiled): every "
+                          f"ONNX variant at [1, {L}] tokens (a fixed-shape copy; the npu-* rows are the npu "
+                          "student's static files as written, each made for one provider), checked by ONNX "
+                          "Runtime's mobile usability checker: nodes the provider takes / all nodes, in how many "
+                          "partitions (each partition boundary is a CPU hand-over; unsupported ops run on the CPU). "
+                          "Only the int8-static and npu-* rows are edge-npu's files; the others show what keeps them "
+                          "off."),
+                    ("table", ["model", "variant", "made for", *(f"{n} nodes" for n in _PROVIDER_NAMES.values()),
+                               "ops a provider rejects", f"latency at {L} (ms)"], onnx_rows))
+    out += _section(("p", "Core ML packages, read from their spec: ops and input shapes that keep them off the "
+                          "Neural Engine."),
+                    ("table", ["model", "variant", "ops", "Neural Engine ready", "blockers", f"latency at {L} (ms)"],
+                     cm_rows))
     if source:
         out.append(("p", "* ESTIMATE, not a measurement (latency column above): roofline lower bound max(FLOPs / peak ops, weight bytes "
                          f"/ memory bandwidth) for {source} Real NPUs reach a fraction of peak, so expect more."))
@@ -425,8 +411,8 @@ def _generation(res: dict) -> list[Block]:
             if "status" in g:  # skips are listed with the latency ones
                 continue
             rows.append(_name(r) + [t, _ms(g.get("ttft_ms")), _num(g.get("decode_tokens_per_s"), 1)])
-    return [("h2", "Generation"), ("table", ["model", "variant", "format", "target", "time to first token ms",
-                                             "decode tokens/s"], rows)] if rows else []
+    return _section(("h2", "Generation"), ("table", ["model", "variant", "format", "target",
+                                                     "time to first token ms", "decode tokens/s"], rows))
 
 
 def _skipped(res: dict) -> list[Block]:
@@ -445,8 +431,7 @@ def _skipped(res: dict) -> list[Block]:
                         .append(n)
     rows = [[reason, "; ".join(lab + (f" (at {', '.join(ns)})" if ns else "") for lab, ns in labels.items())]
             for reason, labels in sorted(by_reason.items())]
-    return [("h2", "Skipped and not measured, with reasons"), ("table", ["target: reason", "rows"], rows)] \
-        if rows else []
+    return _section(("h2", "Skipped and not measured, with reasons"), ("table", ["target: reason", "rows"], rows))
 
 
 def _search(res: dict, out: Path | None) -> list[Block]:
@@ -502,19 +487,16 @@ def blocks(res: dict, plots: dict[str, Path], out: Path | None = None) -> list[B
                 "latency_vs_length": "Latency vs sequence length: transformers vs LSTMs.",
                 "size_vs_quality": "File size vs quality, every model and variant." + caveat}
     imgs: list[Block] = [("h2", "Plots")] + [("img", p, captions[k]) for k, p in plots.items()]
-    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _workloads(res) + _head_to_head(res) + _peer_caveat(res)
-            + _browser_cross(res) + _summary(res)
-            + _sweeps(res) + _npu(res)
-            + _generation(res) + (imgs if plots else []) + _search(res, out) + _skipped(res))
+    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _workloads(res) + _head_to_head(res)
+            + _peer_caveat(res) + _browser_cross(res) + _summary(res) + _sweeps(res) + _npu(res) + _generation(res)
+            + (imgs if plots else []) + _search(res, out) + _skipped(res))
 
 
 def to_markdown(bl: list[Block]) -> str:
     out = []
     for b in bl:
-        if b[0] == "h1":
-            out.append(f"# {b[1]}\n")
-        elif b[0] == "h2":
-            out.append(f"## {b[1]}\n")
+        if b[0] in ("h1", "h2"):
+            out.append("#" * int(b[0][1]) + f" {b[1]}\n")
         elif b[0] == "p":
             out.append(b[1] + "\n")
         elif b[0] == "table":

@@ -17,11 +17,8 @@ SCHEMA_VERSION = 1
 def quality_key(rows: list[dict]) -> str:
     """The quality metric the rows carry: accuracy (classification) or perplexity (generation). Only for bench
     files written before the bench recorded its task's metric ("quality_metric")."""
-    if any(r.get("accuracy") is not None for r in rows):
-        return "accuracy"
-    if any(r.get("perplexity") is not None for r in rows):
-        return "perplexity"
-    return "accuracy"
+    ppl_only = all(r.get("accuracy") is None for r in rows) and any(r.get("perplexity") is not None for r in rows)
+    return "perplexity" if ppl_only else "accuracy"
 
 
 def teacher_reference(rows: list[dict], target: str, fmt: str, length: int) -> float | None:
@@ -34,9 +31,8 @@ def teacher_reference(rows: list[dict], target: str, fmt: str, length: int) -> f
 
 
 def _ratios(rows: list[dict], metric: str, targets: list[str], length: int) -> None:
-    teacher = find(rows, "teacher", "fp32", "pytorch") or find(rows, "teacher", "fp32")
-    t_size = teacher.get("size_bytes") if teacher else None
-    t_q = teacher.get(metric) if teacher else None
+    teacher = find(rows, "teacher", "fp32", "pytorch") or find(rows, "teacher", "fp32") or {}
+    t_size, t_q = teacher.get("size_bytes"), teacher.get(metric)
     for r in rows:
         vs: dict[str, Any] = {}
         if t_size and r.get("size_bytes"):
@@ -74,8 +70,7 @@ def _generation_goals(rows: list[dict]) -> list[dict]:
     """The generation targets: student perplexity within 2x of the teacher's and below the LSTM's; the
     student's int8 decode at least 5x the teacher's tokens/s on mobile-cpu."""
     def ppl(model):
-        r = find(rows, model, "fp32", "pytorch") or find(rows, model, "fp32")
-        return r.get("perplexity") if r else None
+        return (find(rows, model, "fp32", "pytorch") or find(rows, model, "fp32") or {}).get("perplexity")
 
     def decode(model, variant):  # the fastest file of that variant on mobile-cpu (.ort or .onnx)
         return max((r["generation"]["mobile-cpu"].get("decode_tokens_per_s") or 0 for r in rows

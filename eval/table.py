@@ -12,9 +12,7 @@ def fmt(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def markdown(rows: Sequence[dict], columns: Sequence[str], headers: Sequence[str] | None = None) -> str:
-    headers = headers or columns
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    for r in rows:
-        lines.append("| " + " | ".join(fmt(r.get(c)) for c in columns) + " |")
+def markdown(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
     return "\n".join(lines) + "\n"

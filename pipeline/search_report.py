@@ -90,17 +90,16 @@ def verdict(best, full: dict[int, float] | None, ref: dict | None, searcher, req
     speed = (f"{lr['ratio']:.2f}x its latency on {request.target} ({lr['rounds']} alternating rounds)" if lr
              else f"{a['latency_ms'] / ref['latency_ms']:.2f}x its latency on {request.target}")
     ratio = f"{speed} and {a['size_bytes'] / ref['size_bytes']:.2f}x its file size"
-    what = metric.replace("_", " ")
+    result = f"the result (trial #{best.number}, {metric.replace('_', ' ')} {mine:.4f}) scores"
     if better:
-        return (f"the result (trial #{best.number}, {what} {mine:.4f}) scores at least as well as the config's own "
-                f"student ({theirs:.4f}) on the validation split at {ratio}")
+        return (f"{result} at least as well as the config's own student ({theirs:.4f}) on the validation split "
+                f"at {ratio}")
     se = standard_error(searcher, theirs) if select == "one-se" else None
     if se is not None and abs(mine - theirs) <= se:
-        return (f"the result (trial #{best.number}, {what} {mine:.4f}) scores within one standard error ({se:.4f}) "
-                f"of the config's own student ({theirs:.4f}) on the validation split, at {ratio}")
-    return (f"the result (trial #{best.number}, {what} {mine:.4f}) scores below the config's own student "
-            f"({theirs:.4f}) on the validation split, at {ratio}: the search found nothing better under this "
-            f"budget; weigh the speed and size against that")
+        return (f"{result} within one standard error ({se:.4f}) of the config's own student ({theirs:.4f}) on the "
+                f"validation split, at {ratio}")
+    return (f"{result} below the config's own student ({theirs:.4f}) on the validation split, at {ratio}: the "
+            "search found nothing better under this budget; weigh the speed and size against that")
 
 
 def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | None = None,
@@ -114,10 +113,9 @@ def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | 
            "selection": selection(study, searcher, full, select),
            "max_mb": request.max_mb or None, "space": request.space, "fraction": request.fraction,
            "metric": searcher.METRIC_NOTE, "survivors": list(full or {}),  # best short-schedule score first
-           "reference": ref, "verdict": verdict(best, full, ref, searcher, request, select)}
-    if searcher.DIRECTION == "minimize":  # say which way is better where it is not the usual "higher"
-        doc["lower_is_better"] = True
-    doc["trials"] = rows
+           "reference": ref, "verdict": verdict(best, full, ref, searcher, request, select),
+           # say which way is better where it is not the usual "higher"
+           **({"lower_is_better": True} if searcher.DIRECTION == "minimize" else {}), "trials": rows}
     write_whole(out / "trials.json", json.dumps(doc, indent=2))
     pareto_plot(rows, out / "pareto.png", request, searcher, None if best is None else best.number, ref)
     return doc
@@ -135,20 +133,19 @@ def pareto_plot(rows: list[dict], path: Path, request, searcher, best: int | Non
     x: searcher.COST_NOTE, y: searcher.METRIC."""
     from eval.plots import _plt
 
-    plt = _plt()
     fig = pareto_figure(rows, request, searcher, best, ref)
     tmp = path.with_name(path.stem + ".partial.png")
     fig.savefig(tmp, dpi=120)
-    plt.close(fig)
+    _plt().close(fig)
     os.replace(tmp, path)
     return path
 
 
 def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, ref: dict | None = None):
     """The matplotlib figure pareto_plot saves."""
-    from eval.plots import _plt, pareto
+    from eval.plots import _plt, log_axis, pareto
 
-    metric, per_rung = searcher.METRIC, f"{searcher.METRIC}_per_rung"
+    metric, per_rung, at_full = searcher.METRIC, f"{searcher.METRIC}_per_rung", f"{searcher.METRIC}_full"
     higher = searcher.DIRECTION == "maximize"
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
@@ -156,11 +153,10 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, 
     done = [r for r in fresh if r[metric] is not None]
     halved = [r for r in fresh if r[metric] is None and r[per_rung]]
     over = [r for r in fresh if r["latency_ms"] is not None and r[metric] is None and not r[per_rung]]
-    sized = done + halved
-    top = max([r["size_bytes"] for r in sized] or [1]) or 1
-    full = [r for r in done if r.get(f"{metric}_full") is not None]
-    scores = [r[metric] for r in done] + [r[per_rung][-1] for r in halved] + [r[f"{metric}_full"] for r in full]
-    scores += [ref[f"{metric}_full"]] if ref else []
+    top = max([r["size_bytes"] for r in done + halved] or [1]) or 1
+    full = [r for r in done if r.get(at_full) is not None]
+    scores = [r[metric] for r in done] + [r[per_rung][-1] for r in halved] + [r[at_full] for r in full]
+    scores += [ref[at_full]] if ref else []
     # the y axis spans the trained scores (a 0-1 axis squeezes a search's few points into one blob); trials
     # never trained sit on a band at the worst edge of it
     lo, hi = (min(scores), max(scores)) if scores else (0.0, 1.0)
@@ -188,17 +184,16 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, 
                         xytext=(off, off), textcoords="offset points")
     if full:  # the short schedule's score moved to the full one's: a survivor's two points, joined
         for r in full:
-            ax.plot([r["latency_ms"]] * 2, [r[metric], r[f"{metric}_full"]], color="#2ca02c", lw=1, zorder=2)
-        ax.scatter([r["latency_ms"] for r in full], [r[f"{metric}_full"] for r in full], marker="D", s=36,
+            ax.plot([r["latency_ms"]] * 2, [r[metric], r[at_full]], color="#2ca02c", lw=1, zorder=2)
+        ax.scatter([r["latency_ms"] for r in full], [r[at_full] for r in full], marker="D", s=36,
                    color="#2ca02c", zorder=4, label="survivor, after the full schedule")
     pick = next((r for r in done if r["number"] == best), None)
     if pick is not None:
-        y = pick.get(f"{metric}_full")
-        y = pick[metric] if y is None else y
+        y = pick[metric] if pick.get(at_full) is None else pick[at_full]
         ax.scatter([pick["latency_ms"]], [y], marker="*", s=260, color="#ffbf00", edgecolors="black",
                    linewidths=0.8, zorder=5, label=f"result: #{pick['number']} (best-{request.target}.toml)")
     if ref:
-        ax.scatter([ref["latency_ms"]], [ref[f"{metric}_full"]], marker="P", s=90, color="black", zorder=5,
+        ax.scatter([ref["latency_ms"]], [ref[at_full]], marker="P", s=90, color="black", zorder=5,
                    label="the config's own student (full schedule)")
     if halved:
         ax.scatter([r["latency_ms"] for r in halved], [r[per_rung][-1] for r in halved],
@@ -207,16 +202,16 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, 
     if over:
         ax.scatter([r["latency_ms"] for r in over], [worst] * len(over), marker="x", color="#7f7f7f", zorder=3,
                    label="over budget: never trained " + ("(bottom band)" if higher else "(top band)"))
-    ax.axvline(request.budget_ms, color="#1f77b4", ls="--", lw=1, label=f"budget {request.budget_ms:g} {searcher.BUDGET_UNIT}")
+    ax.axvline(request.budget_ms, color="#1f77b4", ls="--", lw=1,
+               label=f"budget {request.budget_ms:g} {searcher.BUDGET_UNIT}")
     ax.set_xlabel(searcher.COST_NOTE.format(target=request.target))
     sched = "short schedule; diamonds: full" if full else "short schedule"
     ax.set_ylabel(f"{metric.replace('_', ' ')} ({sched}{'' if higher else '; lower is better'})")
     edge = worst - pad if higher else worst + pad
     ax.set_ylim(*((edge, hi + pad) if higher else (lo - pad, edge)))
-    costs = [r["latency_ms"] for r in rows if r["latency_ms"]] + [request.budget_ms] + ([ref["latency_ms"]] if ref else [])
+    costs = ([r["latency_ms"] for r in rows if r["latency_ms"]] + [request.budget_ms]
+             + ([ref["latency_ms"]] if ref else []))
     if max(costs) / min(costs) > 10:  # over-budget shapes run to 10x+ the budget: a log axis keeps both ends
-        from eval.plots import log_axis
-
         log_axis(ax.xaxis)  # ticks read 0.2, 0.5, 1 (not 2 x 10^-1)
     ax.set_title(f"student search: {len(done)} trained of {len(rows)} trials")
     handles, labels = ax.get_legend_handles_labels()
@@ -281,8 +276,6 @@ def _toml_value(v) -> str:
 
 def dumps_toml(data: dict[str, dict]) -> str:
     """A config dict of sections of scalars / lists as TOML (None values are left out: the default applies)."""
-    parts = []
-    for section, values in data.items():
-        lines = [f"[{section}]"] + [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
-        parts.append("\n".join(lines))
+    parts = ["\n".join([f"[{section}]"] + [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None])
+             for section, values in data.items()]
     return "\n\n".join(parts) + "\n"
