@@ -93,9 +93,10 @@ def _header(res: dict) -> list[Block]:
                  if plan.get("max_seconds_per_point") else "") + "; inputs: "
               f"{plan['inputs']}. Threads are pinned per target (intra-op): "
               + ", ".join(f"{t} {n}" for t, n in res["threads"].items()) + "."),
-        ("p", "Host proxies: " + (", ".join(proxies) if proxies else "none") + " - measured on this machine as a "
-              "stand-in; their ratios between models carry over, their absolute times do not. Numbers marked "
-              "'est.' and '*' are roofline ESTIMATES, not measurements."),
+        ("p", ("Host proxies: " + ", ".join(proxies) + " - measured on this machine as a stand-in; their ratios "
+               "between models carry over, their absolute times do not." if proxies else
+               "Host proxies: none - every target was measured on the hardware it names.")
+              + " Numbers marked 'est.' and '*' are roofline ESTIMATES, not measurements."),
     ]
 
 

@@ -108,6 +108,18 @@ def test_skipped_targets_and_lengths_are_listed_with_reasons(tmp_path):
     assert "desktop-gpu p50" not in summary and "host-cpu p50 ms" in summary
 
 
+def test_proxy_line_names_the_proxies_or_says_there_are_none():
+    rows = [_row("teacher", "fp32", "onnx", "accuracy", 0.8, 8000, {64: 40.0}, None)]
+    doc = _doc(rows)
+    md = to_markdown(blocks(build_results(doc), {}))
+    assert "Host proxies: mobile-cpu - measured on this machine as a stand-in;" in md
+    for t in doc["targets"].values():
+        t["proxy"] = ""
+    md = to_markdown(blocks(build_results(doc), {}))
+    assert "Host proxies: none - every target was measured on the hardware it names. Numbers marked" in md
+    assert "stand-in" not in md.split("Host proxies")[1].split("\n")[0]
+
+
 def test_pareto_front():
     pts = [(1.0, 0.70), (2.0, 0.80), (3.0, 0.75), (4.0, 0.90), (5.0, 0.85)]
     assert pareto(pts) == [(1.0, 0.70), (2.0, 0.80), (4.0, 0.90)]
