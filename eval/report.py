@@ -298,7 +298,8 @@ def _sweeps(res: dict) -> list[Block]:
             out += [("p", f"{t}:"), ("table", ["model", "variant", "format"] + [str(n) for n in lengths], rows)]
     B = res["plan"]["throughput_batch"]
     rows = [_name(r) + [t, _ms(tp["p50_ms"]), f"{tp['sequences_per_s']:.1f}",
-                        _gflops_cell(tp) if "gflops" in tp else "-"] for r, t, tp in _entries(res, f"throughput_b{B}") if "p50_ms" in tp]
+                        _gflops_cell(tp) if "gflops" in tp else "-"]
+            for r, t, tp in _entries(res, f"throughput_b{B}") if "p50_ms" in tp]
     out += _section(("h2", f"Throughput: batch {B} at {res['plan']['headline_length']} tokens"),
                     ("table", ["model", "variant", "format", "target", "p50 ms / batch", "sequences/s",
                                "GFLOP/s (% peak)"], rows))
