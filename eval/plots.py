@@ -237,9 +237,12 @@ def quality_vs_latency(results: dict, out: Path) -> Path | None:
                 if (x, y) in front:
                     named.setdefault((x, y), r)
             _number_labels(ax, [(x, y, r) for (x, y), r in named.items()])
-        ax.set_xlabel(f"p50 latency at {length} tokens, batch 1 (ms, log scale)")
+        # generation times the first token of a prompt (eval/bench.py measure_decode)
+        what = "time to first token, prompt of" if metric == "perplexity" else "latency at"
+        ax.set_xlabel(f"p50 {what} {length} tokens, batch 1 (ms, log scale)")
         proxy = " - host proxy" if results["targets"][t].get("proxy") else ""
-        ax.set_title(f"{t} ({results['threads'].get(t, '?')} thread(s)){proxy}")
+        where = "GPU" if t == "desktop-gpu" else f"{results['threads'].get(t, '?')} thread(s)"  # CPU threads: moot
+        ax.set_title(f"{t} ({where}){proxy}")
     from matplotlib.lines import Line2D
 
     extra = [Line2D([], [], color="black", ls="--", marker="o", mfc="none", ms=9, alpha=0.7,
