@@ -379,7 +379,7 @@ class BundleSection:
     # (.onnx or .ort) fastest on web_target within accuracy_window, with a client-side demo page. Phones
     # and browsers run different runtimes, so each bundle is chosen on its own target's rows.
     web: bool = True
-    web_target: str = "browser-wasm"  # a browser target of eval/targets.py (checked when the stage starts)
+    web_target: str = "browser-wasm"  # a browser target of eval/targets.py (checked when the config loads)
 
 
 @dataclass(frozen=True)
