@@ -290,12 +290,13 @@ def _entries(res: dict, key: str):
 
 def _sweeps(res: dict) -> list[Block]:
     lengths = res["plan"]["seq_lengths"]
-    out: list[Block] = [("h2", "Latency vs sequence length (p50 ms, batch 1)")]
+    out: list[Block] = []  # no heading when nothing was swept (generation times one prompt length)
     for t in res["targets"]:
         rows = [_name(r) + [_cell(r, t, n) for n in lengths] for r in res["rows"]
                 if sum(1 for n in lengths if p50(r, t, n)) >= 2]
         if rows:
             out += [("p", f"{t}:"), ("table", ["model", "variant", "format"] + [str(n) for n in lengths], rows)]
+    out = ([("h2", "Latency vs sequence length (p50 ms, batch 1)")] + out) if out else []
     B = res["plan"]["throughput_batch"]
     rows = [_name(r) + [t, _ms(tp["p50_ms"]), f"{tp['sequences_per_s']:.1f}",
                         _gflops_cell(tp) if "gflops" in tp else "-"]

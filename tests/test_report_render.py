@@ -90,6 +90,7 @@ def test_generation_rows_render_perplexity_and_generation_table(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "| model | variant | format | perplexity | ppl ratio |" in md
     assert "## Generation" in md and "| student | fp32 | onnx | host-cpu | 14.00 | 80.0 |" in md
+    assert "## Latency vs sequence length" in md  # two lengths timed: a sweep table
     assert "macro-F1" not in md and "stopping after None" not in md
     assert "| student perplexity below the LSTM's | 25 | 40 | yes |" in md
     assert "| lstm | fp32 | onnx | host-cpu |" not in md.split("## Generation")[1].split("##")[0]
@@ -118,6 +119,7 @@ def test_proxy_line_names_the_proxies_or_says_there_are_none():
     md = to_markdown(blocks(build_results(doc), {}))
     assert "Host proxies: none - every target was measured on the hardware it names. Numbers marked" in md
     assert "stand-in" not in md.split("Host proxies")[1].split("\n")[0]
+    assert "## Latency vs sequence length" not in md  # one length timed (as generation): no empty section
 
 
 def test_pareto_front():
