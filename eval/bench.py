@@ -149,9 +149,10 @@ class Bench:
                      "mobile-cpu": list(dict.fromkeys([mobile_provider(), "CPUExecutionProvider"]))
                      }.get(t.name, ["CPUExecutionProvider"])
         sess = L.ort_session(row["_path"], threads, providers)
-        if t.name == "desktop-gpu" and "CUDAExecutionProvider" not in sess.get_providers():
-            # ORT falls back to the CPU with only a warning; CPU numbers must not be filed under a GPU target
-            raise RuntimeError(f"{providers[0]} could not be created (session runs on {sess.get_providers()})")
+        if t.name == "desktop-gpu":
+            from export.ort_session import refuse_fallback
+
+            refuse_fallback(sess, "CUDAExecutionProvider")
         return L.ort_runner(sess), sess.get_providers()[0]
 
     def measure(self, t: Target, row: dict, point: Point) -> dict:
@@ -386,9 +387,10 @@ DECODE_SKIPPED = {
 def decode_missing(name: str) -> str | None:
     """Why a decode target cannot run on this machine (None: it can). desktop-gpu decodes through ONNX
     Runtime only: a GPU that only PyTorch can reach is not enough."""
-    if name != "desktop-gpu" or cuda_backend() == "ort-cuda":
+    backend = cuda_backend() if name == "desktop-gpu" else None
+    if name != "desktop-gpu" or backend == "ort-cuda":
         return None
-    if cuda_backend() == "torch-cuda":
+    if backend == "torch-cuda":
         return ("onnxruntime-gpu is not installed (PyTorch sees a GPU, but generation is timed through ONNX "
                 "Runtime: install onnxruntime-gpu in place of onnxruntime); not measured")
     return f"{unavailable(TARGETS[name])}; not measured"

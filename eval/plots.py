@@ -286,7 +286,7 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
             peer = r.get("source") == "optimum"
             (h,) = ax.plot(xs, ys, color=_color(r["model"]), marker=_marker(r), ms=4,
                            mec="black" if peer else None, mew=0.6,
-                           ls="-." if peer else styles[r["variant"]][0] if r["variant"] in styles else (0, (1, 2)),
+                           ls="-." if peer else styles.get(r["variant"], ((0, (1, 2)), ""))[0],
                            lw=1.6 if r["model"] not in RNN_MODELS else 1.2, label=_line_label(r))
             labels.setdefault(_line_label(r), h)
         ax.set_xscale("log", base=2)

@@ -59,6 +59,13 @@ def ort_session(model: Path | str | bytes, threads: int = 0, providers: Sequence
                             f"{fix}") from None
 
 
+def refuse_fallback(session, provider: str) -> None:
+    """ORT falls back to the CPU with only a warning when a provider cannot be created: refuse, so CPU times
+    are never filed under a GPU target."""
+    if provider not in session.get_providers():
+        raise RuntimeError(f"{provider} could not be created (the session runs on {session.get_providers()})")
+
+
 class OrtLM:
     """Greedy generation through an ONNX Runtime session of a decoder (KV cache) or LSTM graph."""
 

@@ -57,12 +57,10 @@ def ort_lm(path: Path, lm, threads: int = 0, providers: tuple[str, ...] = ("CPUE
            bind_device: str | None = None):
     """An OrtLM for a graph exported from lm (same vocabulary, same position limit), on providers; a
     session that falls back from the first provider is refused, so CPU times are never filed under a GPU."""
-    from export.ort_session import OrtLM
+    from export.ort_session import OrtLM, refuse_fallback
 
     cut = lm.vmap.other_id if lm.vmap is not None and lm.vmap.has_other else None
     runner = OrtLM(path, threads, lm.max_positions, cut, providers, bind_device)
-    if runner.session.get_providers()[0] != providers[0]:
-        raise RuntimeError(f"{providers[0]} could not be created (the session runs on "
-                           f"{runner.session.get_providers()})")
+    refuse_fallback(runner.session, providers[0])
     return runner
 

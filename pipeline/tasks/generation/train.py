@@ -58,6 +58,7 @@ def stage_logits(ctx: StageContext) -> dict:
     from distill.teacher import eos_id, load_causal_folder
     from distill.vocab import VocabMap
     from distill.precision import choose_precision
+    from distill.train import device
     from pipeline.tasks.generation.data import shifted_windows, split_windows, windows
     from tqdm.auto import tqdm
 
@@ -83,8 +84,6 @@ def stage_logits(ctx: StageContext) -> dict:
     bs = lm.eval_batch_size
     starts = list(range(0, len(win), bs))
     part: dict[int, tuple] = {}  # batch start -> (top-k ids, top-k logits, summed NLL)
-    from distill.train import device
-
     dev = device()  # the GPU when there is one: the teacher pass is most of this stage's time
     teacher.to(dev)
     on = dev.type
