@@ -38,6 +38,8 @@ CASES = [
     (GEN + ['student.arch="bert"'], "student.arch", True),
     (GEN + ["lm.max_cache=64"], "lm.bench_prompt_tokens", True),
     (GEN + ["data.max_unlabeled=100"], "data.max_unlabeled", True),
+    (GEN + ['bench.targets=["host-cpu","gpu"]'], "bench.targets", False),
+    (GEN + ['bench.targets=["qnn-htp"]'], "bench.targets", False),
 ]
 FIX = re.compile(r"--set ([a-z_]+\.[a-z_]+=(?:\[[^\]]*\]|\"[^\"]*\"|[^\s,)]+))")
 

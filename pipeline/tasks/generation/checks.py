@@ -7,6 +7,8 @@ from pipeline.data import source_problem
 
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quantize.models": ("model", ("pipeline.tasks.generation:LM_FOLDERS",)),
+    # the decode workload's targets (measured or skipped with a reason), not classification's whole registry
+    "bench.targets": ("target for generation", ("eval.bench:DECODE_TARGETS", "eval.bench:DECODE_SKIPPED")),
 }
 
 
