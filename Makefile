@@ -62,12 +62,13 @@ install: $(STAMP) web-deps
 # transformers.js and onnxruntime-web in Node, for tests/test_hf_layout.py and
 # tests/test_lm_bundle.py (pinned in
 # clients/js/package-lock.json). Install scripts are skipped: onnxruntime-node's npm tarball already holds
-# its native binary. Without npm (or the registry) the tests that need it skip, saying why.
+# its native binary. npm runs under the pinned Node.js in .venv (web/npm.sh), else the one on PATH.
+# Without npm (or the registry) the tests that need it skip, saying why.
 JS_STAMP := clients/js/node_modules/.installed-stamp
 $(JS_STAMP): clients/js/package.json clients/js/package-lock.json
-	@if ! command -v npm >/dev/null 2>&1; then \
+	@if ! web/npm.sh --version >/dev/null 2>&1; then \
 	  echo "npm not found: the transformers.js checks in tests/test_hf_layout.py will skip (install Node.js 18+)"; \
-	elif (cd clients/js && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error); then touch $@; \
+	elif (cd clients/js && ../../web/npm.sh ci --ignore-scripts --no-audit --no-fund --loglevel=error); then touch $@; \
 	else echo "npm ci failed in clients/js: the transformers.js checks in tests/test_hf_layout.py will skip"; fi
 
 js-client: $(JS_STAMP)

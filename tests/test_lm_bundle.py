@@ -210,16 +210,18 @@ def test_bundle_of_the_lstm_is_refused_and_leaves_nothing(built):
 def test_transformers_js_text_generation_loads_the_bundle(built):
     """clients/js (transformers.js, installed by `make test` with npm ci) loads the bundle folder and its
     greedy tokens are the pipeline's."""
-    import shutil as sh
     import subprocess
 
+    from eval.browser import node_path
+
     js = Path(__file__).resolve().parents[1] / "clients" / "js"
-    if sh.which("node") is None:
+    node = node_path()
+    if node is None:
         pytest.skip("node is not installed: the transformers.js check needs Node.js 18+ and npm")
     if not (js / "node_modules" / "@huggingface" / "transformers").is_dir():
         pytest.skip(f"transformers.js is not installed: run `npm ci --ignore-scripts` in {js} (make test does)")
     cfg, dist, _ = built
-    proc = subprocess.run(["node", str(js / "check_lm_bundle.mjs"), str(dist)], capture_output=True, text=True,
+    proc = subprocess.run([node, str(js / "check_lm_bundle.mjs"), str(dist)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:] + proc.stdout[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -5,11 +5,12 @@
 # that reason (eval/browser.py says the same when they run).
 set -u
 cd "$(dirname "$0")"
-if ! command -v npm >/dev/null 2>&1; then
+# npm.sh: npm under the pinned Node.js in .venv (pyproject installs it), else the npm on PATH
+if ! ./npm.sh --version >/dev/null 2>&1; then
   echo "web-deps: npm is not installed: the browser targets will be skipped (install Node.js 18+ with npm)"
 elif [ ! -f node_modules/.installed-stamp ] || [ package-lock.json -nt node_modules/.installed-stamp ]; then
   # --ignore-scripts: neither package needs an install script, and playwright-core must not fetch browsers
-  if npm ci --ignore-scripts --no-audit --no-fund --loglevel=error; then
+  if ./npm.sh ci --ignore-scripts --no-audit --no-fund --loglevel=error; then
     touch node_modules/.installed-stamp
   else
     echo "web-deps: npm ci failed (no registry access?): the browser targets will be skipped"

@@ -13,7 +13,6 @@ Needs no torch, transformers or onnx.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -65,9 +64,11 @@ def load_samples(bundle: Path, meta: dict) -> list[dict]:
 def page_token_ids(bundle: Path, meta: dict, texts: list[str]) -> list[list[int]] | str:
     """The ids the bundle's own wordpiece.mjs gives each text with metadata's text_normalisation (what the page
     does), or why it cannot run here."""
+    from eval.browser import node_path
     from export.web_bundle import tokenizer_options
 
-    if shutil.which("node") is None:
+    node = node_path()
+    if node is None:
         return "node is not installed (Node.js 18+ runs the page's tokenizer)"
     script = ("import { readFileSync, writeFileSync } from 'node:fs';"
               "import { pathToFileURL } from 'node:url';"
@@ -81,7 +82,7 @@ def page_token_ids(bundle: Path, meta: dict, texts: list[str]) -> list[list[int]
         (t / "opts.json").write_text(json.dumps(tokenizer_options({"strip_accents": None,
                                                                    "tokenize_chinese_chars": True, **norm})))
         (t / "texts.json").write_text(json.dumps(texts))
-        proc = subprocess.run(["node", "--input-type=module", "-e", script, str((bundle / "wordpiece.mjs").resolve()),
+        proc = subprocess.run([node, "--input-type=module", "-e", script, str((bundle / "wordpiece.mjs").resolve()),
                                str(bundle / "tokenizer" / "vocab.txt"), str(t / "opts.json"), str(t / "texts.json"),
                                str(t / "ids.json")], capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
