@@ -75,8 +75,3 @@ def choose_precision(precision: str, what: str = "precision") -> PrecisionChoice
         choice = cpu_bf16_choice(all_cpu_flags())
     log.info("[precision] %s = auto -> %s: %s", what, choice.precision, choice.reason)
     return choice
-
-
-def resolve_precision(precision: str) -> str:
-    """"auto" -> "bf16" on a bf16-capable GPU or CPU, else "fp32"; any other value as it is."""
-    return choose_precision(precision).precision

@@ -27,8 +27,6 @@ class Stage:
     name: str
     deps: tuple[str, ...] = ()
     doc: str = ""
-    # Stages that only measure (like bench) can be told to re-run even when inputs are unchanged.
-    always: bool = False
     # Extra freshness test for what a stage writes outside its folder (the bundle's published copy):
     # (config, the stage's manifest) -> why it must re-run, or None. Its manifest and files alone cannot tell.
     check: Callable[[Config, dict], str | None] | None = None

@@ -74,7 +74,6 @@ def test_generation_training_stages_rerun_when_train_settings_change():
         b = config_from_dict({"run": {"task": task}, "train": {"precision": "bf16"}}, "b.toml")
         for name in ("distill", "baseline"):
             assert config_hash(a, STAGES[name])[1] != config_hash(b, STAGES[name])[1], (task, name)
-    assert not STAGES["bench"].always  # the classification bench re-runs only when its inputs change
 
 
 def test_generation_bench_settings_rerun_the_generation_bench_only():
@@ -212,15 +211,15 @@ def test_auto_precision_follows_the_hardware(monkeypatch):
     """'auto' is bf16 only where the CPU computes bf16 natively (AMX / AVX512-BF16), else fp32; explicit
     values pass through, and the config takes 'auto' for both keys."""
     import eval.machine
-    from distill.precision import resolve_precision
+    from distill.precision import choose_precision
     from pipeline.config import config_from_dict
 
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     monkeypatch.setattr(eval.machine, "all_cpu_flags", lambda: {"avx2", "fma"})
-    assert resolve_precision("auto") == "fp32"
+    assert choose_precision("auto").precision == "fp32"
     monkeypatch.setattr(eval.machine, "all_cpu_flags", lambda: {"avx2", "avx512_bf16", "amx_bf16"})
-    assert resolve_precision("auto") == "bf16"
-    assert resolve_precision("fp32") == "fp32" and resolve_precision("bf16") == "bf16"
+    assert choose_precision("auto").precision == "bf16"
+    assert choose_precision("fp32").precision == "fp32" and choose_precision("bf16").precision == "bf16"
     cfg = config_from_dict({"train": {"precision": "auto"}, "lm": {"teacher_precision": "auto"}}, "t")
     assert cfg.train.precision == cfg.lm.teacher_precision == "auto"
 

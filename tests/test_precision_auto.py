@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 import eval.machine
-from distill.precision import resolve_precision
+from distill.precision import choose_precision
 
 CPUINFO = Path(__file__).parent / "fixtures" / "cpuinfo"
 
@@ -22,16 +22,14 @@ def test_auto_sees_avx512_bf16_and_logs_why(monkeypatch, caplog):
     report's short list, which lacked avx512_bf16."""
     _fake_cpuinfo(monkeypatch, "zen4-epyc-avx512bf16.txt")
     with caplog.at_level(logging.INFO, logger="pocketformer"):
-        assert resolve_precision("auto") == "bf16"
-        from distill.precision import choose_precision
-
+        assert choose_precision("auto").precision == "bf16"
         choice = choose_precision("auto", "lm.teacher_precision")
     assert choice.precision == "bf16" and "avx512_bf16" in choice.reason
     assert any("lm.teacher_precision = auto -> bf16" in r.getMessage() and "avx512_bf16" in r.getMessage()
                for r in caplog.records)
     assert "avx512_bf16" in eval.machine.cpu_flags()  # the report's list shows it too
     _fake_cpuinfo(monkeypatch, "epyc-7763-avx2-only.txt")
-    assert resolve_precision("auto") == "fp32"
+    assert choose_precision("auto").precision == "fp32"
     assert choose_precision("fp32").reason == "set in the config"
 
 
@@ -42,8 +40,8 @@ def test_auto_on_a_gpu_that_only_emulates_bf16(monkeypatch):
     monkeypatch.setattr("torch.cuda.get_device_name", lambda *a: "Tesla T4")
     monkeypatch.setattr("torch.cuda.get_device_capability", lambda *a: (7, 5))
     monkeypatch.setattr("torch.version.hip", None)
-    assert resolve_precision("auto") == "fp32"
-    from distill.precision import choose_precision, gpu_bf16_choice
+    assert choose_precision("auto").precision == "fp32"
+    from distill.precision import gpu_bf16_choice
 
     assert "7.5" in choose_precision("auto").reason
     assert gpu_bf16_choice("NVIDIA H100", (9, 0), False).precision == "bf16"
