@@ -66,8 +66,8 @@ def _node(script: str, args: list[str], inputs: dict[str, object], what: str, ti
         files = [Path(tmp) / f"{name}.json" for name in [*inputs, "out"]]
         for f, value in zip(files, inputs.values()):
             f.write_text(json.dumps(value))
-        proc = subprocess.run([node_path() or "node", str(WEB_DIR / script), *args, *map(str, files)], capture_output=True,
-                              text=True, timeout=timeout_s)
+        proc = subprocess.run([node_path() or "node", str(WEB_DIR / script), *args, *map(str, files)],
+                              capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0:
             tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
             raise PipelineError(f"{what}: web/{script} exited with {proc.returncode}: {tail[:400]}")

