@@ -67,7 +67,7 @@ install: $(STAMP) web-deps
 JS_STAMP := clients/js/node_modules/.installed-stamp
 $(JS_STAMP): clients/js/package.json clients/js/package-lock.json
 	@if ! web/npm.sh --version >/dev/null 2>&1; then \
-	  echo "npm not found: the transformers.js checks in tests/test_hf_layout.py will skip (install Node.js 18+)"; \
+	  echo "npm not found: the transformers.js checks in tests/test_hf_layout.py will skip (make install puts the pinned Node.js and its npm in .venv)"; \
 	elif (cd clients/js && ../../web/npm.sh ci --ignore-scripts --no-audit --no-fund --loglevel=error); then touch $@; \
 	else echo "npm ci failed in clients/js: the transformers.js checks in tests/test_hf_layout.py will skip"; fi
 

@@ -7,7 +7,7 @@ set -u
 cd "$(dirname "$0")"
 # npm.sh: npm under the pinned Node.js in .venv (pyproject installs it), else the npm on PATH
 if ! ./npm.sh --version >/dev/null 2>&1; then
-  echo "web-deps: npm is not installed: the browser targets will be skipped (install Node.js 18+ with npm)"
+  echo "web-deps: no npm: the browser targets will be skipped (make install puts the pinned Node.js and its npm in .venv; or install Node.js 18+ with npm)"
 elif [ ! -f node_modules/.installed-stamp ] || [ package-lock.json -nt node_modules/.installed-stamp ]; then
   # --ignore-scripts: neither package needs an install script, and playwright-core must not fetch browsers
   if ./npm.sh ci --ignore-scripts --no-audit --no-fund --loglevel=error; then
