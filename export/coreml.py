@@ -8,6 +8,7 @@ flexible (see sequence_shapes for why enumerated shapes where the target allows 
 """
 from __future__ import annotations
 
+import json
 import platform
 from collections import Counter
 from pathlib import Path
@@ -141,8 +142,9 @@ def convert(loaded, model_name: str, target_name: str, shapes_mode: str, lengths
         raise PipelineError(f"{model_name} -> coreml: operator {op} cannot be expressed in Core ML "
                             f"({str(e).splitlines()[0][:200]}); leave {model_name} out of export.coreml_models "
                             f"or change the model to avoid {op}") from None
-    # the tokenizer's files ship beside the ONNX files, in quantize/<model>/tokenizer
-    ml.user_defined_metadata.update(labels=",".join(loaded.labels), max_length=str(loaded.max_length),
+    # the tokenizer's files ship beside the ONNX files, in quantize/<model>/tokenizer; the labels as a JSON
+    # list, so a label with a comma in it ("arts, culture") reads back whole
+    ml.user_defined_metadata.update(labels=json.dumps(list(loaded.labels)), max_length=str(loaded.max_length),
                                     tokenizer=tokenizer_name, pad_token_id=str(loaded.pad_id), sequence_shapes=note)
     ml.short_description = f"pocketformer {model_name}: text classifier ({', '.join(loaded.labels)})"
     return ml, note
@@ -210,6 +212,13 @@ def spec_summary(path: Path) -> dict:
             "metadata": dict(desc.metadata.userDefined), "spec_version": spec.specificationVersion, "ops": ops}
 
 
+def _json_list(text: str) -> list | None:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
 def verify_package(path: Path, loaded, variant: str, model_name: str) -> dict:
     """Read the saved package back and check what an app relies on; raises naming what is wrong."""
     s = spec_summary(path)
@@ -217,7 +226,7 @@ def verify_package(path: Path, loaded, variant: str, model_name: str) -> dict:
     if s["inputs"] != ["input_ids", "attention_mask"] or s["outputs"] != ["logits"]:
         problems.append(f"inputs {s['inputs']} / outputs {s['outputs']}")
     md = s["metadata"]
-    if md.get("labels", "").split(",") != list(loaded.labels) or md.get("max_length") != str(loaded.max_length) \
+    if _json_list(md.get("labels", "")) != list(loaded.labels) or md.get("max_length") != str(loaded.max_length) \
             or not md.get("tokenizer"):
         problems.append(f"metadata {md}")
     wanted = {"int8": ("constexpr_affine_dequantize", "constexpr_blockwise_shift_scale"),

@@ -2,6 +2,7 @@
 through the traced wrapper here; prediction itself needs macOS)."""
 from __future__ import annotations
 
+import json
 import platform
 from dataclasses import replace
 
@@ -171,7 +172,7 @@ def test_exporter_coreml(models, inputs, kind, tmp_path):
         assert {"labels", "max_length", "tokenizer"} <= set(spec["metadata_keys"])
         compressed[variant] = spec["compressed_weight_ops"]
     md = spec_summary(j.out)["metadata"]
-    assert md["labels"] == "negative,neutral,positive" and md["max_length"] == "32"
+    assert json.loads(md["labels"]) == ["negative", "neutral", "positive"] and md["max_length"] == "32"
     assert md["tokenizer"].startswith("BertTokenizerFast")
     assert compressed["fp16"] == 0 and compressed["int8"] > 0 and compressed["palettized-4bit"] > 0
     check = predict_check(j.out, torch_runner(m.model), m.tokenizer, ["good day"], 32, [16, 32], 0.9, "x")
@@ -180,6 +181,19 @@ def test_exporter_coreml(models, inputs, kind, tmp_path):
                          "reason": f"Core ML prediction needs macOS (this is {platform.system()})"}
     else:
         assert check["passed"]
+
+
+def test_coreml_labels_with_commas_read_back_whole(models, tmp_path):
+    """Topic labels often hold commas ("arts, culture"): the package stores the labels as a JSON list, so its
+    read-back check and an app split them exactly as trained."""
+    from export.coreml import spec_summary, verify_package
+    from export.registry import get_exporter
+
+    m = replace(models["lstm"], labels=["arts, culture", "sports", 'say "hi"'])
+    j = job(m, tmp_path / "fp16.mlpackage", "fp16")
+    get_exporter("coreml").fn(j)
+    verify_package(j.out, m, "fp16", j.model_name)  # raises when the labels do not read back
+    assert json.loads(spec_summary(j.out)["metadata"]["labels"]) == ["arts, culture", "sports", 'say "hi"']
 
 
 def test_coreml_enumerated_shapes_on_ios18(models, tmp_path):
