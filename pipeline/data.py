@@ -28,6 +28,7 @@ Loader = Callable[[DataSection, str], list[dict]]  # (settings, split) -> that s
 # data.source name -> {task it serves: loader}. One registry for every task: "hub" reads labelled rows for
 # classification and documents for generation (pipeline/tasks/generation/data.py registers its own).
 SOURCES: dict[str, dict[str, Loader]] = {}
+PATH_SOURCES: set[str] = set()  # the sources that read data.train_path / validation_path / test_path
 
 
 def source(name: str, task: str = "classification"):
@@ -45,14 +46,31 @@ def source_problem(name: str, task: str) -> str | None:
     return f"unknown data.source '{name}' for run.task = '{task}'. Known: {', '.join(known)}"
 
 
+def paths_problem(d: DataSection) -> str | None:
+    """data.*_path set for a source that never reads it (a load-time check): the file would be silently
+    ignored, and the splits made from the source's own data instead."""
+    given = [f"data.{s}_path" for s in ("train", "validation", "test") if getattr(d, f"{s}_path")]
+    if given and d.source not in PATH_SOURCES:
+        return (f"data.source = '{d.source}' does not read {' / '.join(given)}: set data.source to one that reads "
+                f"files ({', '.join(sorted(PATH_SOURCES & set(SOURCES)))}), or leave {given[0]} empty")
+    return None
+
+
 def _rows_to_examples(rows: list[dict], d: DataSection, where: str) -> list[Example]:
     if not rows:
         raise PipelineError(f"{where}: no rows. Point data paths at a file with a header and at least one row")
     columns = set(rows[0].keys())
     for col, key in ((d.text_column, "text_column"), (d.label_column, "label_column")):
         if col not in columns:
-            raise PipelineError(f"{where}: no column '{col}' (data.{key}). Columns found: "
+            # a header written "review, sentiment" has a column ' sentiment': name the stray space
+            spaced = [c for c in map(str, columns) if c.strip() == col]
+            hint = f" (the file has {spaced[0]!r}: remove the spaces around the name in its header)" if spaced else ""
+            raise PipelineError(f"{where}: no column '{col}' (data.{key}){hint}. Columns found: "
                                 f"{', '.join(sorted(map(str, columns)))}. Set data.{key} to one of them")
+    # JSON Lines rows need not share keys: a row without the text key is not an empty text
+    if lacking := [i + 1 for i, row in enumerate(rows) if d.text_column not in row]:
+        raise PipelineError(f"{where}: {len(lacking)} row(s) have no '{d.text_column}' (data.text_column), e.g. row "
+                            f"{lacking[0]}. Give every row its text under that name, or remove those rows")
     check_rows(rows, d.text_column, d.label_column, where)
     check_label_column(rows, d.text_column, d.label_column, where)
     return [{"text": text_value(row.get(d.text_column)), "label": label_text(row.get(d.label_column))} for row in rows]
@@ -101,6 +119,7 @@ def file_source(kind: str, read: Callable[[Path, DataSection], list], task: str 
             raise PipelineError(f"data.source = '{kind}' needs data.train_path{what}")
         return read(Path(path), d) if path else []
     source(kind, task)(load)
+    PATH_SOURCES.add(kind)
 
 
 for _kind, _read in {"csv": read_csv, "jsonl": read_jsonl, "parquet": read_parquet}.items():
@@ -203,6 +222,9 @@ def clean(examples: list[Example], d: DataSection, where: str) -> tuple[list[Exa
             dropped += 1
             continue
         out.append({"text": text, "label": ex["label"]})
+    if dropped:
+        log.warning("WARNING: %s: %d example(s) with an empty text dropped (data.on_empty_text = \"drop\"); "
+                    "recorded in split.json", where, dropped)
     return out, dropped
 
 
@@ -217,7 +239,7 @@ def hold_out(splits: dict, d: DataSection, seed: int, split_fn, what: str) -> li
     if not splits["validation"] and d.validation_fraction > 0:
         # validation_fraction is of all the data; after a test split only 1 - test_fraction is left
         frac = d.validation_fraction / (1 - d.test_fraction) if test_made else d.validation_fraction
-        splits["train"], splits["validation"] = split_fn(splits["train"], min(frac, 0.5), seed + 1)
+        splits["train"], splits["validation"] = split_fn(splits["train"], frac, seed + 1)
         made.append(f"validation = {d.validation_fraction:g} of {what}, seed {seed + 1}")
     return made
 
@@ -262,9 +284,13 @@ def build_splits(cfg: Config) -> dict:
         splits[s] = cap(splits[s], n, seed + 2)
     unlabeled = left_out(pool, splits["train"], seed + 3)
     labels = sorted({ex["label"] for ex in splits["train"]})
+    known, pooled = set(labels), {ex["label"] for ex in pool}
+    if pooled - known:  # the data has labels that the cap left out of training
+        raise PipelineError(f"data.max_train = {d.max_train} leaves label(s) out of training: "
+                            f"{', '.join(sorted(pooled - known))}. Raise data.max_train (at least one example per "
+                            f"label: {len(pooled)} labels), or set it to 0 to keep all")
     if len(labels) < 2:
         raise PipelineError(f"the training data has {len(labels)} label(s) ({labels}); classification needs two or more")
-    known = set(labels)
     for s in ("validation", "test"):
         unseen = sorted({ex["label"] for ex in splits[s]} - known)
         if unseen:

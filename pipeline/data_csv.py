@@ -41,6 +41,9 @@ def _not_csv(header: list[str], text: str, path: Path, delimiter: str) -> None:
 def read_rows(text: str, path: Path, delimiter: str) -> list[dict]:
     """Rows of a CSV text as dicts keyed by the header; one error per structural problem, with its row."""
     delim = _delimiter(text, delimiter, path)
+    # the csv module refuses fields over 128 KiB by default; the file is already in memory, so a long document
+    # in one field is no risk (the whole file is the limit, as for JSON Lines)
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
     try:
         reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delim)
         header = list(reader.fieldnames or [])

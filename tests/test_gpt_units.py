@@ -46,6 +46,47 @@ def test_a_single_file_is_cut_into_contiguous_blocks(tmp_path):
     assert all(text.count(f"para {i} ") == 1 for i in range(40))
 
 
+def _gen_cfg(path, **lm):
+    return config_from_dict({"run": {"task": "generation"}, "data": {"source": "text", "train_path": str(path)},
+                             "lm": {"split_blocks": 10, **lm}})
+
+
+def test_a_crlf_file_or_one_without_blank_lines_is_still_cut_into_blocks(tmp_path):
+    """Windows line ends are read as "\n" (no "\r" reaches the tokenizer), and a file without blank lines
+    is cut at line breaks, so a lone file splits either way."""
+    paras = [f"para {i} " + "word " * 5 for i in range(40)]
+    (tmp_path / "crlf.txt").write_bytes("\r\n\r\n".join(paras).encode())
+    s = build_lm_splits(_gen_cfg(tmp_path / "crlf.txt"))
+    docs = [d for k in ("train", "validation", "test") for d in s[k]]
+    assert len(docs) == 10 and not any("\r" in d["text"] for d in docs)
+    (tmp_path / "lines.txt").write_text("\n".join(paras))
+    s = build_lm_splits(_gen_cfg(tmp_path / "lines.txt"))
+    text = "".join(d["text"] for k in ("train", "validation", "test") for d in s[k])
+    assert s["test"] and s["validation"] and all(text.count(f"para {i} ") == 1 for i in range(40))
+
+
+def test_a_corpus_folder_reads_upper_case_suffixes(tmp_path):
+    for i, name in enumerate(["a.txt", "B.TXT", "c.Md", "skip.csv"]):
+        (tmp_path / name).write_text(f"**SPEAKER{i}**  \nsome words of play {i}\n")
+    s = build_lm_splits(config_from_dict({"run": {"task": "generation"}, "data": {
+        "source": "text", "train_path": str(tmp_path), "validation_fraction": 0.0, "test_fraction": 0.3}}))
+    names = sorted(d["name"] for k in ("train", "validation", "test") for d in s[k])
+    assert names == ["B.TXT", "a.txt", "c.Md"]
+    md = next(d for k in ("train", "test") for d in s[k] if d["name"] == "c.Md")
+    assert md["text"].startswith("SPEAKER2\n")  # Markdown stripped whatever the suffix's case
+
+
+def test_dropped_empty_documents_are_warned(tmp_path, caplog):
+    for i in range(4):
+        (tmp_path / f"{i}.txt").write_text(f"play {i}\n" if i else "  \n")
+    cfg = config_from_dict({"run": {"task": "generation"}, "data": {
+        "source": "text", "train_path": str(tmp_path), "on_empty_text": "drop", "validation_fraction": 0.0,
+        "test_fraction": 0.3}})
+    s = build_lm_splits(cfg)
+    assert s["info"]["dropped_empty"]["train"] == 1
+    assert "1 empty document(s) dropped" in caplog.text
+
+
 def test_windows_are_evenly_spaced_and_short_text_fails():
     stream = np.arange(100)
     w = windows(stream, 9, "x")

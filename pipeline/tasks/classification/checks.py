@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pipeline.config_rules import check_names, set_fix as _set
-from pipeline.data import source_problem
+from pipeline.data import paths_problem, source_problem
 from pipeline.errors import PipelineError
 
 RNN_MODELS = ("lstm", "lstm_distilled")  # no transformer graph: transformer-only variants skip them
@@ -19,7 +19,8 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def validate(cfg) -> str | None:
-    problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "classification")
+    problem = (check_names(cfg, NAMES) or source_problem(cfg.data.source, "classification")
+               or paths_problem(cfg.data))
     for rule in (_step_budget_is_generation, _layer_map_covers_the_student, _quantize_starts_from_fp32, _bench_lengths, _web_target,
                  _bundle_choice_is_made, _classification_exports):
         problem = problem or rule(cfg)

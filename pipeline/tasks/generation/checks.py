@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pipeline.tasks.generation.data  # noqa: F401  (registers the generation data sources)
 from pipeline.config_rules import check_names, set_fix as _set
-from pipeline.data import source_problem
+from pipeline.data import paths_problem, source_problem
 
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quantize.models": ("model", ("pipeline.tasks.generation:LM_FOLDERS",)),
@@ -13,7 +13,7 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def validate(cfg) -> str | None:
-    problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation")
+    problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation") or paths_problem(cfg.data)
     for rule in (_prompts_given, _generation_settings, _lm_bundle_choice_is_made, _search_space):
         problem = problem or rule(cfg)
     return problem

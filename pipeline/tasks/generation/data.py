@@ -11,6 +11,7 @@ tokenizer.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import random
 import re
 from pathlib import Path
@@ -22,6 +23,7 @@ from pipeline.errors import PipelineError
 from pipeline.data import SOURCES, file_source, hold_out, hub_split, source, too_small
 from pipeline.data_files import check_file, decoding_notes, read_text
 
+log = logging.getLogger(__name__)
 Doc = dict  # {"name": str, "text": str}
 TEXT_SUFFIXES = (".txt", ".md", ".text")
 
@@ -45,14 +47,16 @@ def strip_markdown(text: str) -> str:
 
 
 def _read(path: Path, d: DataSection) -> str:
-    text = read_text(path, d, "a text file")
-    return strip_markdown(text) if path.suffix == ".md" else text
+    # Windows (CRLF) and old Mac (CR) line ends as "\n": paragraphs are found at blank lines, and the
+    # tokenizer should not learn a "\r" the prompts never have
+    text = read_text(path, d, "a text file").replace("\r\n", "\n").replace("\r", "\n")
+    return strip_markdown(text) if path.suffix.lower() == ".md" else text
 
 
 def read_documents(path: Path, d: DataSection) -> list[Doc]:
     """One document per text file; a folder gives every .txt/.md/.text file under it, sorted."""
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
         if not files:
             raise PipelineError(f"{path} holds no {'/'.join(TEXT_SUFFIXES)} files; point data.*_path at text files")
         return [{"name": p.relative_to(path).as_posix(), "text": _read(p, d)} for p in files]
@@ -93,10 +97,11 @@ def load_hub_text(d: DataSection, split: str) -> list[Doc]:
 
 def _blocks(doc: Doc, n: int) -> list[Doc]:
     """Cut one document into n contiguous blocks at paragraph breaks (so a lone file can still be split
-    into held-out parts without sharing any paragraph)."""
-    paras = doc["text"].split("\n\n")
+    into held-out parts without sharing any paragraph); a document without blank lines, at line breaks."""
+    sep = "\n\n" if "\n\n" in doc["text"].strip() else "\n"
+    paras = doc["text"].split(sep)
     per = max(1, -(-len(paras) // n))
-    return [{"name": f"{doc['name']}#{i // per}", "text": "\n\n".join(paras[i: i + per])}
+    return [{"name": f"{doc['name']}#{i // per}", "text": sep.join(paras[i: i + per])}
             for i in range(0, len(paras), per)]
 
 
@@ -122,6 +127,9 @@ def build_lm_splits(cfg: Config) -> dict:
             empty = next(doc["name"] for doc in docs if not doc["text"].strip())
             raise PipelineError(f"{d.source} {s} data: document '{empty}' is empty. Remove it, or set "
                                 f"data.on_empty_text = \"drop\"")
+        if dropped[s]:
+            log.warning("WARNING: %s %s data: %d empty document(s) dropped (data.on_empty_text = \"drop\"); "
+                        "recorded in split.json", d.source, s, dropped[s])
         splits[s] = kept
     if not splits["train"]:
         raise PipelineError(f"the training corpus from data.source '{d.source}' is empty: give it text files "
