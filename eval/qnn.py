@@ -109,8 +109,10 @@ def _worker(job: dict, timeout_s: float) -> tuple[dict | None, str]:
     """Run one pipeline/qnn_worker.py job (its "chip" a CHIPS name, passed on as QNN's ids); (its result or None
     when the process died, its log)."""
     c = get_chip(job["chip"])
+    # the worker runs from the repository root (where `-m pipeline.qnn_worker` is found): paths go absolute
+    paths = {k: str(Path(v).resolve()) for k, v in job.items() if k in ("onnx", "context", "feeds", "logits") and v}
     with tempfile.TemporaryDirectory() as tmp:
-        job = {**job, "chip": {"soc_model": c.soc_model, "htp_arch": c.htp_arch},
+        job = {**job, **paths, "chip": {"soc_model": c.soc_model, "htp_arch": c.htp_arch},
                "result": str(Path(tmp) / "result.json")}
         (Path(tmp) / "job.json").write_text(json.dumps(job))
         try:

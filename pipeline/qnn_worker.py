@@ -114,7 +114,8 @@ def emulator_logits(context: Path, soc_model: str, htp_arch: str, feeds: list[di
     with tempfile.TemporaryDirectory() as tmp:
         arrays = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
         np.savez(Path(tmp) / "feeds.npz", n=np.array(len(feeds)), **arrays)
-        job = {"kind": "emulate", "context": str(context), "onnx": None,
+        # absolute: the worker runs from the repository root, not from where verify-bundle was given the bundle
+        job = {"kind": "emulate", "context": str(Path(context).resolve()), "onnx": None,
                "chip": {"soc_model": soc_model, "htp_arch": htp_arch}, "feeds": str(Path(tmp) / "feeds.npz"),
                "logits": str(Path(tmp) / "logits.npz"), "result": str(Path(tmp) / "result.json")}
         (Path(tmp) / "job.json").write_text(json.dumps(job))

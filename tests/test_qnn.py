@@ -85,6 +85,24 @@ def test_tiny_qdq_compiles_and_the_emulator_agrees_with_the_cpu(tmp_path):
 
 
 @needs_qnn
+def test_relative_paths_are_the_callers_not_the_workers(tmp_path, monkeypatch):
+    """The worker process runs from the repository root: a run folder or bundle given relative to where the user
+    is (the default run.runs_dir = "runs", `verify-bundle dist/demo`) must still be found, and nothing written
+    into the repository."""
+    from pipeline.qnn_worker import emulator_logits
+
+    monkeypatch.chdir(tmp_path)
+    model = tiny_qdq(Path("tiny.onnx"))
+    rec = qnn.compile_htp(model, "8gen3", Path("ctx"), "tiny-16")
+    assert rec["compiled"] is True and set(rec["context_files"]) == {"tiny-16_ctx.onnx", "tiny-16_ctx_qnn.bin"}
+    assert (tmp_path / "ctx" / "tiny-16_ctx.onnx").is_file()
+    feeds = [{"x": np.random.default_rng(i).normal(size=(1, 16)).astype(np.float32)} for i in range(2)]
+    assert qnn.emulate(Path(rec["context"]), model, "8gen3", feeds)["samples"] == 2
+    chip = qnn.get_chip("8gen3")
+    assert emulator_logits(Path(rec["context"]), chip.soc_model, chip.htp_arch, feeds).shape[0] == 2
+
+
+@needs_qnn
 def test_a_refused_node_gives_compiled_false_and_names_it(tmp_path):
     rec = qnn.compile_htp(tiny_qdq(tmp_path / "erf.onnx", extra_erf=True), "8gen2", tmp_path / "ctx")
     assert rec["compiled"] is False and rec["context"] is None and rec["context_files"] == {}
