@@ -98,8 +98,10 @@ def load_hub_text(d: DataSection, split: str) -> list[Doc]:
 def _blocks(doc: Doc, n: int) -> list[Doc]:
     """Cut one document into n contiguous blocks at paragraph breaks (so a lone file can still be split
     into held-out parts without sharing any paragraph); a document without blank lines, at line breaks."""
-    sep = "\n\n" if "\n\n" in doc["text"].strip() else "\n"
-    paras = doc["text"].split(sep)
+    if "\n\n" in doc["text"].strip():
+        sep, paras = "\n\n", doc["text"].split("\n\n")
+    else:
+        sep, paras = "\n", [line for line in doc["text"].split("\n") if line.strip()]
     per = max(1, -(-len(paras) // n))
     return [{"name": f"{doc['name']}#{i // per}", "text": sep.join(paras[i: i + per])}
             for i in range(0, len(paras), per)]
