@@ -26,14 +26,20 @@ DYNAMIC_AXES = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: 
 MIN_OPSET = 13
 
 
-def check_opset(opset: int, model_name: str) -> None:
+def opset_problem(opset: int) -> str | None:
+    """Why quantize.opset cannot be exported (a load-time check, and again before each export), or None."""
     import onnx.defs
 
     top = min(onnx.defs.onnx_opset_version(), torch.onnx._constants.ONNX_MAX_OPSET)
-    if not MIN_OPSET <= opset <= top:
-        raise PipelineError(f"{model_name} -> onnx: quantize.opset = {opset} is outside {MIN_OPSET}..{top} "
-                            f"({MIN_OPSET} is the lowest that holds per-channel int8, {top} the highest this "
-                            f"torch/onnx can write); set quantize.opset = 17")
+    if MIN_OPSET <= opset <= top:
+        return None
+    return (f"'quantize.opset' = {opset} is outside {MIN_OPSET}..{top} ({MIN_OPSET} is the lowest that holds "
+            f"per-channel int8, {top} the highest this torch/onnx can write); set quantize.opset = 17")
+
+
+def check_opset(opset: int, model_name: str) -> None:
+    if problem := opset_problem(opset):
+        raise PipelineError(f"{model_name} -> onnx: {problem}")
 
 
 def example_inputs(batch: int = 2, seq: int = 8, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

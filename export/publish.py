@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from export.hashing import sha256_file
-from pipeline.errors import disk_error, tree_bytes
+from pipeline.errors import PipelineError, disk_error, make_folder, tree_bytes
 
 METADATA = "metadata.json"
 
@@ -62,8 +62,12 @@ def publish(src: Path, dest: Path) -> Path:
     made in a hidden sibling folder and renamed into place (an interrupted run leaves no half bundle, and the
     next run removes what a killed one left). A full disk or a read-only bundle.dist_dir is one
     PipelineError naming the folder (and, for a full disk, the bundle's size and the free space)."""
+    s, d = src.resolve(), dest.resolve()
+    if s == d or d in s.parents or s in d.parents:  # replacing dest whole would delete src (the config refuses it)
+        raise PipelineError(f"cannot publish {src} to {dest}: one holds the other; point bundle.dist_dir at a "
+                            f"folder apart from run.runs_dir")
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(dest.parent, "bundle.dist_dir")
         for stale in stale_temps(dest):
             shutil.rmtree(stale, ignore_errors=True)
         tmp = dest.parent / _temp_name(dest, "partial")

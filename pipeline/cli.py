@@ -108,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         return verify.main(argv)
     args = build_parser().parse_args(argv)
     _apply_env(args)
+    # an empty value is an unset shell variable (--config "$CFG"), not a choice: it would quietly mean the
+    # defaults (the demo) or every stage
+    left_out = {"config": f"${ENV_CONFIG}, else {DEFAULT_CONFIG}", "until": "every stage"}
+    if empty := [flag for flag in left_out if getattr(args, flag, None) == ""]:
+        print(f"error: --{empty[0]} is empty (an unset variable?): give a value, or leave --{empty[0]} out "
+              f"({left_out[empty[0]]})", file=sys.stderr)
+        return 2
     try:
         from pipeline.config import dumps, load_config
         from pipeline.stage import STAGES, default_targets, run, statuses
@@ -132,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "run":
             targets = [args.until] if args.until else default_targets()
+            if args.until == "search":  # its request (target, budget) is checked before data, teacher and logits
+                from pipeline import search
+
+                search.request_of(cfg)
         else:
             targets = [args.command]
         run(cfg, targets, force=tuple(targets) if args.force else ())  # --force re-runs the named stages

@@ -500,7 +500,10 @@ def _check_value(where: str, value: Any, hint: Any) -> Any:
         what, types = _SCALARS[hint]
         # bool is an int in Python, but true is not a number of epochs
         if not isinstance(value, types) or (isinstance(value, bool) and hint is not bool):
-            raise PipelineError(f"{where}: expected {what}, got {value!r}")
+            # 2024 or true where a name goes: TOML read it as a number or a boolean
+            quote = f' (a name: write it in quotes, "{str(value).lower() if isinstance(value, bool) else value}")' \
+                if hint is str and isinstance(value, (int, float)) else ""
+            raise PipelineError(f"{where}: expected {what}, got {value!r}{quote}")
         return float(value) if hint is float else value
     raise TypeError(f"unsupported config type {hint} at {where}")
 
@@ -582,6 +585,19 @@ def _parse_override(text: str) -> tuple[str, str, Any]:
     return section, key, value
 
 
+def _check_override(section: str, key: str, value: Any, text: str) -> None:
+    """An unknown key or a value of the wrong type in --set (or $POCKETFORMER_SET) is named as that item, not
+    as the config file's."""
+    where = f"--set {text!r}"
+    if section not in SECTIONS:
+        raise PipelineError(f"{where}: unknown section [{section}]. Known sections: {', '.join(SECTIONS)}")
+    hints = typing.get_type_hints(SECTIONS[section])
+    if key not in hints:
+        raise PipelineError(f"{where}: unknown key '{section}.{key}'. Known keys in [{section}]: "
+                            f"{', '.join(sorted(hints))}")
+    _check_value(f"{where}: '{section}.{key}'", value, hints[key])
+
+
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     raw: dict[str, Any] = {}
     source = "<defaults>"
@@ -602,6 +618,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         source = str(p)
     for text in overrides:
         section, key, value = _parse_override(text)
+        _check_override(section, key, value, text)
         if not isinstance(raw.setdefault(section, {}), dict):
             raise PipelineError(f"--set {text!r}: [{section}] is not a table")
         raw[section][key] = value
@@ -631,6 +648,9 @@ def validate(cfg: Config) -> None:
         value = getattr(getattr(cfg, section), key)
         if value not in choices:
             raise PipelineError(f"{cfg.source}: '{section}.{key}' = {value!r}; choose one of {', '.join(choices)}")
+    # first: the folder rules (config_rules._folders) build paths from it
+    if not cfg.run.name or "/" in cfg.run.name or cfg.run.name.startswith("."):
+        raise PipelineError(f"{cfg.source}: 'run.name' must be a plain folder name, got {cfg.run.name!r}")
     from pipeline.config_rules import check_all  # ranges and registry names, declared as tables there
 
     if problem := check_all(cfg):
@@ -643,8 +663,6 @@ def validate(cfg: Config) -> None:
     if bad and cfg.student.arch == "npu" and cfg.quantize.npu_variants:
         raise PipelineError(f"{cfg.source}: 'quantize.npu_lengths' has {bad}: every length must lie in "
                             f"3..student.max_length ({cfg.student.max_length})")
-    if not cfg.run.name or "/" in cfg.run.name or cfg.run.name.startswith("."):
-        raise PipelineError(f"{cfg.source}: 'run.name' must be a plain folder name, got {cfg.run.name!r}")
 
 
 def _validate_sizes(cfg: Config) -> None:

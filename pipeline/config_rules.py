@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.errors import PipelineError
@@ -54,7 +55,7 @@ FRACTION = between(0.0, 1.0)
 HELD_OUT = between(0.0, 1.0, hi_open=True)  # a split fraction of 1 would leave no training data
 
 RANGES: dict[str, Rule] = {
-    "run.seed": at_least(0),  # numpy's seed must be non-negative
+    "run.seed": lambda v: None if 0 <= v < 2**32 else "must be in [0, 2**32 - 1] (numpy's seed range)",
     "run.threads": at_least(0),
     "data.validation_fraction": HELD_OUT,
     "data.test_fraction": HELD_OUT,
@@ -156,6 +157,8 @@ REGISTRY_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quantize.static_float": ("int8-static float part", ("export.quantize:STATIC_FLOAT",)),
     "npu.chips": ("Snapdragon chip", ("eval.qnn:CHIPS",)),
     "search.space": ("search space", ("distill.search_space:SPACES",)),
+    "export.coreml_target": ("Core ML deployment target for an mlprogram", ("export.coreml:COREML_TARGETS",)),
+    "phone.providers": ("phone provider", ("eval.phone_android:PROVIDERS",)),
 }
 
 
@@ -171,6 +174,60 @@ def _split_fractions_leave_training_data(cfg) -> str | None:
     if d.validation_fraction + d.test_fraction >= 1:
         return (f"'data.validation_fraction' ({d.validation_fraction:g}) + 'data.test_fraction' "
                 f"({d.test_fraction:g}) must be < 1, or nothing is left for training")
+    return None
+
+
+def _folders(cfg) -> str | None:
+    """run.runs_dir and bundle.dist_dir: folders (not files), and the published bundles apart from the run
+    folder. Publishing replaces <dist_dir>/<run> (and <run>-web) whole: were that the run folder, or inside
+    or above it, the run's own stages would be deleted."""
+    for key in ("run.runs_dir", "bundle.dist_dir"):
+        if (path := Path(cfg.value(key))).exists() and not path.is_dir():
+            return f"'{key}' = {str(path)!r} is a file, not a folder; point it at a folder (made if missing)"
+    run = cfg.run_dir.resolve()
+    for name in (cfg.run.name, f"{cfg.run.name}-web"):
+        dest = (Path(cfg.bundle.dist_dir) / name).resolve()
+        if dest == run or run in dest.parents or dest in run.parents:
+            return (f"'bundle.dist_dir' = {cfg.bundle.dist_dir!r} publishes {dest}, which "
+                    f"{'is' if dest == run else 'is inside' if run in dest.parents else 'holds'} the run folder "
+                    f"{run}: publishing replaces that folder whole and would delete the run. Point bundle.dist_dir "
+                    f"at a folder apart from run.runs_dir, e.g. \"dist\"")
+    return None
+
+
+def _opset(cfg) -> str | None:
+    from export.onnx_export import opset_problem
+
+    return opset_problem(cfg.quantize.opset)
+
+
+def _coreml_shapes(cfg) -> str | None:
+    """Two enumerated inputs need iOS18 / macOS15 (coremltools refuses them below, at the export stage)."""
+    from export.coreml import COREML_TARGETS, ENUMERATED_SPEC
+
+    e = cfg.export
+    if e.coreml_models and e.coreml_shapes == "enumerated" and COREML_TARGETS[e.coreml_target] < ENUMERATED_SPEC:
+        return (f"'export.coreml_shapes' = 'enumerated' with two inputs needs export.coreml_target iOS18 or later "
+                f"(it is {e.coreml_target}); raise the target, e.g. {set_fix('export.coreml_target', 'iOS18')}, or "
+                f"use 'range' or 'auto'")
+    return None
+
+
+def _fp16_training_has_cuda(cfg) -> str | None:
+    import torch
+
+    if cfg.train.precision == "fp16" and not torch.cuda.is_available():
+        return (f"'train.precision' = 'fp16' needs a CUDA GPU, and this machine has none; use bf16 or fp32, e.g. "
+                f"{set_fix('train.precision', 'auto')} (bf16 where the CPU has bf16 units)")
+    return None
+
+
+def _phone_remote_dir(cfg) -> str | None:
+    from eval.phone_android import SAFE_REMOTE
+
+    if not SAFE_REMOTE.match(cfg.phone.remote_dir):
+        return (f"'phone.remote_dir' = {cfg.phone.remote_dir!r}: use an absolute path of letters, digits and ./_- "
+                f"(the phone's shell parses it), e.g. {set_fix('phone.remote_dir', '/data/local/tmp/pocketformer')}")
     return None
 
 
@@ -201,14 +258,15 @@ _search = lazy("pipeline.search_checks:check")  # the [search] section's rules l
 
 
 CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split_fractions_leave_training_data,
-                                              _prompts, _ort_optimizers, _search]
+                                              _prompts, _ort_optimizers, _folders, _opset, _coreml_shapes,
+                                              _fp16_training_has_cuda, _phone_remote_dir, _search]
 
 
 def check_names(cfg, names: dict[str, tuple[str, tuple[str, ...]]]) -> str | None:
     """The first value of names' keys that no named registry knows, as a message listing the known ones."""
     for dotted, (what, refs) in names.items():
         value = cfg.value(dotted)
-        known = [name for ref in refs for name in resolve(ref)]
+        known = list(dict.fromkeys(name for ref in refs for name in resolve(ref)))
         if bad := [v for v in (value if isinstance(value, list) else [value]) if v not in known]:
             return f"unknown {what} {', '.join(map(repr, bad))} in '{dotted}'. Known: {', '.join(known)}"
     return None

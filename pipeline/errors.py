@@ -88,6 +88,17 @@ def disk_error(exc: BaseException, folder, setting: str, needed: int | None = No
     return None
 
 
+def make_folder(folder, setting: str) -> None:
+    """folder.mkdir(parents=True), with a folder that cannot be made (a part of its path is a file, or a place
+    such as /proc that takes no new folders) as one PipelineError naming the setting that chose it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileNotFoundError, NotADirectoryError, FileExistsError) as e:
+        raise PipelineError(f"cannot create the folder {folder} ({e.strerror}: {e.filename}): a part of its path is "
+                            f"a file, or that place takes no new folders. Point {setting} at a folder that can be "
+                            f"made") from None
+
+
 @_contextmanager
 def writing(folder, setting: str = "run.runs_dir"):
     """A full disk or a folder that cannot be written while the block writes folder: one PipelineError naming it

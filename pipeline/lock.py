@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.errors import PipelineError, writing
+from pipeline.errors import PipelineError, make_folder, writing
 
 LOCK_NAME = ".lock"
 # Run folders this process holds: `run` holds the lock and calls `run_stage`, which takes it too (for callers
@@ -42,7 +42,7 @@ def run_lock(run_dir: Path, what: str) -> Iterator[None]:
         yield
         return
     with writing(run_dir):  # a read-only or full runs folder: one PipelineError
-        run_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(run_dir, "run.runs_dir")
         # O_CREAT without O_TRUNC: truncating would erase the holder's pid before we know we may write
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -50,8 +50,8 @@ def check(cfg) -> str | None:
     if s.survivors < 0:
         return (f"search --survivors {s.survivors} ('search.survivors'): give how many of the best trials to train "
                 f"again on the full schedule (0 for none)")
-    if s.seed < 0:
-        return f"search --seed {s.seed} ('search.seed'): give a seed >= 1, or 0 for run.seed"
+    if not 0 <= s.seed < 2**32:  # the samplers' numpy seed range
+        return f"search --seed {s.seed} ('search.seed'): give a seed from 1 to 2**32 - 1, or 0 for run.seed"
     if not 0 < s.fraction <= 1:
         return f"search --fraction {s.fraction:g} ('search.fraction'): give a share of distill.epochs in (0, 1]"
     # search.space: REGISTRY_NAMES in pipeline/config_rules.py (the registry is imported by name there)

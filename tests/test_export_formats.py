@@ -247,3 +247,15 @@ def test_kmeans_lut_is_a_4bit_palette_with_low_error():
     flat = np.zeros((8, 8), np.float32)  # a constant tensor: one centre, every index valid
     lut, idx = kmeans_lut(flat)
     assert np.all(lut[idx] == 0)
+
+
+def test_the_config_checks_coreml_targets_as_coremltools_knows_them():
+    """export.coreml_target is checked at config load without importing coremltools: the named table must be
+    coremltools' own mlprogram targets (iOS15 / macOS12 on) and their spec versions."""
+    import coremltools as ct
+
+    from export.coreml import COREML_TARGETS
+
+    known = {name: int(t.value) for name, t in ct.target.__members__.items()
+             if name.startswith(("iOS", "macOS")) and t >= ct.target.iOS15}
+    assert COREML_TARGETS == known

@@ -83,11 +83,13 @@ READERS = {
 READ_ALL = {"classification": {"search"}, "generation": {"search"}}
 # Keys with no other valid value in a task's base config (run.task: every stage hashes it, checked below).
 # distill.steps / baseline.steps: the step budget is generation's (pipeline/tasks/classification/checks.py)
-NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.steps"},
+# data.*_path: the demos' packaged sources read no files, and a path they would ignore is refused at load
+PATHS = {"data.train_path", "data.validation_path", "data.test_path"}
+NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.steps", *PATHS},
                   # search.npu_compile = true: generation has no HTP compile; search.variants: its decoder search
                   # times int8-dynamic only (pipeline/search_checks.py); data.max_unlabeled: no labels to leave out
                   "generation": {"run.task", "student.arch", "teacher.fine_tune", "search.npu_compile",
-                                 "search.variants", "data.max_unlabeled"}}
+                                 "search.variants", "data.max_unlabeled", *PATHS}}
 # Alternatives tried first (strings and lists have no generic "another value").
 ALTERNATIVES = {
     "data.source": ["csv", "text"], "data.on_empty_text": ["error", "drop"], "data.encoding_errors": ["strict"], "data.delimiter": [";"],
@@ -105,6 +107,7 @@ ALTERNATIVES = {
     "export.fast_gelu_variants": [[], ["fp32"]],
     "bench.targets": [["host-cpu", "browser-wasm"], ["host-cpu"]], "bench.seq_lengths": [[16, 32, 64]],
     "bench.sweep_variants": [["fp32"]], "bench.npu_device": ["apple-m4"], "bench.headline_length": [32],
+    "bench.devices_file": [str(ROOT / "configs" / "devices.toml")],
     "lm.teacher_precision": ["bf16"], "lm.prompts": [["KING:"]],
     "bundle.model": ["student"], "bundle.variant": ["int8-dynamic", "fp32"], "bundle.web_target": ["browser-wasm-mt"],
     "phone.providers": [["cpu"]], "phone.threads": [[2]], "phone.compute_units": [["ALL"]],

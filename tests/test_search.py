@@ -422,7 +422,8 @@ def test_quantization_variant_as_a_search_dimension(search_cfg, monkeypatch):
     ({"search": {"variants": ["int8-static"]}, "quantize": {"variants": ["fp32", "int8-dynamic"]}},
      "which quantize.variants"),
     ({"search": {"variants": ["int8-static"]}, "run": {"task": "generation"}}, "searches its int8-dynamic decoder"),
-    ({"search": {"seed": -1}}, r"search --seed -1 \('search.seed'\): give a seed >= 1, or 0 for run.seed"),
+    ({"search": {"seed": -1}}, r"search --seed -1 \('search.seed'\): give a seed from 1 to 2\*\*32 - 1, or 0 for run.seed"),
+    ({"search": {"seed": 2**32}}, r"search --seed 4294967296 \('search.seed'\): give a seed from 1"),
 ])
 def test_search_variants_load_time_rules(change, needle):
     from pipeline.config import config_from_dict

@@ -40,6 +40,16 @@ CASES = [
     (GEN + ["data.max_unlabeled=100"], "data.max_unlabeled", True),
     (GEN + ['bench.targets=["host-cpu","gpu"]'], "bench.targets", False),
     (GEN + ['bench.targets=["qnn-htp"]'], "bench.targets", False),
+    # refused only by the stage that reads them before (quantize, export, bench, teacher, phone-bench)
+    (["quantize.opset=1"], "quantize.opset", False),
+    (['export.coreml_target="iOS99"'], "export.coreml_target", False),
+    (['export.coreml_shapes="enumerated"'], "export.coreml_shapes", True),
+    (["student.hidden=24", "quantize.embedding_bits=4"], "quantize.embedding_bits", True),
+    (['bench.sweep_variants=["int4"]'], "bench.sweep_variants", False),
+    (['phone.providers=["gpu"]'], "phone.providers", False),
+    (['phone.remote_dir="x y"'], "phone.remote_dir", True),
+    (["run.seed=4294967296"], "run.seed", False),
+    (['data.text_column="label"', 'data.label_column="label"'], "data.text_column", False),
 ]
 FIX = re.compile(r"--set ([a-z_]+\.[a-z_]+=(?:\[[^\]]*\]|\"[^\"]*\"|[^\s,)]+))")
 
@@ -59,12 +69,75 @@ def test_refused_at_load_with_the_key_and_a_fix_that_loads(overrides, key, has_f
 
 
 @pytest.mark.parametrize("overrides,key,has_fix", CASES[:8] + CASES[15:18], ids=[" ".join(c[0]) for c in CASES[:8] + CASES[15:18]])
-def test_show_config_refuses_the_same(overrides, key, has_fix, capsys):
+def test_show_config_refuses_the_same(overrides, key, has_fix, capsys, tmp_path):
     from pipeline.cli import main
 
-    argv = ["show-config", "--config", ""]
+    (tmp_path / "empty.toml").write_text("")  # the built-in defaults
+    argv = ["show-config", "--config", str(tmp_path / "empty.toml")]
     for o in overrides:
         argv += ["--set", o]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and key in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_an_unknown_npu_device_profile_is_refused_at_load():
+    with pytest.raises(PipelineError, match="unknown NPU device profile 'nosuch' in bench.npu_device"):
+        load_config(None, ['bench.npu_device="nosuch"'])
+
+
+def test_fp16_training_without_cuda_is_refused_at_load(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(PipelineError, match="'train.precision' = 'fp16' needs a CUDA GPU"):
+        load_config(None, ['train.precision="fp16"'])
+
+
+@pytest.mark.parametrize("dist", ["{runs}", "{runs}/tiny/sub", "{root}"])
+def test_a_dist_dir_that_would_replace_the_run_folder_is_refused(tmp_path, dist):
+    """Publishing replaces <dist_dir>/<run> whole: the run folder itself, a folder inside it or one holding it
+    would be deleted with the run's stages in it."""
+    runs = tmp_path / "tiny"  # the run folder: tmp/tiny/tiny; dist_dir = tmp publishes tmp/tiny, which holds it
+    d = dist.format(runs=runs, root=tmp_path)
+    with pytest.raises(PipelineError, match="'bundle.dist_dir' = .* the run folder .* would delete the run"):
+        load_config(None, [f'run.runs_dir="{runs}"', 'run.name="tiny"', f'bundle.dist_dir="{d}"'])
+
+
+def test_a_file_where_a_folder_goes_is_refused_and_an_uncreatable_folder_named(tmp_path):
+    from pipeline.lock import run_lock
+
+    (tmp_path / "f").write_text("x")
+    for key in ("run.runs_dir", "bundle.dist_dir"):
+        with pytest.raises(PipelineError, match=f"'{key}' = .* is a file, not a folder"):
+            load_config(None, [f'{key}="{tmp_path / "f"}"'])
+    with pytest.raises(PipelineError, match=r"cannot create the folder .*f/sub/r .*Point run.runs_dir at a folder"):
+        with run_lock(tmp_path / "f" / "sub" / "r", "test"):
+            pass
+
+
+def test_set_items_are_named_as_such_and_a_number_for_a_name_gets_the_quoting(tmp_path):
+    with pytest.raises(PipelineError, match=r"^--set 'run.nosuch=1': unknown key 'run.nosuch'"):
+        load_config(None, ["run.nosuch=1"])
+    with pytest.raises(PipelineError, match=r"^--set 'run.name=2024': 'run.name': expected a string, got 2024 "
+                                            r"\(a name: write it in quotes, \"2024\"\)"):
+        load_config(None, ["run.name=2024"])
+
+
+@pytest.mark.parametrize("argv", [["show-config", "--config", ""], ["run", "--until", ""]])
+def test_an_empty_config_or_until_is_an_error_not_the_defaults(argv, capsys):
+    from pipeline.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {argv[1]} is empty (an unset variable?)") and err.count("\n") == 1
+
+
+def test_run_until_search_checks_the_request_before_training(tmp_path, capsys, monkeypatch):
+    from pipeline import stage
+    from pipeline.cli import main
+
+    monkeypatch.setattr(stage, "run", lambda *a, **k: pytest.fail("a stage ran before the request was checked"))
+    (tmp_path / "c.toml").write_text(f'[run]\nruns_dir = "{tmp_path}"\n')
+    assert main(["run", "--config", str(tmp_path / "c.toml"), "--until", "search"]) == 2
+    assert "search: no target" in capsys.readouterr().err

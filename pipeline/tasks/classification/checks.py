@@ -15,16 +15,49 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "export.coreml_variants": ("Core ML variant", ("export.coreml:COREML_VARIANTS",)),
     "export.coreml_shapes": ("Core ML shape mode", ("export.coreml:SHAPE_MODES",)),
     "bench.targets": ("target", ("eval.targets:TARGETS",)),
+    "bench.sweep_variants": ("variant", ("export.registry:ONNX_VARIANTS", "export.coreml:COREML_VARIANTS")),
 }
 
 
 def validate(cfg) -> str | None:
     problem = (check_names(cfg, NAMES) or source_problem(cfg.data.source, "classification")
                or paths_problem(cfg.data))
-    for rule in (_step_budget_is_generation, _layer_map_covers_the_student, _quantize_starts_from_fp32, _bench_lengths, _web_target,
+    for rule in (_step_budget_is_generation, _columns_differ, _embedding_4bit_width, _npu_device,
+                 _layer_map_covers_the_student, _quantize_starts_from_fp32, _bench_lengths, _web_target,
                  _bundle_choice_is_made, _classification_exports):
         problem = problem or rule(cfg)
     return problem
+
+
+def _columns_differ(cfg) -> str | None:
+    d = cfg.data
+    if d.text_column == d.label_column:
+        return (f"'data.text_column' and 'data.label_column' are both {d.text_column!r}: the texts would be their "
+                f"own labels. Set data.text_column to the column of texts and data.label_column to the column of "
+                f"class names")
+    return None
+
+
+def _embedding_4bit_width(cfg) -> str | None:
+    """quantize.embedding_bits = 4 quantizes the student's word table in blocks of 16 or 32 values per row."""
+    q, s = cfg.quantize, cfg.student
+    width = s.embedding_dim or s.hidden
+    if q.embedding_bits == 4 and "student" in q.models and "int8-dynamic" in q.variants and width % 16:
+        return (f"'quantize.embedding_bits' = 4 quantizes blocks of 16 or 32 values, but the student's embedding "
+                f"rows are {width} wide ({'student.embedding_dim' if s.embedding_dim else 'student.hidden'}): use "
+                f"a multiple of 16, or {_set('quantize.embedding_bits', 8)}")
+    return None
+
+
+def _npu_device(cfg) -> str | None:
+    """The NPU device profile the bench's roofline estimates use (bench.devices_file, bench.npu_device)."""
+    from eval.npu import get_device, load_devices
+
+    try:
+        get_device(load_devices(cfg.bench.devices_file), cfg.bench.npu_device)
+    except PipelineError as e:
+        return str(e)
+    return None
 
 
 def _step_budget_is_generation(cfg) -> str | None:
