@@ -26,8 +26,14 @@ def resolve(bundle: Path, rel: object, where: str) -> Path:
         bad = "is absolute"
     elif ".." in PurePosixPath(rel.replace("\\", "/")).parts:
         bad = "climbs out with '..'"
-    elif not (bundle / rel).resolve().is_relative_to(bundle.resolve()):
-        bad = "leads outside the bundle (a link)"
+    else:
+        try:
+            inside = (bundle / rel).resolve().is_relative_to(bundle.resolve())
+        except (RuntimeError, OSError):  # a link that leads back to itself (Python < 3.13 raises RuntimeError)
+            raise PipelineError(f"{bundle}: {rel} is a broken link (a loop: it leads back to itself); restore it "
+                                f"from the build's runs/<run>/ folder or {_REBUILD}") from None
+        if not inside:
+            bad = "leads outside the bundle (a link)"
     if bad:
         raise PipelineError(f"{bundle}/{METADATA}: {where} names {rel!r}, which {bad}; a bundle may only name "
                             f"files inside its own folder: {_REBUILD}")

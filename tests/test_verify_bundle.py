@@ -170,6 +170,16 @@ def test_paths_outside_the_bundle_are_refused(copy, tmp_path, capsys):
     assert rc == 2 and "samples_file names '/etc/passwd', which is absolute" in err
 
 
+def test_a_link_loop_is_one_error_naming_the_file(copy, capsys):
+    """A file replaced by a link to itself (pathlib's resolve raised "Symlink loop": a traceback)."""
+    (copy / "labels.json").unlink()
+    (copy / "labels.json").symlink_to("labels.json")
+    rc, out, err = _cli(copy, capsys)
+    assert rc == 2 and "bundle OK" not in out
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "labels.json is a broken link (a loop" in err
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda m: m.update(schema_version=1), r"schema_version 1, this verify-bundle reads 3 .*re-runs the stage"),
     (lambda m: m.update(files={}), "'files' lists no files"),
