@@ -170,6 +170,24 @@ def test_paths_outside_the_bundle_are_refused(copy, tmp_path, capsys):
     assert rc == 2 and "samples_file names '/etc/passwd', which is absolute" in err
 
 
+@pytest.mark.parametrize("kind, make, dist", [("app", "bundle", "dist/<run>"), ("web", "web-bundle", "dist/<run>-web")])
+def test_a_missing_or_changed_file_names_the_bundles_own_make_target(tmp_path, kind, make, dist):
+    """A web bundle is re-published by `make web-bundle` into dist/<run>-web (the error said `make bundle`)."""
+    from export.bundle import write_metadata
+    from pipeline.errors import PipelineError
+    from pipeline.verify import check_files
+
+    (tmp_path / "a.txt").write_text("a\n")
+    (tmp_path / "b.txt").write_text("b\n")
+    write_metadata(tmp_path, {"task": "classification", "kind": kind})
+    (tmp_path / "a.txt").write_text("A\n")
+    with pytest.raises(PipelineError, match=rf"a\.txt was changed: .*re-publish with `make {make}`$"):
+        check_files(tmp_path)
+    (tmp_path / "a.txt").unlink()
+    with pytest.raises(PipelineError, match=rf"a\.txt is missing; .*`make {make}` \(it rebuilds {re.escape(dist)} "):
+        check_files(tmp_path)
+
+
 def test_a_link_loop_is_one_error_naming_the_file(copy, capsys):
     """A file replaced by a link to itself (pathlib's resolve raised "Symlink loop": a traceback)."""
     (copy / "labels.json").unlink()
