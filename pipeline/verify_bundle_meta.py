@@ -190,10 +190,16 @@ def cross_check(bundle: Path, meta: dict) -> None:
     """A classification bundle's metadata against its own files (check_files has hashed them): labels.json, the
     tokenizer's pocketformer.json and tokenizer_config.json. Names the field that disagrees."""
     files = meta["files"]
+    labels, source = meta["labels"], "'labels'"
     if "labels.json" in files:
-        labels = read_json(bundle / "labels.json")
+        labels, source = read_json(bundle / "labels.json"), "labels.json"
         if labels != meta["labels"]:
             raise edited(bundle, f"'labels' is {meta['labels']}, labels.json says {labels}")
+    # an app may map the argmax to a name through label_map (class id -> name) instead of the list
+    label_map = {str(i): name for i, name in enumerate(labels)}
+    if meta.get("label_map") != label_map:
+        raise edited(bundle, f"'label_map' is {meta.get('label_map')!r}, {source} says {labels}, which makes it "
+                             f"{label_map}")
     max_length = meta.get("max_length")
     need(is_int(max_length) and max_length > 0, bundle, "'max_length' must be a positive integer")
     norm = meta.get("text_normalisation")

@@ -334,6 +334,30 @@ def test_metadata_edits_with_a_recomputed_digest_still_cross_check(copy):
         verify_bundle(copy)
 
 
+@pytest.mark.parametrize("change", [
+    lambda lm: lm.update({"0": lm["1"], "1": lm["0"]}),  # two classes swapped
+    lambda lm: lm.update({"3": "other"}),  # a class the model has not
+    lambda lm: lm.pop("2"),
+    lambda lm: lm.update({"0": 0}),
+])
+def test_an_edited_label_map_fails_as_edited_labels_do(copy, change):
+    """label_map (class id -> name) is cross-checked against labels.json as 'labels' is: with the digest
+    recomputed, a swapped or extra entry, or a label_map that is a string, passed verify-bundle."""
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+
+    meta = json.loads((copy / "metadata.json").read_text())
+    change(meta["label_map"])
+    _rehash(copy, meta)
+    with pytest.raises(PipelineError, match=r"'label_map' is \{.*\}, labels\.json says \[.*\], which makes it "
+                                            r"\{'0': .*\}: metadata\.json was edited"):
+        verify_bundle(copy)
+    meta.update(label_map="negative,neutral,positive")
+    _rehash(copy, meta)
+    with pytest.raises(PipelineError, match=r"'label_map' is 'negative,neutral,positive', labels\.json says"):
+        verify_bundle(copy)
+
+
 def test_edited_reference_logits_are_named_as_such(copy):
     """One reference logit edited (hashes rewritten): the file is intact and the other files' references of
     that sample agree with it, so samples.json is blamed, not the CPU's kernels."""
