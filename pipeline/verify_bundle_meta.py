@@ -83,6 +83,12 @@ def fresh_process(bundle: Path, module: str, args: list[str], plan: str | None, 
 def load_metadata(bundle: Path) -> dict:
     """metadata.json, checked for what every bundle has: a JSON object listing its files with their hashes."""
     path = bundle / METADATA
+    if not bundle.exists():
+        raise PipelineError(f"{bundle} does not exist; pass a bundle folder (e.g. dist/<run>), or build one with "
+                            f"`make bundle`")
+    if bundle.is_file():
+        raise PipelineError(f"{bundle} is a file, not a bundle; pass the bundle folder "
+                            f"({bundle.parent if (bundle.parent / METADATA).is_file() else 'the one holding ' + METADATA})")
     if not path.is_file():
         raise PipelineError(f"{bundle} is not a bundle (no {METADATA}); build one with `make bundle` "
                             f"(python -m pipeline bundle --config ...)")

@@ -188,6 +188,21 @@ def test_a_missing_or_changed_file_names_the_bundles_own_make_target(tmp_path, k
         check_files(tmp_path)
 
 
+def test_a_file_or_a_missing_path_is_named_as_such(tmp_path, capsys):
+    """Both said "is not a bundle (no metadata.json)"."""
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "metadata.json").write_text("{}")
+    (bundle / "labels.json").write_text("[]")
+    for path, message in [(bundle / "metadata.json", f"metadata.json is a file, not a bundle; pass the bundle "
+                                                     f"folder ({bundle})"),
+                          (bundle / "labels.json", f"labels.json is a file, not a bundle; pass the bundle "
+                                                   f"folder ({bundle})"),
+                          (tmp_path / "nowhere", "nowhere does not exist; pass a bundle folder (e.g. dist/<run>)")]:
+        rc, out, err = _cli(path, capsys)
+        assert rc == 2 and err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_a_link_loop_is_one_error_naming_the_file(copy, capsys):
     """A file replaced by a link to itself (pathlib's resolve raised "Symlink loop": a traceback)."""
     (copy / "labels.json").unlink()
