@@ -87,8 +87,8 @@ def load_metadata(bundle: Path) -> dict:
         raise PipelineError(f"{bundle} does not exist; pass a bundle folder (e.g. dist/<run>), or build one with "
                             f"`make bundle`")
     if bundle.is_file():
-        raise PipelineError(f"{bundle} is a file, not a bundle; pass the bundle folder "
-                            f"({bundle.parent if (bundle.parent / METADATA).is_file() else 'the one holding ' + METADATA})")
+        folder = bundle.parent if (bundle.parent / METADATA).is_file() else f"the one holding {METADATA}"
+        raise PipelineError(f"{bundle} is a file, not a bundle; pass the bundle folder ({folder})")
     if not path.is_file():
         raise PipelineError(f"{bundle} is not a bundle (no {METADATA}); build one with `make bundle` "
                             f"(python -m pipeline bundle --config ...)")
