@@ -72,10 +72,23 @@ def write_manifest(folder: Path, *, stage: str, config: dict, config_hash: str, 
 
 
 def read_manifest(folder: Path) -> dict | None:
+    """The stage's manifest, or None (not run yet) where it is missing, not JSON, or JSON of another shape:
+    a damaged manifest is an unfinished stage, so the stage re-runs instead of every reader failing on it."""
     path = folder / MANIFEST
-    with suppress(json.JSONDecodeError):  # a damaged manifest is an unfinished stage, as a missing one
-        return json.loads(path.read_text()) if path.is_file() else None
+    with suppress(json.JSONDecodeError, UnicodeDecodeError):
+        manifest = json.loads(path.read_text()) if path.is_file() else None
+        return manifest if _well_formed(manifest) else None
     return None
+
+
+def _well_formed(m: object) -> bool:
+    """The fields status, content_key and the stages read have the types write_manifest gives them."""
+    if not (isinstance(m, dict) and isinstance(m.get("config_hash"), str) and isinstance(m.get("summary"), dict)
+            and isinstance(m.get("inputs"), dict) and isinstance(m.get("outputs"), dict)):
+        return False
+    return (all(isinstance(k, str) for k in m["inputs"].values())
+            and all(isinstance(o, dict) and isinstance(o.get("bytes"), int) and isinstance(o.get("sha256"), str)
+                    for o in m["outputs"].values()))
 
 
 def content_key(folder: Path) -> str | None:

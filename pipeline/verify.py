@@ -29,11 +29,13 @@ def check_files(bundle: Path) -> dict:
                             f"verify-bundle reads {SCHEMA_VERSION} (a digest of metadata.json, its kind); rebuild "
                             f"the bundle with `make bundle`, which re-runs the stage for an older schema (a web "
                             f"bundle: `make web-bundle`, which re-runs for an older schema too)")
-    restore = "restore it from the build's runs/<run>/ folder or re-publish with `make bundle`"
+    # a web bundle is published by its own stage, to its own folder
+    make, dist = ("web-bundle", "dist/<run>-web") if meta.get("kind") == "web" else ("bundle", "dist/<run>")
+    restore = f"restore it from the build's runs/<run>/ folder or re-publish with `make {make}`"
     for rel, info in meta["files"].items():
         path = resolve(bundle, rel, "files")
         if not path.is_file():
-            raise PipelineError(f"{bundle}: {rel} is missing; {restore} (it rebuilds dist/<run> when the copy "
+            raise PipelineError(f"{bundle}: {rel} is missing; {restore} (it rebuilds {dist} when the copy "
                                 f"differs)")
         digest = sha256_file(path)
         if path.stat().st_size != info["bytes"] or digest != info["sha256"]:

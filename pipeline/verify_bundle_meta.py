@@ -26,8 +26,14 @@ def resolve(bundle: Path, rel: object, where: str) -> Path:
         bad = "is absolute"
     elif ".." in PurePosixPath(rel.replace("\\", "/")).parts:
         bad = "climbs out with '..'"
-    elif not (bundle / rel).resolve().is_relative_to(bundle.resolve()):
-        bad = "leads outside the bundle (a link)"
+    else:
+        try:
+            inside = (bundle / rel).resolve().is_relative_to(bundle.resolve())
+        except (RuntimeError, OSError):  # a link that leads back to itself (Python < 3.13 raises RuntimeError)
+            raise PipelineError(f"{bundle}: {rel} is a broken link (a loop: it leads back to itself); restore it "
+                                f"from the build's runs/<run>/ folder or {_REBUILD}") from None
+        if not inside:
+            bad = "leads outside the bundle (a link)"
     if bad:
         raise PipelineError(f"{bundle}/{METADATA}: {where} names {rel!r}, which {bad}; a bundle may only name "
                             f"files inside its own folder: {_REBUILD}")
@@ -77,6 +83,12 @@ def fresh_process(bundle: Path, module: str, args: list[str], plan: str | None, 
 def load_metadata(bundle: Path) -> dict:
     """metadata.json, checked for what every bundle has: a JSON object listing its files with their hashes."""
     path = bundle / METADATA
+    if not bundle.exists():
+        raise PipelineError(f"{bundle} does not exist; pass a bundle folder (e.g. dist/<run>), or build one with "
+                            f"`make bundle`")
+    if bundle.is_file():
+        folder = bundle.parent if (bundle.parent / METADATA).is_file() else f"the one holding {METADATA}"
+        raise PipelineError(f"{bundle} is a file, not a bundle; pass the bundle folder ({folder})")
     if not path.is_file():
         raise PipelineError(f"{bundle} is not a bundle (no {METADATA}); build one with `make bundle` "
                             f"(python -m pipeline bundle --config ...)")
@@ -184,10 +196,16 @@ def cross_check(bundle: Path, meta: dict) -> None:
     """A classification bundle's metadata against its own files (check_files has hashed them): labels.json, the
     tokenizer's pocketformer.json and tokenizer_config.json. Names the field that disagrees."""
     files = meta["files"]
+    labels, source = meta["labels"], "'labels'"
     if "labels.json" in files:
-        labels = read_json(bundle / "labels.json")
+        labels, source = read_json(bundle / "labels.json"), "labels.json"
         if labels != meta["labels"]:
             raise edited(bundle, f"'labels' is {meta['labels']}, labels.json says {labels}")
+    # an app may map the argmax to a name through label_map (class id -> name) instead of the list
+    label_map = {str(i): name for i, name in enumerate(labels)}
+    if meta.get("label_map") != label_map:
+        raise edited(bundle, f"'label_map' is {meta.get('label_map')!r}, {source} says {labels}, which makes it "
+                             f"{label_map}")
     max_length = meta.get("max_length")
     need(is_int(max_length) and max_length > 0, bundle, "'max_length' must be a positive integer")
     norm = meta.get("text_normalisation")

@@ -207,3 +207,27 @@ def test_each_context_binary_replays_only_the_first_samples_that_fit_it(monkeypa
     assert replay.QNN_SAMPLES == 2 and fed == {"v-4_ctx.onnx": 2, "v-16_ctx.onnx": 2}
     assert [r is not None for r in out["npu/qnn/c/v-4_ctx.onnx"]] == [False, True, True, False, False]
     assert [r is not None for r in out["npu/qnn/c/v-16_ctx.onnx"]] == [True, True, False, False, False]
+
+
+def test_the_verify_line_says_how_many_of_the_fitting_samples_the_emulator_replayed(monkeypatch):
+    """verify-bundle replays only the first QNN_SAMPLES samples that fit a context binary: its line said
+    "2/8 samples fit its length" when all 8 fit."""
+    import importlib.util
+
+    from pipeline.tasks.classification import replay
+    from pipeline.tasks.classification.verify import _lines, _qnn
+
+    f16, f2 = "npu/qnn/c/v-16_ctx.onnx", "npu/qnn/c/v-2_ctx.onnx"
+    row = [0.1, 0.2, 0.3]
+    samples = [{"text": str(k), "token_ids": [1] * k, "expected_label": "x", "reference_logits": {f16: row}}
+               for k in (2, 3, 4, 30)]
+    spec = lambda n: {"file": f"npu/qnn/c/v-{n}_ctx.onnx", "inputs": [], "outputs": []}  # noqa: E731
+    qnn = {"shipped": True, "chips": {"c": {"files": {"16": spec(16), "2": spec(2)}}}}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())  # as if onnxruntime-qnn were here
+    monkeypatch.setattr(replay, "qnn_logits", lambda b, q, s: {f16: [row, row, None, None],
+                                                               f2: [row, None, None, None]})
+    samples[0]["reference_logits"][f2] = row
+    lines = _lines({"samples": 4, "models": _qnn(Path("/b"), {"labels": ["x", "y", "z"], "qnn": qnn}, samples)})
+    assert lines[0].startswith(f"qnn:{f16}: {f16}: 2/4 samples replayed (the first 2 of the 3 that fit its "
+                               f"length: the HTP emulator takes seconds per text), max |logit - reference|")
+    assert lines[1].startswith(f"qnn:{f2}: {f2}: 1/4 samples fit its length, max")  # all that fit ran

@@ -83,6 +83,21 @@ def test_cli_status_names_the_changed_file(label_stages, tmp_path, capsys, monke
     assert out[1].startswith("train") and "model.json changed" in out[1]
 
 
+@pytest.mark.parametrize("bad", ["[]", '"done"', "null", '{"config_hash": 1}',
+                                 '{"config_hash": "x", "inputs": {}, "summary": {}, "outputs": "labels.json"}',
+                                 '{"config_hash": "x", "inputs": [], "summary": {}, "outputs": {}}',
+                                 '{"config_hash": "x", "inputs": {}, "summary": {}, "outputs": {"a": 3}}'])
+def test_manifest_of_another_shape_is_not_run_yet(label_stages, tmp_path, bad):
+    """Valid JSON of the wrong shape (a list, outputs as a string) is a damaged manifest, as invalid JSON is:
+    status says the stage has not run, and run re-runs it (both failed with an AttributeError)."""
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
+    assert run(cfg, ["train"]) == ["data", "train"]
+    (cfg.run_dir / "train" / "manifest.json").write_text(bad)
+    assert status(cfg, "train") == (False, "not run yet")
+    assert run(cfg, ["train"]) == ["train"]
+    assert statuses(cfg, ["train"])["train"] == (True, "up to date")
+
+
 def test_hash_cache_is_used_and_invalidated(tmp_path, monkeypatch):
     from pipeline import hashcache
 

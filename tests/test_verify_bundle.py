@@ -170,6 +170,49 @@ def test_paths_outside_the_bundle_are_refused(copy, tmp_path, capsys):
     assert rc == 2 and "samples_file names '/etc/passwd', which is absolute" in err
 
 
+@pytest.mark.parametrize("kind, make, dist", [("app", "bundle", "dist/<run>"), ("web", "web-bundle", "dist/<run>-web")])
+def test_a_missing_or_changed_file_names_the_bundles_own_make_target(tmp_path, kind, make, dist):
+    """A web bundle is re-published by `make web-bundle` into dist/<run>-web (the error said `make bundle`)."""
+    from export.bundle import write_metadata
+    from pipeline.errors import PipelineError
+    from pipeline.verify import check_files
+
+    (tmp_path / "a.txt").write_text("a\n")
+    (tmp_path / "b.txt").write_text("b\n")
+    write_metadata(tmp_path, {"task": "classification", "kind": kind})
+    (tmp_path / "a.txt").write_text("A\n")
+    with pytest.raises(PipelineError, match=rf"a\.txt was changed: .*re-publish with `make {make}`$"):
+        check_files(tmp_path)
+    (tmp_path / "a.txt").unlink()
+    with pytest.raises(PipelineError, match=rf"a\.txt is missing; .*`make {make}` \(it rebuilds {re.escape(dist)} "):
+        check_files(tmp_path)
+
+
+def test_a_file_or_a_missing_path_is_named_as_such(tmp_path, capsys):
+    """Both said "is not a bundle (no metadata.json)"."""
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "metadata.json").write_text("{}")
+    (bundle / "labels.json").write_text("[]")
+    for path, message in [(bundle / "metadata.json", f"metadata.json is a file, not a bundle; pass the bundle "
+                                                     f"folder ({bundle})"),
+                          (bundle / "labels.json", f"labels.json is a file, not a bundle; pass the bundle "
+                                                   f"folder ({bundle})"),
+                          (tmp_path / "nowhere", "nowhere does not exist; pass a bundle folder (e.g. dist/<run>)")]:
+        rc, out, err = _cli(path, capsys)
+        assert rc == 2 and err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_link_loop_is_one_error_naming_the_file(copy, capsys):
+    """A file replaced by a link to itself (pathlib's resolve raised "Symlink loop": a traceback)."""
+    (copy / "labels.json").unlink()
+    (copy / "labels.json").symlink_to("labels.json")
+    rc, out, err = _cli(copy, capsys)
+    assert rc == 2 and "bundle OK" not in out
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "labels.json is a broken link (a loop" in err
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda m: m.update(schema_version=1), r"schema_version 1, this verify-bundle reads 3 .*re-runs the stage"),
     (lambda m: m.update(files={}), "'files' lists no files"),
@@ -303,6 +346,30 @@ def test_metadata_edits_with_a_recomputed_digest_still_cross_check(copy):
     meta["text_normalisation"].update(max_length=16)
     _rehash(copy, meta)
     with pytest.raises(PipelineError, match=r"max_length is 16, the model was trained at 32"):
+        verify_bundle(copy)
+
+
+@pytest.mark.parametrize("change", [
+    lambda lm: lm.update({"0": lm["1"], "1": lm["0"]}),  # two classes swapped
+    lambda lm: lm.update({"3": "other"}),  # a class the model has not
+    lambda lm: lm.pop("2"),
+    lambda lm: lm.update({"0": 0}),
+])
+def test_an_edited_label_map_fails_as_edited_labels_do(copy, change):
+    """label_map (class id -> name) is cross-checked against labels.json as 'labels' is: with the digest
+    recomputed, a swapped or extra entry, or a label_map that is a string, passed verify-bundle."""
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+
+    meta = json.loads((copy / "metadata.json").read_text())
+    change(meta["label_map"])
+    _rehash(copy, meta)
+    with pytest.raises(PipelineError, match=r"'label_map' is \{.*\}, labels\.json says \[.*\], which makes it "
+                                            r"\{'0': .*\}: metadata\.json was edited"):
+        verify_bundle(copy)
+    meta.update(label_map="negative,neutral,positive")
+    _rehash(copy, meta)
+    with pytest.raises(PipelineError, match=r"'label_map' is 'negative,neutral,positive', labels\.json says"):
         verify_bundle(copy)
 
 
