@@ -283,7 +283,7 @@ def build_splits(cfg: Config) -> dict:
     for s, n in (("train", d.max_train), ("validation", d.max_validation), ("test", d.max_test)):
         splits[s] = cap(splits[s], n, seed + 2)
     unlabeled = left_out(pool, splits["train"], seed + 3)
-    labels = sorted({ex["label"] for ex in splits["train"]})
+    labels = sorted({ex["label"] for ex in splits["train"]}, key=label_order)
     known, pooled = set(labels), {ex["label"] for ex in pool}
     if pooled - known:  # the data has labels that the cap left out of training
         raise PipelineError(f"data.max_train = {d.max_train} leaves label(s) out of training: "
@@ -311,6 +311,15 @@ def build_splits(cfg: Config) -> dict:
     if unlabeled:  # absent otherwise, so an uncapped run writes the same split.json as before
         info["left_out"] = {"texts": len(unlabeled), "seed": seed + 3}
     return {**splits, "left_out": unlabeled, "labels": labels, "info": info}
+
+
+def label_order(label: str) -> tuple:
+    """Labels that are all numbers in value order ("2" before "10", so a 0..10 rating keeps id = rating), names
+    alphabetically after them."""
+    try:
+        return (0, float(label), label)
+    except ValueError:
+        return (1, 0.0, label)
 
 
 def left_out(pool: list[Example], kept: list[Example], seed: int) -> list[str]:

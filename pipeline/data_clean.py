@@ -58,15 +58,18 @@ def check_rows(rows: list[dict], text_col: str, label_col: str, where: str) -> N
 
 
 def check_label_column(rows: list[dict], text_col: str, label_col: str, where: str) -> None:
-    """A label column that holds free text (the text column named as the label column, or the two swapped) would
-    make every text its own class: refuse when it has more distinct values than half the rows and most of them
-    are several words long."""
+    """A label column that holds free text (the two columns swapped) would make every text its own class: refuse
+    when it has more distinct values than half the rows, most of them several words long, and longer on average
+    than what the text column holds (few-shot intents such as "book a flight" are wordy and distinct too, but
+    their texts are longer still)."""
     values = [label_text(r[label_col]) for r in rows]
     distinct = set(values)
     if len(rows) < 8 or len(distinct) * 2 <= len(rows):
         return
     wordy = sum(1 for v in distinct if len(v.split()) > 2)
     if wordy * 2 <= len(distinct):
+        return
+    if sum(len(v.split()) for v in values) <= sum(len(str(r.get(text_col) or "").split()) for r in rows):
         return
     example = max(distinct, key=len)[:60]
     raise PipelineError(f"{where}: the label column '{label_col}' (data.label_column) has {len(distinct)} distinct "

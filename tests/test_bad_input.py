@@ -162,6 +162,16 @@ def test_text_column_given_as_the_label_column(tmp_path):
         build_splits(cfg_for(p, tmp_path, text_column="y", label_column="t"))
 
 
+def test_few_shot_intents_are_labels_not_free_text(tmp_path):
+    """Many distinct multi-word labels, one or two examples each, with longer texts: intents, not swapped columns."""
+    intents = [f"book a flight {i}" for i in range(12)]
+    rows = [f"i would like to {intent} next week please,{intent}" for intent in intents]
+    p = write(tmp_path / "d.csv", "t,y\n" + "\n".join(rows) + "\n")
+    s = build_splits(cfg_for(p, tmp_path, text_column="t", label_column="y", dedupe_across_splits=False,
+                             test_fraction=0.0, validation_fraction=0.0, test_path=str(p)))
+    assert len(s["labels"]) == 12
+
+
 def test_too_small_to_split_names_size_and_fractions(tmp_path):
     p = write(tmp_path / "d.csv", "t,y\nfirst text,a\nsecond text,b\nthird text,a\n")
     with pytest.raises(PipelineError, match=r"test split is empty: the data is too small to split \(3 examples after "

@@ -307,3 +307,10 @@ def test_the_texts_max_train_leaves_out_are_kept_without_labels(tmp_path, tiny_c
     assert again["left_out"] == s["left_out"] and again["info"] == s["info"] and again["train"] == s["train"]
     uncapped = build_splits(cfg_for(tiny_csv, tmp_path, text_column="review", label_column="sentiment"))
     assert uncapped["left_out"] == [] and "left_out" not in uncapped["info"]
+
+
+def test_numeric_labels_keep_their_value_order(tmp_path):
+    """A 0..10 rating: "10" after "9", so the class id is the rating (string order put "10" before "2")."""
+    p = write_csv(tmp_path / "d.csv", [f"t{i},{i % 11}" for i in range(220)])
+    s = build_splits(cfg_for(p, tmp_path))
+    assert s["labels"] == [str(i) for i in range(11)]
