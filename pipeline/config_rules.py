@@ -195,6 +195,13 @@ def _folders(cfg) -> str | None:
     return None
 
 
+def _teacher_given(cfg) -> str | None:
+    if not cfg.teacher.model.strip():
+        return ("'teacher.model' is empty: give a local model folder or a hub id (the demos' packaged teachers: "
+                "configs/demo.toml, configs/gpt-demo.toml)")
+    return None
+
+
 def _opset(cfg) -> str | None:
     from export.onnx_export import opset_problem
 
@@ -258,7 +265,8 @@ _search = lazy("pipeline.search_checks:check")  # the [search] section's rules l
 
 
 CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split_fractions_leave_training_data,
-                                              _prompts, _ort_optimizers, _folders, _opset, _coreml_shapes,
+                                              _prompts, _ort_optimizers, _folders, _teacher_given, _opset,
+                                              _coreml_shapes,
                                               _fp16_training_has_cuda, _phone_remote_dir, _search]
 
 

@@ -49,6 +49,7 @@ CASES = [
     (['phone.providers=["gpu"]'], "phone.providers", False),
     (['phone.remote_dir="x y"'], "phone.remote_dir", True),
     (["run.seed=4294967296"], "run.seed", False),
+    (['teacher.model=""'], "teacher.model", False),
     (['data.text_column="label"', 'data.label_column="label"'], "data.text_column", False),
 ]
 FIX = re.compile(r"--set ([a-z_]+\.[a-z_]+=(?:\[[^\]]*\]|\"[^\"]*\"|[^\s,)]+))")
