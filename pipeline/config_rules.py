@@ -266,8 +266,7 @@ _search = lazy("pipeline.search_checks:check")  # the [search] section's rules l
 
 CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split_fractions_leave_training_data,
                                               _prompts, _ort_optimizers, _folders, _teacher_given, _opset,
-                                              _coreml_shapes,
-                                              _fp16_training_has_cuda, _phone_remote_dir, _search]
+                                              _coreml_shapes, _fp16_training_has_cuda, _phone_remote_dir, _search]
 
 
 def check_names(cfg, names: dict[str, tuple[str, tuple[str, ...]]]) -> str | None:
