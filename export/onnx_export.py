@@ -33,7 +33,7 @@ def opset_problem(opset: int) -> str | None:
     top = min(onnx.defs.onnx_opset_version(), torch.onnx._constants.ONNX_MAX_OPSET)
     if MIN_OPSET <= opset <= top:
         return None
-    return (f"'quantize.opset' = {opset} is outside {MIN_OPSET}..{top} ({MIN_OPSET} is the lowest that holds "
+    return (f"quantize.opset = {opset} is outside {MIN_OPSET}..{top} ({MIN_OPSET} is the lowest that holds "
             f"per-channel int8, {top} the highest this torch/onnx can write); set quantize.opset = 17")
 
 
