@@ -21,7 +21,7 @@ def stateful(target_name: str) -> bool:
     """Whether the deployment target has Core ML states (iOS18 / macOS15 and later)."""
     import coremltools as ct
 
-    return deployment_target(target_name, "student") >= ct.target.iOS18
+    return deployment_target(target_name) >= ct.target.iOS18
 
 
 class StatefulLlama(nn.Module):
@@ -110,7 +110,7 @@ def convert_student(hf, max_len: int, window: int, target_name: str):
     """(mlmodel, how): stateful KV cache from iOS 18, else a fixed window of `window` tokens."""
     import coremltools as ct
 
-    target = deployment_target(target_name, "student")
+    target = deployment_target(target_name)
     if stateful(target_name):
         module = StatefulLlama(hf, max_len).eval()
         ex = (torch.zeros((1, 2), dtype=torch.int64), causal_mask(2, 2))
@@ -140,5 +140,5 @@ def convert_lstm_lm(model, max_len: int, target_name: str):
     ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, ct.RangeDim(1, max_len, default=1)), dtype=int),
                                     ct.TensorType("h0", shape=tuple(h.shape)), ct.TensorType("c0", shape=tuple(c.shape))],
                     outputs=[ct.TensorType("logits"), ct.TensorType("h"), ct.TensorType("c")],
-                    minimum_deployment_target=deployment_target(target_name, "lstm"), convert_to="mlprogram")
+                    minimum_deployment_target=deployment_target(target_name), convert_to="mlprogram")
     return ml, f"LSTM with explicit state, 1..{max_len} tokens per call"

@@ -43,6 +43,8 @@ CASES = [
     # refused only by the stage that reads them before (quantize, export, bench, teacher, phone-bench)
     (["quantize.opset=1"], "quantize.opset", False),
     (['export.coreml_target="iOS99"'], "export.coreml_target", False),
+    (['export.coreml_target="iOS13"'], "export.coreml_target", False),  # too old for an mlprogram
+    (['export.coreml_shapes="wide"'], "export.coreml_shapes", False),
     (['export.coreml_shapes="enumerated"'], "export.coreml_shapes", True),
     (["student.hidden=24", "quantize.embedding_bits=4"], "quantize.embedding_bits", True),
     (['bench.sweep_variants=["int4"]'], "bench.sweep_variants", False),
