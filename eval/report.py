@@ -384,7 +384,8 @@ def _qnn_htp(res: dict) -> list[Block]:
             cells.append((", ".join(ok) if ok else "no") + (f" ({'; '.join(bad)} at the others)" if ok and bad else ""))
         refused = Counter({u["name"]: u["type"] for r in rs for u in r.get("unsupported") or []}.values())
         ops = ", ".join(f"{t} x{n}" if n > 1 else t for t, n in sorted(refused.items()))
-        top = max(rs, key=lambda r: r["length"])
+        # the longest length that has node counts (a length past the model's maximum is a skip without them)
+        top = max((r for r in rs if r.get("nodes_total")), key=lambda r: r["length"], default={})
         sizes = [r["context_bytes"] for r in rs if r.get("context_bytes")]
         emu = [r["emulator"] for r in rs if "argmax_agreement" in (r.get("emulator") or {})]
         rows.append([model, variant, *cells,
@@ -400,7 +401,7 @@ def _qnn_htp(res: dict) -> list[Block]:
                   f"disabled: every node on the Hexagon NPU) and its logits on QAIRT's x86 HTP emulator agreed "
                   f"with the same file on the CPU ({doc.get('numerics', '')}; below "
                   f"{doc.get('min_argmax_agreement', 0):.0%} argmax agreement it fails and is never shipped). Nodes "
-                  f"on the HTP / all come from a session allowed to fall back, at the longest length; refused ops "
+                  f"on the HTP / all come from a session allowed to fall back, at the longest length compiled; refused ops "
                   f"are the compiler's, with every node named in compile/qnn.json. Emulator: "
                   f"{doc.get('emulator_note', '')}."),
             ("table", ["model", "variant", *[f"{n}: lengths" for n in names], "nodes on HTP / all", "refused ops",
