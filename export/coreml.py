@@ -26,10 +26,10 @@ MASK_FILL = -1.0e4
 COREML_VARIANTS = ("fp16", "int8", "palettized-4bit")
 # The deployment targets an mlprogram can have in coremltools 9 (ct.target members from iOS15 / macOS12 on, with
 # the spec version each stands for): named here so the config check runs without importing coremltools (a test
-# keeps the two in step). Two enumerated inputs need spec 9 (iOS18 / macOS15).
+# keeps the two in step). Spec 9 (iOS18 / macOS15) is the first with two enumerated inputs and with states.
 COREML_TARGETS = {"iOS15": 6, "iOS16": 7, "iOS17": 8, "iOS18": 9, "iOS26": 10,
                   "macOS12": 6, "macOS13": 7, "macOS14": 8, "macOS15": 9, "macOS26": 10}
-ENUMERATED_SPEC = 9
+IOS18_SPEC = 9
 SHAPE_MODES = ("auto", "enumerated", "range")
 
 
