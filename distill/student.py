@@ -81,11 +81,16 @@ def teacher_layers_problem(s: StudentSection, tcfg) -> str | None:
     return None
 
 
-def check_init(s: StudentSection, tcfg) -> None:
-    """Fail before any training when student.init cannot work with this teacher (tcfg: its HF config)."""
+def check_pca(s: StudentSection, tcfg) -> None:
+    """student.init = 'teacher-pca' against the teacher's width (either task; tcfg: its HF config)."""
     if s.init == "teacher-pca" and s.hidden > tcfg.hidden_size:
         raise PipelineError(f"student.init = 'teacher-pca' projects the teacher's {tcfg.hidden_size}-wide embeddings "
                             f"and needs student.hidden <= {tcfg.hidden_size} (it is {s.hidden}); use 'random'")
+
+
+def check_init(s: StudentSection, tcfg) -> None:
+    """Fail before any training when student.init cannot work with this BERT-family teacher."""
+    check_pca(s, tcfg)
     if s.init == "teacher-layers":
         problem = teacher_layers_problem(s, tcfg)
         if problem:

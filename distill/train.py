@@ -69,8 +69,6 @@ def _set_rng_state(s: dict) -> None:
 def _autocast(precision: str):
     if precision == "fp32":
         return contextlib.nullcontext()
-    if precision == "fp16" and not torch.cuda.is_available():
-        raise PipelineError("train.precision = 'fp16' needs a CUDA GPU; use 'bf16' or 'fp32' on CPU")
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=device().type, dtype=dtype)
 

@@ -58,7 +58,7 @@ class VocabMap:
 
     def to_teacher(self, ids) -> np.ndarray:
         """Student ids -> teacher ids; "other" has no single teacher token and maps to -1."""
-        ids = np.asarray(ids)
+        ids = np.asarray(ids, dtype=np.int64)  # an empty list would be float64, which cannot index
         out = np.full(ids.shape, -1, dtype=np.int64)
         kept = ids < len(self.teacher_ids)
         out[kept] = self.teacher_ids[ids[kept]]

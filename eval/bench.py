@@ -310,12 +310,6 @@ def _check_numbers(row: dict) -> str:
     return c.get("reason", "see its variants.json")
 
 
-def check_settings(cfg) -> None:
-    """The NPU device profile (bench.devices_file, bench.npu_device), before anything slow runs; the rest of
-    [bench] is checked when the config loads (pipeline/config_rules.py, the task's checks.py)."""
-    get_device(load_devices(cfg.bench.devices_file), cfg.bench.npu_device)
-
-
 def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: dict, work: Path,
               known_skips: dict[tuple[str, str], str] | None = None) -> tuple[list[dict], list[dict]]:
     """(every row with latency (by target), npu readiness and FLOPs filled in; the head-to-head

@@ -106,8 +106,9 @@ def greedy(lm: LM, prompt: list[int], n: int) -> list[int]:
     if not prompt:
         raise PipelineError("a generation prompt is empty; give it some text")
     if lm.max_positions and len(prompt) + n > lm.max_positions:
-        raise PipelineError(f"{lm.name}: prompt of {len(prompt)} tokens + {n} new tokens exceeds the model's "
-                            f"{lm.max_positions} positions (lm.max_cache); shorten the prompt or raise lm.max_cache")
+        raise PipelineError(f"{lm.name}: prompt of {len(prompt)} tokens + {n} new tokens (lm.sample_tokens for the "
+                            f"samples, lm.check_tokens for the export checks) exceeds the model's {lm.max_positions} "
+                            f"positions (lm.max_cache); shorten the prompt, generate fewer tokens or raise lm.max_cache")
     def forward(x: torch.Tensor, state):
         """(logits, the state to carry on: the LSTM's (h, c) or the KV cache)."""
         if lm.kind == "lstm":

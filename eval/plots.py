@@ -10,7 +10,9 @@ from eval.rows import p50
 COLORS = {"teacher": "#1f77b4", "student": "#d62728", "lstm": "#2ca02c", "lstm_distilled": "#9467bd"}
 # marker = variant (the Optimum peer shares its counterpart's marker, with a black edge); PyTorch eager is hollow
 MARKERS = {"fp32": "o", "optimized": "D", "int8-dynamic": "^", "int8-static": "s", "fp16": "P", "int8": "v",
-           "palettized-4bit": "X"}
+           "palettized-4bit": "X", "int8-dynamic-fastgelu": "*"}
+# an .ort file sits beside the .onnx of its variant: half-filled markers tell the two apart
+ORT_FILL = "left"
 RNN_MODELS = ("lstm", "lstm_distilled")
 
 
@@ -40,7 +42,7 @@ def _color(model: str) -> str:
 
 def _short(r: dict) -> str:
     v = r["variant"].replace("int8-dynamic", "i8dyn").replace("int8-static", "i8st").replace("optimum-", "opt-")
-    return f"{r['model']} {v}" + ("" if r["format"] in ("onnx", "ort") else f" {r['format']}")
+    return f"{r['model']} {v}" + ("" if r["format"] == "onnx" else f" {r['format']}")
 
 
 def _marker(r: dict) -> str:
@@ -48,6 +50,11 @@ def _marker(r: dict) -> str:
 
 
 def _point(ax, x: float, y: float, r: dict) -> None:
+    edge = "black" if r.get("source") == "optimum" else _color(r["model"])
+    if r["format"] == "ort":
+        ax.plot([x], [y], ls="", marker=_marker(r), ms=6.5, zorder=3, color=_color(r["model"]), fillstyle=ORT_FILL,
+                mec=edge, mew=0.9)
+        return
     hollow = r["format"] == "pytorch"
     ax.scatter(x, y, marker=_marker(r), s=40, zorder=3, linewidths=1.2 if hollow else 0.9,
                facecolors="none" if hollow else _color(r["model"]),
@@ -159,6 +166,8 @@ def _fig_legend(fig, rows: list[dict], extra: list | None = None, ncol: int = 6)
     handles = [Line2D([], [], color=_color(m), marker="o", ls="", label=m) for m in _models(rows)]
     variants = [v for v in MARKERS if any(r["variant"].removeprefix("optimum-") == v for r in rows)]
     handles += [Line2D([], [], color="#555", marker=MARKERS[v], ls="", label=v) for v in variants]
+    if any(r["format"] == "ort" for r in rows):
+        handles.append(Line2D([], [], color="#555", marker="o", fillstyle=ORT_FILL, ls="", label="half-filled: .ort"))
     if any(r["format"] == "pytorch" for r in rows):
         handles.append(Line2D([], [], color="#555", marker="o", mfc="none", ls="", label="hollow: PyTorch eager"))
     if any(r.get("source") == "optimum" for r in rows):
@@ -182,8 +191,9 @@ def _number_labels(ax, named: list[tuple[float, float, dict]]) -> None:
         placed.append(spot)
         ax.annotate(str(i), (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7, fontweight="bold",
                     color=_color(r["model"]))
+        quality = f"{y:.4f}" if y <= 1 else f"{y:.4g}"  # accuracy to 4 places; a perplexity to 4 digits
         handles.append(Line2D([], [], ls="", marker=f"${i}$", color=_color(r["model"]), ms=6,
-                              label=f"{_short(r)}: {x:.3g} ms, {y:.4g}"))
+                              label=f"{_short(r)}: {x:.3g} ms, {quality}"))
     if handles:
         ax.legend(handles=handles, loc="best", fontsize=6.5, framealpha=0.9, handletextpad=0.3, borderpad=0.4,
                   title="Pareto front", title_fontsize=7)
@@ -285,6 +295,7 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
         for r, xs, ys in lines:
             peer = r.get("source") == "optimum"
             (h,) = ax.plot(xs, ys, color=_color(r["model"]), marker=_marker(r), ms=4,
+                           fillstyle=ORT_FILL if r["format"] == "ort" else "full",
                            mec="black" if peer else None, mew=0.6,
                            ls="-." if peer else styles.get(r["variant"], ((0, (1, 2)), ""))[0],
                            lw=1.6 if r["model"] not in RNN_MODELS else 1.2, label=_line_label(r))
@@ -303,9 +314,11 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
     note = [f"{v} {name}" for v, (_, name) in styles.items()
             if any(r["variant"] == v and r.get("source") != "optimum" for r in drawn)]
     note += ["Optimum dash-dot"] if any(r.get("source") == "optimum" for r in drawn) else []
+    note += ["half-filled markers .ort"] if any(r["format"] == "ort" for r in drawn) else []
     # wrapped to the figure: a one-panel figure (one target) is 6.4 in wide
-    title = textwrap.fill("p50 latency vs sequence length: attention cost grows ~n\u00b2, an LSTM's ~n "
-                          f"(line style: {', '.join(note)})", int(fig.get_figwidth() * 13))
+    title = textwrap.fill("p50 latency vs sequence length (attention grows ~n\u00b2 and an LSTM ~n once the "
+                          f"sequence, not fixed costs, dominates; line style: {', '.join(note)})",
+                          int(fig.get_figwidth() * 13))
     fig.suptitle(title, fontsize=10)
     return _finish(fig, out / "latency_vs_length.png", legend_in, 0.17 + 0.18 * (title.count("\n") + 1))
 

@@ -26,10 +26,10 @@ MASK_FILL = -1.0e4
 COREML_VARIANTS = ("fp16", "int8", "palettized-4bit")
 # The deployment targets an mlprogram can have in coremltools 9 (ct.target members from iOS15 / macOS12 on, with
 # the spec version each stands for): named here so the config check runs without importing coremltools (a test
-# keeps the two in step). Two enumerated inputs need spec 9 (iOS18 / macOS15).
+# keeps the two in step). Spec 9 (iOS18 / macOS15) is the first with two enumerated inputs and with states.
 COREML_TARGETS = {"iOS15": 6, "iOS16": 7, "iOS17": 8, "iOS18": 9, "iOS26": 10,
                   "macOS12": 6, "macOS13": 7, "macOS14": 8, "macOS15": 9, "macOS26": 10}
-ENUMERATED_SPEC = 9
+IOS18_SPEC = 9
 SHAPE_MODES = ("auto", "enumerated", "range")
 
 
@@ -83,40 +83,26 @@ def traceable(loaded, model_name: str = "model") -> nn.Module:
     return CoreMLBert(hf).eval()
 
 
-def deployment_target(name: str, model_name: str):
+def deployment_target(name: str):
+    """coremltools' target of that name: one of COREML_TARGETS, checked when the config loads."""
     import coremltools as ct
 
-    # __members__ keeps the aliases (macOS13 = iOS16 ...) that iterating the enum drops
-    known = [n for n in ct.target.__members__ if n.startswith(("iOS", "macOS"))]
-    if name not in known:
-        raise PipelineError(f"{model_name} -> coreml: unknown deployment target export.coreml_target = {name!r}; "
-                            f"choose one of {', '.join(known)} (mlprogram needs iOS15 or later)")
-    target = ct.target[name]
-    if target < ct.target.iOS15:
-        raise PipelineError(f"{model_name} -> coreml: export.coreml_target = {name} cannot hold an mlprogram "
-                            f"(needs iOS15 / macOS12 or later); set export.coreml_target = \"iOS17\"")
-    return target
+    return ct.target[name]
 
 
-def sequence_shapes(mode: str, lengths: list[int], target, max_length: int, model_name: str) -> tuple[object, str]:
+def sequence_shapes(mode: str, lengths: list[int], target, max_length: int) -> tuple[object, str]:
     """(coremltools shape for (1, T), why). Enumerated shapes let the Neural Engine compile a fixed
     program per length (a RangeDim model usually falls back to CPU/GPU); with two inputs coremltools
     needs iOS18 for them, so "auto" uses a RangeDim below iOS18 and says so."""
     import coremltools as ct
 
-    if mode not in SHAPE_MODES:
-        raise PipelineError(f"{model_name} -> coreml: export.coreml_shapes = {mode!r}; choose one of "
-                            f"{', '.join(SHAPE_MODES)}")
     from export.padding import allowed_lengths
 
     lengths = allowed_lengths(lengths, max_length)
     chosen = mode
     if mode == "auto":
         mode = "enumerated" if target >= ct.target.iOS18 else "range"
-    if mode == "enumerated":
-        if target < ct.target.iOS18:
-            raise PipelineError(f"{model_name} -> coreml: export.coreml_shapes = 'enumerated' with two inputs needs "
-                                f"export.coreml_target >= iOS18; raise the target or use 'range'")
+    if mode == "enumerated":  # iOS18 or later: the config's check (config_rules._coreml_shapes)
         shape = ct.EnumeratedShapes(shapes=[[1, n] for n in lengths], default=[1, lengths[-1]])
         return shape, (f"enumerated lengths {lengths}: fixed shapes the Neural Engine can compile ahead "
                        f"(padding up to the next length)")
@@ -131,14 +117,14 @@ def convert(loaded, model_name: str, target_name: str, shapes_mode: str, lengths
     """fp16 mlprogram with metadata. Returns (MLModel, shape note)."""
     import coremltools as ct
 
-    target = deployment_target(target_name, model_name)
+    target = deployment_target(target_name)
     module = traceable(loaded, model_name)
     T = min(16, loaded.max_length)
     ids = torch.full((1, T), 5, dtype=torch.long)  # (1, T)
     mask = torch.ones(1, T, dtype=torch.long)  # (1, T)
     with torch.no_grad():
         traced = torch.jit.trace(module, (ids, mask), check_trace=False)
-    shape, note = sequence_shapes(shapes_mode, lengths, target, loaded.max_length, model_name)
+    shape, note = sequence_shapes(shapes_mode, lengths, target, loaded.max_length)
     inputs = [ct.TensorType(name=name, shape=shape, dtype=np.int32) for name in ("input_ids", "attention_mask")]
     try:
         ml = ct.convert(traced, inputs=inputs, outputs=[ct.TensorType(name="logits")], convert_to="mlprogram",

@@ -2,9 +2,9 @@
 
 Student: a stateful KV-cache model (iOS 18 states, coremltools >= 8): the key/value caches are Core ML
 states the model updates in place, inputs are input_ids (1, T) and causal_mask (1, 1, T, past + T), so one
-model serves the prompt and every decode step, like Apple's Llama/Mistral conversion example. Deployment
-targets before iOS 18 have no states: the student is then a fixed-window model (input_ids (1, W) -> logits,
-the whole window recomputed per token). LSTM LM: input_ids (1, T) plus h0/c0 in, logits/h/c out.
+model serves the prompt and every decode step, like Apple's Llama/Mistral conversion example (the config
+refuses an earlier deployment target for the student: pipeline/tasks/generation/checks.py). LSTM LM:
+input_ids (1, T) plus h0/c0 in, logits/h/c out.
 
 Targets, weight compression and saving are export/coreml.py's, shared with the classifiers. The stage
 checks the stateful module against transformers (same greedy tokens); Core ML predicts only on macOS.
@@ -15,13 +15,6 @@ import torch
 from torch import nn
 
 from export.coreml import MASK_FILL, deployment_target
-
-
-def stateful(target_name: str) -> bool:
-    """Whether the deployment target has Core ML states (iOS18 / macOS15 and later)."""
-    import coremltools as ct
-
-    return deployment_target(target_name, "student") >= ct.target.iOS18
 
 
 class StatefulLlama(nn.Module):
@@ -95,39 +88,22 @@ def stateful_greedy(module: StatefulLlama, prompt: list[int], n: int, cut: int |
     return out
 
 
-class WindowLM(nn.Module):
-    """Fixed-window fallback: the whole window recomputed per token, no cache.  (1, W) -> (1, W, V)."""
-
-    def __init__(self, hf):
-        super().__init__()
-        self.hf = hf.eval()
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.hf(input_ids=input_ids, use_cache=False).logits
-
-
-def convert_student(hf, max_len: int, window: int, target_name: str):
-    """(mlmodel, how): stateful KV cache from iOS 18, else a fixed window of `window` tokens."""
+def convert_student(hf, max_len: int, target_name: str):
+    """(mlmodel, how): the stateful KV-cache model (target iOS18 / macOS15 or later)."""
     import coremltools as ct
 
-    target = deployment_target(target_name, "student")
-    if stateful(target_name):
-        module = StatefulLlama(hf, max_len).eval()
-        ex = (torch.zeros((1, 2), dtype=torch.int64), causal_mask(2, 2))
-        traced = torch.jit.trace(module, ex)
-        T = ct.RangeDim(1, max_len, default=1)
-        E = ct.RangeDim(1, max_len, default=1)
-        shape = tuple(module.k_cache.shape)
-        ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, T), dtype=int),
-                                        ct.TensorType("causal_mask", shape=(1, 1, T, E))],
-                        outputs=[ct.TensorType("logits")],
-                        states=[ct.StateType(ct.TensorType(shape=shape), name=n) for n in ("k_cache", "v_cache")],
-                        minimum_deployment_target=target, convert_to="mlprogram")
-        return ml, f"stateful KV cache ({target_name} states), up to {max_len} positions"
-    traced = torch.jit.trace(WindowLM(hf), (torch.zeros((1, window), dtype=torch.int64),))
-    ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, window), dtype=int)],
-                    outputs=[ct.TensorType("logits")], minimum_deployment_target=target, convert_to="mlprogram")
-    return ml, f"fixed window of {window} tokens, no cache ({target_name} has no Core ML states)"
+    module = StatefulLlama(hf, max_len).eval()
+    ex = (torch.zeros((1, 2), dtype=torch.int64), causal_mask(2, 2))
+    traced = torch.jit.trace(module, ex)
+    T = ct.RangeDim(1, max_len, default=1)
+    E = ct.RangeDim(1, max_len, default=1)
+    shape = tuple(module.k_cache.shape)
+    ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, T), dtype=int),
+                                    ct.TensorType("causal_mask", shape=(1, 1, T, E))],
+                    outputs=[ct.TensorType("logits")],
+                    states=[ct.StateType(ct.TensorType(shape=shape), name=n) for n in ("k_cache", "v_cache")],
+                    minimum_deployment_target=deployment_target(target_name), convert_to="mlprogram")
+    return ml, f"stateful KV cache ({target_name} states), up to {max_len} positions"
 
 
 def convert_lstm_lm(model, max_len: int, target_name: str):
@@ -140,5 +116,5 @@ def convert_lstm_lm(model, max_len: int, target_name: str):
     ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, ct.RangeDim(1, max_len, default=1)), dtype=int),
                                     ct.TensorType("h0", shape=tuple(h.shape)), ct.TensorType("c0", shape=tuple(c.shape))],
                     outputs=[ct.TensorType("logits"), ct.TensorType("h"), ct.TensorType("c")],
-                    minimum_deployment_target=deployment_target(target_name, "lstm"), convert_to="mlprogram")
+                    minimum_deployment_target=deployment_target(target_name), convert_to="mlprogram")
     return ml, f"LSTM with explicit state, 1..{max_len} tokens per call"

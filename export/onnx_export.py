@@ -22,12 +22,12 @@ OUTPUT_NAMES = ["logits"]
 DYNAMIC_AXES = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
                 "logits": {0: "batch"}}
 # Below 13 the quantizer cannot write per-channel QDQ (axis on DequantizeLinear); above what the installed
-# onnx knows, the checker rejects the file. Both bounds are checked before exporting.
+# onnx knows, the checker rejects the file. Both bounds are checked when the config loads.
 MIN_OPSET = 13
 
 
 def opset_problem(opset: int) -> str | None:
-    """Why quantize.opset cannot be exported (a load-time check, and again before each export), or None."""
+    """Why quantize.opset cannot be exported, or None: checked when the config loads (pipeline/config_rules.py)."""
     import onnx.defs
 
     top = min(onnx.defs.onnx_opset_version(), torch.onnx._constants.ONNX_MAX_OPSET)
@@ -35,11 +35,6 @@ def opset_problem(opset: int) -> str | None:
         return None
     return (f"quantize.opset = {opset} is outside {MIN_OPSET}..{top} ({MIN_OPSET} is the lowest that holds "
             f"per-channel int8, {top} the highest this torch/onnx can write); set quantize.opset = 17")
-
-
-def check_opset(opset: int, model_name: str) -> None:
-    if problem := opset_problem(opset):
-        raise PipelineError(f"{model_name} -> onnx: {problem}")
 
 
 def example_inputs(batch: int = 2, seq: int = 8, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,7 +53,6 @@ def export_onnx(model: nn.Module, out: Path, opset: int, model_name: str, pad_id
     other models are exported as they are."""
     from export.cls_only import cls_only_last_layer
 
-    check_opset(opset, model_name)
     model = model.eval()  # the legacy exporter restores the module's mode: a train-mode wrapper adds dropout
     out.parent.mkdir(parents=True, exist_ok=True)
     try:

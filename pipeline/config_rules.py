@@ -210,10 +210,10 @@ def _opset(cfg) -> str | None:
 
 def _coreml_shapes(cfg) -> str | None:
     """Two enumerated inputs need iOS18 / macOS15 (coremltools refuses them below, at the export stage)."""
-    from export.coreml import COREML_TARGETS, ENUMERATED_SPEC
+    from export.coreml import COREML_TARGETS, IOS18_SPEC
 
     e = cfg.export
-    if e.coreml_models and e.coreml_shapes == "enumerated" and COREML_TARGETS[e.coreml_target] < ENUMERATED_SPEC:
+    if e.coreml_models and e.coreml_shapes == "enumerated" and COREML_TARGETS[e.coreml_target] < IOS18_SPEC:
         return (f"'export.coreml_shapes' = 'enumerated' with two inputs needs export.coreml_target iOS18 or later "
                 f"(it is {e.coreml_target}); raise the target, e.g. {set_fix('export.coreml_target', 'iOS18')}, or "
                 f"use 'range' or 'auto'")

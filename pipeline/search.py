@@ -125,6 +125,17 @@ def rungs(epochs: float, fraction: float) -> list[float]:
     return [total / n] * n
 
 
+def measurement_basis(cfg) -> str:
+    """What a candidate's measured file depends on beyond its shape and target: the teacher, its tokenizer and
+    the distillation texts (the vocabulary it keeps), all in the logits stage's content key, and how the file
+    is quantized. In a measurement's cache key, so a changed teacher, data or [quantize] re-measures (a cached
+    size from another teacher's vocabulary once let an over-limit student through search.max_mb)."""
+    from pipeline.manifest import content_key, sha256_json
+
+    return sha256_json({"logits": content_key(cfg.run_dir / "logits"),
+                        "quantize": cfg.section_dict("quantize")})[:16]
+
+
 def _read_json(path: Path | None) -> dict:
     return json.loads(path.read_text()) if path and path.is_file() else {}
 
@@ -290,10 +301,14 @@ def retime_against_reference(study, cands, full: dict[int, float], ref: dict, se
 def _objective(cfg, r: SearchSection, space, study, cands):
     import optuna
 
+    from transformers import AutoConfig
+
     from distill.search_space import config_keys
+    from distill.student import check_init, check_pca
     from pipeline.config import config_from_dict
 
     worker = f"{socket.gethostname()}:{os.getpid()}"
+    teacher = AutoConfig.from_pretrained(cfg.run_dir / "teacher" / "model")  # what student.init copies from
     per_rung = f"{cands.METRIC}_per_rung"
 
     def objective(trial) -> float:
@@ -307,9 +322,11 @@ def _objective(cfg, r: SearchSection, space, study, cands):
         shape = cands.shape_of(s)
         trial.set_user_attr("student", shape)
         section = cands.section(s)
-        try:  # the same load-time checks a run of this candidate would get
-            config_from_dict({**cfg.to_dict(), section: {**cfg.section_dict(section), **config_keys(shape)}},
-                             "search")
+        try:  # the same load-time checks a run of this candidate would get, and the teacher stage's init check
+            run = config_from_dict({**cfg.to_dict(), section: {**cfg.section_dict(section), **config_keys(shape)}},
+                                   "search")
+            if section == "student":  # the generation student's teacher-layers check needs the model (build)
+                (check_init if cfg.run.task == "classification" else check_pca)(run.student, teacher)
         except PipelineError as e:
             trial.set_user_attr("pruned_because", f"invalid student: {e}")
             _constrain(trial, 1.0, 1.0)
@@ -527,7 +544,11 @@ def run_cli(cfg, args) -> int:
     summary = run_search(cfg, force=args.force)
     folder = cfg.run_dir / "search"
     if summary["best_config"] is None:
-        print(f"search: no trial met the budget on {cfg.search.target}; see {folder / 'trials.json'}")
+        rows = _read_json(folder / "trials.json").get("trials", [])
+        invalid = [t["pruned_because"] for t in rows if str(t.get("pruned_because")).startswith("invalid student")]
+        why = (f"every candidate was a student this config cannot build ({invalid[0]})"
+               if rows and len(invalid) == len(rows) else f"no trial met the budget on {cfg.search.target}")
+        print(f"search: {why}; see {folder / 'trials.json'}")
         return 1
     best = folder / summary["best_config"]
     if summary.get("verdict"):

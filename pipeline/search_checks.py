@@ -58,6 +58,9 @@ def check(cfg) -> str | None:
     if s.storage and "://" not in s.storage:
         return (f"'search.storage' = {s.storage!r} is not a database URL: give \"\" (SQLite in the run folder) or "
                 f"an SQLAlchemy URL such as \"sqlite:////shared/study.db\" or \"postgresql://user@host/db\"")
+    if s.storage.startswith("sqlite") and s.storage.split("://", 1)[1] in ("", "/", "/:memory:"):
+        return (f"'search.storage' = {s.storage!r} is an in-memory database: the study would vanish with the process "
+                f"and no worker could join it; give a file, e.g. \"sqlite:////shared/study.db\", or \"\"")
     return variants_problem(cfg) or npu_problem(cfg)
 
 
@@ -74,11 +77,13 @@ def variants_problem(cfg) -> str | None:
                 f"set search.variants = [\"int8-dynamic\"]")
     # only a searched file is shipped through bundle.variant: int8-dynamic alone (the default) sets nothing,
     # so a config whose quantize.variants leaves it out still loads (its search times a file it never ships)
-    missing = [x for x in v if x not in cfg.quantize.variants] if tuple(v) != DEFAULT_VARIANTS else []
-    if cfg.run.task == "classification" and missing:
-        return (f"'search.variants' has {missing}, which quantize.variants {list(cfg.quantize.variants)} does not "
-                f"make, so the best candidate could not be built or shipped: add them to quantize.variants or "
-                f"drop them from search.variants")
+    if tuple(v) == DEFAULT_VARIANTS or cfg.run.task != "classification":
+        return None
+    # the bundle ships the .ort of bundle.variant: the export stage must make it too
+    for key, made in (("quantize.variants", cfg.quantize.variants), ("export.ort_variants", cfg.export.ort_variants)):
+        if missing := [x for x in v if x not in made]:
+            return (f"'search.variants' has {missing}, which {key} {list(made)} does not make, so the best candidate "
+                    f"could not be built or shipped: add them to {key} or drop them from search.variants")
     return None
 
 

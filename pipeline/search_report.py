@@ -89,7 +89,10 @@ def verdict(best, full: dict[int, float] | None, ref: dict | None, searcher, req
     lr = ref.get("latency_ratio")  # timed in alternating rounds (classification); else the cached measurements
     speed = (f"{lr['ratio']:.2f}x its latency on {request.target} ({lr['rounds']} alternating rounds)" if lr
              else f"{a['latency_ms'] / ref['latency_ms']:.2f}x its latency on {request.target}")
-    ratio = f"{speed} and {a['size_bytes'] / ref['size_bytes']:.2f}x its file size"
+    size = a["size_bytes"] / ref["size_bytes"]
+    ratio = f"{speed} and {size:.2f}x its file size"
+    if (lr["ratio"] if lr else a["latency_ms"] / ref["latency_ms"]) >= 1 and size >= 1:
+        ratio += "; it is neither faster nor smaller, so keep the config's own student"
     result = f"the result (trial #{best.number}, {metric.replace('_', ' ')} {mine:.4f}) scores"
     if better:
         return (f"{result} at least as well as the config's own student ({theirs:.4f}) on the validation split "
@@ -209,6 +212,8 @@ def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, 
     ax.set_ylabel(f"{metric.replace('_', ' ')} ({sched}{'' if higher else '; lower is better'})")
     edge = worst - pad if higher else worst + pad
     ax.set_ylim(*((edge, hi + pad) if higher else (lo - pad, edge)))
+    if not scores:  # nothing trained: the band is all there is, and a score axis would only show made-up values
+        ax.set_yticks([])
     costs = ([r["latency_ms"] for r in rows if r["latency_ms"]] + [request.budget_ms]
              + ([ref["latency_ms"]] if ref else []))
     if max(costs) / min(costs) > 10:  # over-budget shapes run to 10x+ the budget: a log axis keeps both ends

@@ -137,13 +137,12 @@ def test_missing_chromium_is_a_skip_naming_the_setting(student_files, tmp_path):
     assert any("bench.browser_executable" in e["reason"] or "node" in e["reason"] for e in out.values())
 
 
-def test_browser_settings_are_checked():
-    from eval.bench import check_settings
+def test_browser_settings_are_checked_when_the_config_loads():
     from pipeline.config import config_from_dict
     from pipeline.errors import PipelineError
 
     with pytest.raises(PipelineError, match="bench.browser_iterations"):
-        check_settings(config_from_dict({"bench": {"browser_iterations": 0}}, "t"))
+        config_from_dict({"bench": {"browser_iterations": 0}}, "t")
 
 
 def _lat(p50: float | None) -> dict:

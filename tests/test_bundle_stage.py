@@ -158,6 +158,10 @@ def test_samples_take_names_from_metadata(built):
     assert '["ids": inputIds' in s2 and 'featureValue(for: "scores")' in s2
     readme = (bundle / "README.md").read_text()
     assert "Android Studio" in readme and "Xcode" in readme and "verify-bundle" in readme
+    # a latency measured on a stand-in for the phone says so (the report and metadata label it a proxy)
+    proxied = [t for t, v in meta["latency"].items() if v.get("proxy") and "p50_ms" in v]
+    assert proxied and all(f"{t} {meta['latency'][t]['p50_ms']:.2f} ms (host proxy, not a phone)" in readme
+                           for t in proxied)
 
 
 def _verify(path: Path) -> subprocess.CompletedProcess:

@@ -70,8 +70,7 @@ def test_verify_pads_token_ids_to_the_packages_lengths(built, tmp_path, monkeypa
     meta = json.loads((bundle / "metadata.json").read_text())
     cm = meta["models"]["coreml"]
     # the shapes the export stage compiles with enumerated lengths for this config
-    shape, _ = sequence_shapes("enumerated", list(cfg.export.coreml_lengths), ct.target.iOS18, meta["max_length"],
-                               "student")
+    shape, _ = sequence_shapes("enumerated", list(cfg.export.coreml_lengths), ct.target.iOS18, meta["max_length"])
     lengths = sorted(s.shape[1] for s in shape.shapes)
     assert cm["sequence_lengths"] == lengths == [16, 32]
     model = EnumeratedShapesModel(bundle / meta["models"]["onnx"]["file"], lengths, cm["pad_id"])

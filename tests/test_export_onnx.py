@@ -214,8 +214,10 @@ def test_onnx_errors_name_model_format_and_op(models, tmp_path):
 
     with pytest.raises(PipelineError, match=r"custom -> onnx \(opset 17\): operator aten::fft_fft"):
         export_onnx(FFTHead(), tmp_path / "fft.onnx", 17, "custom")
-    with pytest.raises(PipelineError, match=r"lstm -> onnx: quantize.opset = 9 .*set quantize.opset = 17"):
-        run_exporter("onnx", models["lstm"], tmp_path / "low.onnx", opset=9)
+    from pipeline.config import load_config
+
+    with pytest.raises(PipelineError, match=r"quantize.opset = 9 .*set quantize.opset = 17"):
+        load_config(None, ["quantize.opset=9"])  # refused when the config loads, before any export
     assert not (tmp_path / "low.onnx").exists()
     with pytest.raises(PipelineError, match="fp32 ONNX file, which was not written"):
         run_exporter("int8-static", models["lstm"], tmp_path / "q.onnx", {})

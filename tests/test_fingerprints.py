@@ -89,7 +89,9 @@ NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.step
                   # search.npu_compile = true: generation has no HTP compile; search.variants: its decoder search
                   # times int8-dynamic only (pipeline/search_checks.py); data.max_unlabeled: no labels to leave out
                   "generation": {"run.task", "student.arch", "teacher.fine_tune", "search.npu_compile",
-                                 "search.variants", "data.max_unlabeled", *PATHS}}
+                                 "search.variants", "data.max_unlabeled", *PATHS,
+                                 # classification's example caps: a corpus is sized by its lm.*_windows
+                                 "data.max_train", "data.max_validation", "data.max_test"}}
 # Alternatives tried first (strings and lists have no generic "another value").
 ALTERNATIVES = {
     "data.source": ["csv", "text"], "data.on_empty_text": ["error", "drop"], "data.encoding_errors": ["strict"], "data.delimiter": [";"],
@@ -101,8 +103,8 @@ ALTERNATIVES = {
     "quantize.activation_type": ["int8"], "quantize.skip_fusions": [["skip_layer_norm"]],
     "quantize.dynamic_source": ["fp32"], "quantize.npu_variants": [["nnapi-int8"]], "quantize.npu_lengths": [[16, 32]],
     "quantize.static_float": [["head"]], "quantize.embedding_bits": [8, 4],
-    "export.ort_variants": [["fp32", "int8-dynamic"]], "export.coreml_models": [["student"]],
-    "export.coreml_variants": [["fp16"]], "export.coreml_target": ["iOS17"], "export.coreml_lengths": [[16, 32]],
+    "export.ort_variants": [["fp32", "int8-dynamic"], ["fp32"]], "export.coreml_models": [["student"]],
+    "export.coreml_variants": [["fp16"]], "export.coreml_target": ["iOS17", "iOS18", "macOS15"], "export.coreml_lengths": [[16, 32]],
     "export.coreml_shapes": ["range"], "export.ort_target_platform": ["amd64"], "export.ort_disabled_optimizers": [[]],
     "export.fast_gelu_variants": [[], ["fp32"]],
     "bench.targets": [["host-cpu", "browser-wasm"], ["host-cpu"]], "bench.seq_lengths": [[16, 32, 64]],

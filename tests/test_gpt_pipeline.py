@@ -225,13 +225,15 @@ def test_generation_bench_on_a_gpu_target_runs_fp32_and_skips_int8(tmp_path, cor
     monkeypatch.setitem(B.DECODE_TARGETS, "desktop-gpu", gpu)
     monkeypatch.setattr(B, "cuda_backend", lambda: "ort-cuda")
     cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, distill__epochs=0.2, baseline__epochs=0.2,
-                                   lm__teacher_windows=8, bench__targets=["desktop-gpu"]), "tiny-gen")
+                                   lm__teacher_windows=8, bench__targets=["desktop-gpu"],
+                                   lm__bench_prompt_tokens=40), "tiny-gen")  # longer than one 17-token window
     run(cfg, ["bench"])
     res = json.loads((cfg.run_dir / "bench" / "results.json").read_text())
     assert res["targets"]["desktop-gpu"]["provider"] == "CPUExecutionProvider"
     by = {(r["model"], r["variant"], r["format"]): r["generation"]["desktop-gpu"] for r in res["rows"]}
     for model in ("teacher", "student", "lstm"):
         assert by[(model, "fp32", "onnx")]["decode_tokens_per_s"] > 0
+        assert by[(model, "fp32", "onnx")]["prompt_tokens"] == 40  # the test windows run together
     assert by[("student", "int8-dynamic", "onnx")] == {"status": "skipped", "reason": gpu.why_not}
     assert by[("student", "fp32", "ort")]["reason"] == "desktop-gpu runs the .onnx file of this model"
 

@@ -111,6 +111,7 @@ def test_restricted_vocabulary_still_scores_every_teacher_token():
     assert vmap.teacher_ids.tolist() == [0, 2, 5, 9] and vmap.size == 5 and vmap.other_id == 4
     assert vmap.to_student(np.array([9, 3, 0])).tolist() == [3, 4, 0]
     assert vmap.to_teacher([3, 4]).tolist() == [9, -1]
+    assert vmap.to_teacher([]).tolist() == []  # lm.sample_tokens = 0: no continuation (an IndexError before)
 
     class Fixed(torch.nn.Module):  # logits independent of the input
         def __init__(self):

@@ -114,3 +114,8 @@ def test_report_says_why_the_plain_fp32_file_is_not_paired():
     opt = _h2h(0.9, 0.85, 0.95, ours={"variant": "optimized", "format": "onnx"})
     assert "same torch.onnx export Optimum writes" in text([opt])
     assert "same torch.onnx export" not in text([_h2h(1.0, 0.95, 1.05)])  # plain fp32 paired: no such claim
+    # with the [CLS]-only last layer ours is not Optimum's export: the text says what differs and what it means
+    rows = [{"model": "student", "variant": "fp32", "format": "onnx", "details": {"cls_only_last_layer": True}}]
+    cls = " ".join(b[1] for b in _head_to_head({"head_to_head": [opt], "rows": rows}) if b[0] == "p")
+    assert "same torch.onnx export" not in cls and "Optimum's torch.onnx export but for its last layer" in cls
+    assert "part of each ratio is that work saved, not faster kernels" in cls

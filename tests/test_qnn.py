@@ -221,6 +221,18 @@ def test_report_verdict_is_one_row_per_model_variant_with_lengths_per_chip():
         ("p", "Qualcomm HTP compiler: not run (onnxruntime-qnn is not installed).")]
 
 
+def test_report_node_counts_come_from_the_longest_length_that_compiled():
+    """A length past the model's maximum is a skip without node counts: the column shows the longest one that has
+    them (it was blank whenever the longest listed length was such a skip)."""
+    from eval.report import _qnn_htp
+
+    rows = [{"model": "student", "variant": "int8-static", "length": n, "chip": "8gen2", "status": status,
+             "nodes_on_htp": nodes, "nodes_total": nodes, "unsupported": []}
+            for n, status, nodes in ((16, "passed", 170), (32, "passed", 175), (64, "skipped: past max_length", None))]
+    table = _qnn_htp({"qnn_htp": {"chips": {"8gen2": "Snapdragon 8 Gen 2"}, "rows": rows}})[1][2]
+    assert table[0][3] == "175/175"
+
+
 def test_other_chips_reuse_the_first_chips_numerics_only_where_their_probe_logits_are_identical(monkeypatch):
     """npu.emulator_chips = "probe": the second chip runs one text; identical logits -> numerics_from the first
     chip; different logits -> every text on that chip too. "all" runs every text everywhere."""

@@ -424,6 +424,10 @@ def test_quantization_variant_as_a_search_dimension(search_cfg, monkeypatch):
     ({"search": {"variants": ["int8-static"]}, "run": {"task": "generation"}}, "searches its int8-dynamic decoder"),
     ({"search": {"seed": -1}}, r"search --seed -1 \('search.seed'\): give a seed from 1 to 2\*\*32 - 1, or 0 for run.seed"),
     ({"search": {"seed": 2**32}}, r"search --seed 4294967296 \('search.seed'\): give a seed from 1"),
+    ({"search": {"variants": ["fp16"]}, "export": {"ort_variants": ["fp32", "int8-dynamic"]}},
+     r"'search.variants' has \['fp16'\], which export.ort_variants"),
+    ({"search": {"storage": "sqlite:///"}}, "is an in-memory database"),
+    ({"search": {"storage": "sqlite:///:memory:"}}, "is an in-memory database"),
 ])
 def test_search_variants_load_time_rules(change, needle):
     from pipeline.config import config_from_dict
@@ -763,6 +767,11 @@ def test_one_standard_error_rule():
     ref["validation_accuracy_full"] = 0.7420  # 0.53 point above the pick: within one standard error
     assert "within one standard error (0.0070) of the config's own student (0.7420)" in \
         verdict(pick, full, ref, acc, req, "one-se")
+    assert "keep the config's own student" not in verdict(pick, full, ref, acc, req, "one-se")  # 0.41x, 0.5x
+    pick.user_attrs.update(latency_ms=0.70, size_bytes=3)  # slower and larger: the search found nothing to take
+    assert verdict(pick, full, ref, acc, req, "one-se").endswith(
+        "at 1.09x its latency on mobile-cpu and 1.50x its file size; it is neither faster nor smaller, so keep the "
+        "config's own student")
     cands = Candidates.__new__(Candidates)
     cands.val_y = [0] * 3748
     assert cands.standard_error(0.74) == pytest.approx((0.74 * 0.26 / 3748) ** 0.5)  # 0.72 point on the demo

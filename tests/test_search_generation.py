@@ -109,6 +109,24 @@ def test_generation_candidate_over_budget_is_pruned_before_training(gen_search_c
     assert not (out / "best-host-cpu.toml").exists()  # the earlier search's best is not this one's
 
 
+def test_a_candidate_wider_than_the_teacher_is_pruned_not_an_abort(gen_search_cfg, distill_calls, capsys):
+    """The default space's decoders (hidden 64-384) are all wider than the tiny teacher (32): with student.init =
+    'teacher-pca' each is pruned naming why (the search stopped with an Optuna traceback before)."""
+    from pipeline.cli import main
+
+    path, cfg = gen_search_cfg
+    rc = main(["search", "--config", str(path), "--target", "host-cpu", "--budget-ms", "1000", "--trials", "2",
+               "--fraction", "0.5"])
+    out = capsys.readouterr()
+    assert rc == 1 and "Traceback" not in out.err
+    assert "search: every candidate was a student this config cannot build (invalid student: " in out.out
+    rows = json.loads((cfg.run_dir / "search" / "trials.json").read_text())["trials"]
+    assert len(rows) == 2 and all(t["status"] == "pruned" for t in rows)
+    assert all(t["pruned_because"].startswith("invalid student: student.init = 'teacher-pca' projects the "
+                                              "teacher's 32-wide embeddings") for t in rows)
+    assert distill_calls == []
+
+
 def test_generation_search_space_is_checked_at_load_time(gen_search_cfg):
     from pipeline.errors import PipelineError
 

@@ -40,9 +40,17 @@ CASES = [
     (GEN + ["data.max_unlabeled=100"], "data.max_unlabeled", True),
     (GEN + ['bench.targets=["host-cpu","gpu"]'], "bench.targets", False),
     (GEN + ['bench.targets=["qnn-htp"]'], "bench.targets", False),
+    (GEN + ['export.coreml_target="iOS17"'], "export.coreml_target", True),  # the student's KV cache is state
+    (GEN + ['quantize.variants=["fp32","int8-static"]'], "quantize.variants", True),
+    (GEN + ['export.ort_variants=["fp16"]'], "export.ort_variants", True),
+    (GEN + ['export.coreml_models=["studnet"]'], "export.coreml_models", True),
+    (GEN + ["student.hidden=6", "student.heads=2"], "student.hidden", True),
+    (GEN + ["data.max_train=100"], "data.max_train", True),
     # refused only by the stage that reads them before (quantize, export, bench, teacher, phone-bench)
     (["quantize.opset=1"], "quantize.opset", False),
     (['export.coreml_target="iOS99"'], "export.coreml_target", False),
+    (['export.coreml_target="iOS13"'], "export.coreml_target", False),  # too old for an mlprogram
+    (['export.coreml_shapes="wide"'], "export.coreml_shapes", False),
     (['export.coreml_shapes="enumerated"'], "export.coreml_shapes", True),
     (["student.hidden=24", "quantize.embedding_bits=4"], "quantize.embedding_bits", True),
     (['bench.sweep_variants=["int4"]'], "bench.sweep_variants", False),

@@ -12,16 +12,29 @@ try {
     `onnxruntime-web WASM, ${clf.threads} thread(s).`;
   $("status").textContent = "ready";
   $("status").dataset.ready = "1";
-  $("classify").disabled = false;
+  // an empty text has no answer: the model would still give one (for [CLS][SEP] alone)
+  const empty = () => !$("text").value.trim();
+  $("classify").disabled = empty();
+  $("text").addEventListener("input", () => { $("classify").disabled = empty(); });
   $("form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
+    if (empty()) return;
     const r = await clf.classify($("text").value);
     $("label").textContent = r.label;
     $("latency").textContent = `${r.latency_ms.toFixed(2)} ms`;
     $("probs").replaceChildren(...clf.meta.labels.map((name, i) => {
-      const tr = document.createElement("tr");
+      // labels come from the user's data: set as text, never parsed as HTML
       const pct = (100 * r.probabilities[i]).toFixed(1);
-      tr.innerHTML = `<td>${name}</td><td>${pct}%</td><td><div class="bar" style="width:${pct * 2}px"></div></td>`;
+      const bar = document.createElement("div");
+      bar.className = "bar";
+      bar.style.width = `${pct * 2}px`;
+      const cells = [name, `${pct}%`, bar].map((content) => {
+        const td = document.createElement("td");
+        td.append(content);
+        return td;
+      });
+      const tr = document.createElement("tr");
+      tr.append(...cells);
       return tr;
     }));
     const box = $("result");

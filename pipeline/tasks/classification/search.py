@@ -21,7 +21,7 @@ from distill.search_space import RNN_CELLS, config_keys
 from pipeline.config import BaselineSection, StudentSection
 from pipeline.data import read_labels
 from pipeline.errors import PipelineError
-from pipeline.search import MeasurementCache, rungs
+from pipeline.search import MeasurementCache, measurement_basis, rungs
 from pipeline.search_checks import check_target
 
 log = logging.getLogger("pocketformer")
@@ -94,6 +94,7 @@ class Candidates(MeasurementCache):
         self.teacher = load_model(run / "teacher" / "model", "teacher")
         self.texts, self.y, self.teacher_logits = _distill_set(run / "logits", self.labels)
         self.val_texts, self.val_y = _xy(run / "data", "validation", self.labels)
+        self.basis = measurement_basis(cfg)
         if not self.val_texts:
             raise PipelineError("the search scores candidates on the validation split, which is empty: raise "
                                 "data.validation_fraction (e.g. 0.1)")
@@ -146,8 +147,8 @@ class Candidates(MeasurementCache):
         import onnxruntime
 
         return json.dumps({"shape": shape, "variant": variant, "target": self.target.name,
-                           "onnxruntime": onnxruntime.__version__, "length": self.length_of(shape)},
-                          sort_keys=True)
+                           "onnxruntime": onnxruntime.__version__, "length": self.length_of(shape),
+                           "basis": self.basis}, sort_keys=True)
 
     def length_of(self, shape: dict) -> int:
         """bench.headline_length, cut to the student's position table (an RNN has none: its max length)."""

@@ -157,12 +157,6 @@ def stage_export(ctx: StageContext) -> dict:
     """
     cfg, e = ctx.cfg, ctx.cfg.export
     threads(cfg)
-    # the Core ML deployment target needs coremltools, so it is checked here (not when the config loads, as the
-    # variant and model names are), before the slow steps: a typo fails at once
-    if e.coreml_models and e.coreml_variants:
-        from export.coreml import deployment_target
-
-        deployment_target(e.coreml_target, e.coreml_models[0])
     from export.checks import failed_rows
 
     qrows = json.loads((ctx.input("quantize") / "variants.json").read_text())

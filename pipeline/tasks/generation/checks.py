@@ -14,7 +14,7 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def validate(cfg) -> str | None:
     problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation") or paths_problem(cfg.data)
-    for rule in (_prompts_given, _generation_settings, _lm_bundle_choice_is_made, _search_space):
+    for rule in (_prompts_given, _generation_settings, _lm_exports, _lm_bundle_choice_is_made, _search_space):
         problem = problem or rule(cfg)
     return problem
 
@@ -37,11 +37,40 @@ def _generation_settings(cfg) -> str | None:
     if cfg.data.max_unlabeled:
         return ("'data.max_unlabeled' is for run.task = 'classification' (texts kept without labels for distillation); "
                 f"a language model's corpus has no labels to leave out: {_set('data.max_unlabeled', 0)}")
+    if capped := [k for k in ("max_train", "max_validation", "max_test") if getattr(cfg.data, k)]:
+        return (f"'data.{capped[0]}' caps classification examples; a generation corpus is cut into windows: "
+                f"lm.teacher_windows, lm.extra_windows and lm.eval_windows size it. {_set(f'data.{capped[0]}', 0)}")
+    s = cfg.student
+    if (s.hidden // s.heads) % 2:
+        return (f"'student.hidden' / 'student.heads' = {s.hidden} / {s.heads} gives attention heads of "
+                f"{s.hidden // s.heads} values; the Llama student's rotary positions need an even head size, e.g. "
+                f"{_set('student.hidden', s.heads * (s.hidden // s.heads + 1))}")
     lm = cfg.lm
     if lm.bench_prompt_tokens + lm.bench_decode_tokens + 1 > lm.max_cache:
         return (f"'lm.bench_prompt_tokens' ({lm.bench_prompt_tokens}) + 'lm.bench_decode_tokens' "
                 f"({lm.bench_decode_tokens}) + 1 exceeds the students' positions 'lm.max_cache' ({lm.max_cache}); "
                 f"{_set('lm.max_cache', lm.bench_prompt_tokens + lm.bench_decode_tokens + 1)} or shorten the bench")
+    return None
+
+
+def _lm_exports(cfg) -> str | None:
+    """The graphs and Core ML packages the generation stages build: a name they do not would be skipped after
+    training."""
+    from export.coreml import COREML_TARGETS, IOS18_SPEC
+    from export.hf_layout import GRAPH_FILES
+
+    q, e = cfg.quantize, cfg.export
+    for key, names in (("quantize.variants", q.variants), ("export.ort_variants", e.ort_variants)):
+        if other := [v for v in names if v not in GRAPH_FILES]:
+            return (f"'{key}' has {other}: the generation stages build the decoders' {', '.join(GRAPH_FILES)} "
+                    f"graphs only; {_set(key, [v for v in names if v in GRAPH_FILES] or list(GRAPH_FILES))}")
+    if other := [m for m in e.coreml_models if m not in ("student", "lstm")]:
+        return (f"'export.coreml_models' has {other}: Core ML packages are built for the student and the lstm; "
+                f"{_set('export.coreml_models', [m for m in e.coreml_models if m in ('student', 'lstm')])}")
+    if "student" in e.coreml_models and e.coreml_variants and COREML_TARGETS[e.coreml_target] < IOS18_SPEC:
+        return (f"'export.coreml_target' = {e.coreml_target!r}: the student's Core ML package keeps its KV cache as "
+                f"Core ML state, which needs iOS18 / macOS15 or later: {_set('export.coreml_target', 'iOS18')}, or "
+                f"leave the student out of export.coreml_models")
     return None
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from distill import search_space
 from pipeline.config import StudentSection
 from pipeline.errors import PipelineError
-from pipeline.search import MeasurementCache, rungs
+from pipeline.search import MeasurementCache, measurement_basis, rungs
 
 log = logging.getLogger("pocketformer")
 VARIANT = "int8-dynamic"  # the student graph a generation bundle ships by default
@@ -99,6 +99,7 @@ class Candidates(MeasurementCache):
         prompt = np.concatenate(list(self.val))[: lm.bench_prompt_tokens]
         self.prompt = self.vmap.to_student(prompt).tolist()
         self.max_positions = max(lm.max_cache, lm.context_length)  # as the distill stage builds the student
+        self.basis = measurement_basis(cfg)
 
     def build(self, s: StudentSection):
         from distill.student import build_student
@@ -113,8 +114,8 @@ class Candidates(MeasurementCache):
         return json.dumps({"shape": {k: v for k, v in shape.items() if k != "init"}, "variant": VARIANT,
                            "target": self.target.name, "onnxruntime": onnxruntime.__version__,
                            "vocab": self.vmap.size, "positions": self.max_positions,
-                           "prompt_tokens": len(self.prompt), "decode_tokens": lm.bench_decode_tokens},
-                          sort_keys=True)
+                           "prompt_tokens": len(self.prompt), "decode_tokens": lm.bench_decode_tokens,
+                           "basis": self.basis}, sort_keys=True)
 
     def measure(self, s: StudentSection, shape: dict, variant: str = VARIANT) -> dict:
         """{latency_ms (per decode token), decode_tokens_per_s, ttft_ms, size_bytes} of the int8-dynamic KV-cache

@@ -169,16 +169,13 @@ def _coreml_model(ctx, lm, tok, e, can_predict: bool, why: str) -> list[dict]:
             ml, how = coreml_stateful.convert_lstm_lm(lm.model, cfg.lm.max_cache, e.coreml_target)
             check = {"converted_module": "the LSTM LM itself"}
         else:
-            ml, how = coreml_stateful.convert_student(lm.model, cfg.lm.max_cache, cfg.lm.context_length,
-                                                      e.coreml_target)
-            check = {}
-            if coreml_stateful.stateful(e.coreml_target):
-                # the stateful module is our re-implementation of the cache: it must decode like transformers
-                ref = lm.to_model_ids(torch.tensor(greedy(lm, prompt_t, cfg.lm.check_tokens))).tolist()
-                mod = coreml_stateful.StatefulLlama(lm.model, cfg.lm.max_cache)
-                got = coreml_stateful.stateful_greedy(mod, lm.to_model_ids(torch.tensor(prompt_t)).tolist(),
-                                                      cfg.lm.check_tokens, cut)
-                check = check_greedy(ref, got, f"{lm.name} Core ML stateful module", must_match=True)
+            ml, how = coreml_stateful.convert_student(lm.model, cfg.lm.max_cache, e.coreml_target)
+            # the stateful module is our re-implementation of the cache: it must decode like transformers
+            ref = lm.to_model_ids(torch.tensor(greedy(lm, prompt_t, cfg.lm.check_tokens))).tolist()
+            mod = coreml_stateful.StatefulLlama(lm.model, cfg.lm.max_cache)
+            got = coreml_stateful.stateful_greedy(mod, lm.to_model_ids(torch.tensor(prompt_t)).tolist(),
+                                                  cfg.lm.check_tokens, cut)
+            check = check_greedy(ref, got, f"{lm.name} Core ML stateful module", must_match=True)
     except PipelineError:
         raise
     except Exception as ex:  # coremltools raises many types; name the model, format and the failing op
@@ -227,7 +224,9 @@ def stage_bench(ctx: StageContext) -> dict:
     for (name, variant, fmt), (path, src) in files.items():
         lm, tok = load(name)
         # prompt + decode tokens fit the students' lm.max_cache positions: checked when the config loaded
-        prompt_t = held_out_windows(ctx, tok)[0][: lmc.bench_prompt_tokens].tolist()
+        # from the test windows run together (as the search's from validation's): one window holds only
+        # lm.context_length + 1 tokens, and a longer lm.bench_prompt_tokens was timed on that silently
+        prompt_t = np.concatenate(list(held_out_windows(ctx, tok)))[: lmc.bench_prompt_tokens].tolist()
         prompt = lm.to_model_ids(torch.tensor(prompt_t)).tolist()
         row = {"model": name, "variant": variant, "format": fmt, "file": str(path.relative_to(ctx.run_dir)),
                "perplexity": src.get("perplexity"), "params": src.get("params"), "size_bytes": src["size_bytes"],
