@@ -17,15 +17,25 @@ def p50(row: dict, target: str, length: int | str) -> float | None:
     return point(row, target, length).get("p50_ms")
 
 
+def _rounds(row: dict, target: str, length: int | str) -> list[float] | None:
+    entry = row.get("latency", {}).get(target, {})
+    rounds = entry.get("chromium_rounds", {}) if isinstance(entry, dict) else {}
+    return rounds.get("round_p50_ms") if str(rounds.get("length")) == str(length) else None
+
+
 def pick_p50(row: dict, target: str, length: int | str) -> float | None:
     """The p50 that chooses between files: the median of the file's interleaved-round p50s where it was also
     timed that way in one page at this length (browser-wasm's `chromium_rounds`, eval/browser_cross.py),
     else the sweep's p50. A sweep point is one stretch of time: on a shared machine one read 4.25 ms for a
     file whose nine interleaved rounds read 2.30-2.51 ms."""
-    entry = row.get("latency", {}).get(target, {})
-    rounds = entry.get("chromium_rounds", {}) if isinstance(entry, dict) else {}
-    got = rounds.get("round_p50_ms") if str(rounds.get("length")) == str(length) else None
+    got = _rounds(row, target, length)
     return statistics.median(got) if got else p50(row, target, length)
+
+
+def pick_source(row: dict, target: str, length: int | str) -> str:
+    """Which measurement pick_p50 took: "interleaved rounds" or "length sweep" (the bundle records it per file,
+    so a choice between files timed both ways says so)."""
+    return "interleaved rounds" if _rounds(row, target, length) else "length sweep"
 
 
 def skip(reason: str) -> dict:

@@ -39,7 +39,8 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
     0.01 = 1 point) of the best one, and take the fastest p50 on `target` at the report's headline length;
     ties and rows without a time there fall back to the smallest file. An explicit model / variant must exist.
     A variant that failed its check (here or in `failed`: (model, variant) -> why) is never a candidate."""
-    from eval.rows import pick_p50 as row_p50  # function-level: verify-bundle imports this module without eval/
+    # function-level: verify-bundle imports this module without eval/
+    from eval.rows import pick_p50 as row_p50, pick_source
 
     length = results.get("plan", {}).get("headline_length", 64)
     kinds = " / ".join(f".{f}" for f in formats)
@@ -76,18 +77,25 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
     def p50(r):
         return row_p50(latency.get((r["model"], r["variant"], r["format"]), {}), target, length)
 
+    def source(r):
+        return pick_source(latency.get((r["model"], r["variant"], r["format"]), {}), target, length)
+
     timed = [(p, r) for r in within if (p := p50(r))]
     if timed:
         pick = min(timed, key=lambda t: (t[0], -t[1]["accuracy"], t[1]["size_bytes"]))[1]
+        mixed = {source(r) for _, r in timed} == {"interleaved rounds", "length sweep"}
         rule = (f"fastest {target} p50 at {length} tokens among {want_model} {kinds} files whose test "
-                f"accuracy is within {window:.3f} of the best ({best:.4f})")
+                f"accuracy is within {window:.3f} of the best ({best:.4f})"
+                + (" (the median of interleaved rounds for the files timed so, else the length sweep's p50)"
+                   if mixed else ""))
     else:
         pick = min(within, key=lambda r: (r["size_bytes"], -r["accuracy"]))
         rule = (f"no {target} latency in the report: smallest {want_model} {kinds} file whose test accuracy "
                 f"is within {window:.3f} of the best ({best:.4f})")
     candidates = [{"variant": r["variant"], **({"format": r["format"]} if len(formats) > 1 else {}),
                    "accuracy": r["accuracy"], "size_bytes": r["size_bytes"], f"{target}_p50_ms": p50(r),
-                   "within_window": r in within} for r in scored]
+                   **({f"{target}_p50_from": source(r)} if p50(r) else {}), "within_window": r in within}
+                  for r in scored]
     # target: whose rows chose the file; proxy: non-empty when that target is a stand-in (mobile-cpu on the host)
     return {**pick, "choice": {"rule": rule, "target": target, "proxy": proxy, "candidates": candidates}}
 

@@ -118,8 +118,11 @@ def readme(meta: dict) -> str:
     lat = meta.get("latency", {}).get(m["choice"]["target"], {})
     when = f"{lat['p50_ms']:.2f} ms p50 at {lat['seq_len']} tokens" if "p50_ms" in lat else lat.get("reason", "not timed")
     page = meta.get("page_check", {})
+    # the page's figure is a whole answer (the JavaScript tokenizer and the session call on one text of its own
+    # length), the report's the model alone on padded ids: say which is which
     checked = (f"{page['labels_agree']} of {page['texts']} sample texts labelled as stored, page latency p50 "
-               f"{page['latency_ms']['p50']:.1f} ms" if "labels_agree" in page else page.get("reason", ""))
+               f"{page['latency_ms']['p50']:.1f} ms per text (tokenizer + model in the page; the figure above is "
+               f"the model alone)" if "labels_agree" in page else page.get("reason", ""))
     return f"""# {meta['run']}: web bundle
 
 A text classifier that runs entirely in the browser: [onnxruntime-web](https://www.npmjs.com/package/onnxruntime-web)
