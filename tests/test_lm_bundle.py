@@ -176,6 +176,27 @@ def test_corrupt_tokenizer_is_named(built, tmp_path):
         verify_bundle(bad)
 
 
+def test_a_tokenizer_that_decodes_other_words_is_named(built, tmp_path):
+    """tokenizer.json with a decoder that rewrites a letter (hashes rewritten): the prompts still encode to their
+    stored ids and the graph still gives the stored tokens, but an app would print other words."""
+    from export.bundle import write_metadata
+    from pipeline.verify import verify_bundle
+
+    _, dist, _ = built
+    bad = shutil.copytree(dist, tmp_path / "redecoded")
+    samples = json.loads((bad / "samples.json").read_text())
+    n, letter = next((n, c) for n, s in enumerate(samples, 1) for c in s["continuation"] if c.isalpha())
+    tj = json.loads((bad / "tokenizer.json").read_text())
+    swap = {"type": "Replace", "pattern": {"String": letter}, "content": "#"}
+    tj["decoder"] = {"type": "Sequence", "decoders": [d for d in (tj.get("decoder"), swap) if d]}
+    (bad / "tokenizer.json").write_text(json.dumps(tj))
+    meta = json.loads((bad / "metadata.json").read_text())
+    write_metadata(bad, {k: v for k, v in meta.items() if k != "files"})
+    with pytest.raises(PipelineError, match=rf"tokenizer.json decodes sample {n}'s continuation as .* an app shows "
+                                            r"what tokenizer.json decodes"):
+        verify_bundle(bad)
+
+
 def test_app_samples_name_the_shipped_graph(built):
     _, dist, _ = built
     meta = json.loads((dist / "metadata.json").read_text())

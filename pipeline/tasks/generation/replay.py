@@ -4,7 +4,8 @@ every listed file's sha256:
 1. the graph, genai_config.json, tokenizer.json and samples.json must be among the listed files, and the
    metadata and samples must have the shape the replay reads;
 2. in a fresh Python process (onnxruntime, tokenizers and, when installed, onnxruntime-genai; nothing from
-   this repo): tokenizer.json encodes each prompt of samples.json to the stored ids; a plain ONNX Runtime
+   this repo): tokenizer.json encodes each prompt of samples.json to the stored ids and decodes each stored
+   continuation to the stored text; a plain ONNX Runtime
    greedy loop with the KV cache, wired only from genai_config.json, and onnxruntime-genai loading the
    folder each give back the stored greedy continuation, token for token.
 """
@@ -134,6 +135,8 @@ def _child(bundle: Path) -> dict:
     prompts = [s["prompt_ids"] for s in samples]
     n = [s["max_new_tokens"] for s in samples]
     return {"token_ids": [tok.encode(s["prompt"], add_special_tokens=False).ids for s in samples],
+            # what an app shows: the stored continuation's ids through tokenizer.json
+            "decoded": [tok.decode(s["continuation_ids"], skip_special_tokens=True) for s in samples],
             "onnxruntime": [ort_greedy(bundle, p, k, eos) for p, k in zip(prompts, n)],
             "onnxruntime-genai": genai_greedy(bundle, prompts, n)}
 
@@ -168,6 +171,13 @@ def verify(bundle: Path, files: dict) -> dict:
                                     f"the bundle with `make bundle`")
         summary["runtimes"][runtime] = {"file": meta["graph"]["file"], "samples_match": len(samples),
                                         "tokens": sum(len(s["continuation_ids"]) for s in samples)}
+    # the graph gives the stored ids (above): text that differs is tokenizer.json's or samples.json's edit
+    for n, (s, text) in enumerate(zip(samples, got["decoded"]), 1):
+        if isinstance(s.get("continuation"), str) and text != s["continuation"]:
+            raise PipelineError(f"{bundle}: tokenizer.json decodes sample {n}'s continuation as {text[:40]!r}, not "
+                                f"the text samples.json stores, {s['continuation'][:40]!r}: one of the two was edited, "
+                                f"and an app shows what tokenizer.json decodes; restore them from runs/<run>/bundle/ "
+                                f"or rebuild the bundle with `make bundle`")
     summary["lines"] = _lines(summary)
     return summary
 
