@@ -23,9 +23,15 @@ log = logging.getLogger(__name__)
 
 
 def split_sets(text: str) -> list[str]:
-    """SET's items, one --set each (see _NEXT_ITEM); text with no section.key= stays one item and fails there."""
-    text = text.strip()
-    return _NEXT_ITEM.split(text) if text else []
+    """SET's items, one --set each (see _NEXT_ITEM), never cut inside a double-quoted string or a list
+    (lm.prompts=["a b.c=1"] is one item); text with no section.key= stays one item and fails there."""
+    text, items, start = text.strip(), [], 0
+    for m in _NEXT_ITEM.finditer(text):
+        head = text[start:m.start()]
+        if head.count('"') % 2 == 0 and head.count("[") == head.count("]"):
+            items.append(head)
+            start = m.end()
+    return items + [text[start:]] if text else []
 
 
 def env_settings(environ=os.environ) -> tuple[str | None, list[str]]:

@@ -52,6 +52,9 @@ def test_config_path_is_taken_whole():
 
 def test_split_sets_keeps_values_whole():
     assert split_sets("") == [] and split_sets("  ") == []
+    # what looks like a next item inside a quoted string or a list is part of the value
+    assert split_sets('lm.prompts=["a b.c=1", "d"] run.name="x"') == ['lm.prompts=["a b.c=1", "d"]', 'run.name="x"']
+    assert split_sets('run.name="say a.b=c" bundle.web=false') == ['run.name="say a.b=c"', "bundle.web=false"]
     assert split_sets("distill.epochs=2  bench.iterations=5") == ["distill.epochs=2", "bench.iterations=5"]
     assert split_sets('bench.targets=["a", "b"] run.name="x y" bundle.web=false') == [
         'bench.targets=["a", "b"]', 'run.name="x y"', "bundle.web=false"]
