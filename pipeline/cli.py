@@ -142,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "status":
             for name, (_, why) in statuses(cfg, list(STAGES)).items():
                 print(f"{name:10s} {why}")
+            # an interrupted stage's scratch folder: never taken as finished, replaced when the stage runs again
+            for left in sorted(cfg.run_dir.glob(".*.partial")):
+                print(f"note: {left} is what an interrupted stage left; the stage's next run removes it")
             return 0
         if args.command == "run":
             targets = [args.until] if args.until else default_targets()

@@ -81,6 +81,10 @@ def test_cli_status_names_the_changed_file(label_stages, tmp_path, capsys, monke
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["data", "up", "to", "date"]
     assert out[1].startswith("train") and "model.json changed" in out[1]
+    (cfg.run_dir / ".train.partial").mkdir()  # what a killed stage leaves
+    assert cli.main(["status", "--config", str(cfg_file)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"note: {cfg.run_dir / '.train.partial'} is what an interrupted stage left; the stage's next run removes it")
 
 
 @pytest.mark.parametrize("bad", ["[]", '"done"', "null", '{"config_hash": 1}',
