@@ -443,3 +443,23 @@ def test_gpu_target_never_files_cpu_numbers(tiny_run, monkeypatch, tmp_path):
     entry, npu = bench.row_target(T.get_target("desktop-gpu"), row)
     assert npu is None and entry["status"] == "failed"
     assert "CUDAExecutionProvider could not be created" in entry["reason"]
+
+
+def test_a_headline_past_the_students_max_length_is_warned(caplog):
+    """bench.headline_length above student.max_length: the headline figures are for inputs the bundle's tokenizer
+    never lets through, and the log says so before anything is timed."""
+    from types import SimpleNamespace
+
+    from pipeline.config import config_from_dict
+    from pipeline.tasks.classification.bench import stage_bench
+
+    class Stop(Exception):
+        pass
+
+    def stop(_):
+        raise Stop
+
+    cfg = config_from_dict({"student": {"max_length": 32}})
+    with pytest.raises(Stop):
+        stage_bench(SimpleNamespace(cfg=cfg, input=stop))
+    assert "bench.headline_length = 64 is past student.max_length (32)" in caplog.text

@@ -38,6 +38,11 @@ def stage_bench(ctx: StageContext) -> dict:
     cfg, b = ctx.cfg, ctx.cfg.bench
     t0 = time.time()
     targets = [get_target(name) for name in b.targets]
+    if b.headline_length > cfg.student.max_length:
+        log.warning("WARNING: bench.headline_length = %d is past student.max_length (%d): the bundle's tokenizer "
+                    "cuts texts at %d tokens, so the headline latencies are for inputs an app never sends; set "
+                    "bench.headline_length to one of bench.seq_lengths at or below %d", b.headline_length,
+                    cfg.student.max_length, cfg.student.max_length, cfg.student.max_length)
     labels = read_labels(ctx.input("data"))
     texts, y = _xy(ctx.input("data"), "test", labels)
     folders = {name: ctx.input(stage) / sub for name, (stage, sub) in MODEL_FOLDERS.items()}
