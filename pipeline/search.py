@@ -505,7 +505,11 @@ FLAGS = ("target", "budget_ms", "max_mb", "trials", "space", "fraction", "storag
 
 def flag_overrides(args) -> list[str]:
     """The flags given, as --set overrides of [search] (after the config's and --set's, so they win)."""
-    return [f"search.{key}={json.dumps(getattr(args, key))}" for key in FLAGS if getattr(args, key, None) is not None]
+    given = {key: getattr(args, key) for key in FLAGS if getattr(args, key, None) is not None}
+    for key, value in given.items():  # argparse takes "nan" and "inf" as floats: name the flag, not a --set
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PipelineError(f"search --{key.replace('_', '-')} {value}: give a finite number")
+    return [f"search.{key}={json.dumps(value)}" for key, value in given.items()]
 
 
 def add_cli(sub, common) -> None:

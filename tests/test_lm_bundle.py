@@ -271,7 +271,7 @@ def test_fp32_variant_ships_model_onnx_and_verifies(built, tmp_path):
 
 @pytest.mark.parametrize("edit,match", [
     (lambda m: m["special_ids"].update(eos_token_id=m["special_ids"]["eos_token_id"] + 1),
-     r"special_ids\.eos_token_id is \d+, genai_config\.json says \d+: metadata\.json was edited"),
+     r"special_ids\.eos_token_id is \d+ in metadata\.json and \d+ in genai_config\.json: one of the two was edited"),
     (lambda m: m["model"].update(perplexity=1.0), r"metadata\.json was edited after the build"),
     (lambda m: m.update(kind="web"), r"'kind' is 'web': the generation task publishes app bundles only"),
 ])

@@ -152,6 +152,8 @@ def test_over_budget_prunes_before_training(search_cfg, distill_calls, capsys):
     (["--target", "mobile-cpu", "--budget-ms", "2", "--storage", "nowhere"], "is not a database URL"),
     (["--target", "mobile-cpu", "--budget-ms", "2", "--worker"], "search --worker adds trials to a shared study"),
     (["--target", "mobile-cpu", "--budget-ms", "2", "--survivors", "-1"], "search --survivors -1"),
+    (["--target", "mobile-cpu", "--budget-ms", "nan"], "search --budget-ms nan: give a finite number"),
+    (["--target", "mobile-cpu", "--budget-ms", "2", "--fraction", "inf"], "search --fraction inf: give a finite"),
 ])
 def test_bad_search_arguments_are_one_error(search_cfg, capsys, argv, needle):
     from pipeline.cli import main

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.verify_bundle_meta import (METADATA, bundle_kind, edited, fresh_process, int_list, is_int, need,
+from pipeline.verify_bundle_meta import (METADATA, bundle_kind, fresh_process, int_list, is_int, need,
                                          read_json, require_digest, resolve)
 
 REQUIRED = ("genai_config.json", "tokenizer.json", "config.json", "samples.json")
@@ -52,7 +52,10 @@ def _cross_check(bundle: Path, meta: dict) -> None:
             **{f"special_ids.{k}": v for k, v in meta["special_ids"].items()}}
     for key, v in ours.items():
         if v is not None and theirs.get(key) is not None and v != theirs[key]:
-            raise edited(bundle, f"{key} is {v!r}, genai_config.json says {theirs[key]!r}")
+            # both files are hashed and their hashes pass: either may be the edited one
+            raise PipelineError(f"{bundle}: {key} is {v!r} in {METADATA} and {theirs[key]!r} in genai_config.json: "
+                                f"one of the two was edited; restore them from runs/<run>/bundle/ or rebuild the "
+                                f"bundle with `make bundle`")
 
 
 def load_samples(bundle: Path) -> list[dict]:
