@@ -470,6 +470,9 @@ def _search(res: dict, out: Path | None) -> list[Block]:
                  f"its config: {s['config']} (make all CONFIG=runs/<run>/{s['config']}).")
     if s.get("verdict"):  # against the config's own student, trained in full alike (search.reference)
         text += f" Against the config's own student: {s['verdict']}."
+    if s.get("stale"):
+        text = (f"NOTE: this search ran under other settings than this run's ({s['stale']}): its \"config's own "
+                f"student\" is that config's. Run `python -m pipeline search` again to search for this one. " + text)
 
     def line(label: str, t: dict, params: dict, score: str) -> list[str]:
         return [label, ", ".join(f"{k}={v}" for k, v in sorted(params.items())), t.get("variant", "int8-dynamic"),

@@ -490,6 +490,15 @@ def test_a_finished_search_is_in_the_report(search_cfg, tmp_path):
     md = to_markdown(blocks(res, {}, tmp_path))
     assert "| validation accuracy (short) | full schedule |" in md and "| 0.5000 |" in md
     assert f"trial #{best}, validation accuracy 0.5000 after the full schedule" in md
+    assert "NOTE: this search ran under other settings" not in md
+    # the report stage marks a search made under other settings (running its best config in the same folder)
+    from pipeline.stage import status
+
+    other = with_search(cfg, target="host-cpu", budget_ms=999.0, trials=2, space="tiny", fraction=0.5)
+    s["stale"] = status(other, "search")[1]
+    assert s["stale"] == "its settings changed"
+    md = to_markdown(blocks(res, {}, tmp_path))
+    assert "NOTE: this search ran under other settings than this run's (its settings changed)" in md
 
 
 def test_one_other_variant_is_timed_and_scored_as_that_file(search_cfg, monkeypatch):

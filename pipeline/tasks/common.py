@@ -99,7 +99,12 @@ def report(ctx: StageContext) -> dict:
     merge_saved(ctx.run_dir, results)  # keep phone measurements (runs/<run>/phone/) across report re-runs
     search = search_summary(ctx.run_dir / "search", ctx.out)
     if search:
+        from pipeline.stage import status
+
         results["search"] = search
+        fresh, why = status(ctx.cfg, "search")
+        if not fresh:  # a search made under other settings (e.g. before running its own best config)
+            search["stale"] = why
     problems = validate_results(results)
     if problems:
         raise PipelineError(f"bench/latency.json does not follow eval/SCHEMA.md ({len(problems)} problem(s), "
