@@ -108,7 +108,8 @@ def greedy(lm: LM, prompt: list[int], n: int) -> list[int]:
     if lm.max_positions and len(prompt) + n > lm.max_positions:
         raise PipelineError(f"{lm.name}: prompt of {len(prompt)} tokens + {n} new tokens (lm.sample_tokens for the "
                             f"samples, lm.check_tokens for the export checks) exceeds the model's {lm.max_positions} "
-                            f"positions (lm.max_cache); shorten the prompt, generate fewer tokens or raise lm.max_cache")
+                            f"positions (lm.max_cache for the students, the teacher's own table for it); shorten the "
+                            f"prompt or generate fewer tokens")
     def forward(x: torch.Tensor, state):
         """(logits, the state to carry on: the LSTM's (h, c) or the KV cache)."""
         if lm.kind == "lstm":

@@ -256,6 +256,10 @@ def test_prompt_longer_than_exported_cache_is_refused(tmp_path, corpus, tiny_lla
     with pytest.raises(PipelineError, match="exceeds the model's 64 positions"):
         greedy(lm, [3] * 60, 8)
     assert not onnx.exists()
+    teacher, _ = load_lm(cfg.run_dir / "teacher" / "model", "teacher")  # its own table: 256 positions
+    with pytest.raises(PipelineError, match="teacher: prompt of 250 tokens \\+ 8 new tokens .* exceeds the model's "
+                                            "256 positions"):
+        greedy(teacher, [3] * 250, 8)
 
 
 def test_teacher_that_is_not_causal_is_refused(tmp_path, corpus, tiny_bert_dir):

@@ -33,7 +33,9 @@ def load_lm(folder: Path, name: str):
     if meta["kind"] == "lstm":
         return LM(name, "lstm", LSTMLM.load(folder), vmap), AutoTokenizer.from_pretrained(folder)
     model, tok = load_causal_folder(folder, name)
-    return LM(name, "hf", model, vmap, meta.get("max_positions", 0)), tok
+    # the student's exported positions, else (the teacher) its own position table: no sample runs past it
+    limit = meta.get("max_positions") or getattr(model.config, "max_position_embeddings", None) or 0
+    return LM(name, "hf", model, vmap, limit), tok
 
 
 def held_out_windows(ctx: StageContext, tok, split: str = "test") -> np.ndarray:
