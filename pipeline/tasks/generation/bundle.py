@@ -42,7 +42,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     row = choose_variant(json.loads((qdir / "onnx_rows.json").read_text()), b.variant)
     variant = row["variant"]  # one of H.GRAPH_FILES: the quantize stage builds those only
     lm, tok = load_lm(lm_folder(ctx, "student"), "student")
-    context = lm.max_positions or lm.model.config.max_position_embeddings
+    context = lm.max_positions  # the student's exported positions (load_lm)
     out = ctx.out
     tok.save_pretrained(out)  # tokenizer.json + tokenizer_config.json (+ special tokens): the teacher's
     if not (out / "tokenizer.json").is_file():

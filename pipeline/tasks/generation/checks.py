@@ -85,7 +85,7 @@ def _lm_bundle_choice_is_made(cfg) -> str | None:
     if "student" not in q.models:
         return (f"'quantize.models' {q.models} lacks 'student', the decoder the generation bundle ships; add it: "
                 f"{_set('quantize.models', [*q.models, 'student'])}")
-    made = [v for v in q.variants if v in GRAPH_FILES]
+    made = list(q.variants)  # every one a graph the stages build: _lm_exports checked that first
     if not made:
         return (f"'quantize.variants' {q.variants} names no graph the generation stages build ({', '.join(GRAPH_FILES)}); "
                 f"e.g. {_set('quantize.variants', list(GRAPH_FILES))}")
