@@ -130,11 +130,20 @@ def greedy(lm: LM, prompt: list[int], n: int) -> list[int]:
     return out if lm.vmap is None else lm.vmap.to_teacher(out).tolist()
 
 
-def samples_markdown(tokenizer, prompts: list[str], continuations: dict[str, list[list[int]]]) -> str:
-    """continuations: model name -> one list of teacher ids per prompt."""
+def continued(tokenizer, prompt: str, prompt_ids: list[int], ids: list[int]) -> str:
+    """The prompt as written, then the continuation as the tokenizer joins it to the prompt's ids: a word-level
+    or WordPiece tokenizer puts a space between words that decoding the continuation alone leaves out."""
+    head, whole = tokenizer.decode(prompt_ids), tokenizer.decode(prompt_ids + ids)
+    tail = whole[len(head):] if whole.startswith(head) else tokenizer.decode(ids)
+    return prompt + (tail.lstrip() if prompt[-1:].isspace() else tail)  # a prompt's own trailing space counts
+
+
+def samples_markdown(tokenizer, prompts: list[str], prompt_ids: list[list[int]],
+                     continuations: dict[str, list[list[int]]]) -> str:
+    """continuations: model name -> one list of teacher ids per prompt (prompt_ids: the prompts' ids)."""
     lines = ["# Greedy continuations of fixed prompts", ""]
     for i, prompt in enumerate(prompts):
         lines += [f"## Prompt {i + 1}", "", "```", prompt, "```", ""]
         for name, outs in continuations.items():
-            lines += [f"**{name}**", "", "```", prompt + tokenizer.decode(outs[i]), "```", ""]
+            lines += [f"**{name}**", "", "```", continued(tokenizer, prompt, prompt_ids[i], outs[i]), "```", ""]
     return "\n".join(lines)

@@ -62,12 +62,13 @@ def _stages():
     return STAGES
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, force: bool = True) -> None:
     p.add_argument("--config", default=None,
                    help=f"run config (TOML), default ${ENV_CONFIG} or else {DEFAULT_CONFIG}")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help=f"override one config value, e.g. --set distill.epochs=2 (repeatable; after ${ENV_SET}'s)")
-    p.add_argument("--force", action="store_true", help="re-run the named stage even if it is up to date")
+    if force:  # status and show-config run no stage: --force there would be a no-op the user thinks did something
+        p.add_argument("--force", action="store_true", help="re-run the named stage even if it is up to date")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                 # an optional stage brings its own command and flags (search.add_cli below)
                 **{name: stage.doc for name, stage in _stages().items() if not stage.optional}}
     for name, doc in commands.items():
-        _common(sub.add_parser(name, help=doc))
+        _common(sub.add_parser(name, help=doc), force=name not in ("status", "show-config"))
     sub.choices["run"].add_argument("--until", default=None, help="last stage to run")
     from pipeline import phone
     from pipeline import search

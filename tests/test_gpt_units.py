@@ -187,3 +187,21 @@ def test_greedy_matches_argmax_of_the_whole_sequence_and_checks_lengths():
         greedy(lm, [], 3)
     with pytest.raises(PipelineError, match="exceeds the model's 12 positions"):
         greedy(lm, [1] * 10, 3)
+
+
+def test_samples_keep_the_space_a_word_level_tokenizer_puts_between_prompt_and_continuation():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from eval.metrics import samples_markdown
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "the": 1, "king": 2, "speaks": 3, "now": 4}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+    prompt = "the king"
+    ids = fast(prompt, add_special_tokens=False)["input_ids"]
+    text = samples_markdown(fast, [prompt], [ids], {"student": [[3, 4]]})
+    # decoding the continuation alone gives "speaks now", which glued to the prompt read "the kingspeaks now"
+    assert "the king speaks now" in text.splitlines()
+    trailing = samples_markdown(fast, ["the king "], [ids], {"student": [[3, 4]]})
+    assert "the king speaks now" in trailing.splitlines()  # not two spaces

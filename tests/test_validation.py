@@ -142,6 +142,16 @@ def test_an_empty_config_or_until_is_an_error_not_the_defaults(argv, capsys):
     assert err.startswith(f"error: {argv[1]} is empty (an unset variable?)") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("command", ["status", "show-config"])
+def test_force_is_refused_where_no_stage_runs(command, capsys):
+    from pipeline.cli import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args([command, "--force"])
+    assert e.value.code == 2 and "unrecognized arguments: --force" in capsys.readouterr().err
+    assert build_parser().parse_args(["distill", "--force"]).force  # a stage command still takes it
+
+
 def test_run_until_search_checks_the_request_before_training(tmp_path, capsys, monkeypatch):
     from pipeline import stage
     from pipeline.cli import main

@@ -260,6 +260,6 @@ def stage_eval(ctx: StageContext) -> dict:
     table = markdown(rows, ["model", "perplexity", "perplexity_ratio", "params", "non_embedding_params", "size_bytes"])
     (ctx.out / "perplexity.md").write_text(f"Held-out test documents: {len(win)} windows, {rows[0]['tokens']} "
                                            f"tokens\n\n" + table)
-    (ctx.out / "samples.md").write_text(samples_markdown(tok, list(cfg.lm.prompts), cont))
+    (ctx.out / "samples.md").write_text(samples_markdown(tok, list(cfg.lm.prompts), prompts, cont))
     print("\n" + table)
     return {"test_windows": int(len(win)), "rows": rows}
