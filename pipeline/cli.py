@@ -93,18 +93,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _no_preprocessing_note(record: logging.LogRecord) -> bool:
-    """Drops quantize_dynamic's "Please consider (to run) pre-processing" warning, printed once per file on the
-    root logger: the pipeline runs that pre-processing before quantize_static (export/quantize.py,
-    export/npu.py), where calibration needs it, and checks every quantized file against its source either way."""
-    return "pre-processing before quantization" not in record.getMessage()
+# Library warnings that say nothing the pipeline does not already handle, each with why it is dropped:
+_QUIET = (
+    # quantize_dynamic, once per file: the pipeline runs that pre-processing before quantize_static
+    # (export/quantize.py, export/npu.py), where calibration needs it, and checks every quantized file either way
+    "pre-processing before quantization",
+    # coremltools on Linux, at import: Core ML prediction needs macOS, and export/coreml.py records that reason
+    "Failed to load _MLModelProxy",
+    # coremltools on nn.Embedding's padding_idx: it only shapes gradients, so the converted lookup is the same
+    "Core ML embedding (gather) layer does not support any inputs besides",
+)
+
+
+def _not_quiet(record: logging.LogRecord) -> bool:
+    return not any(q in record.getMessage() for q in _QUIET)
 
 
 def main(argv: list[str] | None = None) -> int:
     # The project's own loggers speak at INFO; libraries only from WARNING up: onnxruntime's quantizer and
     # graph optimizer log every tensor and fusion at INFO on the root logger (dozens of lines per file).
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger().addFilter(_no_preprocessing_note)
+    for handler in logging.getLogger().handlers:  # on the handler: it sees what the libraries' loggers propagate
+        handler.addFilter(_not_quiet)
     for name in ("pocketformer", "pipeline"):
         logging.getLogger(name).setLevel(logging.INFO)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -160,3 +160,18 @@ def test_run_until_search_checks_the_request_before_training(tmp_path, capsys, m
     (tmp_path / "c.toml").write_text(f'[run]\nruns_dir = "{tmp_path}"\n')
     assert main(["run", "--config", str(tmp_path / "c.toml"), "--until", "search"]) == 2
     assert "search: no target" in capsys.readouterr().err
+
+
+def test_known_library_noise_is_dropped_and_other_warnings_kept():
+    import logging
+
+    from pipeline.cli import _not_quiet
+
+    def record(name, msg):
+        return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, (), None)
+
+    assert not _not_quiet(record("coremltools", "Failed to load _MLModelProxy: No module named 'x'"))
+    assert not _not_quiet(record("coremltools", "Core ML embedding (gather) layer does not support any inputs "
+                                                "besides the weights and indices. Those given will be ignored."))
+    assert not _not_quiet(record("root", "Please consider to run pre-processing before quantization. Refer ..."))
+    assert _not_quiet(record("coremltools", "Failed to convert op 'gelu'"))
