@@ -15,19 +15,18 @@ LAUNCH  = $(if $(filter-out 1,$(NPROC)),$(BIN)/torchrun --standalone --nproc_per
 RUN     = HF_HUB_OFFLINE=$(OFFLINE) HF_DATASETS_OFFLINE=$(OFFLINE) TRANSFORMERS_VERBOSITY=error \
           $(LAUNCH) -m pipeline
 STAGES := data teacher logits distill baseline eval quantize compile export bench report bundle web-bundle
-RUN_NAME ?= demo
 
-# SET and CONFIG reach the CLI through the environment (pipeline/cli.py reads POCKETFORMER_SET and
+# SET and CONFIG reach the CLI through the environment (pipeline/cli_args.py reads POCKETFORMER_SET and
 # POCKETFORMER_CONFIG), never pasted into a shell line: quotes, spaces, brackets, `;` or `$` in a value arrive
 # as typed and run nothing. $(value ...) keeps make from expanding a `$` in them either.
 # Only the targets that run the pipeline get them (not `make test`: the suite's own CLI calls stay clean).
-PIPELINE_TARGETS = all $(STAGES) status show-config gpt bench-ddp phone-bench search
+PIPELINE_TARGETS = all $(STAGES) status show-config gpt bench-ddp phone-bench search verify-bundle
 $(PIPELINE_TARGETS): export POCKETFORMER_CONFIG = $(value CONFIG)
 $(PIPELINE_TARGETS): export POCKETFORMER_SET = $(value SET)
 # the other free-text variables, read by recipes as quoted "$$NAME"
-export RUN_NAME PLATFORM ADB PERF_TEST SERIAL TARGET BUDGET_MS MAX_MB TRIALS SPACE
+export PLATFORM ADB PERF_TEST SERIAL TARGET BUDGET_MS MAX_MB TRIALS SPACE
 # tools.throughput takes --config/--set: give it the same settings from the environment
-THROUGHPUT = -c 'import runpy, sys; from pipeline.cli import env_argv; sys.argv[1:] = env_argv(); \
+THROUGHPUT = -c 'import runpy, sys; from pipeline.cli_args import env_argv; sys.argv[1:] = env_argv(); \
              runpy.run_module("tools.throughput", run_name="__main__", alter_sys=True)'
 
 .PHONY: all install js-client web-deps test test-fast $(STAGES) gpt status show-config bench-ddp verify-bundle phone-bench search clean clean-runs help
@@ -97,8 +96,9 @@ bench-ddp: $(STAMP)
 gpt: $(STAMP)
 	POCKETFORMER_CONFIG=configs/gpt-demo.toml $(RUN) run
 
+# the bundles CONFIG's run published: <bundle.dist_dir>/<run.name> and its -web twin where there is one
 verify-bundle: $(STAMP)
-	$(BIN)/python -m pipeline verify-bundle "dist/$$RUN_NAME"
+	$(BIN)/python -m pipeline verify-bundle
 
 # Android: make phone-bench PERF_TEST=/path/to/onnxruntime_perf_test [SERIAL=...] [ADB=...]
 # macOS:   make phone-bench PLATFORM=apple
@@ -126,4 +126,4 @@ clean-runs:
 	rm -rf runs dist
 
 clean: clean-runs
-	rm -rf $(VENV) .pytest_cache *.egg-info clients/js/node_modules
+	rm -rf $(VENV) .pytest_cache *.egg-info clients/js/node_modules web/node_modules

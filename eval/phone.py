@@ -163,7 +163,7 @@ def _android(cfg, bundle: Path, meta: dict, ids: list[int], adb: str | None, per
     if binary is None or not binary.is_file():
         what = "not given" if binary is None else f"{binary} does not exist"
         missing.append(f"the onnxruntime_perf_test binary ({what}: pass --perf-test PATH or set phone.perf_test; "
-                       f"README 'Ship it' says how to build it)")
+                       f"docs/bundles.md 'On a real phone' says how to build it)")
     found = devices(adb_exe) if adb_exe else []
     want = serial or p.serial
     if adb_exe and not found:

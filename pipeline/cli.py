@@ -6,69 +6,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import sys
 
+from pipeline.cli_args import DEFAULT_CONFIG, ENV_CONFIG, apply_env, common_options
 from pipeline.errors import PipelineError
-
-DEFAULT_CONFIG = "configs/demo.toml"
-# The Makefile hands CONFIG and SET over in these (never pasted into a shell line); --config and --set win.
-ENV_CONFIG = "POCKETFORMER_CONFIG"
-ENV_SET = "POCKETFORMER_SET"
-# SET holds space-separated section.key=value items; a new item starts only where whitespace is followed by
-# `section.key=`, so a value keeps its own spaces and quotes: bench.targets=["host-cpu", "mobile-cpu"]
-_NEXT_ITEM = re.compile(r"\s+(?=[A-Za-z_][\w-]*\.[A-Za-z_][\w-]*\s*=)")
-
-log = logging.getLogger(__name__)
-
-
-def split_sets(text: str) -> list[str]:
-    """SET's items, one --set each (see _NEXT_ITEM), never cut inside a double-quoted string or a list
-    (lm.prompts=["a b.c=1"] is one item); text with no section.key= stays one item and fails there."""
-    text, items, start = text.strip(), [], 0
-    for m in _NEXT_ITEM.finditer(text):
-        head = text[start:m.start()]
-        if head.count('"') % 2 == 0 and head.count("[") == head.count("]"):
-            items.append(head)
-            start = m.end()
-    return items + [text[start:]] if text else []
-
-
-def env_settings(environ=os.environ) -> tuple[str | None, list[str]]:
-    """The config path and --set items the environment gives (POCKETFORMER_CONFIG, POCKETFORMER_SET)."""
-    return environ.get(ENV_CONFIG) or None, split_sets(environ.get(ENV_SET, ""))
-
-
-def env_argv(environ=os.environ) -> list[str]:
-    """The same as --config/--set arguments, for tools with their own parser (make bench-ddp)."""
-    config, sets = env_settings(environ)
-    return ["--config", config or DEFAULT_CONFIG] + [a for s in sets for a in ("--set", s)]
-
-
-def _apply_env(args: argparse.Namespace) -> None:
-    """--config defaults to $POCKETFORMER_CONFIG, then configs/demo.toml; $POCKETFORMER_SET's items go
-    before the command line's --set, so those win."""
-    config, sets = env_settings()
-    if args.config is None:
-        args.config = config or DEFAULT_CONFIG
-    if sets:
-        log.info("%s: %s", ENV_SET, " ".join(f"--set {s}" for s in sets))
-    args.overrides = sets + args.overrides
-
 
 def _stages():
     from pipeline.stage import STAGES
 
     return STAGES
-
-
-def _common(p: argparse.ArgumentParser, force: bool = True) -> None:
-    p.add_argument("--config", default=None,
-                   help=f"run config (TOML), default ${ENV_CONFIG} or else {DEFAULT_CONFIG}")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help=f"override one config value, e.g. --set distill.epochs=2 (repeatable; after ${ENV_SET}'s)")
-    if force:  # status and show-config run no stage: --force there would be a no-op the user thinks did something
-        p.add_argument("--force", action="store_true", help="re-run the named stage even if it is up to date")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,13 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
                 # an optional stage brings its own command and flags (search.add_cli below)
                 **{name: stage.doc for name, stage in _stages().items() if not stage.optional}}
     for name, doc in commands.items():
-        _common(sub.add_parser(name, help=doc), force=name not in ("status", "show-config"))
+        common_options(sub.add_parser(name, help=doc), force=name not in ("status", "show-config"))
     sub.choices["run"].add_argument("--until", default=None, help="last stage to run")
     from pipeline import phone
     from pipeline import search
     from pipeline import verify
 
-    search.add_cli(sub, _common)
+    search.add_cli(sub)
     verify.add_cli(sub)
     phone.add_cli(sub)
     return parser
@@ -124,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return verify.main(argv)
     args = build_parser().parse_args(argv)
-    _apply_env(args)
+    apply_env(args)
     # an empty value is an unset shell variable (--config "$CFG"), not a choice: it would quietly mean the
     # defaults (the demo) or every stage
     left_out = {"config": f"${ENV_CONFIG}, else {DEFAULT_CONFIG}", "until": "every stage"}

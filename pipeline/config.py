@@ -387,7 +387,7 @@ class PhoneSection:
     """`make phone-bench`: the bundled model timed on a real phone (eval/phone.py)."""
 
     adb: str = "adb"  # the adb executable (a name on PATH or a path)
-    perf_test: str = ""  # onnxruntime_perf_test built for Android arm64 (README "Ship it"); "" = not given
+    perf_test: str = ""  # onnxruntime_perf_test built for Android arm64 (docs/bundles.md "On a real phone"); "" = not given
     serial: str = ""  # adb device serial; "" = the only device attached
     # cpu / xnnpack time the bundled .ort; qnn / nnapi (NPUs) time the fixed-shape int8-static QDQ file with
     # CPU fallback disabled, so a provider that cannot take the model fails instead of timing the CPU. QNN

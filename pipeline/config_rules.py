@@ -156,7 +156,6 @@ REGISTRY_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "export.fast_gelu_variants": ("FastGelu source variant", ("export.web_model:FAST_GELU_SOURCES",)),
     "quantize.static_float": ("int8-static float part", ("export.quantize:STATIC_FLOAT",)),
     "npu.chips": ("Snapdragon chip", ("eval.qnn:CHIPS",)),
-    "search.space": ("search space", ("distill.search_space:SPACES",)),
     "export.coreml_target": ("Core ML deployment target for an mlprogram", ("export.coreml:COREML_TARGETS",)),
     "phone.providers": ("phone provider", ("eval.phone_android:PROVIDERS",)),
 }

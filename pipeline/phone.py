@@ -52,8 +52,9 @@ def write_results(run_dir: Path, results: dict, new_targets: list[str]) -> None:
 def add_cli(subparsers) -> None:
     p = subparsers.add_parser("phone-bench", help="time the bundled model on an Android phone (adb) or a Mac "
                                                   "(Core ML) and merge the rows into report/results.json")
-    p.add_argument("--config", default=None, help="run config (TOML)")  # None: as every command's (cli._apply_env)
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    from pipeline.cli_args import common_options
+
+    common_options(p, force=False)
     p.add_argument("--platform", choices=("android", "apple"), default="android")
     p.add_argument("--adb", default=None, help="adb executable (default: phone.adb, 'adb' on PATH)")
     p.add_argument("--perf-test", dest="perf_test", default=None, help="onnxruntime_perf_test for Android arm64")

@@ -512,11 +512,12 @@ def flag_overrides(args) -> list[str]:
     return [f"search.{key}={json.dumps(value)}" for key, value in given.items()]
 
 
-def add_cli(sub, common) -> None:
-    """common: the CLI's --config/--set/--force adder (passed in: pipeline.cli imports this module)."""
+def add_cli(sub) -> None:
+    from pipeline.cli_args import common_options
+
     p = sub.add_parser("search", help="the optional stage search: student shapes under a latency budget on a "
                                       "target (runs data, teacher and logits first); writes runs/<run>/search/")
-    common(p)
+    common_options(p)
     p.add_argument("--target", help="where the budget applies: mobile-cpu or host-cpu (search.target)")
     p.add_argument("--budget-ms", type=float, help="p50 latency limit, batch 1, bench.headline_length; for "
                                                    "generation, ms per decode token (search.budget_ms)")

@@ -26,6 +26,18 @@ def target_problem(name: str) -> str | None:
     return None
 
 
+def space_problem(task: str, name: str) -> str | None:
+    """search.space must be one of the run's task's spaces (distill/search_space.py TASK_SPACES)."""
+    from distill.search_space import TASK_SPACES
+
+    spaces = TASK_SPACES.get(task, {})
+    if name in spaces or not spaces:  # an unknown run.task is the task registry's error
+        return None
+    other = next((t for t, known in TASK_SPACES.items() if name in known), None)
+    why = f"a {other} search space" if other else "not a known search space"
+    return f"search --space {name!r} ('search.space') is {why}; run.task = {task!r} has: {', '.join(spaces)}"
+
+
 def check_target(name: str):
     """The target the search times on (eval.targets.TARGETS), or target_problem's error."""
     from eval.targets import TARGETS
@@ -54,7 +66,8 @@ def check(cfg) -> str | None:
         return f"search --seed {s.seed} ('search.seed'): give a seed from 1 to 2**32 - 1, or 0 for run.seed"
     if not 0 < s.fraction <= 1:
         return f"search --fraction {s.fraction:g} ('search.fraction'): give a share of distill.epochs in (0, 1]"
-    # search.space: REGISTRY_NAMES in pipeline/config_rules.py (the registry is imported by name there)
+    if problem := space_problem(cfg.run.task, s.space):
+        return problem
     if s.storage and "://" not in s.storage:
         return (f"'search.storage' = {s.storage!r} is not a database URL: give \"\" (SQLite in the run folder) or "
                 f"an SQLAlchemy URL such as \"sqlite:////shared/study.db\" or \"postgresql://user@host/db\"")

@@ -70,21 +70,43 @@ def verify_bundle(bundle: Path) -> dict:
 
 
 def add_cli(subparsers) -> None:
+    from pipeline.cli_args import common_options
+
     p = subparsers.add_parser("verify-bundle", help="check a bundle (app or web): hashes, metadata, models load, sample outputs match")
-    p.add_argument("bundle", help="bundle folder, e.g. dist/demo")
+    p.add_argument("bundle", nargs="?", help="bundle folder, e.g. dist/demo; left out: the bundles the config's run "
+                                             "published (<bundle.dist_dir>/<run.name> and <run.name>-web)")
+    common_options(p, force=False)
+
+
+def published(args: argparse.Namespace) -> list[Path]:
+    """The bundles the config's run published (app, then web), for `make verify-bundle CONFIG=...`."""
+    from pipeline.cli_args import apply_env
+    from pipeline.config import load_config
+
+    apply_env(args)
+    cfg = load_config(args.config, args.overrides)
+    app = Path(cfg.bundle.dist_dir) / cfg.run.name
+    found = [p for p in (app, app.with_name(f"{app.name}-web")) if p.is_dir()]
+    if not found:
+        raise PipelineError(f"run {cfg.run.name!r} ({args.config}) has no published bundle: {app} does not exist; "
+                            f"build it with `make bundle` (the web bundle: `make web-bundle`) or pass a bundle folder")
+    return found
 
 
 def run_cli(args: argparse.Namespace) -> int:
     try:
-        s = verify_bundle(Path(args.bundle))
+        if args.bundle and (args.config or args.overrides):
+            raise PipelineError("give a bundle folder or --config / --set (its run's published bundles), not both")
+        for bundle in [Path(args.bundle)] if args.bundle else published(args):
+            s = verify_bundle(bundle)
+            for line in s["lines"]:
+                print(f"  {line}")
+            if s["unlisted_files"]:
+                print(f"  note: files not in metadata.json (not checked): {', '.join(s['unlisted_files'][:5])}")
+            print(f"bundle OK: {s['bundle']} ({s['files_checked']} files, sha256 match)")
     except PipelineError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    for line in s["lines"]:
-        print(f"  {line}")
-    if s["unlisted_files"]:
-        print(f"  note: files not in metadata.json (not checked): {', '.join(s['unlisted_files'][:5])}")
-    print(f"bundle OK: {s['bundle']} ({s['files_checked']} files, sha256 match)")
     return 0
 
 

@@ -95,7 +95,9 @@ def load_metadata(bundle: Path) -> dict:
     meta = read_json(path)
     need(isinstance(meta, dict), bundle, "the top level is not an object")
     files = meta.get("files")
-    need(isinstance(files, dict) and len(files) > 0, bundle, "'files' lists no files (an empty bundle checks nothing)")
+    need(isinstance(files, dict), bundle, "'files' is missing" if files is None else
+         f"'files' must be an object of path -> {{bytes, sha256}}, not {json.dumps(files)[:60]}")
+    need(len(files) > 0, bundle, "'files' lists no files (an empty bundle checks nothing)")
     for rel, info in files.items():
         resolve(bundle, rel, "files")
         need(isinstance(info, dict) and isinstance(info.get("bytes"), int) and info["bytes"] >= 0

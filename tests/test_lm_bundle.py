@@ -4,6 +4,7 @@ verify-bundle passing and catching tampering, and the Kotlin / Swift samples nam
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -138,7 +139,7 @@ def test_verify_bundle_passes_then_catches_changes(built, tmp_path):
 
 
 @pytest.mark.parametrize("edit,match", [
-    (lambda m: {**m, "files": list(m["files"])}, "'files' lists no files"),
+    (lambda m: {**m, "files": list(m["files"])}, re.escape("'files' must be an object of path -> {bytes, sha256}, not [")),
     (lambda m: {**m, "graph": "onnx/model_quantized.onnx"}, "'graph' needs a 'file'"),
     (lambda m: {**m, "graph": {**m["graph"], "file": "../outside.onnx"}}, "climbs out with '..'"),
     (lambda m: {**m, "special_ids": {"eos_token_id": "2"}}, "'special_ids' needs 'eos_token_id'"),

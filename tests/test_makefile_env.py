@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import env_argv, env_settings, split_sets
+from pipeline.cli_args import env_argv, env_settings, split_sets
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -147,7 +147,9 @@ def test_over_budget_prunes_before_training(search_cfg, distill_calls, capsys):
 @pytest.mark.parametrize("argv, needle", [
     (["--target", "edge-npu", "--budget-ms", "2"], "mobile-cpu, host-cpu"),
     (["--target", "mobile-cpu", "--budget-ms", "0"], "positive latency budget"),
-    (["--target", "mobile-cpu", "--budget-ms", "2", "--space", "huge"], "unknown search space 'huge'"),
+    (["--target", "mobile-cpu", "--budget-ms", "2", "--space", "huge"],
+     "search --space 'huge' ('search.space') is not a known search space; run.task = 'classification' has: "
+     "default, tiny, tiny-rnn"),
     (["--budget-ms", "2"], "no target: give --target"),
     (["--target", "mobile-cpu", "--budget-ms", "2", "--storage", "nowhere"], "is not a database URL"),
     (["--target", "mobile-cpu", "--budget-ms", "2", "--worker"], "search --worker adds trials to a shared study"),

@@ -133,5 +133,6 @@ def test_generation_search_space_is_checked_at_load_time(gen_search_cfg):
     _, cfg = gen_search_cfg
     d = cfg.to_dict()
     d["search"] = {**d["search"], "space": "tiny-rnn"}
-    with pytest.raises(PipelineError, match="classification search space.*pick one of default, tiny"):
+    with pytest.raises(PipelineError, match=r"search --space 'tiny-rnn' \('search.space'\) is a classification "
+                                            r"search space; run.task = 'generation' has: default, tiny$"):
         config_from_dict(d, "x")

@@ -175,3 +175,16 @@ def test_known_library_noise_is_dropped_and_other_warnings_kept():
                                                 "besides the weights and indices. Those given will be ignored."))
     assert not _not_quiet(record("root", "Please consider to run pre-processing before quantization. Refer ..."))
     assert _not_quiet(record("coremltools", "Failed to convert op 'gelu'"))
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`show-config | head`: the pipe closes before the config is printed."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "show-config"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1])
+    proc.stdout.close()  # long before the interpreter has started: the write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -47,6 +47,27 @@ def _cli(bundle: Path, capsys) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
+def test_without_a_folder_it_checks_the_bundles_the_configs_run_published(built, capsys, monkeypatch):
+    """`make verify-bundle CONFIG=...`: <bundle.dist_dir>/<run.name> (and -web where there is one), not dist/demo."""
+    import dataclasses
+
+    from pipeline import config
+    from pipeline.cli import main
+
+    _, cfg = built
+    monkeypatch.setattr(config, "load_config", lambda path, overrides: cfg)
+    assert main(["verify-bundle", "--config", "any.toml"]) == 0
+    out = capsys.readouterr().out
+    assert f"bundle OK: {Path(cfg.bundle.dist_dir) / 'tiny'} (" in out
+    other = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, name="never-built"))
+    monkeypatch.setattr(config, "load_config", lambda path, overrides: other)
+    assert main(["verify-bundle", "--config", "any.toml"]) == 2
+    err = capsys.readouterr().err
+    assert "run 'never-built' (any.toml) has no published bundle" in err and "make bundle" in err
+    assert main(["verify-bundle", str(Path(cfg.bundle.dist_dir) / "tiny"), "--config", "any.toml"]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
 # --- 1. each file against its own reference ---------------------------------------------------------------
 
 def test_every_onnxruntime_file_has_its_own_reference(built, copy, capsys):
@@ -216,8 +237,9 @@ def test_a_link_loop_is_one_error_naming_the_file(copy, capsys):
 @pytest.mark.parametrize("change, message", [
     (lambda m: m.update(schema_version=1), r"schema_version 1, this verify-bundle reads 3 .*re-runs the stage"),
     (lambda m: m.update(files={}), "'files' lists no files"),
-    (lambda m: m.pop("files"), "'files' lists no files"),
-    (lambda m: m.update(files=["labels.json"]), "'files' lists no files"),
+    (lambda m: m.pop("files"), "'files' is missing"),
+    (lambda m: m.update(files=["labels.json"]), re.escape("""'files' must be an object of path -> {bytes, sha256}, """
+                                                          """not ["labels.json"]""")),
     (lambda m: m["files"].update({"labels.json": "abc"}), r"files\['labels\.json'\] needs 'bytes'"),
     (lambda m: m["files"]["labels.json"].update(bytes="12"), r"files\['labels\.json'\] needs 'bytes'"),
     (lambda m: m["files"].pop(m["models"]["onnx"]["file"]), "models.onnx.file = .* is not in 'files'"),

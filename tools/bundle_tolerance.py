@@ -92,7 +92,7 @@ def _unoptimized(path: Path, spec: dict, samples: list[dict]) -> np.ndarray:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", required=True, help="run folder with a finished bundle stage, e.g. runs/demo")
     p.add_argument("--texts", type=int, default=500, help="test texts to run (default 500)")
     args = p.parse_args()

@@ -77,7 +77,7 @@ def compare(files: list[Path], ids: np.ndarray, pad_id: int, threads: int, round
 def main(argv: list[str] | None = None) -> None:
     from transformers import AutoTokenizer
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("first", type=Path)
     ap.add_argument("second", type=Path)
     ap.add_argument("--tokenizer", type=Path, required=True, help="a model folder with tokenizer files")

@@ -24,7 +24,7 @@ PAIRS = [("quantize/student/optimized.onnx", "quantize/student/fp32.onnx"),
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, default=Path("runs/demo"))
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--length", type=int, default=64)

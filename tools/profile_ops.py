@@ -91,7 +91,7 @@ def table(results: list[dict], top: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="*", type=Path, help="model files (default: the run's student files and Optimum's)")
     ap.add_argument("--run", type=Path, default=Path("runs/demo"))
     ap.add_argument("--tokenizer", type=Path, help="default: <run>/quantize/student/tokenizer")

@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.data import read_split
     from pipeline.tasks.classification.compile import emulate_compiled
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path, help="a finished run folder with quantize/npu.json")
     ap.add_argument("--length", type=int, default=64)
     ap.add_argument("--texts", type=int, default=300, help="first N test texts (0 = the whole test split)")

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.config import load_config
     from pipeline.errors import PipelineError
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="configs/demo.toml")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--tokenizer", type=Path, required=True, help="a model folder with the teacher's tokenizer files")

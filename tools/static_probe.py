@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.config import load_config
     from pipeline.errors import PipelineError
 
-    ap = argparse.ArgumentParser(prog="python -m tools.static_probe", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tools.static_probe", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="configs/demo.toml")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--model", default="teacher")

@@ -26,7 +26,7 @@ def main() -> None:
     from pipeline.config import load_config
     from pipeline.data import read_labels, read_split
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="configs/demo.toml")
     p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--steps", type=int, default=60)

@@ -14,7 +14,7 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def validate(cfg) -> str | None:
     problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation") or paths_problem(cfg.data)
-    for rule in (_prompts_given, _generation_settings, _lm_exports, _lm_bundle_choice_is_made, _search_space):
+    for rule in (_prompts_given, _generation_settings, _lm_exports, _lm_bundle_choice_is_made):
         problem = problem or rule(cfg)
     return problem
 
@@ -94,13 +94,3 @@ def _lm_bundle_choice_is_made(cfg) -> str | None:
                 f"of those or {_set('bundle.variant', 'auto')}")
     return None
 
-
-def _search_space(cfg) -> str | None:
-    """search.space names a generation space (the classification-only ones, e.g. 'tiny-rnn', pass the shared
-    registry check in pipeline/config_rules.py but sample encoders)."""
-    from distill.search_space import LM_SPACES
-
-    if cfg.search.space not in LM_SPACES:
-        return (f"'search.space' = {cfg.search.space!r} is a classification search space; run.task = 'generation' "
-                f"searches decoders: pick one of {', '.join(LM_SPACES)} (--space)")
-    return None
