@@ -66,6 +66,11 @@ def resolve(target: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+# What a training step reads of [train]: all of it but checkpoint_every, which only says how often a resumable
+# checkpoint is saved (the weights are the same), so changing it must not throw away the checkpoints it resumes from
+TRAIN_READS = ("train.*", "-train.checkpoint_every")
+
+
 def lazy(target: str) -> Callable:
     """The function 'package.module:name', imported on its first call. Task bindings name their steps this
     way so the registry stays light: the CLI's help, config checks and verify-bundle load no training code."""

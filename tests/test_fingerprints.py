@@ -36,6 +36,7 @@ READERS = {
         "distill.*": ("distill",), "distill.temperature": ("distill", "baseline"),
         "baseline.*": ("baseline",),
         "train.*": ("teacher", "distill", "baseline"),
+        "train.checkpoint_every": (),  # how often a checkpoint is saved: the weights are the same
         "quantize.*": ("quantize",), "quantize.opset": ("quantize", "bench"),
         "quantize.check_samples": ("quantize", "export"), "quantize.lossless_atol": ("quantize", "export"),
         "quantize.min_argmax_agreement": ("quantize", "export", "compile"),
@@ -58,7 +59,7 @@ READERS = {
                                                   "temperature", "alpha")},
         **{f"baseline.{k}": ("baseline",) for k in ("cell", "embed_dim", "hidden", "layers", "dropout", "epochs", "steps",
                                                     "batch_size", "lr")},
-        "train.*": ("distill", "baseline"),
+        "train.*": ("distill", "baseline"), "train.checkpoint_every": (),
         "quantize.models": ("quantize",), "quantize.variants": ("quantize",), "quantize.opset": ("quantize",),
         "quantize.per_channel": ("quantize",),
         **{f"export.{k}": ("export",) for k in ("ort_variants", "ort_target_platform", "ort_disabled_optimizers",

@@ -2,7 +2,7 @@
 (or the NPU student), with a plain and a distilled RNN beside it; quality is test accuracy."""
 from __future__ import annotations
 
-from pipeline.task import Step, Task, lazy
+from pipeline.task import TRAIN_READS, Step, Task, lazy
 
 # model name -> (stage, sub-folder) of its checkpoint
 MODEL_FOLDERS = {"teacher": ("teacher", "model"), "student": ("distill", "student"),
@@ -20,18 +20,18 @@ TASK = Task(
         # teacher.eval_batch_size only batches the validation score in the summary: the model is the same
         # (teacher.precision is kept: it moves that score by bf16 rounding);
         # the student / layer-map checks here only fail early (the distill step reads those keys)
-        "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"), ("teacher.*", "-teacher.eval_batch_size", "train.*"),
+        "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"), ("teacher.*", "-teacher.eval_batch_size", *TRAIN_READS),
                         distributed=True),
         # teacher.eval_batch_size: length-sorted batches padded per batch, so the batch size moves logits ~1e-8
         # data.max_unlabeled: how many of data/left_out.jsonl join the distillation set (the data stage writes them all)
         "logits": Step(lazy(f"{_HERE}.train:stage_logits"),
                        ("augment.*", "teacher.eval_batch_size", "teacher.precision", "data.max_unlabeled"),
                        distributed=True),
-        "distill": Step(lazy(f"{_HERE}.train:stage_distill"), ("student.*", "distill.*", "train.*"),
+        "distill": Step(lazy(f"{_HERE}.train:stage_distill"), ("student.*", "distill.*", *TRAIN_READS),
                         distributed=True),
         # teacher.max_length: the RNNs' length when baseline.max_length = 0; of [distill] only the temperature
         "baseline": Step(lazy(f"{_HERE}.train:stage_baseline"),
-                         ("baseline.*", "teacher.max_length", "distill.temperature", "train.*"), distributed=True),
+                         ("baseline.*", "teacher.max_length", "distill.temperature", *TRAIN_READS), distributed=True),
         "eval": Step(lazy(f"{_HERE}.train:stage_eval"), ("teacher.eval_batch_size",)),
         "quantize": Step(lazy(f"{_HERE}.ship:stage_quantize"), ("quantize.*", "teacher.eval_batch_size")),
         # the HTP compile (eval/qnn.py): every chip, every NPU length, the emulator's agreement gate

@@ -2,7 +2,7 @@
 restricted vocabulary, with an LSTM language model beside it; quality is held-out perplexity."""
 from __future__ import annotations
 
-from pipeline.task import Step, Task, lazy
+from pipeline.task import TRAIN_READS, Step, Task, lazy
 
 # model name -> (stage, sub-folder) of its checkpoint
 LM_FOLDERS = {"teacher": ("teacher", "model"), "student": ("distill", "student"), "lstm": ("baseline", "lstm")}
@@ -23,10 +23,10 @@ TASK = Task(
                         ("student.arch", "student.layers", "student.hidden", "student.heads", "student.ffn",
                          "student.init", "distill.epochs", "distill.steps", "distill.batch_size", "distill.lr",
                          "distill.weight_decay", "distill.warmup_fraction", "distill.temperature", "distill.alpha",
-                         "train.*", "lm.max_cache", "lm.context_length")),
+                         *TRAIN_READS, "lm.max_cache", "lm.context_length")),
         "baseline": Step(lazy(f"{_HERE}.train:stage_baseline"),
                          ("baseline.cell", "baseline.embed_dim", "baseline.hidden", "baseline.layers",
-                          "baseline.dropout", "baseline.epochs", "baseline.steps", "baseline.batch_size", "baseline.lr", "train.*",
+                          "baseline.dropout", "baseline.epochs", "baseline.steps", "baseline.batch_size", "baseline.lr", *TRAIN_READS,
                           "lm.max_cache", "lm.context_length")),
         "eval": Step(lazy(f"{_HERE}.train:stage_eval"),
                      ("lm.eval_windows", "lm.eval_batch_size", "lm.context_length", "lm.prompts", "lm.sample_tokens")),
