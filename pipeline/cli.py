@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name:10s} {why}")
             # an interrupted stage's scratch folder: never taken as finished, replaced when the stage runs again
             for left in sorted(cfg.run_dir.glob(".*.partial")):
-                print(f"note: {left} is what an interrupted stage left; the stage's next run removes it")
+                print(f"note: {left} is what an interrupted stage left; the next run of that stage (or a run that "
+                      f"finds it up to date) removes it")
             return 0
         if args.command == "run":
             targets = [args.until] if args.until else default_targets()

@@ -235,6 +235,16 @@ def run(cfg: Config, targets: list[str], *, force: tuple[str, ...] = ()) -> list
         return _run(cfg, names, force)
 
 
+def _drop_leftover(run_dir: Path, name: str) -> None:
+    """The scratch folder of an interrupted re-run of a stage that is up to date (a killed --force): the finished
+    folder stands and the scratch is never reused, so it only holds disk (a stage running again replaces it)."""
+    left = run_dir / f".{name}.partial"
+    if left.exists():
+        with writing(left):
+            shutil.rmtree(left)
+        log.info("[%s] removed %s, what an interrupted run had left", name, left)
+
+
 def _run(cfg: Config, names: list[str], force: tuple[str, ...]) -> list[str]:
     from distill import distributed as D
 
@@ -243,6 +253,8 @@ def _run(cfg: Config, names: list[str], force: tuple[str, ...]) -> list[str]:
         fresh, why = status(cfg, name)
         upstream_ran = any(d in ran for d in STAGES[name].deps)
         if fresh and not upstream_ran and name not in force:
+            if D.is_main():
+                _drop_leftover(cfg.run_dir, name)
             log.info("[%s] up to date, skipped", name)
             continue
         if D.is_main():

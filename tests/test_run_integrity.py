@@ -84,7 +84,8 @@ def test_cli_status_names_the_changed_file(label_stages, tmp_path, capsys, monke
     (cfg.run_dir / ".train.partial").mkdir()  # what a killed stage leaves
     assert cli.main(["status", "--config", str(cfg_file)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        f"note: {cfg.run_dir / '.train.partial'} is what an interrupted stage left; the stage's next run removes it")
+        f"note: {cfg.run_dir / '.train.partial'} is what an interrupted stage left; the next run of that stage (or a "
+        f"run that finds it up to date) removes it")
 
 
 @pytest.mark.parametrize("bad", ["[]", '"done"', "null", '{"config_hash": 1}',

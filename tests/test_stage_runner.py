@@ -59,6 +59,16 @@ def test_failed_stage_leaves_nothing_and_keeps_previous(toy_stages, tmp_path):
         run(cfg, ["zzz"])
 
 
+def test_a_killed_rerun_of_an_up_to_date_stage_leaves_no_scratch_behind(toy_stages, tmp_path):
+    """`--force` killed mid-stage leaves .<stage>.partial; the next run finds the stage up to date and drops it."""
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
+    run(cfg, ["b"])
+    (cfg.run_dir / ".a.partial").mkdir()
+    (cfg.run_dir / ".a.partial" / "half.bin").write_bytes(b"x" * 10)
+    assert run(cfg, ["b"]) == []
+    assert not (cfg.run_dir / ".a.partial").exists() and (cfg.run_dir / "a" / "out.txt").read_text() == "a"
+
+
 def test_cli_reports_errors_in_one_line(capsys, tmp_path):
     from pipeline.cli import main
 
