@@ -38,7 +38,10 @@ class HashCache:
             pass  # no cache or a damaged one: every file is hashed again, which is only slower
 
     def _key(self, path: Path) -> str:
-        return path.relative_to(self.run_dir).as_posix()  # the stages hash files of their own run folder
+        try:
+            return path.relative_to(self.run_dir).as_posix()  # the stages' own files: the run folder can move
+        except ValueError:
+            return str(path.resolve())  # a source a stage reads (a data file, a teacher folder)
 
     def sha256(self, path: Path) -> str:
         sig = _signature(path.stat())

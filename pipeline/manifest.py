@@ -52,12 +52,15 @@ def list_outputs(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def write_manifest(folder: Path, *, stage: str, config: dict, config_hash: str, inputs: dict[str, str],
-                   summary: dict, started: float) -> dict:
+                   summary: dict, started: float, sources: dict[str, str] | None = None) -> dict:
     manifest = {
         "stage": stage,
         "config_hash": config_hash,
         "config": config,
         "inputs": inputs,  # upstream stage -> its content_key()
+        # config key -> sha256 of the local files it names (pipeline/stage.py SOURCES); not in content_key: a
+        # re-run on an edited source that writes the same files leaves everything downstream up to date
+        "sources": sources or {},
         "outputs": list_outputs(folder),
         "summary": summary,
         "versions": library_versions(),

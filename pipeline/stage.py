@@ -109,6 +109,26 @@ def config_hash(cfg: Config, stage: Stage) -> tuple[dict, str]:
     return relevant, sha256_json(relevant)
 
 
+# Config keys naming local files or folders whose bytes a stage reads -> that stage. Their content is part of the
+# stage's key, so an edited data file or teacher folder re-runs it (the path string alone would not change). A hub
+# id or a packaged name is no local path and has no digest; downstream stages stay keyed on what this one wrote.
+SOURCES = {"data.train_path": "data", "data.validation_path": "data", "data.test_path": "data",
+           "teacher.model": "teacher"}
+
+
+def source_digests(cfg: Config, name: str) -> dict[str, str]:
+    """{key: sha256 over every file under the path it names} for the SOURCES stage `name` reads."""
+    out, cache = {}, HashCache(cfg.run_dir)
+    for key in (k for k, stage in SOURCES.items() if stage == name):
+        path = Path(cfg.value(key)).expanduser() if cfg.value(key) else None
+        if path is None or not path.exists():
+            continue  # not a local path: the stage itself says what is wrong with it
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        out[key] = sha256_json({p.relative_to(path).as_posix(): cache.sha256(p) for p in files})
+    cache.save()
+    return out
+
+
 def stage_inputs(run_dir, stage: Stage) -> dict[str, str]:
     """The content keys a stage's run is keyed on: its deps, and those of reads_if_present that have run."""
     return {dep: content_key(run_dir / dep) for dep in (*stage.deps, *stage.reads_if_present)
@@ -124,6 +144,10 @@ def status(cfg: Config, name: str) -> tuple[bool, str]:
         return False, "not run yet"
     if manifest.get("config_hash") != config_hash(cfg, stage)[1]:
         return False, "its settings changed"
+    recorded = manifest.get("sources", {})
+    for key, digest in source_digests(cfg, name).items():
+        if recorded.get(key) != digest:
+            return False, f"the content of {key} ({cfg.value(key)}) changed"
     recorded = manifest.get("inputs", {})
     now = stage_inputs(cfg.run_dir, stage)
     for dep in (*stage.deps, *stage.reads_if_present):
@@ -173,7 +197,8 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
                                 f"--config {cfg.source}`")
     relevant, chash = config_hash(cfg, stage)
     inputs = stage_inputs(run_dir, stage)
-    key = sha256_json([chash, inputs])
+    sources = source_digests(cfg, name)
+    key = sha256_json([chash, inputs] + ([sources] if sources else []))  # resume only onto the same sources
     step = task_of(cfg).step(name)
     if not D.is_main():
         # other ranks compute their share of a distributed stage into a private folder that is dropped
@@ -197,7 +222,7 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
         ctx = StageContext(cfg, name, tmp, run_dir, stage.deps, key, GRAPH)
         summary = step.fn(ctx) or {}
         manifest = write_manifest(tmp, stage=name, config=relevant, config_hash=chash, inputs=inputs,
-                                  summary=summary, started=started)
+                                  summary=summary, started=started, sources=sources)
     except BaseException as e:
         written = tree_bytes(tmp)  # what the stage had written when it failed: a full disk needs at least this
         shutil.rmtree(tmp, ignore_errors=True)

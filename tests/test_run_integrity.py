@@ -175,3 +175,35 @@ def test_killed_holder_leaves_no_stale_lock(tmp_path):
     holder.wait(timeout=60)
     with run_lock(run_dir, "after a crash"):  # the kernel released the dead process's flock
         assert "after a crash" in (run_dir / LOCK_NAME).read_text()
+
+
+def test_an_edited_data_file_or_teacher_folder_re_runs_its_stage(tiny_bert_dir, tmp_path):
+    """The data stage is keyed on the CSV's bytes, not only its path; the teacher on its folder's files."""
+    import os
+    import shutil
+
+    from conftest import tiny_run_config, write_tiny_csv
+    from pipeline.stage import source_digests
+
+    csv = write_tiny_csv(tmp_path / "reviews.csv")
+    cfg = config_from_dict(tiny_run_config(tiny_bert_dir, csv, tmp_path / "runs"))
+    run(cfg, ["data"])
+    before = (cfg.run_dir / "data" / "train.jsonl").read_bytes()
+    stat = csv.stat()
+    os.utime(csv, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched, same bytes: nothing to do
+    assert status(cfg, "data") == (True, "up to date")
+    lines = csv.read_text().splitlines()
+    flipped = lines[1].rsplit(",", 1)[0] + "," + ("negative" if lines[1].endswith("positive") else "positive")
+    csv.write_text("\n".join([lines[0], flipped, *lines[2:]]) + "\n")
+    assert status(cfg, "data") == (False, f"the content of data.train_path ({csv}) changed")
+    assert run(cfg, ["data"]) == ["data"] and (cfg.run_dir / "data" / "train.jsonl").read_bytes() != before
+    assert status(cfg, "data") == (True, "up to date")
+
+    teacher = shutil.copytree(tiny_bert_dir, tmp_path / "teacher")
+    cfg = config_from_dict({**tiny_run_config(teacher, csv, tmp_path / "runs")})
+    first = source_digests(cfg, "teacher")
+    assert list(first) == ["teacher.model"] and source_digests(cfg, "data").keys() == {"data.train_path"}
+    (teacher / "config.json").write_text((teacher / "config.json").read_text().replace("0.1", "0.3"))
+    assert source_digests(cfg, "teacher") != first
+    hub = config_from_dict({**tiny_run_config(teacher, csv, tmp_path / "runs"), "teacher": {"model": "org/name"}})
+    assert source_digests(hub, "teacher") == {}  # a hub id is no local path: pinned by its id
