@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from distill import distributed as D
 from distill.batching import encode, param_device, window_batches
 from distill.losses import distill_loss, next_token_ce
 from distill.lstm import LSTMLM, LSTMLMConfig, RNNClassifier, RNNConfig
@@ -27,14 +28,16 @@ def train_rnn(model: RNNClassifier, tok, texts: list[str], labels: list[int], b:
     ids, truncated = encode(tok, texts, max_length, where="baseline texts")
     y = torch.tensor(labels)
     tl = None if teacher_logits is None else torch.from_numpy(teacher_logits).float()
+    labelled = np.asarray(labels) >= 0
 
-    def loss(m, batch, x, mask):
+    def loss(m, batch: D.Rows, x, mask):
         logits = m(x, mask)
         yb = y[batch].to(x.device)
         if tl is None:
             return torch.nn.functional.cross_entropy(logits, yb)
         return distill_loss(logits, tl[batch].to(x.device), yb.clamp(min=0), kind=b.distill_loss,
-                            temperature=temperature, alpha=b.distill_alpha, has_label=yb >= 0)
+                            temperature=temperature, alpha=b.distill_alpha, has_label=yb >= 0,
+                            hard_share=batch.share_where(labelled))
 
     result = fit_texts(model, loss, ids, tok.pad_token_id or 0, b.batch_size, b.epochs, seed, lr=b.lr,
                        weight_decay=0.0, warmup_fraction=0.05, desc=desc, lr_hint="baseline.lr", opts=opts)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from distill import distributed as D
 from distill.batching import encode, param_device, window_batches
 from distill.losses import attention_mse, distill_loss, hidden_mse, next_token_ce, soft_kl_topk
 from distill.models import HFLogits
@@ -22,22 +23,33 @@ from pipeline.config import DistillSection
 
 class WithProjections(nn.Module):
     """Student plus TinyBERT's hidden-size projections W_h (one per mapped layer and the embeddings), so
-    one module (and one DistributedDataParallel wrapper) holds every trained parameter."""
+    one module (and one DistributedDataParallel wrapper) holds every trained parameter.
 
-    def __init__(self, student: nn.Module, teacher_hidden: int, n_pairs: int, attentions: bool):
+    forward applies the projections itself: DDP counts a parameter used outside forward as unused, marks it
+    ready early, and fails when the backward pass reaches it again."""
+
+    def __init__(self, student: nn.Module, teacher_hidden: int, student_layers: list[int], hidden: bool,
+                 attentions: bool):
         super().__init__()
         self.student = student
+        self.student_layers = student_layers  # the hidden state each projection maps (0 = the embeddings)
+        self.hidden = hidden
         self.attentions = attentions
         # a transformers student (HFLogits) or one with its own features() (distill/npu_student.py)
         ds = (student.config if hasattr(student, "features") else student.hf.config).hidden_size
-        self.projs = nn.ModuleList(nn.Linear(ds, teacher_hidden) for _ in range(n_pairs))
+        self.projs = nn.ModuleList(nn.Linear(ds, teacher_hidden) for _ in student_layers)
 
     def forward(self, input_ids, attention_mask):
+        """(logits, projected hidden states per mapped layer (None without hidden transfer), attentions)."""
         if hasattr(self.student, "features"):
-            return self.student.features(input_ids, attention_mask)
-        out = self.student.hf(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                              output_attentions=self.attentions)
-        return out.logits, out.hidden_states, out.attentions
+            logits, hidden, attentions = self.student.features(input_ids, attention_mask)
+        else:
+            out = self.student.hf(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                                  output_attentions=self.attentions)
+            logits, hidden, attentions = out.logits, out.hidden_states, out.attentions
+        # unused projections would never get a gradient, which DDP waits for: project only what the loss uses
+        projected = [p(hidden[s]) for p, s in zip(self.projs, self.student_layers)] if self.hidden else None
+        return logits, projected, attentions
 
 
 def distill_student(student: nn.Module, teacher: HFLogits | None, tok, texts: list[str], labels: list[int],
@@ -52,32 +64,37 @@ def distill_student(student: nn.Module, teacher: HFLogits | None, tok, texts: li
     fit_args = dict(lr=d.lr, weight_decay=d.weight_decay, warmup_fraction=d.warmup_fraction, lr_hint="distill.lr",
                     opts=opts)
 
-    def logit_terms(b, logits):
+    labelled = np.asarray(labels) >= 0
+
+    def logit_terms(b: D.Rows, logits):
         yb = y[b].to(logits.device)
         return distill_loss(logits, tl[b].to(logits.device), yb.clamp(min=0), kind="kl", temperature=d.temperature,
-                            alpha=d.alpha, has_label=yb >= 0)
+                            alpha=d.alpha, has_label=yb >= 0, hard_share=b.share_where(labelled))
 
     use_inter = teacher is not None and (d.hidden_weight > 0 or d.attention_weight > 0) and d.intermediate_epochs > 0
     if use_inter:
         originals = [i for i, lab in enumerate(labels) if lab >= 0]
         pairs = [(0, 0)] + [(i + 1, t) for i, t in enumerate(layer_map)]  # (student layer, teacher layer)
-        both = WithProjections(student, teacher.hf.config.hidden_size, len(pairs), d.attention_weight > 0)
+        both = WithProjections(student, teacher.hf.config.hidden_size, [s for s, _ in pairs], d.hidden_weight > 0,
+                               d.attention_weight > 0)
         teacher.eval()
+        lengths = [len(ids[i]) for i in originals]
 
-        def inter_loss(m, b, x, mask):
-            b = [originals[i] for i in b]
-            logits, hidden, attn = m(x, mask)
+        def inter_loss(m, b: D.Rows, x, mask):
+            logits, projected, attn = m(x, mask)
             with torch.no_grad():
                 t_out = teacher.to(x.device).hf(input_ids=x, attention_mask=mask, output_hidden_states=True,
                                                 output_attentions=d.attention_weight > 0)
-            loss = logit_terms(b, logits)
-            if d.hidden_weight > 0:
-                projs = (m.module if hasattr(m, "module") else m).projs
-                h = sum(hidden_mse(hidden[s], t_out.hidden_states[t], projs[k], mask) for k, (s, t) in enumerate(pairs))
-                loss = loss + d.hidden_weight * h / len(pairs)
-            if d.attention_weight > 0:
+            loss = logit_terms(b.take(originals), logits)
+            if d.hidden_weight > 0:  # a mean over real tokens, as many per row as the text is long
+                h = sum(hidden_mse(projected[k], t_out.hidden_states[t], mask) for k, (_, t) in enumerate(pairs))
+                share = b.share(mask.sum().item(), sum(lengths[i] for i in b.batch)) if D.enabled() else 1.0
+                loss = loss + d.hidden_weight * share * h / len(pairs)
+            if d.attention_weight > 0:  # a mean over token pairs: length squared per row
                 a = sum(attention_mse(attn[s - 1], t_out.attentions[t - 1], mask) for s, t in pairs[1:])
-                loss = loss + d.attention_weight * a / len(layer_map)
+                share = b.share(mask.sum(1).pow(2).sum().item(), sum(lengths[i] ** 2 for i in b.batch)) \
+                    if D.enabled() else 1.0
+                loss = loss + d.attention_weight * share * a / len(layer_map)
             return loss
 
         summary["intermediate"] = fit_texts(both, inter_loss, [ids[i] for i in originals], pad_id, d.batch_size,
@@ -101,21 +118,26 @@ def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_l
     alpha = d.alpha if topk_ids is not None else 0.0
     batches, total = window_batches(len(windows), d.batch_size, d.epochs, seed, d.steps)
     parts = {"soft": [], "hard": []}
+    has_teacher = np.arange(len(windows)) < n_teacher
 
-    def step(model, b) -> torch.Tensor:
-        b = np.asarray(b)
+    def step(model, rows: D.Rows) -> torch.Tensor:
+        b = np.asarray(rows)
         dev = param_device(model)
         x = x_all[b].to(dev)  # (B, T + 1)
         logits = model(input_ids=x[:, :-1]).logits  # (B, T, V)
         hard = next_token_ce(logits, x)
-        parts["hard"].append(hard.item())
+        parts["hard"].append(rows.batch_value(hard.item()))
         scored = b < n_teacher  # rows with a cached teacher distribution
-        if alpha <= 0 or not scored.any():
+        if alpha <= 0 or not has_teacher[rows.batch].any():  # the whole batch's rows: the same on every rank
             return hard
-        tb = b[scored]
-        soft = soft_kl_topk(logits[torch.from_numpy(scored).to(dev)], torch.from_numpy(topk_ids[tb]).to(dev),
-                            torch.from_numpy(topk_logits[tb]).to(dev), d.temperature)
-        parts["soft"].append(soft.item())
+        if not scored.any():  # other ranks hold the batch's scored rows
+            soft = logits.sum() * 0.0
+        else:  # a mean over the scored rows only
+            tb = b[scored]
+            soft = soft_kl_topk(logits[torch.from_numpy(scored).to(dev)], torch.from_numpy(topk_ids[tb]).to(dev),
+                                torch.from_numpy(topk_logits[tb]).to(dev), d.temperature)
+            soft = soft * rows.share_where(has_teacher)
+        parts["soft"].append(rows.batch_value(soft.item()))
         return alpha * soft + (1 - alpha) * hard
 
     losses = fit(student, batches, step, total_steps=total, lr=d.lr, weight_decay=d.weight_decay,

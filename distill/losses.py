@@ -35,10 +35,11 @@ LOGIT_LOSSES = {"kl": soft_kl, "mse": logit_mse}
 
 
 def distill_loss(student_logits, teacher_logits, labels, *, kind: str = "kl", temperature: float = 2.0,
-                 alpha: float = 0.9, has_label: torch.Tensor | None = None) -> torch.Tensor:
+                 alpha: float = 0.9, has_label: torch.Tensor | None = None, hard_share: float = 1.0) -> torch.Tensor:
     """alpha * soft loss + (1 - alpha) * cross-entropy on the gold labels.
 
-    has_label (B,) bool marks rows with a gold label (augmented texts have none: teacher only).
+    has_label (B,) bool marks rows with a gold label (augmented texts have none: teacher only). hard_share
+    scales the cross-entropy, a mean over the labelled rows only (distributed.Rows.share_where).
     """
     soft = LOGIT_LOSSES[kind](student_logits, teacher_logits, temperature)
     if alpha >= 1.0:
@@ -49,14 +50,16 @@ def distill_loss(student_logits, teacher_logits, labels, *, kind: str = "kl", te
         hard = F.cross_entropy(student_logits[has_label], labels[has_label])
     else:
         hard = student_logits.sum() * 0.0
+    if hard_share != 1.0:
+        hard = hard * hard_share
     return alpha * soft + (1 - alpha) * hard
 
 
-def hidden_mse(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, proj: torch.nn.Module,
-               mask: torch.Tensor) -> torch.Tensor:
-    """TinyBERT hidden-state transfer: MSE(W s, t) over real tokens.  (B, T, Ds), (B, T, Dt), mask (B, T)."""
-    m = mask.unsqueeze(-1).to(student_hidden.dtype)
-    diff = (proj(student_hidden) - teacher_hidden) ** 2 * m
+def hidden_mse(projected: torch.Tensor, teacher_hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """TinyBERT hidden-state transfer: MSE(W s, t) over real tokens, given the projected student states W s.
+    (B, T, Dt), (B, T, Dt), mask (B, T)."""
+    m = mask.unsqueeze(-1).to(projected.dtype)
+    diff = (projected - teacher_hidden) ** 2 * m
     return diff.sum() / (m.sum() * teacher_hidden.shape[-1]).clamp(min=1.0)
 
 

@@ -82,10 +82,12 @@ def _ckpt_path(opts: TrainOptions, desc: str) -> Path | None:
 def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, object], torch.Tensor], *,
         total_steps: int, lr: float, weight_decay: float, warmup_fraction: float, desc: str, lr_hint: str,
         opts: TrainOptions = TrainOptions(), clip: float = 1.0) -> dict:
-    """Train model with step_fn(model, batch) -> mean loss over the batch (the rows of this rank).
+    """Train model with step_fn(model, rows) -> mean loss over rows (a distributed.Rows list of indices).
 
     batches yields total_steps global batches (lists of row indices); under torchrun each rank keeps its
-    share (distributed.shard) and gradients are averaged. Returns {"losses", "optimizer_steps", "resumed_from"}.
+    share (distributed.rows_of), weighted so the averaged gradient is the whole batch's, and a term that
+    averages over other units than rows rescales itself by rows.share. Returns {"losses" (each step's
+    loss over its whole batch, on every rank), "optimizer_steps", "resumed_from"}.
     """
     D.init()
     dev = device()
@@ -119,14 +121,16 @@ def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, objec
             raise KeyboardInterrupt(f"simulated kill at step {step}")
         last_micro = (step + 1) % accum == 0 or step + 1 == total_steps
         sync = contextlib.nullcontext() if (last_micro or not D.enabled()) else wrapped.no_sync()
+        rows = D.rows_of(batch)
         with sync:
             with _autocast(opts.precision):
-                loss = step_fn(wrapped, D.shard(batch))
-            if not torch.isfinite(loss):
-                raise PipelineError(f"{desc}: the loss became {loss.item()} at step {step + 1}/{total_steps}. "
+                loss = step_fn(wrapped, rows)
+            batch_loss = rows.batch_value(loss.item())  # an all-reduce: before any rank can raise below
+            if not math.isfinite(batch_loss):
+                raise PipelineError(f"{desc}: the loss became {batch_loss} at step {step + 1}/{total_steps}. "
                                     f"Lower the learning rate ({lr_hint} = {lr:g}) or check the data for broken labels")
-            scaler.scale(loss / accum).backward()
-        losses.append(loss.item())
+            scaler.scale((loss * rows.weight if D.enabled() else loss) / accum).backward()
+        losses.append(batch_loss)
         if last_micro:
             scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(params, clip)

@@ -37,10 +37,10 @@ def test_hidden_and_attention_transfer_ignore_padding():
     proj = torch.nn.Linear(4, 6)
     s, t = torch.randn(2, 5, 4), torch.randn(2, 5, 6)
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
-    base = hidden_mse(s, t, proj, mask).item()
+    base = hidden_mse(proj(s), t, mask).item()
     t2 = t.clone()
     t2[0, 3:] += 100.0  # change only padded positions
-    assert hidden_mse(s, t2, proj, mask).item() == pytest.approx(base)
+    assert hidden_mse(proj(s), t2, mask).item() == pytest.approx(base)
     a = torch.softmax(torch.randn(2, 2, 5, 5), -1)
     b = torch.softmax(torch.randn(2, 3, 5, 5), -1)  # different head counts are fine
     assert attention_mse(a, a[:, :1].expand(-1, 3, -1, -1), mask).item() >= 0

@@ -49,13 +49,14 @@ def main() -> None:
     student = build_student(cfg.student, teacher.model, labels, layer_map)
     d = cfg.distill
     marks: list[float] = []
+    labelled = (y >= 0).numpy()
 
     def step(m, b):
         marks.append(time.perf_counter())
         x, mask = pad([ids[i] for i in b], 0, device=param_device(m))
         yb = y[b].to(x.device)
         return distill_loss(m(x, mask), tl[b].to(x.device), yb.clamp(min=0), temperature=d.temperature,
-                            alpha=d.alpha, has_label=yb >= 0)
+                            alpha=d.alpha, has_label=yb >= 0, hard_share=b.share_where(labelled))
 
     stream = epoch_stream(len(ids), [len(s) for s in ids], d.batch_size, 100.0, cfg.run.seed)
     fit(student, stream, step, total_steps=args.steps, lr=d.lr, weight_decay=d.weight_decay, warmup_fraction=0.1,
