@@ -5,6 +5,9 @@ provider variant, and metadata.json says which file is for which provider and le
     npu/nnapi-int8/nnapi-int8-<n>.onnx        input_ids, attention_mask (int32, [1, n]) -> logits
     npu/coreml-int8w/coreml-int8w-<n>.onnx    embeddings (float, [1, n, D]), attention_mask -> logits
     npu/coreml-int8w/lookup.onnx              input_ids (int32, [1, n]) -> embeddings, run on the CPU first
+
+A variant that failed its check in the quantize stage (status "failed" in npu.json) is not copied; metadata.json's
+"npu_not_shipped" names it with the reason (not_shipped()).
 """
 from __future__ import annotations
 
@@ -19,8 +22,7 @@ def add_npu_files(run_dir: Path, quantize_dir: Path, model: str, out: Path, pad_
     from export.bundle import io_spec
     from export.ort_session import ort_session
 
-    path = quantize_dir / "npu.json"
-    rows = [r for r in json.loads(path.read_text()) if r["model"] == model] if path.is_file() else []
+    rows = [r for r in _rows(quantize_dir, model) if r.get("status") != "failed"]
     if not rows:
         return None
     def copy(rel: str, folder: Path) -> dict:
@@ -46,6 +48,22 @@ def add_npu_files(run_dir: Path, quantize_dir: Path, model: str, out: Path, pad_
                        "how_to_call": "pad the token ids (with pad_id, and the 0/1 mask) to the shortest length "
                                       "listed that holds the text; batch 1"}
     return entry
+
+
+def _rows(quantize_dir: Path, model: str) -> list[dict]:
+    path = quantize_dir / "npu.json"
+    return [r for r in json.loads(path.read_text()) if r["model"] == model] if path.is_file() else []
+
+
+def not_shipped(quantize_dir: Path, model: str) -> list[dict]:
+    """model's NPU variants that failed their check in the quantize stage: [{"variant", "reason"}], printed
+    as they are left out (metadata.json's "npu_not_shipped")."""
+    out = [{"variant": r["variant"].removeprefix("npu-"), "reason": (r.get("check") or {}).get("reason", "")}
+           for r in _rows(quantize_dir, model) if r.get("status") == "failed"]
+    for r in out:
+        print(f"[bundle] {model} npu {r['variant']}: not shipped, it failed its check in the quantize stage "
+              f"(quantize/npu.json): {r['reason']}")
+    return out
 
 
 def _summary(a: dict) -> dict:

@@ -37,6 +37,15 @@ def opset_problem(opset: int) -> str | None:
             f"per-channel int8, {top} the highest this torch/onnx can write); set quantize.opset = 17")
 
 
+def file_opset(path: Path) -> int:
+    """The default-domain opset a written ONNX file declares: what its row records, not quantize.opset (ONNX
+    Runtime's quantizer raises a 16-bit QDQ file to opset 21, where Quantize/DequantizeLinear take uint16)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+
+
 def example_inputs(batch: int = 2, seq: int = 8, pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Dummy (input_ids, attention_mask) with one padded row, so the traced graph keeps the mask path."""
     ids = torch.randint(5, 20, (batch, seq), dtype=torch.long)  # (B, T), ids inside every vocab used here

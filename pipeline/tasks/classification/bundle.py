@@ -47,7 +47,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     from export.bundle import bundle_workloads, choose, coreml_row, finish, io_spec, latency_for, normalisation
     from export.checks import agreement_texts, ort_runner, predict, require_texts
     from export.client_files import add_client_files, readme_sections
-    from export.npu_bundle import add_npu_files
+    from export.npu_bundle import add_npu_files, not_shipped
     from export.qnn_bundle import add_qnn_files
     from export.ort_session import ort_session
     from export.padding import allowed_lengths
@@ -141,6 +141,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     # an npu student's static per-length NPU files: listed apart from `models`, whose files run with dynamic
     # shapes; each gets its own reference logits on the samples that fit its length (padded with pad_id)
     npu = add_npu_files(ctx.run_dir, ctx.input("quantize"), name, out, pad_id=tokenizer.pad_token_id or 0)
+    npu_failed = not_shipped(ctx.input("quantize"), name)  # failed their quantize check: named, not copied
     # the HTP context binaries that compiled and agreed on the emulator (compile stage), per chip; their
     # reference logits are the emulator's own, which verify-bundle reproduces where onnxruntime-qnn is installed
     npu_json = ctx.input("quantize") / "npu.json"
@@ -171,7 +172,8 @@ def stage_bundle(ctx: StageContext) -> dict:
             # the file per workload (batch 1 latency, batch-N throughput) on the choice target, as the report says
             "workloads": bundle_workloads(results, b.accuracy_window, name, variant, models["ort"]["file"]),
             "string_model_check": check, "samples": samples[:1], "samples_file": "samples.json",
-            "versions": library_versions(), **({"npu": npu} if npu else {}), "qnn": qnn}
+            "versions": library_versions(), **({"npu": npu} if npu else {}),
+            **({"npu_not_shipped": npu_failed} if npu_failed else {}), "qnn": qnn}
     # hf/ (transformers.js, Optimum) and required_operators.config (reduced ONNX Runtime build)
     stage_name, sub = MODEL_FOLDERS[name]
     meta.update(add_client_files(out, cfg, model=name, model_dir=ctx.input(stage_name) / sub,

@@ -7,7 +7,9 @@ Files compiled: quantize/<model>/int8-static.onnx and every quantize variant who
 student (quantize/npu.json). Writes compile/qnn.json and the context models
 compile/qnn/<model>/<chip>/<variant>-<length>_ctx.onnx (+ _ctx_qnn.bin). A graph the compiler takes but whose
 emulator logits disagree with the CPU's (argmax agreement below quantize.min_argmax_agreement) is recorded
-as "failed: disagrees" and never shipped. Where onnxruntime-qnn is missing, qnn.json records why.
+as "failed: disagrees" and never shipped. A file that failed its check in the quantize stage (status "failed" in
+variants.json or npu.json) is not compiled: its rows say "skipped" with that reason. Where onnxruntime-qnn is
+missing, qnn.json records why.
 """
 from __future__ import annotations
 
@@ -43,24 +45,35 @@ def skip_compile(ctx: StageContext) -> dict:
                       "classification's fixed-shape files only")
 
 
+def _failed(r: dict, records: str) -> str | None:
+    """Why a quantize row's file is not compiled (it failed its check there), or None."""
+    if r.get("status") != "failed":
+        return None
+    c = r.get("check") or {}
+    return (f"not compiled: it failed its check in the quantize stage ({records}: argmax agreement "
+            f"{c.get('value', float('nan')):.1%} < {c.get('tolerance', float('nan')):.1%}, "
+            f"quantize.min_argmax_agreement)")
+
+
 def jobs(quantize: Path, lengths: list[int]) -> list[dict]:
-    """(model, variant, length, source file, its kind) for every file to compile, from quantize/'s records."""
+    """(model, variant, length, source file, its kind) for every file to compile, from quantize/'s records;
+    a file that failed its quantize check is a job with its reason ("failed"), recorded and never compiled."""
     out = []
     for r in json.loads((quantize / "variants.json").read_text()):
         v = r["variant"]
-        if r["model"] in MODELS and r["format"] == "onnx" and r.get("status") != "failed" and \
-                (v == "int8-static" or "w8a16" in v):
+        if r["model"] in MODELS and r["format"] == "onnx" and (v == "int8-static" or "w8a16" in v):
             tok = quantize / r["model"] / "tokenizer"
             max_len = json.loads((tok / "pocketformer.json").read_text()).get("max_length") \
                 if (tok / "pocketformer.json").is_file() else None
             out += [{"model": r["model"], "variant": v, "length": n, "src": quantize.parent / r["file"], "fix": True,
-                     "lookup": None, "tokenizer": tok, "too_long": bool(max_len and n > max_len), "max_length": max_len}
-                    for n in lengths]
+                     "lookup": None, "tokenizer": tok, "too_long": bool(max_len and n > max_len), "max_length": max_len,
+                     "failed": _failed(r, "quantize/variants.json")} for n in lengths]
     npu = quantize / "npu.json"
     for r in json.loads(npu.read_text()) if npu.is_file() else []:
         out += [{"model": r["model"], "variant": r["variant"], "length": int(n), "src": quantize.parent / f,
                  "fix": False, "lookup": quantize.parent / r["lookup"] if r.get("lookup") else None,
-                 "tokenizer": quantize / r["model"] / "tokenizer", "too_long": False, "max_length": None}
+                 "tokenizer": quantize / r["model"] / "tokenizer", "too_long": False, "max_length": None,
+                 "failed": _failed(r, "quantize/npu.json")}
                 for n, f in sorted(r["files"].items(), key=lambda kv: int(kv[0]))]
     return out
 
@@ -197,6 +210,9 @@ def _compile_job(ctx: StageContext, job: dict, chips: list[str], tmp: Path, samp
     base = {"model": job["model"], "variant": job["variant"], "length": job["length"],
             "file": Path(job["src"]).relative_to(ctx.run_dir).as_posix(),
             "fixed_shape": [1, job["length"]] if job["fix"] else "as written"}
+    if job.get("failed"):  # recorded with its numbers by the quantize stage; never compiled or shipped
+        print(f"[compile] {job['model']} {job['variant']} @{job['length']}: skipped, {job['failed']}")
+        return [{**base, "chip": c, "status": "skipped", "compiled": False, "reason": job["failed"]} for c in chips]
     if job["too_long"]:
         return [{**base, "chip": c, "status": "skipped", "compiled": False,
                  "reason": f"{job['length']} tokens is past {job['model']}'s max_length ({job['max_length']})"}

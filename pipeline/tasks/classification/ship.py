@@ -57,6 +57,7 @@ def stage_quantize(ctx: StageContext) -> dict:
     from eval.table import markdown
     from export.checks import (argmax_check, check_inputs, failed_rows, max_abs_diff_check, ort_runner, predict,
                                torch_runner)
+    from export.onnx_export import file_opset
     from export.ort_session import ort_session
     from export.registry import ONNX_VARIANTS, ExportJob, for_variant
     from pipeline.tasks.classification.npu import npu_rows
@@ -109,7 +110,9 @@ def stage_quantize(ctx: StageContext) -> dict:
             size = tree_bytes(job.out)
             rows.append({"model": name, "variant": variant, "format": "onnx", "file": _rel(ctx, job.out),
                          "status": "passed" if check["passed"] else "failed",
-                         "size_bytes": size, "opset": q.opset, "check": check, **sc, "params": params["params"],
+                         # the file's own: ORT writes the 16-bit QDQ files (w8a16-static) at opset 21
+                         "size_bytes": size, "opset": file_opset(job.out), "check": check, **sc,
+                         "params": params["params"],
                          "non_embedding_params": params["non_embedding_params"],
                          "accuracy_delta_vs_pytorch": sc["accuracy"] - fp32_acc[name] if name in fp32_acc else None,
                          "size_ratio_vs_fp32": tree_bytes(job.sources["fp32"]) / size if "fp32" in job.sources
@@ -123,7 +126,8 @@ def stage_quantize(ctx: StageContext) -> dict:
                                                              "timed or shipped"))
         if m.kind == "npu" and q.npu_variants:  # static per-length files for the NPU providers
             npu += npu_rows(ctx, name, m, test_texts, y, check_texts, calibration, len(labels))
-    failed = [{"model": r["model"], "variant": r["variant"], "reason": r["check"]["reason"]} for r in failed_rows(rows)]
+    failed = [{"model": r["model"], "variant": r["variant"], "reason": r["check"]["reason"]}
+              for r in failed_rows(rows) + failed_rows(npu)]
     for f in failed:
         log.warning("[quantize] %s", f["reason"])
     (ctx.out / "variants.json").write_text(json.dumps(rows, indent=2))
