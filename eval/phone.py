@@ -4,8 +4,9 @@ Core ML compute units (eval/phone_apple.py), merged into report/results.json as 
 Each (provider or compute unit, threads) becomes a target `android:<device model>/<provider>/<n>t`
 (`apple:<Mac model>/<compute unit>`) with the phone's name and SoC in results["targets"]; the bundled row
 gets the measurement at phone.seq_length, every other row a skip saying why. The phone's rows are also kept
-in runs/<run>/phone/<target>.json. The command itself (writing results.json, re-rendering the report and
-refreshing its manifest) is pipeline/phone.py.
+in runs/<run>/phone/<target>.json with the sha256 of the run file their row names, so a re-built report keeps
+them only while that file is the one they timed. The command itself (writing the kept rows and results.json,
+re-rendering the report and refreshing its manifest) is pipeline/phone.py.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from eval.rows import find
 from pipeline.errors import PipelineError
+from pipeline.manifest import sha256_file, sha256_json
 
 NOT_ON_PHONE = ("phone-bench runs only the bundled model on the phone (and, for NPU providers, its fixed-shape "
                 "static-QDQ twin)")
@@ -78,41 +80,91 @@ def merge(results: dict, model: str, variant: str, fmt: str, runs: list[dict], d
     return names
 
 
+def file_digest(path: Path | None) -> str | None:
+    """sha256 of a file, or of a package folder's (Core ML .mlpackage) files by relative path; None if absent."""
+    if path is None or not path.exists():
+        return None
+    if path.is_dir():
+        return sha256_json({p.relative_to(path).as_posix(): sha256_file(p)
+                            for p in sorted(path.rglob("*")) if p.is_file()})
+    return sha256_file(path)
+
+
+def row_file_digest(run_dir: Path, row: dict) -> str | None:
+    """The digest of the run file a results row names (None for a row without one, e.g. `missing`)."""
+    return file_digest(run_dir / row["file"]) if row.get("file") else None
+
+
+def _stale(run_dir: Path, results: dict, saved: dict) -> str | None:
+    """Why a kept phone row no longer describes this run's file, or None while it does."""
+    key = (saved["model"], saved["variant"], saved["format"])
+    row = find(results["rows"], *key)
+    if row is None:
+        return f"the report has no {' '.join(key)} row any more"
+    if "file_sha256" not in saved:
+        return "measured before phone-bench recorded which file it timed"
+    now, then = row_file_digest(run_dir, row), saved["file_sha256"]
+    if now == then:
+        return None
+    if then is None:  # a skip (e.g. no int8-static file for the NPU providers) the run has outgrown
+        return f"made when the run had no {' '.join(key)} file; it has one now"
+    return f"it timed {saved['file']} at sha256 {then[:12]}, now " + (f"sha256 {now[:12]}" if now else "gone")
+
+
 def merge_saved(run_dir: Path, results: dict) -> list[str]:
     """Re-add the phone rows kept in runs/<run>/phone/ to a freshly built results document (for the report
-    stage, so re-running it keeps earlier phone measurements). Rows whose model file is gone are left out."""
+    stage, so re-running it keeps earlier phone measurements). A row is re-added only while its row's file
+    has the sha256 it had when timed: after a retrain the new model's row must not show the old one's
+    timings. Each row left out gets a one-line note in results["phone_dropped"]; returns the targets kept."""
     names = []
     for path in sorted((run_dir / "phone").glob("*.json")):
         saved = json.loads(path.read_text())
-        key = (saved["model"], saved["variant"], saved["format"])
-        if find(results["rows"], *key) is None:
+        if why := _stale(run_dir, results, saved):
+            results.setdefault("phone_dropped", []).append(
+                f"{saved.get('target', path.stem)}: left out ({why}); run `make phone-bench` again to time the "
+                f"current file")
             continue
+        key = (saved["model"], saved["variant"], saved["format"])
         run = {k: saved[k] for k in ("provider", "threads", "entry", "status", "reason", "model_file",
                                      "session_config") if k in saved}
         names += merge(results, *key, [run], saved["device"], saved["prefix"], saved["seq_len"], saved["runtime"])
     return names
 
 
-def _bundle(run_dir: Path, cfg_source: str) -> tuple[Path, dict]:
+def _bundle(cfg) -> tuple[Path, dict]:
+    """The run's bundle folder and metadata, refused unless the bundle stage is up to date: an old bundle's
+    model would be timed, its rows merged into the new report, and the NPU file taken from the new quantize
+    folder."""
+    from pipeline.manifest import read_manifest
+    from pipeline.stage import statuses
+
+    run_dir = cfg.run_dir
     bundle = run_dir / "bundle"
     if not (bundle / "metadata.json").is_file():
         raise PipelineError(f"phone-bench times the bundled model, but {bundle} has none; run `make bundle` "
-                            f"(python -m pipeline bundle --config {cfg_source}) first")
+                            f"(python -m pipeline bundle --config {cfg.source}) first")
     if not (run_dir / "report" / "results.json").is_file():
         raise PipelineError(f"no report/results.json in {run_dir}; run `make report` first")
+    # phone-bench re-renders the report, which the bundle quotes: a bundle built on a report phone-bench has
+    # re-rendered since the report stage ran holds the same model, so a second phone (or the Mac) needs no rebuild
+    report = read_manifest(run_dir / "report") or {}
+    earlier = set(report.get("summary", {}).get("phone_bench_replaced", []))
+    fresh, why = statuses(cfg, ["bundle"], accept={"report": earlier})["bundle"]
+    if not fresh:
+        raise PipelineError(f"the bundle is out of date ({why}): run `make bundle` first")
     return bundle, json.loads((bundle / "metadata.json").read_text())
 
 
 def measure_phone(cfg, platform_name: str = "android", adb: str | None = None, perf_test: str | None = None,
                   serial: str | None = None) -> dict:
-    """Time the bundled model on the phone (or Mac), keep each target's rows in runs/<run>/phone/ and merge
-    them into a copy of report/results.json, returned under "results" with device, targets, runs, seq_len.
-    Writing results.json and the report is the caller's (pipeline/phone.py)."""
+    """Time the bundled model on the phone (or Mac) and merge the rows into a copy of report/results.json,
+    returned under "results" with device, targets, runs, seq_len and "keep": {file name: record} for
+    runs/<run>/phone/. Writing both (after validation) and the report is the caller's (pipeline/phone.py)."""
     from transformers import AutoTokenizer
 
     p = cfg.phone
     run_dir = cfg.run_dir
-    bundle, meta = _bundle(run_dir, cfg.source)
+    bundle, meta = _bundle(cfg)
     tokenizer = AutoTokenizer.from_pretrained(bundle / "tokenizer")
     seq = min(p.seq_length, meta["max_length"])
     samples = json.loads((bundle / meta["samples_file"]).read_text())
@@ -138,13 +190,20 @@ def measure_phone(cfg, platform_name: str = "android", adb: str | None = None, p
         raise PipelineError(f"unknown platform '{platform_name}'. Known: android, apple")
     results = json.loads((run_dir / "report" / "results.json").read_text())
     names = merge(results, name, var, fmt, runs, device, targets_prefix, seq, runtime)
-    keep = run_dir / "phone"
-    keep.mkdir(exist_ok=True)
     saved = {"device": device, "model": name, "variant": var, "format": fmt, "seq_len": seq,
              "prefix": targets_prefix, "runtime": runtime}
-    for target, run in zip(names, runs):
-        (keep / f"{_safe(target)}.json").write_text(json.dumps({"target": target, **saved, **run}, indent=2))
-    return {"device": device, "targets": names, "runs": runs, "seq_len": seq, "results": results}
+    keep = {f"{_safe(target)}.json": {"target": target, **saved, **run,
+                                      **_timed_file(run_dir, results, (name, var, fmt), run)}
+            for target, run in zip(names, runs)}
+    return {"device": device, "targets": names, "runs": runs, "seq_len": seq, "results": results, "keep": keep}
+
+
+def _timed_file(run_dir: Path, results: dict, key: tuple[str, str, str], run: dict) -> dict:
+    """The run file of the row a run's measurement sits on and its sha256 (merge_saved drops the row once the
+    file differs). The bundle is up to date (_bundle), so its .ort / .mlpackage is a byte copy of that file;
+    the NPU providers' file is the row's static-QDQ .onnx with its shapes fixed."""
+    row = find(results["rows"], key[0], run.get("variant", key[1]), run.get("format", key[2]))  # as merge()
+    return {"file": row.get("file"), "file_sha256": row_file_digest(run_dir, row)}
 
 
 def _android(cfg, bundle: Path, meta: dict, ids: list[int], adb: str | None, perf_test: str | None,

@@ -115,8 +115,9 @@ def _targets(res: dict) -> list[Block]:
         note = "; ".join(n for n in notes if n)
         rows.append([t, d["runtime"], d["provider"], str(d["threads"]), d["precision"], ", ".join(d["formats"]),
                      str(measured), note])
+    dropped: list[Block] = [("p", f"Phone measurement {note}") for note in res.get("phone_dropped", [])]
     return [("h2", "Targets"), ("table", ["target", "runtime", "provider", "threads", "precision", "formats",
-                                          "rows measured", "note"], rows)]
+                                          "rows measured", "note"], rows), *dropped]
 
 
 def _goals(res: dict) -> list[Block]:

@@ -106,6 +106,13 @@ def content_key(folder: Path) -> str | None:
                         "outputs": {rel: meta.get("sha256") for rel, meta in manifest.get("outputs", {}).items()}})
 
 
+def folder_key(folder: Path) -> str | None:
+    """content_key() of a folder no stage owns (no manifest): the sha256 of each file under it, by relative
+    path. None when it holds no file, so an absent folder and an emptied one read the same."""
+    files = list_outputs(folder) if folder.is_dir() else {}
+    return sha256_json({rel: meta["sha256"] for rel, meta in files.items()}) if files else None
+
+
 def outputs_intact(folder: Path, manifest: dict, cache) -> str | None:
     """None if every recorded output is still there with its recorded size and sha256, else what differs.
     cache: a pipeline.hashcache.HashCache, so unchanged files are not hashed again on every check."""

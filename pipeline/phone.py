@@ -12,7 +12,7 @@ from pathlib import Path
 from pipeline.config import load_config
 from pipeline.errors import PipelineError
 from pipeline.lock import run_lock
-from pipeline.manifest import MANIFEST, list_outputs, read_manifest
+from pipeline.manifest import MANIFEST, content_key, folder_key, list_outputs, read_manifest
 
 
 def phone_bench(cfg, platform_name: str = "android", adb: str | None = None, perf_test: str | None = None,
@@ -22,18 +22,20 @@ def phone_bench(cfg, platform_name: str = "android", adb: str | None = None, per
     from eval.phone import measure_phone
 
     out = measure_phone(cfg, platform_name, adb, perf_test, serial)
-    write_results(cfg.run_dir, out.pop("results"), out["targets"])
+    write_results(cfg.run_dir, out.pop("results"), out["targets"], out.pop("keep"))
     return out
 
 
-def write_results(run_dir: Path, results: dict, new_targets: list[str]) -> None:
-    """Validate, write results.json atomically, re-render the report and refresh its manifest's file list."""
+def write_results(run_dir: Path, results: dict, new_targets: list[str], keep: dict[str, dict]) -> None:
+    """Validate, then write the kept phone rows (runs/<run>/phone/<file>: record, which the next report
+    re-merges) and results.json atomically, re-render the report and refresh its manifest."""
     from eval.report import write_report
     from eval.results import validate_results
 
     problems = validate_results(results)
     if problems:
         raise PipelineError(f"phone rows would break eval/SCHEMA.md ({problems[0]}); nothing was written")
+    _write_kept(run_dir / "phone", keep)
     report = run_dir / "report"
     tmp = report / "results.json.part"
     tmp.write_text(json.dumps(results, indent=2))
@@ -41,12 +43,31 @@ def write_results(run_dir: Path, results: dict, new_targets: list[str]) -> None:
     write_report(results, report)
     manifest = read_manifest(report)
     if manifest is not None:
-        manifest["outputs"] = list_outputs(report)
-        manifest.setdefault("summary", {})["phone_targets"] = sorted(
-            set(manifest["summary"].get("phone_targets", [])) | set(new_targets))
-        part = report / (MANIFEST + ".part")
-        part.write_text(json.dumps(manifest, indent=2, default=str))
-        part.replace(report / MANIFEST)
+        _refresh_manifest(run_dir, manifest, new_targets)
+
+
+def _write_kept(folder: Path, keep: dict[str, dict]) -> None:
+    folder.mkdir(exist_ok=True)
+    for name, record in keep.items():  # each whole or not at all: a half-written file would fail every report
+        part = folder / (name + ".part")
+        part.write_text(json.dumps(record, indent=2))
+        part.replace(folder / name)
+
+
+def _refresh_manifest(run_dir: Path, manifest: dict, new_targets: list[str]) -> None:
+    """The report manifest after phone-bench re-rendered the report: its files, the phone folder it now merges
+    (an input of the report stage, so the stage stays up to date) and, in phone_bench_replaced, the report's
+    earlier content keys: a bundle built on one of them holds the same model (eval/phone.py _bundle)."""
+    report = run_dir / "report"
+    summary = manifest.setdefault("summary", {})
+    summary["phone_bench_replaced"] = [*summary.get("phone_bench_replaced", []), content_key(report)]
+    summary["phone_targets"] = sorted(set(summary.get("phone_targets", [])) | set(new_targets))
+    manifest["outputs"] = list_outputs(report)
+    if phone := folder_key(run_dir / "phone"):  # None only when nothing was ever kept (no provider ran)
+        manifest["inputs"]["phone"] = phone
+    part = report / (MANIFEST + ".part")
+    part.write_text(json.dumps(manifest, indent=2, default=str))
+    part.replace(report / MANIFEST)
 
 
 def add_cli(subparsers) -> None:

@@ -13,7 +13,7 @@ from pipeline.config import Config, read_keys
 from pipeline.errors import NO_SPACE, PipelineError, disk_error, lookup, tree_bytes, writing
 from pipeline.hashcache import HashCache
 from pipeline.lock import run_lock
-from pipeline.manifest import content_key, outputs_intact, read_manifest, sha256_json, write_manifest
+from pipeline.manifest import content_key, folder_key, outputs_intact, read_manifest, sha256_json, write_manifest
 from pipeline.task import StageContext
 from pipeline.tasks import task_of
 
@@ -36,6 +36,11 @@ class Stage:
     # Stages read when they have run, never run for it (the report shows a finished search): their content is
     # part of this stage's inputs while they exist, so a search run, re-run or removed later re-runs this one
     reads_if_present: tuple[str, ...] = ()
+    # Folders of the run no stage writes (no manifest) that this stage reads when they hold files: the phone
+    # measurements phone-bench keeps in runs/<run>/phone/, which the report merges. Their files' content is
+    # part of this stage's inputs, so a measurement removed, or written by a phone-bench that stopped before
+    # re-rendering the report, re-runs it
+    reads_files: tuple[str, ...] = ()
 
 
 _TRAIN = ("data", "teacher", "distill", "baseline")
@@ -53,8 +58,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("export", (*_TRAIN, "eval", "quantize"), "ORT mobile-format files and Core ML packages, each checked"),
     Stage("bench", (*_TRAIN, "eval", "quantize", "compile", "export"), "Latency of every model variant on every target"),
     Stage("report", ("data", "eval", "quantize", "compile", "export", "bench"),
-          "Results table, speed-ups, NPU readiness and plots from the bench (and a finished search's trials)",
-          reads_if_present=("search",)),
+          "Results table, speed-ups, NPU readiness and plots from the bench (and a finished search's trials, "
+          "and the phone rows phone-bench kept)",
+          reads_if_present=("search",), reads_files=("phone",)),
     Stage("bundle", (*_TRAIN, "quantize", "compile", "export", "report"),
           "The app bundle of the chosen model, checked, published to <bundle.dist_dir>/<run>/",
           check=lambda cfg, manifest: _published(cfg.run_dir / "bundle", manifest)),
@@ -130,13 +136,17 @@ def source_digests(cfg: Config, name: str) -> dict[str, str]:
 
 
 def stage_inputs(run_dir, stage: Stage) -> dict[str, str]:
-    """The content keys a stage's run is keyed on: its deps, and those of reads_if_present that have run."""
-    return {dep: content_key(run_dir / dep) for dep in (*stage.deps, *stage.reads_if_present)
+    """The content keys a stage's run is keyed on: its deps, those of reads_if_present that have run and
+    those of reads_files that hold files."""
+    keys = {dep: content_key(run_dir / dep) for dep in (*stage.deps, *stage.reads_if_present)
             if dep in stage.deps or read_manifest(run_dir / dep) is not None}
+    keys.update({name: key for name in stage.reads_files if (key := folder_key(run_dir / name)) is not None})
+    return keys
 
 
-def status(cfg: Config, name: str) -> tuple[bool, str]:
-    """(up to date?, why not)."""
+def status(cfg: Config, name: str, accept: dict[str, set[str]] | None = None) -> tuple[bool, str]:
+    """(up to date?, why not). accept: per input, earlier content keys that still count as current (phone-bench
+    asks whether the bundle holds the current model: a report it re-rendered itself changes no model)."""
     stage = STAGES[name]
     folder = cfg.run_dir / name
     manifest = read_manifest(folder)
@@ -150,8 +160,8 @@ def status(cfg: Config, name: str) -> tuple[bool, str]:
             return False, f"the content of {key} ({cfg.value(key)}) changed"
     recorded = manifest.get("inputs", {})
     now = stage_inputs(cfg.run_dir, stage)
-    for dep in (*stage.deps, *stage.reads_if_present):
-        if recorded.get(dep) != now.get(dep):
+    for dep in (*stage.deps, *stage.reads_if_present, *stage.reads_files):
+        if recorded.get(dep) != now.get(dep) and recorded.get(dep) not in (accept or {}).get(dep, set()):
             return False, f"its input '{dep}' changed"
     cache = HashCache(cfg.run_dir)
     try:
@@ -165,12 +175,13 @@ def status(cfg: Config, name: str) -> tuple[bool, str]:
     return True, "up to date"
 
 
-def statuses(cfg: Config, names: list[str]) -> dict[str, tuple[bool, str]]:
+def statuses(cfg: Config, names: list[str],
+             accept: dict[str, set[str]] | None = None) -> dict[str, tuple[bool, str]]:
     """status() of each stage in names (dependencies first), where a stage whose input will re-run is not
-    up to date either: `run` would re-run it after its input."""
+    up to date either: `run` would re-run it after its input. accept: as for status()."""
     out: dict[str, tuple[bool, str]] = {}
     for name in order(names):
-        fresh, why = status(cfg, name)
+        fresh, why = status(cfg, name, accept)
         stale = [d for d in STAGES[name].deps if d in out and not out[d][0]]
         out[name] = (False, f"its input '{stale[0]}' will re-run") if fresh and stale else (fresh, why)
     return out

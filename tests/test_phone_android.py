@@ -180,16 +180,19 @@ def test_android_bench_merges_rows_and_passes_arguments_separately(fake_adb, run
     assert "android:Pixel 7/cpu/1t p50 ms" in md and "mobile-cpu p50 ms" in md
     assert status(run_copy, "report") == (True, "up to date")
     assert status(run_copy, "bundle")[1] == "its input 'report' changed"  # the bundle quotes the report: rebuild
-    assert (run_copy.run_dir / "phone" / "android_Pixel_7_cpu_1t.json").is_file()
+    # each kept row names the run file of its row and that file's sha256: the bundled .ort is a byte copy of it
+    from pipeline.manifest import sha256_file
+
+    kept = json.loads((run_copy.run_dir / "phone" / "android_Pixel_7_cpu_1t.json").read_text())
+    assert kept["file"] == row["file"]
+    assert kept["file_sha256"] == sha256_file(run_copy.run_dir / "bundle" / meta["models"]["ort"]["file"])
+    kept_npu = json.loads((run_copy.run_dir / "phone" / "android_Pixel_7_nnapi_1t.json").read_text())
+    assert kept_npu["file"] == qdq["file"] and kept_npu["file_sha256"] == sha256_file(run_copy.run_dir / qdq["file"])
     assert out["device"]["android"] == "14"
     # a re-built report (bench re-ran) gets the saved phone rows back
     from eval.phone import merge_saved
 
-    fresh = json.loads((run_copy.run_dir / "report" / "results.json").read_text())
-    for r in fresh["rows"]:
-        r["latency"] = {k: v for k, v in r["latency"].items() if not k.startswith("android:")}
-    fresh["targets"] = {k: v for k, v in fresh["targets"].items() if not k.startswith("android:")}
-    fresh["threads"] = {k: v for k, v in fresh["threads"].items() if not k.startswith("android:")}
+    fresh = _without_phone_rows(json.loads((run_copy.run_dir / "report" / "results.json").read_text()))
     assert sorted(merge_saved(run_copy.run_dir, fresh)) == sorted(out["targets"])
     assert fresh == results
 
@@ -233,10 +236,13 @@ def test_apple_path_skips_clearly_off_macos(run_copy):
         phone_bench(run_copy, "apple")
 
 
-def test_npu_rows_skip_without_a_qdq_file(fake_adb, run_copy, tmp_path):
+def test_npu_rows_skip_without_a_qdq_file(fake_adb, run_copy, tmp_path, monkeypatch):
     """No int8-static file: the NPU rows say so and nothing is timed under their names."""
     from pipeline.phone import phone_bench
 
+    # editing quantize/variants.json makes the bundle out of date (eval/phone.py _bundle refuses that): this
+    # test stands in for a run made without int8-static, whose bundle would be up to date
+    monkeypatch.setattr("pipeline.stage.statuses", lambda cfg, names, accept=None: {"bundle": (True, "up to date")})
     variants = run_copy.run_dir / "quantize" / "variants.json"
     rows = json.loads(variants.read_text())
     variants.write_text(json.dumps([r for r in rows if r["variant"] != "int8-static"]))
@@ -248,3 +254,109 @@ def test_npu_rows_skip_without_a_qdq_file(fake_adb, run_copy, tmp_path):
     assert not any(c[2] == "shell" and ("qnn" in c or "nnapi" in c) for c in calls[1:])
     assert not any(c[2] == "push" and c[-1].endswith("model_npu.onnx") for c in calls[1:])
     assert by["cpu"]["entry"]["p50_ms"] == pytest.approx(10.2911)
+
+
+def _without_phone_rows(results: dict) -> dict:
+    """results.json as the report stage builds it before merging runs/<run>/phone/."""
+    fresh = json.loads(json.dumps(results))
+    for r in fresh["rows"]:
+        r["latency"] = {k: v for k, v in r["latency"].items() if not k.startswith("android:")}
+    for key in ("targets", "threads"):
+        fresh[key] = {k: v for k, v in fresh[key].items() if not k.startswith("android:")}
+    return fresh
+
+
+def test_kept_rows_are_dropped_once_their_file_changed(fake_adb, run_copy, tmp_path, caplog):
+    """A retrained model's row must not show the old model's phone timings: the report stage re-adds a kept
+    phone row only while its row's file has the sha256 it had when timed, and says which it left out."""
+    from eval.phone import merge_saved
+    from pipeline.manifest import sha256_file
+    from pipeline.phone import phone_bench
+    from pipeline.stage import run_stage
+
+    phone_bench(run_copy, "android", perf_test=str(_perf_binary(tmp_path)))
+    run_dir = run_copy.run_dir
+    results = json.loads((run_dir / "report" / "results.json").read_text())
+    meta = json.loads((run_dir / "bundle" / "metadata.json").read_text())
+    ort_row = next(r for r in results["rows"] if (r["model"], r["variant"], r["format"]) ==
+                   ("student", meta["model"]["variant"], "ort"))
+    ort = run_dir / ort_row["file"]
+    timed = sha256_file(ort)
+    ort.write_bytes(ort.read_bytes() + b"retrained")  # what a retrain + export leaves under the same name
+    fresh = _without_phone_rows(results)
+    kept = merge_saved(run_dir, fresh)
+    # the rows timed on the .ort are gone; the NPU rows timed the unchanged int8-static .onnx and stay
+    assert sorted(kept) == ["android:Pixel 7/nnapi/1t", "android:Pixel 7/qnn/1t"]
+    assert not any(k.startswith("android:Pixel 7/cpu") for r in fresh["rows"] for k in r["latency"])
+    assert [n.split(":", 2)[:2] for n in fresh["phone_dropped"]] == [["android", "Pixel 7/cpu/1t"],
+                                                                      ["android", "Pixel 7/xnnpack/1t"]]
+    assert (f"left out (it timed {ort_row['file']} at sha256 {timed[:12]}, now sha256 {sha256_file(ort)[:12]})"
+            in fresh["phone_dropped"][0])
+    assert fresh["phone_dropped"][0].endswith("run `make phone-bench` again to time the current file")
+    # a row kept before phone-bench recorded the file's sha256 cannot be tied to a file: left out too
+    legacy = run_dir / "phone" / "android_Pixel_7_nnapi_1t.json"
+    record = json.loads(legacy.read_text())
+    del record["file_sha256"]
+    legacy.write_text(json.dumps(record))
+    fresh = _without_phone_rows(results)
+    assert merge_saved(run_dir, fresh) == ["android:Pixel 7/qnn/1t"]
+    assert any(n.startswith("android:Pixel 7/nnapi/1t: left out (measured before phone-bench recorded which file "
+                            "it timed)") for n in fresh["phone_dropped"])
+    # the report stage itself: the note is logged and shown under Targets, the stale timings are not
+    with caplog.at_level("WARNING"):
+        run_stage(run_copy, "report")
+    rebuilt = json.loads((run_dir / "report" / "results.json").read_text())
+    assert "android:Pixel 7/cpu/1t" not in rebuilt["targets"] and "android:Pixel 7/qnn/1t" in rebuilt["targets"]
+    md = (run_dir / "report" / "report.md").read_text()
+    assert f"Phone measurement android:Pixel 7/cpu/1t: left out (it timed {ort_row['file']} at sha256" in md
+    assert any("android:Pixel 7/cpu/1t: left out" in r.getMessage() for r in caplog.records)
+
+
+def test_report_is_out_of_date_when_kept_phone_rows_change(fake_adb, run_copy, tmp_path):
+    """The phone folder is one of the report stage's inputs: a kept row removed (or one a phone-bench wrote
+    without re-rendering the report) re-runs the report."""
+    from pipeline.phone import phone_bench
+    from pipeline.stage import status
+
+    phone_bench(run_copy, "android", perf_test=str(_perf_binary(tmp_path)))
+    assert status(run_copy, "report") == (True, "up to date")
+    (run_copy.run_dir / "phone" / "android_Pixel_7_cpu_1t.json").unlink()
+    assert status(run_copy, "report") == (False, "its input 'phone' changed")
+
+
+def test_stale_bundle_is_refused_but_a_second_phone_is_not(fake_adb, run_copy, tmp_path):
+    """An out-of-date bundle holds an older model: phone-bench refuses in one line before touching the phone.
+    Its own re-rendering of the report (which the bundle quotes) does not count: a second phone needs no
+    rebuild."""
+    from dataclasses import replace
+
+    from pipeline.errors import PipelineError
+    from pipeline.phone import phone_bench
+
+    binary = str(_perf_binary(tmp_path))
+    phone_bench(run_copy, "android", perf_test=binary)
+    out = phone_bench(run_copy, "android", perf_test=binary)  # the same model: accepted
+    assert out["targets"][0] == "android:Pixel 7/cpu/1t"
+    results = (run_copy.run_dir / "report" / "results.json").read_bytes()
+    kept = {p.name: p.read_bytes() for p in (run_copy.run_dir / "phone").iterdir()}
+    calls = len(_calls(fake_adb))
+    retrained = replace(run_copy, student=replace(run_copy.student, layers=run_copy.student.layers + 1))
+    with pytest.raises(PipelineError) as e:
+        phone_bench(retrained, "android", perf_test=binary)
+    assert str(e.value) == ("the bundle is out of date (its input 'distill' will re-run): run `make bundle` first")
+    assert len(_calls(fake_adb)) == calls  # the phone was not touched
+    assert (run_copy.run_dir / "report" / "results.json").read_bytes() == results
+    assert {p.name: p.read_bytes() for p in (run_copy.run_dir / "phone").iterdir()} == kept
+
+
+def test_rows_are_not_kept_when_validation_fails(fake_adb, run_copy, tmp_path, monkeypatch):
+    """"nothing was written" holds for the kept rows too: the next report must not merge rows that failed."""
+    from pipeline.errors import PipelineError
+    from pipeline.phone import phone_bench
+
+    monkeypatch.setattr("eval.results.validate_results", lambda doc: ["rows[0]: a made-up problem"])
+    results = (run_copy.run_dir / "report" / "results.json").read_bytes()
+    with pytest.raises(PipelineError, match="nothing was written"):
+        phone_bench(run_copy, "android", perf_test=str(_perf_binary(tmp_path)))
+    assert list((run_copy.run_dir / "phone").glob("*")) == []  # no folder, or an empty one
+    assert (run_copy.run_dir / "report" / "results.json").read_bytes() == results

@@ -97,6 +97,8 @@ def report(ctx: StageContext) -> dict:
     window = ctx.cfg.bundle.accuracy_window if doc.get("quality_metric", "accuracy") == "accuracy" else 0.0
     results = build_results(doc, window)
     merge_saved(ctx.run_dir, results)  # keep phone measurements (runs/<run>/phone/) across report re-runs
+    for note in results.get("phone_dropped", []):  # also in the report, under Targets
+        log.warning("phone row %s", note)
     search = search_summary(ctx.run_dir / "search", ctx.out)
     if search:
         from pipeline.stage import status
