@@ -149,6 +149,13 @@ def compress(ml, variant: str, min_weight_elements: int = 2048):
 
     if variant == "fp16":
         return ml
+    if variant in COREML_VARIANTS and (largest := largest_weight(ml)) <= min_weight_elements:
+        # coremltools compresses a weight of more than the threshold's elements: none here, and the package
+        # would fail its read-back check after the conversion (a tiny model at the default)
+        raise PipelineError(f"Core ML {variant}: the model's largest weight has {largest} elements, not more than "
+                            f"export.coreml_min_weight_elements = {min_weight_elements}, so no weight would be "
+                            f"compressed; --set export.coreml_min_weight_elements={max(largest - 1, 0)} or leave "
+                            f"'{variant}' out of export.coreml_variants")
     if variant == "int8":
         op = cto.OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8", weight_threshold=min_weight_elements)
         return cto.linear_quantize_weights(ml, config=cto.OptimizationConfig(global_config=op))
@@ -158,6 +165,15 @@ def compress(ml, variant: str, min_weight_elements: int = 2048):
         op = cto.OpPalettizerConfig(mode="custom", lut_function=kmeans_lut, weight_threshold=min_weight_elements)
         return cto.palettize_weights(ml, config=cto.OptimizationConfig(global_config=op))
     raise PipelineError(f"unknown Core ML variant '{variant}'; known: {', '.join(COREML_VARIANTS)}")
+
+
+def largest_weight(ml) -> int:
+    """Elements of the largest constant tensor of an mlprogram, read from the spec's shapes (not the values)."""
+    import math
+
+    return max((math.prod(d.constant.size for d in out.type.tensorType.dimensions)
+                for fn in ml.get_spec().mlProgram.functions.values() for block in fn.block_specializations.values()
+                for op in block.operations if op.type == "const" for out in op.outputs), default=0)
 
 
 def kmeans_lut(weight: np.ndarray, nbits: int = 4, iterations: int = 12) -> tuple[np.ndarray, np.ndarray]:

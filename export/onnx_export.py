@@ -21,20 +21,22 @@ INPUT_NAMES = ["input_ids", "attention_mask"]
 OUTPUT_NAMES = ["logits"]
 DYNAMIC_AXES = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
                 "logits": {0: "batch"}}
-# Below 13 the quantizer cannot write per-channel QDQ (axis on DequantizeLinear); above what the installed
-# onnx knows, the checker rejects the file. Both bounds are checked when the config loads.
-MIN_OPSET = 13
+# The opsets every model and variant of the pipeline exports and quantizes at, checked when the config loads:
+# transformers' attention exports scaled_dot_product_attention, which needs 14; above 17, ONNX Runtime's symbolic
+# shape inference (the pre-processing int8-static runs) fails on the LSTM's graph (onnxruntime 1.32). The 16-bit
+# QDQ files are raised to 21 by the quantizer itself, whatever this is (their rows record it).
+MIN_OPSET, MAX_OPSET = 14, 17
 
 
 def opset_problem(opset: int) -> str | None:
     """Why quantize.opset cannot be exported, or None: checked when the config loads (pipeline/config_rules.py)."""
     import onnx.defs
 
-    top = min(onnx.defs.onnx_opset_version(), torch.onnx._constants.ONNX_MAX_OPSET)
+    top = min(onnx.defs.onnx_opset_version(), torch.onnx._constants.ONNX_MAX_OPSET, MAX_OPSET)
     if MIN_OPSET <= opset <= top:
         return None
-    return (f"quantize.opset = {opset} is outside {MIN_OPSET}..{top} ({MIN_OPSET} is the lowest that holds "
-            f"per-channel int8, {top} the highest this torch/onnx can write); set quantize.opset = 17")
+    return (f"quantize.opset = {opset} is outside {MIN_OPSET}..{top} (BERT attention needs {MIN_OPSET}; above {top} "
+            f"the int8-static pre-processing fails on the LSTM's graph); set quantize.opset = 17")
 
 
 def file_opset(path: Path) -> int:

@@ -44,8 +44,11 @@ _QUIET = (
     # quantize_dynamic, once per file: the pipeline runs that pre-processing before quantize_static
     # (export/quantize.py, export/npu.py), where calibration needs it, and checks every quantized file either way
     "pre-processing before quantization",
-    # coremltools on Linux, at import: Core ML prediction needs macOS, and export/coreml.py records that reason
-    "Failed to load _MLModelProxy",
+    # coremltools on Linux, at import (_MLModelProxy, _MLCPUComputeDeviceProxy, ...): Core ML prediction needs
+    # macOS, and export/coreml.py records that reason
+    "Failed to load _ML",
+    # coremltools 9 on torch 2.13: the pinned pair the export tests convert and read back on every run
+    "has not been tested with coremltools",
     # coremltools on nn.Embedding's padding_idx: it only shapes gradients, so the converted lookup is the same
     "Core ML embedding (gather) layer does not support any inputs besides",
 )

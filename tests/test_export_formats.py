@@ -183,6 +183,22 @@ def test_exporter_coreml(models, inputs, kind, tmp_path):
         assert check["passed"]
 
 
+def test_coreml_compression_that_would_compress_nothing_is_refused_with_the_value_to_set(models, tmp_path):
+    """A tiny model at the default threshold: refused before the package is written, naming the setting."""
+    from export.coreml import largest_weight
+    from export.registry import get_exporter
+
+    j = job(models["lstm"], tmp_path / "int8.mlpackage", "int8")
+    with pytest.raises(PipelineError) as e:
+        get_exporter("coreml").fn(j)
+    largest = largest_weight(j.cache["base"][0])
+    assert 0 < largest <= 2048 and str(e.value) == (
+        f"Core ML int8: the model's largest weight has {largest} elements, not more than "
+        f"export.coreml_min_weight_elements = 2048, so no weight would be compressed; --set "
+        f"export.coreml_min_weight_elements={largest - 1} or leave 'int8' out of export.coreml_variants")
+    assert not j.out.exists()
+
+
 def test_coreml_labels_with_commas_read_back_whole(models, tmp_path):
     """Topic labels often hold commas ("arts, culture"): the package stores the labels as a JSON list, so its
     read-back check and an app split them exactly as trained."""

@@ -218,6 +218,9 @@ def test_onnx_errors_name_model_format_and_op(models, tmp_path):
 
     with pytest.raises(PipelineError, match=r"quantize.opset = 9 .*set quantize.opset = 17"):
         load_config(None, ["quantize.opset=9"])  # refused when the config loads, before any export
+    for bad in (13, 18):  # 13: no scaled_dot_product_attention; 18: the LSTM's int8-static pre-processing fails
+        with pytest.raises(PipelineError, match=rf"quantize.opset = {bad} is outside 14\.\.17"):
+            load_config(None, [f"quantize.opset={bad}"])
     assert not (tmp_path / "low.onnx").exists()
     with pytest.raises(PipelineError, match="fp32 ONNX file, which was not written"):
         run_exporter("int8-static", models["lstm"], tmp_path / "q.onnx", {})

@@ -171,6 +171,8 @@ def test_known_library_noise_is_dropped_and_other_warnings_kept():
         return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, (), None)
 
     assert not _not_quiet(record("coremltools", "Failed to load _MLModelProxy: No module named 'x'"))
+    assert not _not_quiet(record("coremltools", "Failed to load _MLCPUComputeDeviceProxy: No module named 'x'"))
+    assert not _not_quiet(record("coremltools", "Torch version 2.13.0+cpu has not been tested with coremltools."))
     assert not _not_quiet(record("coremltools", "Core ML embedding (gather) layer does not support any inputs "
                                                 "besides the weights and indices. Those given will be ignored."))
     assert not _not_quiet(record("root", "Please consider to run pre-processing before quantization. Refer ..."))
