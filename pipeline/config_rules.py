@@ -275,6 +275,10 @@ def check_names(cfg, names: dict[str, tuple[str, tuple[str, ...]]]) -> str | Non
         known = list(dict.fromkeys(name for ref in refs for name in resolve(ref)))
         if bad := [v for v in (value if isinstance(value, list) else [value]) if v not in known]:
             return f"unknown {what} {', '.join(map(repr, bad))} in '{dotted}'. Known: {', '.join(known)}"
+        if isinstance(value, list) and (twice := [v for i, v in enumerate(value) if v in value[:i]]):
+            # a model listed twice was exported, checked and reported twice
+            return (f"'{dotted}' lists {twice[0]!r} twice; give each {what} once: "
+                    f"{set_fix(dotted, list(dict.fromkeys(value)))}")
     return None
 
 

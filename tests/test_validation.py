@@ -59,6 +59,8 @@ CASES = [
     (["run.seed=4294967296"], "run.seed", False),
     (['teacher.model=""'], "teacher.model", False),
     (['data.text_column="label"', 'data.label_column="label"'], "data.text_column", False),
+    (['quantize.models=["student","lstm","student"]'], "quantize.models", True),  # exported and reported twice
+    (GEN + ['quantize.models=["student","lstm","lstm"]'], "quantize.models", True),
 ]
 FIX = re.compile(r"--set ([a-z_]+\.[a-z_]+=(?:\[[^\]]*\]|\"[^\"]*\"|[^\s,)]+))")
 
