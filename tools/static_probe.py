@@ -69,17 +69,19 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m tools.static_probe", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="configs/demo.toml")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
-    ap.add_argument("--model", default="teacher")
+    from pipeline.tasks.classification import MODEL_FOLDERS
+
+    ap.add_argument("--model", default="teacher", choices=list(MODEL_FOLDERS))
     ap.add_argument("--texts", type=int, default=400, help="test texts to compare on (0 = all)")
     ap.add_argument("--setting", action="append", default=None, help="JSON object of [quantize] keys (repeatable)")
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config, args.overrides)
         settings = [json.loads(s) for s in (args.setting or DEFAULT_SETTINGS)]
-        fields = {f.name for f in dataclasses.fields(cfg.quantize)}
-        bad = [k for s in settings for k in s if k not in fields]
-        if bad:
-            raise PipelineError(f"--setting names unknown [quantize] keys {bad}")
+        for s in settings:  # each setting through the config's own checks: a bad value is one error naming it
+            if not isinstance(s, dict):
+                raise PipelineError(f"--setting {json.dumps(s)} is not a JSON object of [quantize] keys")
+            load_config(args.config, args.overrides + [f"quantize.{k}={json.dumps(v)}" for k, v in s.items()])
         with tempfile.TemporaryDirectory() as tmp:
             rows = probe(cfg, args.model, args.texts, settings, Path(tmp))
     except (PipelineError, json.JSONDecodeError) as e:
