@@ -10,6 +10,7 @@ re-rendering the report and refreshing its manifest) is pipeline/phone.py.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -17,7 +18,6 @@ from pathlib import Path
 
 from eval.rows import find
 from pipeline.errors import PipelineError
-from pipeline.manifest import sha256_file, sha256_json
 
 NOT_ON_PHONE = ("phone-bench runs only the bundled model on the phone (and, for NPU providers, its fixed-shape "
                 "static-QDQ twin)")
@@ -85,9 +85,10 @@ def file_digest(path: Path | None) -> str | None:
     if path is None or not path.exists():
         return None
     if path.is_dir():
-        return sha256_json({p.relative_to(path).as_posix(): sha256_file(p)
-                            for p in sorted(path.rglob("*")) if p.is_file()})
-    return sha256_file(path)
+        files = {p.relative_to(path).as_posix(): file_digest(p) for p in sorted(path.rglob("*")) if p.is_file()}
+        return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def row_file_digest(run_dir: Path, row: dict) -> str | None:
@@ -132,12 +133,7 @@ def merge_saved(run_dir: Path, results: dict) -> list[str]:
 
 
 def _bundle(cfg) -> tuple[Path, dict]:
-    """The run's bundle folder and metadata, refused unless the bundle stage is up to date: an old bundle's
-    model would be timed, its rows merged into the new report, and the NPU file taken from the new quantize
-    folder."""
-    from pipeline.manifest import read_manifest
-    from pipeline.stage import statuses
-
+    """The run's bundle folder and metadata (pipeline/phone.py has refused an out-of-date bundle)."""
     run_dir = cfg.run_dir
     bundle = run_dir / "bundle"
     if not (bundle / "metadata.json").is_file():
@@ -145,13 +141,6 @@ def _bundle(cfg) -> tuple[Path, dict]:
                             f"(python -m pipeline bundle --config {cfg.source}) first")
     if not (run_dir / "report" / "results.json").is_file():
         raise PipelineError(f"no report/results.json in {run_dir}; run `make report` first")
-    # phone-bench re-renders the report, which the bundle quotes: a bundle built on a report phone-bench has
-    # re-rendered since the report stage ran holds the same model, so a second phone (or the Mac) needs no rebuild
-    report = read_manifest(run_dir / "report") or {}
-    earlier = set(report.get("summary", {}).get("phone_bench_replaced", []))
-    fresh, why = statuses(cfg, ["bundle"], accept={"report": earlier})["bundle"]
-    if not fresh:
-        raise PipelineError(f"the bundle is out of date ({why}): run `make bundle` first")
     return bundle, json.loads((bundle / "metadata.json").read_text())
 
 

@@ -21,9 +21,26 @@ def phone_bench(cfg, platform_name: str = "android", adb: str | None = None, per
     targets, runs and seq_len."""
     from eval.phone import measure_phone
 
+    _refuse_stale_bundle(cfg)
     out = measure_phone(cfg, platform_name, adb, perf_test, serial)
     write_results(cfg.run_dir, out.pop("results"), out["targets"], out.pop("keep"))
     return out
+
+
+def _refuse_stale_bundle(cfg) -> None:
+    """An out-of-date bundle holds an older model: timing it would merge its rows into the new report, with the
+    NPU file taken from the new quantize folder. phone-bench re-renders the report, which the bundle quotes: a
+    bundle built on a report phone-bench has re-rendered since the report stage ran holds the same model, so a
+    second phone (or the Mac) needs no rebuild."""
+    from pipeline.stage import statuses
+
+    if not (cfg.run_dir / "bundle" / "metadata.json").is_file():
+        return  # measure_phone says there is no bundle, and how to build one
+    report = read_manifest(cfg.run_dir / "report") or {}
+    earlier = set(report.get("summary", {}).get("phone_bench_replaced", []))
+    fresh, why = statuses(cfg, ["bundle"], accept={"report": earlier})["bundle"]
+    if not fresh:
+        raise PipelineError(f"the bundle is out of date ({why}): run `make bundle` first")
 
 
 def write_results(run_dir: Path, results: dict, new_targets: list[str], keep: dict[str, dict]) -> None:
