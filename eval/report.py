@@ -381,8 +381,12 @@ def _qnn_htp(res: dict) -> list[Block]:
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in doc["rows"]:
         groups.setdefault((r["model"], r["variant"]), []).append(r)
-    rows = []
+    rows, notes = [], []
     for (model, variant), rs in groups.items():
+        # a variant none of whose files ran (it failed its quantize check): its row says "no", the reason goes under
+        if all(r["status"] == "skipped" for r in rs) and len(reasons := {r.get("reason") for r in rs}) == 1 \
+                and None not in reasons:
+            notes.append(("p", f"{model} {variant}: {reasons.pop()}"))
         cells = []
         for c in chips:
             mine = [r for r in rs if r["chip"] == c]
@@ -412,7 +416,7 @@ def _qnn_htp(res: dict) -> list[Block]:
                   f"are the compiler's, with every node named in compile/qnn.json. Emulator: "
                   f"{doc.get('emulator_note', '')}."),
             ("table", ["model", "variant", *[f"{n}: lengths" for n in names], "nodes on HTP / all", "refused ops",
-                       "context bytes", "worst emulator agreement", "max abs diff"], rows)]
+                       "context bytes", "worst emulator agreement", "max abs diff"], rows), *notes]
 
 
 def _generation(res: dict) -> list[Block]:

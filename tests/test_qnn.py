@@ -217,6 +217,13 @@ def test_report_verdict_is_one_row_per_model_variant_with_lengths_per_chip():
     assert table[0][:4] == ["student", "npu-x", "16, 64", "16 (failed: disagrees at the others)"]
     assert table[0][5:8] == ["none", "116-164", "50.0% (of 8 each)"]
     assert table[1][:4] == ["lstm", "int8-static", "no", "no"] and table[1][5] == "DynamicQuantizeLSTM x2"
+    assert len(blocks) == 2  # no variant was skipped whole: no note under the table
+    why = "not compiled: it failed its check in the quantize stage (argmax agreement 0.91 < 0.95)"
+    failed = [row("student", "nnapi-int8", n, c, "skipped", reason=why, nodes_total=None)
+              for n in (16, 64) for c in ("8gen2", "8gen3")]
+    blocks = _qnn_htp({"qnn_htp": {"chips": {"8gen2": "Snapdragon 8 Gen 2", "8gen3": "Snapdragon 8 Gen 3"},
+                                   "rows": rows + failed}})
+    assert blocks[1][2][2][:4] == ["student", "nnapi-int8", "no", "no"] and blocks[2] == ("p", f"student nnapi-int8: {why}")
     assert _qnn_htp({"qnn_htp": {"skipped": "onnxruntime-qnn is not installed", "rows": []}}) == [
         ("p", "Qualcomm HTP compiler: not run (onnxruntime-qnn is not installed).")]
 
