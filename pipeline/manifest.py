@@ -52,7 +52,8 @@ def list_outputs(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def write_manifest(folder: Path, *, stage: str, config: dict, config_hash: str, inputs: dict[str, str],
-                   summary: dict, started: float, sources: dict[str, str] | None = None) -> dict:
+                   summary: dict, started: float, sources: dict[str, str] | None = None,
+                   notes: tuple[str, ...] = ()) -> dict:
     manifest = {
         "stage": stage,
         "config_hash": config_hash,
@@ -62,6 +63,7 @@ def write_manifest(folder: Path, *, stage: str, config: dict, config_hash: str, 
         # re-run on an edited source that writes the same files leaves everything downstream up to date
         "sources": sources or {},
         "outputs": list_outputs(folder),
+        "notes": list(notes),  # outputs for people, not in content_key
         "summary": summary,
         "versions": library_versions(),
         "machine": {"platform": platform.platform(), "processor": platform.machine()},
@@ -95,15 +97,19 @@ def _well_formed(m: object) -> bool:
 
 
 def content_key(folder: Path) -> str | None:
-    """What a downstream stage is keyed on: the finished stage's settings, the sha256 of every file it wrote
-    and, in turn, its own inputs' keys; not its times, machine or summary. So a byte-identical rebuild leaves
-    everything downstream up to date, while any change upstream of it (read directly or not) still reaches
-    it. None if the stage has not finished."""
+    """What a downstream stage is keyed on: the sha256 of every file the finished stage wrote but its notes
+    (files for people, Step.notes) and, in turn, its own inputs' keys; not its settings, times, machine or
+    summary. So a re-run that writes the same files (a setting that changed only a note, a byte-identical
+    rebuild) leaves everything downstream up to date, while any change upstream of it that reaches a file still
+    reaches it; a setting a downstream stage reads itself is in that stage's own fingerprint. None if the stage
+    has not finished."""
     manifest = read_manifest(folder)
     if manifest is None:
         return None
-    return sha256_json({"config_hash": manifest.get("config_hash"), "inputs": manifest.get("inputs", {}),
-                        "outputs": {rel: meta.get("sha256") for rel, meta in manifest.get("outputs", {}).items()}})
+    notes = set(manifest.get("notes", []))
+    return sha256_json({"inputs": manifest.get("inputs", {}),
+                        "outputs": {rel: meta.get("sha256") for rel, meta in manifest.get("outputs", {}).items()
+                                    if rel not in notes}})
 
 
 def folder_key(folder: Path) -> str | None:

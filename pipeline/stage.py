@@ -233,7 +233,7 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
         ctx = StageContext(cfg, name, tmp, run_dir, stage.deps, key, GRAPH)
         summary = step.fn(ctx) or {}
         manifest = write_manifest(tmp, stage=name, config=relevant, config_hash=chash, inputs=inputs,
-                                  summary=summary, started=started, sources=sources)
+                                  summary=summary, started=started, sources=sources, notes=step.notes)
     except BaseException as e:
         written = tree_bytes(tmp)  # what the stage had written when it failed: a full disk needs at least this
         shutil.rmtree(tmp, ignore_errors=True)
@@ -286,9 +286,9 @@ def _run(cfg: Config, names: list[str], force: tuple[str, ...]) -> list[str]:
 
     ran = []
     for name in names:
+        # computed after its inputs ran: an input that wrote the same files leaves this stage up to date
         fresh, why = status(cfg, name)
-        upstream_ran = any(d in ran for d in STAGES[name].deps)
-        if fresh and not upstream_ran and name not in force:
+        if fresh and name not in force:
             if D.is_main():
                 _drop_leftover(cfg.run_dir, name)
             log.info("[%s] up to date, skipped", name)

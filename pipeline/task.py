@@ -94,6 +94,9 @@ class Step:
     # Under torchrun every rank runs a distributed step (each on its share of the data); the other steps
     # run on rank 0 alone while the rest wait.
     distributed: bool = False
+    # Files the step writes for people that no stage reads (generation's samples.md): left out of what the
+    # stages after it are keyed on, so a setting only they show (lm.sample_tokens) re-runs this step alone
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

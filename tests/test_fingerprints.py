@@ -285,3 +285,36 @@ def test_the_report_follows_a_finished_search(fake_run):
     assert stale == {"report", "bundle", "web-bundle"}
     assert statuses(cfg, ["report"])["report"][1] == "its input 'search' changed"
     assert run(cfg, list(STAGES)) == ["report", "bundle", "web-bundle"]
+
+
+def test_a_setting_only_a_note_shows_re_runs_that_stage_alone(fake_run, monkeypatch):
+    """Generation's lm.sample_tokens changes eval's samples.md (a note, Step.notes) and nothing quantize reads:
+    eval re-runs, the stages after it stay up to date; only the bundle, which reads the key itself, re-runs.
+    A setting that changes what eval writes for the stages after it still reaches them."""
+    from dataclasses import replace
+
+    from pipeline.stage import run
+    from pipeline.tasks import TASKS
+
+    STAGES, raw = fake_run("generation")
+    task = TASKS["generation"]
+    eval_step = task.steps["eval"]
+    assert eval_step.notes == ("samples.md",)
+
+    def fake_eval(ctx):  # what the real step writes: the perplexities, and the samples as the note
+        (ctx.out / "perplexity.json").write_text(str(ctx.cfg.lm.eval_batch_size))
+        (ctx.out / "samples.md").write_text(str(ctx.cfg.lm.sample_tokens))
+        return {}
+
+    monkeypatch.setitem(TASKS, "generation", replace(task, steps={**task.steps,
+                                                                 "eval": replace(eval_step, fn=fake_eval)}))
+    cfg = config_from_dict(raw, "base")
+    stages = [n for n in STAGES if n != "search"]  # the search reads every key (whole-config output)
+    run(cfg, stages, force=("eval",))
+    more = config_from_dict({**raw, "lm": {**raw.get("lm", {}), "sample_tokens": cfg.lm.sample_tokens + 1}}, "x")
+    assert run(more, stages) == ["eval", "bundle"]
+    # eval_batch_size: read by logits (which writes the same file again) and eval, whose perplexities change
+    batch = config_from_dict({**raw, "lm": {**raw.get("lm", {}), "sample_tokens": cfg.lm.sample_tokens + 1,
+                                            "eval_batch_size": cfg.lm.eval_batch_size + 1}}, "y")
+    assert run(batch, stages) == ["logits", "eval", "quantize", "compile", "export", "bench", "report", "bundle",
+                                 "web-bundle"]

@@ -28,8 +28,11 @@ TASK = Task(
                          ("baseline.cell", "baseline.embed_dim", "baseline.hidden", "baseline.layers",
                           "baseline.dropout", "baseline.epochs", "baseline.steps", "baseline.batch_size", "baseline.lr", *TRAIN_READS,
                           "lm.max_cache", "lm.context_length")),
+        # samples.md (greedy continuations of lm.prompts, lm.sample_tokens) is for people: quantize reads the
+        # perplexities, so a sample setting re-runs eval but nothing after it that does not read it itself
         "eval": Step(lazy(f"{_HERE}.train:stage_eval"),
-                     ("lm.eval_windows", "lm.eval_batch_size", "lm.context_length", "lm.prompts", "lm.sample_tokens")),
+                     ("lm.eval_windows", "lm.eval_batch_size", "lm.context_length", "lm.prompts", "lm.sample_tokens"),
+                     notes=("samples.md",)),
         # lm.prompts: its first prompt is the greedy check; lm.eval_windows / context_length: the perplexity windows
         "quantize": Step(lazy(f"{_HERE}.ship:stage_quantize"),
                          ("quantize.models", "quantize.variants", "quantize.opset", "quantize.per_channel",
