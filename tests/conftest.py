@@ -132,3 +132,15 @@ def use_toy_stages(monkeypatch, stages):
     steps = {n: Step(fn, secs) for n, fn, _, secs in stages}
     monkeypatch.setitem(TASKS, "classification", replace(TASKS["classification"], steps=steps))
     return st.STAGES
+
+
+def negate_logits(path) -> None:
+    """A file that computes the wrong answer on purpose: its logits negated (argmax becomes argmin)."""
+    import onnx
+    from onnx import helper
+
+    m = onnx.load(str(path))
+    producer = next(n for n in m.graph.node if "logits" in n.output)
+    producer.output[list(producer.output).index("logits")] = "logits_before_neg"
+    m.graph.node.append(helper.make_node("Neg", ["logits_before_neg"], ["logits"], name="broken_on_purpose"))
+    onnx.save(m, str(path))

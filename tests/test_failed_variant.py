@@ -10,20 +10,10 @@ import shutil
 
 import pytest
 
+from conftest import negate_logits
 from test_bundle_stage import bundled_run
 
 pytestmark = pytest.mark.e2e
-
-
-def _negate_logits(path) -> None:
-    import onnx
-    from onnx import helper
-
-    m = onnx.load(str(path))
-    producer = next(n for n in m.graph.node if "logits" in n.output)
-    producer.output[list(producer.output).index("logits")] = "logits_before_neg"
-    m.graph.node.append(helper.make_node("Neg", ["logits_before_neg"], ["logits"], name="broken_on_purpose"))
-    onnx.save(m, str(path))
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +34,7 @@ def failed_run(tmp_path_factory):
     def broken(job):
         details = real.fn(job)
         if job.model_name == "student":
-            _negate_logits(job.out)
+            negate_logits(job.out)
         return details
 
     registry.EXPORTERS["int8-dynamic"] = registry.Exporter(broken, real.format, real.lossless, real.transformer_only)

@@ -11,20 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import tiny_run_config
+from conftest import negate_logits, tiny_run_config
 from test_npu_student import texts, tiny_student
-
-
-def _negate_logits(path) -> None:
-    """A file that computes the wrong answer on purpose: its logits negated (argmax becomes argmin)."""
-    import onnx
-    from onnx import helper
-
-    m = onnx.load(str(path))
-    producer = next(n for n in m.graph.node if "logits" in n.output)
-    producer.output[list(producer.output).index("logits")] = "logits_before_neg"
-    m.graph.node.append(helper.make_node("Neg", ["logits_before_neg"], ["logits"], name="broken_on_purpose"))
-    onnx.save(m, str(path))
 
 
 def test_a_length_no_text_reaches_is_still_checked(tmp_path):
@@ -42,7 +30,7 @@ def test_a_length_no_text_reaches_is_still_checked(tmp_path):
     assert good["passed"] and set(good["by_length"]) == {"16", "32"}
     assert all(b["texts"] == 24 and b["cut"] == 0 and b["value"] >= 0.9 for b in good["by_length"].values())
 
-    _negate_logits(made["files"][32])
+    negate_logits(made["files"][32])
     bad = check_variant(NpuRunner(made["files"], NPU_VARIANTS["nnapi-int8"], None), refs, 0, 0.9, "student NPU x")
     assert bad["passed"] is False and bad["worst_length"] == 32
     assert bad["by_length"]["32"]["value"] < 0.2 and bad["by_length"]["16"]["value"] >= 0.9
