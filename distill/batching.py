@@ -47,9 +47,13 @@ def encode(tokenizer, texts: Sequence[str], max_length: int, on_too_long: str = 
         entry["texts"] += len(ids)
         entry["truncated"] += len(too_long)
     if too_long:
-        # keep the final [SEP]/</s> so the model sees a well-formed sequence
-        ids = [seq if len(seq) <= max_length else seq[: max_length - 1] + seq[-1:] for seq in ids]
+        ids = [cut(seq, max_length) for seq in ids]
     return ids, len(too_long)
+
+
+def cut(ids: Sequence[int], n: int) -> list[int]:
+    """ids cut to n tokens, the final [SEP]/</s> kept so the model sees a well-formed sequence."""
+    return list(ids) if len(ids) <= n else list(ids[: n - 1]) + list(ids[-1:])
 
 
 def param_device(model: torch.nn.Module) -> torch.device:

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from distill.batching import cut
 from export.padding import pad
 from pipeline.errors import PipelineError, lookup
 
@@ -196,11 +197,6 @@ def quantize_qdq(src: Path, out: Path, calib_ids: list[list[int]], length: int, 
                         quant_format=QuantFormat.QDQ, per_channel=variant.per_channel,
                         activation_type=qtypes[variant.activations], weight_type=qtypes[variant.weights],
                         op_types_to_quantize=STATIC_OPS)
-
-
-def cut(ids: Sequence[int], n: int) -> list[int]:
-    """ids cut to n tokens with the last one ([SEP]) kept, as distill.batching.encode cuts a long text."""
-    return list(ids) if len(ids) <= n else list(ids[: n - 1]) + list(ids[-1:])
 
 
 class NpuRunner:

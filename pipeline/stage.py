@@ -124,8 +124,11 @@ SOURCES = {"data.train_path": "data", "data.validation_path": "data", "data.test
 
 def source_digests(cfg: Config, name: str) -> dict[str, str]:
     """{key: sha256 over every file under the path it names} for the SOURCES stage `name` reads."""
+    keys = [k for k, stage in SOURCES.items() if stage == name]
+    if not keys:
+        return {}  # most stages: no need to read the hash cache
     out, cache = {}, HashCache(cfg.run_dir)
-    for key in (k for k, stage in SOURCES.items() if stage == name):
+    for key in keys:
         path = Path(cfg.value(key)).expanduser() if cfg.value(key) else None
         if path is None or not path.exists():
             continue  # not a local path: the stage itself says what is wrong with it

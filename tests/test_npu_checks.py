@@ -41,7 +41,8 @@ def test_a_length_no_text_reaches_is_still_checked(tmp_path):
 def test_longer_texts_are_cut_to_each_length_with_sep_kept(tmp_path):
     """A text longer than a file's length reaches it cut to the length, its last token ([SEP]) kept, and the
     PyTorch reference is computed on the same cut ids."""
-    from export.npu import NPU_VARIANTS, NpuRunner, check_variant, cut, length_references, torch_logits, write_variant
+    from distill.batching import cut
+    from export.npu import NPU_VARIANTS, NpuRunner, check_variant, length_references, torch_logits, write_variant
 
     assert cut([2, 7, 8, 9, 3], 4) == [2, 7, 8, 3] and cut([2, 7, 3], 4) == [2, 7, 3]
     m = tiny_student()
