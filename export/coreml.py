@@ -8,6 +8,8 @@ flexible (see sequence_shapes for why enumerated shapes where the target allows 
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import platform
 from collections import Counter
@@ -113,6 +115,22 @@ def sequence_shapes(mode: str, lengths: list[int], target, max_length: int) -> t
                    f"Neural Engine")
 
 
+@contextlib.contextmanager
+def quiet():
+    """coremltools' console output that says nothing to act on: a progress bar per conversion pass (about a
+    dozen lines per file, for passes of a few milliseconds; the stage prints one line per file) and numpy's
+    overflow warnings from narrowing constants to fp16: coremltools keeps any op whose constants are past fp16's
+    range in fp32 (FP16ComputePrecision.fp16_overflow) and narrows to inf only values of 1e38 and up on purpose
+    (attention masks), so the warnings are about those."""
+    import tqdm
+
+    from unittest import mock
+
+    with mock.patch.object(tqdm.tqdm, "__init__", functools.partialmethod(tqdm.tqdm.__init__, disable=True)), \
+            np.errstate(over="ignore", invalid="ignore"):
+        yield
+
+
 def convert(loaded, model_name: str, target_name: str, shapes_mode: str, lengths: list[int], tokenizer_name: str):
     """fp16 mlprogram with metadata. Returns (MLModel, shape note)."""
     import coremltools as ct
@@ -127,8 +145,9 @@ def convert(loaded, model_name: str, target_name: str, shapes_mode: str, lengths
     shape, note = sequence_shapes(shapes_mode, lengths, target, loaded.max_length)
     inputs = [ct.TensorType(name=name, shape=shape, dtype=np.int32) for name in ("input_ids", "attention_mask")]
     try:
-        ml = ct.convert(traced, inputs=inputs, outputs=[ct.TensorType(name="logits")], convert_to="mlprogram",
-                        minimum_deployment_target=target, compute_precision=ct.precision.FLOAT16)
+        with quiet():
+            ml = ct.convert(traced, inputs=inputs, outputs=[ct.TensorType(name="logits")], convert_to="mlprogram",
+                            minimum_deployment_target=target, compute_precision=ct.precision.FLOAT16)
     except (NotImplementedError, RuntimeError, ValueError, TypeError) as e:
         op = op_name(str(e), r"op '?(\w+)'?", r"aten::(\w+)")
         raise PipelineError(f"{model_name} -> coreml: operator {op} cannot be expressed in Core ML "
@@ -158,12 +177,14 @@ def compress(ml, variant: str, min_weight_elements: int = 2048):
                             f"'{variant}' out of export.coreml_variants")
     if variant == "int8":
         op = cto.OpLinearQuantizerConfig(mode="linear_symmetric", dtype="int8", weight_threshold=min_weight_elements)
-        return cto.linear_quantize_weights(ml, config=cto.OptimizationConfig(global_config=op))
+        with quiet():
+            return cto.linear_quantize_weights(ml, config=cto.OptimizationConfig(global_config=op))
     if variant == "palettized-4bit":
         # coremltools' "kmeans" mode needs scikit-learn (not a dependency here): the same 1-D k-means,
         # written in numpy, goes in as a custom LUT function.
         op = cto.OpPalettizerConfig(mode="custom", lut_function=kmeans_lut, weight_threshold=min_weight_elements)
-        return cto.palettize_weights(ml, config=cto.OptimizationConfig(global_config=op))
+        with quiet():
+            return cto.palettize_weights(ml, config=cto.OptimizationConfig(global_config=op))
     raise PipelineError(f"unknown Core ML variant '{variant}'; known: {', '.join(COREML_VARIANTS)}")
 
 

@@ -51,11 +51,38 @@ _QUIET = (
     "has not been tested with coremltools",
     # coremltools on nn.Embedding's padding_idx: it only shapes gradients, so the converted lookup is the same
     "Core ML embedding (gather) layer does not support any inputs besides",
+    # transformers, once per process on models it loads for export: settings of its own, not the user's
+    "`torch_dtype` is deprecated",
+    "was set in the config but it is unrecognized",
+    # optimum's export of the teacher for the optimum-* peers: opset 17 is this project's pinned ceiling
+    # (export/onnx_export.py MAX_OPSET), and the file is checked against its source either way
+    "is lower than the recommended minimum opset",
+    "Weight deduplication check in the ONNX export requires accelerate",
 )
 
 
 def _not_quiet(record: logging.LogRecord) -> bool:
     return not any(q in record.getMessage() for q in _QUIET)
+
+
+def _quiet_libraries() -> None:
+    """Before the stages run: the libraries' console output that says nothing a user can act on."""
+    import warnings
+
+    import onnxruntime as ort
+    from optimum.utils import logging as optimum_logging
+    from transformers.utils import logging as hf_logging
+
+    # transformers and optimum print through handlers of their own, which the root's filter never sees
+    for root in (hf_logging.get_logger(), optimum_logging.get_logger()):
+        for handler in root.handlers:
+            handler.addFilter(_not_quiet)
+    # onnxruntime's C++ log, for the sessions its quantizer opens itself: errors only. Its warnings are graph
+    # clean-ups ("Removing initializer ... It is not used by any node", dozens per int8 file); the stages check
+    # every file they write against its source either way
+    ort.set_default_logger_severity(3)
+    # torch.jit.trace of transformers' attention mask for Core ML: that constant is the same for every input
+    warnings.filterwarnings("ignore", message="torch.tensor results are registered as constants")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
 
             args.overrides = args.overrides + search.flag_overrides(args)
         cfg = load_config(args.config, args.overrides)
+        if args.command not in ("show-config", "status"):
+            _quiet_libraries()
         if args.command == "search":
             return search.run_cli(cfg, args)
         if args.command == "show-config":

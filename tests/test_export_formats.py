@@ -199,6 +199,22 @@ def test_coreml_compression_that_would_compress_nothing_is_refused_with_the_valu
     assert not j.out.exists()
 
 
+def test_coreml_conversion_prints_no_progress_bars(models, tmp_path, capfd):
+    """coremltools draws a bar per conversion and compression pass (about a dozen lines per file); the stage
+    prints one line per file instead. Bars of the project's own long work still draw afterwards."""
+    from tqdm import tqdm
+
+    from export.registry import get_exporter
+
+    j = job(models["lstm"], tmp_path / "int8.mlpackage", "int8", coreml_min_weight_elements=64)
+    get_exporter("coreml").fn(j)
+    err = capfd.readouterr().err
+    assert j.out.is_dir() and "Running MIL" not in err and "Running compression pass" not in err
+    for _ in tqdm(range(2), desc="own bar", disable=False):
+        pass
+    assert "own bar" in capfd.readouterr().err
+
+
 def test_coreml_labels_with_commas_read_back_whole(models, tmp_path):
     """Topic labels often hold commas ("arts, culture"): the package stores the labels as a JSON list, so its
     read-back check and an app split them exactly as trained."""

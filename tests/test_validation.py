@@ -181,6 +181,43 @@ def test_known_library_noise_is_dropped_and_other_warnings_kept():
     assert _not_quiet(record("coremltools", "Failed to convert op 'gelu'"))
 
 
+def test_library_loggers_and_onnxruntime_are_quieted_where_the_stages_run(capfd, tmp_path):
+    """transformers and optimum print through handlers of their own, and onnxruntime's C++ log for the
+    sessions its quantizer opens never reaches Python logging: their known notes are dropped before the stages
+    run, while a warning that matters still shows."""
+    import logging
+
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    from optimum.utils import logging as optimum_logging
+    from transformers.utils import logging as hf_logging
+
+    from pipeline.cli import _quiet_libraries
+
+    # an Identity graph with an initializer no node reads: ONNX Runtime removes it, warning at level 2
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor("unused_w", TensorProto.FLOAT, [1], [1.0])])
+    path = tmp_path / "unused.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    ort.set_default_logger_severity(2)
+    ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert "Removing initializer 'unused_w'" in capfd.readouterr().err  # the control: it does warn
+    _quiet_libraries()
+    ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert "Removing initializer" not in capfd.readouterr().err
+    notes = {"transformers": "`torch_dtype` is deprecated! Use `dtype` instead!",
+             "optimum": "Opset 17 is lower than the recommended minimum opset (18) to export bert."}
+    for root in (hf_logging.get_logger(), optimum_logging.get_logger()):
+        assert root.handlers  # the library's own handler (it does not propagate to the root's)
+        for handler in root.handlers:
+            note = logging.LogRecord(root.name, logging.WARNING, __file__, 1, notes[root.name], (), None)
+            other = logging.LogRecord(root.name, logging.WARNING, __file__, 1, "Some weights of X were new", (), None)
+            assert not handler.filter(note) and handler.filter(other)
+
+
 def test_a_reader_that_leaves_early_gets_no_traceback():
     """`show-config | head`: the pipe closes before the config is printed."""
     import subprocess

@@ -166,10 +166,12 @@ def _coreml_model(ctx, lm, tok, e, can_predict: bool, why: str) -> list[dict]:
     cut = lm.vmap.other_id if lm.vmap is not None and lm.vmap.has_other else None
     try:
         if lm.kind == "lstm":
-            ml, how = coreml_stateful.convert_lstm_lm(lm.model, cfg.lm.max_cache, e.coreml_target)
+            with coreml.quiet():
+                ml, how = coreml_stateful.convert_lstm_lm(lm.model, cfg.lm.max_cache, e.coreml_target)
             check = {"converted_module": "the LSTM LM itself"}
         else:
-            ml, how = coreml_stateful.convert_student(lm.model, cfg.lm.max_cache, e.coreml_target)
+            with coreml.quiet():
+                ml, how = coreml_stateful.convert_student(lm.model, cfg.lm.max_cache, e.coreml_target)
             # the stateful module is our re-implementation of the cache: it must decode like transformers
             ref = lm.to_model_ids(torch.tensor(greedy(lm, prompt_t, cfg.lm.check_tokens))).tolist()
             mod = coreml_stateful.StatefulLlama(lm.model, cfg.lm.max_cache)
