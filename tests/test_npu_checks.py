@@ -153,3 +153,24 @@ def test_failed_npu_variant_is_not_timed_or_shipped(failed_npu_run, tmp_path, ca
         entry, readiness = bench.row_target(T.get_target("edge-npu"), {**r, "_path": q.parent / r["file"]})
         assert entry["status"] == "skipped" and readiness is None
         assert entry["reason"].startswith("not timed: the file failed its check (argmax agreement")
+
+
+def test_qnn_agreement_probe_skips_a_file_that_failed_its_quantize_check(tmp_path, monkeypatch, capsys):
+    """The probe measures what the compile stage would compile: a file that failed its quantize check is named
+    with its reason and never compiled, and a run with nothing else says so instead of "no file"."""
+    import eval.qnn
+    from tools import qnn_agreement
+
+    monkeypatch.setattr(eval.qnn, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(eval.qnn, "compile_htp", lambda *a, **k: pytest.fail("a failed file was compiled"))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "test.jsonl").write_text(json.dumps({"text": "good day", "label": 1}) + "\n")
+    (tmp_path / "quantize").mkdir()
+    (tmp_path / "quantize" / "npu.json").write_text(json.dumps([
+        {"model": "student", "variant": "npu-int8", "files": {"64": "quantize/student/npu-int8-64.onnx"},
+         "status": "failed", "check": {"value": 0.5, "tolerance": 0.9}}]))
+    with pytest.raises(SystemExit, match=r"no npu-student file at 64 tokens that passed its quantize check "
+                                         r"\(failed: npu-int8\)"):
+        qnn_agreement.main([str(tmp_path), "--length", "64"])
+    out = capsys.readouterr().out
+    assert "npu-int8" in out and "not compiled: it failed its check in the quantize stage" in out

@@ -17,7 +17,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     from eval.qnn import DEFAULT_CHIPS, compile_htp, unavailable_reason
     from pipeline.data import read_split
-    from pipeline.tasks.classification.compile import emulate_compiled
+    from pipeline.tasks.classification.compile import emulate_compiled, quantize_failure
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path, help="a finished run folder with quantize/npu.json")
@@ -38,11 +38,15 @@ def main(argv: list[str] | None = None) -> int:
                          f"stage made npu-student files (student.arch = \"npu\"), e.g. runs/demo")
     texts = [r["text"] for r in read_split(a.run_dir / "data", "test")]
     texts = texts[: a.texts] if a.texts else texts
-    rows = []
+    rows, failed = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for r in json.loads((quantize / "npu.json").read_text()):
             f = r["files"].get(str(a.length))
             if f is None:
+                continue
+            if why_not := quantize_failure(r, "quantize/npu.json"):  # as the compile stage: never compiled or shipped
+                print(f"{r['variant']:<20} {a.length:>4} {why_not}", flush=True)
+                failed.append(r["variant"])
                 continue
             job = {"model": r["model"], "variant": r["variant"], "length": a.length, "src": a.run_dir / f,
                    "lookup": a.run_dir / r["lookup"] if r.get("lookup") else None,
@@ -61,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"max|diff| {num.get('max_abs_diff', float('nan')):.4g}", flush=True)
     if not rows:
         raise SystemExit(f"qnn_agreement: {quantize / 'npu.json'} lists no npu-student file at {a.length} tokens "
-                         f"(quantize.npu_lengths, student.arch = \"npu\")")
+                         + (f"that passed its quantize check (failed: {', '.join(failed)})" if failed else
+                            "(quantize.npu_lengths, student.arch = \"npu\")"))
     if a.out:
         a.out.write_text(json.dumps(rows, indent=2))
     return 0

@@ -45,7 +45,7 @@ def skip_compile(ctx: StageContext) -> dict:
                       "classification's fixed-shape files only")
 
 
-def _failed(r: dict, records: str) -> str | None:
+def quantize_failure(r: dict, records: str) -> str | None:
     """Why a quantize row's file is not compiled (it failed its check there), or None."""
     if r.get("status") != "failed":
         return None
@@ -67,13 +67,13 @@ def jobs(quantize: Path, lengths: list[int]) -> list[dict]:
                 if (tok / "pocketformer.json").is_file() else None
             out += [{"model": r["model"], "variant": v, "length": n, "src": quantize.parent / r["file"], "fix": True,
                      "lookup": None, "tokenizer": tok, "too_long": bool(max_len and n > max_len), "max_length": max_len,
-                     "failed": _failed(r, "quantize/variants.json")} for n in lengths]
+                     "failed": quantize_failure(r, "quantize/variants.json")} for n in lengths]
     npu = quantize / "npu.json"
     for r in json.loads(npu.read_text()) if npu.is_file() else []:
         out += [{"model": r["model"], "variant": r["variant"], "length": int(n), "src": quantize.parent / f,
                  "fix": False, "lookup": quantize.parent / r["lookup"] if r.get("lookup") else None,
                  "tokenizer": quantize / r["model"] / "tokenizer", "too_long": False, "max_length": None,
-                 "failed": _failed(r, "quantize/npu.json")}
+                 "failed": quantize_failure(r, "quantize/npu.json")}
                 for n, f in sorted(r["files"].items(), key=lambda kv: int(kv[0]))]
     return out
 
