@@ -98,13 +98,19 @@ def graph_flops(onnx_path: Path, seq_len: int, batch: int = 1) -> int:
     return total
 
 
-def decoder_flops(config, n: int) -> int:
-    """A causal decoder's forward FLOPs for n tokens (a transformers config): 2 per weight multiply-add
-    (layers + output layer) plus causal attention scores and values (2 * 2 * L * d * n^2 / 2)."""
-    d, f, L, V = config.hidden_size, config.intermediate_size, config.num_hidden_layers, config.vocab_size
-    kv = config.num_key_value_heads * (getattr(config, "head_dim", None) or d // config.num_attention_heads)
-    per_token = 2 * (L * (2 * d * d + 2 * d * kv + 3 * d * f) + V * d)
-    return int(n * per_token + 2 * L * d * n * n)
+def decoder_flops(model, n: int) -> int:
+    """A causal decoder's forward FLOPs for n tokens, counted on the model itself, so every family's layout is
+    right (gated or plain feed-forward, GPT-2's Conv1D, OPT's projections, untied or tied output layer): 2 per
+    weight multiply-add of its matrices (the output layer included; the embedding lookup is none), plus causal
+    attention scores and values, 2 * 2 * L * (heads * head_dim) * n^2 / 2 (local or sliding-window attention
+    costs less once n passes the window)."""
+    from torch import nn
+    from transformers.pytorch_utils import Conv1D
+
+    c = model.config
+    matrices = sum(m.weight.numel() for m in model.modules() if isinstance(m, (nn.Linear, Conv1D)))
+    width = c.num_attention_heads * (getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads)
+    return int(2 * n * matrices + 2 * c.num_hidden_layers * width * n * n)
 
 
 def lstm_lm_flops(config, n: int) -> int:

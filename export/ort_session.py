@@ -3,7 +3,8 @@ optimization, the extensions' custom ops), the CPU provider, and one error for a
 load. Also the generation runner (OrtLM): greedy decoding through a decoder graph with its KV cache or an
 LSTM graph with its state.
 
-Decoder graph I/O (optimum's names): input_ids, attention_mask, position_ids, past_key_values.{i}.key/value
+Decoder graph I/O (optimum's names): input_ids, attention_mask, position_ids (where the model takes them),
+past_key_values.{i}.key/value
 (B, kv_heads, past, head_dim) -> logits, present.{i}.key/value. LSTM graph: input_ids, h0, c0 -> logits, h, c.
 """
 from __future__ import annotations
@@ -95,8 +96,10 @@ class OrtLM:
         if self.kind == "lstm":
             return {"input_ids": ids, **state}
         T = ids.shape[1]
-        return {"input_ids": ids, "attention_mask": np.ones((1, past + T), np.int64),
+        feed = {"input_ids": ids, "attention_mask": np.ones((1, past + T), np.int64),
                 "position_ids": np.arange(past, past + T, dtype=np.int64)[None], **state}
+        # a decoder that numbers positions itself (Gemma: from the cache length; BLOOM: ALiBi) has no position_ids
+        return {name: value for name, value in feed.items() if name in self.inputs}
 
     def _run(self, ids: np.ndarray, state: dict, past: int):
         """ids (1, T) -> (logits of the last position (V,), new state)."""

@@ -192,12 +192,24 @@ def test_decode_on_desktop_gpu_needs_onnxruntime_gpu(monkeypatch):
 def test_generation_flop_formulas_by_hand():
     from types import SimpleNamespace
 
+    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, OPTConfig, OPTForCausalLM,
+                              PhiConfig, PhiForCausalLM)
+
     from eval.flops import decoder_flops, lstm_lm_flops
 
-    # d 4, ff 8, 1 layer, vocab 10, 2 heads of 2, 1 KV head: kv 2; per token 2 (32 + 16 + 96 + 40) = 368
-    c = SimpleNamespace(hidden_size=4, intermediate_size=8, num_hidden_layers=1, vocab_size=10,
-                        num_key_value_heads=1, num_attention_heads=2)
-    assert decoder_flops(c, 3) == 3 * 368 + 2 * 1 * 4 * 9
+    # Llama, d 4, ff 8, 1 layer, vocab 10, 2 heads of 2, 1 KV head: kv 2; per token 2 (32 + 16 + 96 + 40) = 368
+    llama = LlamaForCausalLM(LlamaConfig(hidden_size=4, intermediate_size=8, num_hidden_layers=1, vocab_size=10,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    assert decoder_flops(llama, 3) == 3 * 368 + 2 * 1 * 4 * 9
+    # GPT-2 (Conv1D, tied output): c_attn 4x12, c_proj 4x4, c_fc 4x16, c_proj 16x4, output 10x4 -> 2 * 232
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_embd=4, n_layer=1, n_head=2, vocab_size=10, n_positions=8))
+    assert decoder_flops(gpt2, 3) == 3 * 464 + 2 * 1 * 4 * 9
+    # Phi and OPT: two feed-forward matrices (fc1, fc2), not Llama's three: q k v dense 4 * 16, fc 2 * 32, out 40
+    phi = PhiForCausalLM(PhiConfig(hidden_size=4, intermediate_size=8, num_hidden_layers=1, vocab_size=10,
+                                   num_attention_heads=2))
+    opt = OPTForCausalLM(OPTConfig(hidden_size=4, ffn_dim=8, num_hidden_layers=1, vocab_size=10,
+                                   num_attention_heads=2, word_embed_proj_dim=4, max_position_embeddings=8))
+    assert decoder_flops(phi, 3) == decoder_flops(opt, 3) == 3 * 2 * (64 + 64 + 40) + 2 * 1 * 4 * 9
     # E 2, H 3, 2 layers, vocab 5: cells 8*3*(2+3) + 8*3*(3+3) = 264, projection 12, output 20
     lstm = SimpleNamespace(embed_dim=2, hidden=3, layers=2, vocab_size=5)
     assert lstm_lm_flops(lstm, 4) == 4 * (264 + 12 + 20)

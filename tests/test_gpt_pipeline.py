@@ -317,3 +317,28 @@ def test_generation_logits_split_across_two_gloo_processes(tmp_path, corpus, tin
     for name in ("windows", "topk_ids", "topk_logits"):
         assert np.array_equal(caches[1][name], caches[2][name]), name
     assert caches[2]["ppl"] == pytest.approx(caches[1]["ppl"], rel=1e-12)
+
+
+def test_a_decoder_without_position_ids_generates_through_its_graph(tmp_path):
+    """Gemma's exported graph numbers positions itself (no position_ids input): the ONNX runner feeds only the
+    inputs the graph has, and its greedy tokens match transformers' (KV cache included)."""
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    from export.onnx_export import export_decoder
+    from export.ort_session import OrtLM
+
+    torch.manual_seed(0)
+    GemmaForCausalLM(GemmaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                 max_position_embeddings=64)).save_pretrained(tmp_path / "gemma")
+    runner = OrtLM(export_decoder(tmp_path / "gemma", tmp_path / "onnx", 17), 1, max_positions=64)
+    assert "position_ids" not in runner.inputs
+    model = GemmaForCausalLM.from_pretrained(tmp_path / "gemma").eval()
+    prompt = [5, 9, 17, 3, 40]
+    with torch.no_grad():
+        ref = []
+        ids = torch.tensor([prompt])
+        for _ in range(8):  # transformers' greedy steps, written out: no generation config needed
+            ref.append(int(model(ids).logits[0, -1].argmax()))
+            ids = torch.cat([ids, torch.tensor([[ref[-1]]])], 1)
+    assert runner.generate(prompt, 8) == ref

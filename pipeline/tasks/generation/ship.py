@@ -288,7 +288,7 @@ def stage_bench(ctx: StageContext) -> dict:
 def _flops(lm, n: int) -> int:
     from eval.flops import decoder_flops, lstm_lm_flops
 
-    return lstm_lm_flops(lm.model.config, n) if lm.kind == "lstm" else decoder_flops(lm.model.config, n)
+    return lstm_lm_flops(lm.model.config, n) if lm.kind == "lstm" else decoder_flops(lm.model, n)
 
 
 def _speedups(rows: list[dict]) -> dict:
