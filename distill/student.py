@@ -42,7 +42,9 @@ def build_bert(s: StudentSection, teacher: HFLogits, labels: list[str], layer_ma
     cfg = BertConfig(
         vocab_size=tcfg.vocab_size, hidden_size=s.hidden, num_hidden_layers=s.layers, num_attention_heads=s.heads,
         intermediate_size=s.ffn, max_position_embeddings=student_positions(s),
-        type_vocab_size=getattr(tcfg, "type_vocab_size", 2) or 1, pad_token_id=tcfg.pad_token_id or 0,
+        # at least BERT's 2 token types, whatever the teacher has (RoBERTa 1, DeBERTa 0): tools that export a BERT
+        # (Optimum, for the bench's optimum peer) feed token type 1 as well as 0; the student itself is fed zeros
+        type_vocab_size=max(getattr(tcfg, "type_vocab_size", 2) or 0, 2), pad_token_id=tcfg.pad_token_id or 0,
         num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)},
         hidden_act="gelu", classifier_dropout=0.1,
     )
@@ -81,11 +83,18 @@ def teacher_layers_problem(s: StudentSection, tcfg) -> str | None:
     return None
 
 
+def embedding_width(tcfg) -> int:
+    """Width of the teacher's input embedding table, what teacher-pca projects: narrower than hidden_size where
+    the embedding is factorized (ALBERT, ELECTRA, MobileBERT: embedding_size; OPT-350m: word_embed_proj_dim)."""
+    return getattr(tcfg, "embedding_size", None) or getattr(tcfg, "word_embed_proj_dim", None) or tcfg.hidden_size
+
+
 def check_pca(s: StudentSection, tcfg) -> None:
-    """student.init = 'teacher-pca' against the teacher's width (either task; tcfg: its HF config)."""
-    if s.init == "teacher-pca" and s.hidden > tcfg.hidden_size:
-        raise PipelineError(f"student.init = 'teacher-pca' projects the teacher's {tcfg.hidden_size}-wide embeddings "
-                            f"and needs student.hidden <= {tcfg.hidden_size} (it is {s.hidden}); use 'random'")
+    """student.init = 'teacher-pca' against the teacher's embedding width (either task; tcfg: its HF config)."""
+    width = embedding_width(tcfg)
+    if s.init == "teacher-pca" and s.hidden > width:
+        raise PipelineError(f"student.init = 'teacher-pca' projects the teacher's {width}-wide embeddings (its "
+                            f"embedding width) and needs student.hidden <= {width} (it is {s.hidden}); use 'random'")
 
 
 def check_init(s: StudentSection, tcfg) -> None:

@@ -16,8 +16,9 @@ ENCODER_TYPES = ("bert", "distilbert", "roberta", "xlm-roberta", "camembert", "e
 DECODER_TYPES = ("gpt2", "gpt_neo", "gptj", "llama", "mistral", "qwen2", "phi", "opt", "gemma")
 # Models transformers can load that cannot continue a text left to right: the encoders, encoder-decoders
 NOT_CAUSAL = ENCODER_TYPES + ("t5", "bart", "mt5", "marian", "vit", "clip")
-# RoBERTa-style embeddings number positions from pad_token_id + 1, so their table holds that many fewer tokens.
-OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+# RoBERTa-style embeddings (MPNet's too) number positions from pad_token_id + 1, so their table holds that many
+# fewer tokens.
+OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "mpnet")
 
 
 def check_model_type(path: str) -> str:

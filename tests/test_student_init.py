@@ -62,24 +62,56 @@ def test_teacher_layers_may_repeat_teacher_layers(teacher):
     assert len(student.hf.bert.encoder.layer) == 3
 
 
-@pytest.mark.parametrize("student,distill,msg", [
-    ({"init": "teacher-layers", "hidden": 16, "heads": 2}, {}, "needs student.hidden = 32"),
-    ({"layers": 2}, {"layer_map": [1, 5]}, r"distill.layer_map names teacher layer\(s\) \[5\]"),
-])
-def test_the_teacher_stage_refuses_a_student_it_cannot_build(tiny_cfg_dict, student, distill, msg):
+def test_the_teacher_stage_refuses_a_student_it_cannot_build(tiny_cfg_dict):
     """The mismatch is found when the teacher loads, before its fine-tune; the stage leaves nothing."""
     from pipeline.cli import _stages
     from pipeline.config import config_from_dict
     from pipeline.stage import run
 
     _stages()
-    tiny_cfg_dict["student"].update(student)
-    tiny_cfg_dict["distill"].update(distill)
+    tiny_cfg_dict["student"].update({"layers": 2})
+    tiny_cfg_dict["distill"].update({"layer_map": [1, 5]})
     tiny_cfg_dict["teacher"]["epochs"] = 100.0  # would take minutes if it trained before the check
     cfg = config_from_dict(tiny_cfg_dict, "tiny")
-    with pytest.raises(PipelineError, match=msg):
+    with pytest.raises(PipelineError, match=r"distill.layer_map names teacher layer\(s\) \[5\]"):
         run(cfg, ["teacher"])
     assert not (cfg.run_dir / "teacher").exists()
+
+
+@pytest.mark.parametrize("teacher_config,student,msg", [
+    ({}, {"init": "teacher-layers", "hidden": 16, "heads": 2}, "needs student.hidden = 32"),
+    ({"model_type": "distilbert", "dim": 32, "n_heads": 2, "hidden_dim": 64, "n_layers": 2},
+     {"init": "teacher-layers", "hidden": 32, "heads": 2, "ffn": 64}, r"needs a BERT teacher \(this one is 'distilbert'\)"),
+    # ALBERT's table is 16 wide (embedding_size) under a 32-wide encoder: PCA projects the table
+    ({"model_type": "albert", "embedding_size": 16, "hidden_size": 32, "num_attention_heads": 2,
+      "intermediate_size": 64}, {"init": "teacher-pca", "hidden": 24, "heads": 2},
+     r"teacher's 16-wide embeddings \(its embedding width\) and needs student.hidden <= 16 \(it is 24\)"),
+])
+def test_a_student_init_the_local_teacher_cannot_take_is_refused_at_load(tiny_cfg_dict, tmp_path, teacher_config,
+                                                                          student, msg):
+    """show-config refuses what the teacher stage would: the local teacher folder's config is read at load."""
+    import json
+
+    from pipeline.config import config_from_dict
+
+    if teacher_config:  # a config.json is all the check reads
+        (tmp_path / "t").mkdir()
+        (tmp_path / "t" / "config.json").write_text(json.dumps(teacher_config))
+        tiny_cfg_dict["teacher"]["model"] = str(tmp_path / "t")
+    tiny_cfg_dict["student"].update(student)
+    with pytest.raises(PipelineError, match=msg):
+        config_from_dict(tiny_cfg_dict, "tiny")
+
+
+def test_the_student_has_two_token_types_whatever_the_teacher_has(teacher):
+    """A RoBERTa teacher has one token type (DeBERTa none): the BERT student still gets BERT's two, since tools
+    that export a BERT (Optimum, for the bench's optimum peer) feed type 1 too."""
+    import copy
+
+    one_type = copy.deepcopy(teacher)
+    one_type.hf.config.type_vocab_size = 1
+    s = dataclasses.replace(MATCHING, init="random")
+    assert build_student(s, one_type, LABELS, [1]).hf.config.type_vocab_size == 2
 
 
 def test_the_registry_names_the_archs_of_the_runs_task(teacher):

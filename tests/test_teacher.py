@@ -99,12 +99,15 @@ def test_max_length_beyond_the_position_table(tiny_bert_dir):
     load_for_classification(str(tiny_bert_dir), ["a", "b"], True, max_length=128)
 
 
-def test_roberta_position_table_counts_its_offset():
-    from transformers import RobertaConfig
+@pytest.mark.parametrize("model_type", ["roberta", "mpnet"])
+def test_roberta_position_table_counts_its_offset(model_type):
+    """RoBERTa and MPNet number positions from pad_token_id + 1: 514 rows hold 512 tokens (513 crashed in the
+    embedding lookup for MPNet after the check let it through)."""
+    from transformers import AutoConfig
 
     from distill.teacher_checks import check_max_length, position_limit
 
-    cfg = RobertaConfig(max_position_embeddings=514, pad_token_id=1)
+    cfg = AutoConfig.for_model(model_type, max_position_embeddings=514, pad_token_id=1)
     assert position_limit(cfg) == 512
     with pytest.raises(PipelineError, match="positions for 512 tokens"):
         check_max_length(cfg, 513)

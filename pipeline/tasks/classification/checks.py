@@ -1,6 +1,8 @@
 """The classification task's load-time checks: what its steps would otherwise reject after training."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from pipeline.config_rules import check_names, set_fix as _set
 from pipeline.data import paths_problem, source_problem
 from pipeline.errors import PipelineError
@@ -24,7 +26,7 @@ def validate(cfg) -> str | None:
                or paths_problem(cfg.data))
     for rule in (_step_budget_is_generation, _columns_differ, _embedding_4bit_width, _npu_device,
                  _layer_map_covers_the_student, _quantize_starts_from_fp32, _bench_lengths, _web_target,
-                 _bundle_choice_is_made, _classification_exports):
+                 _bundle_choice_is_made, _classification_exports, _student_init_fits_teacher):
         problem = problem or rule(cfg)
     return problem
 
@@ -165,4 +167,23 @@ def _classification_exports(cfg) -> str | None:
             fusion_options("bert", q.skip_fusions)  # a misspelt fusion name
         except PipelineError as err:
             return str(err)
+    return None
+
+
+def _student_init_fits_teacher(cfg) -> str | None:
+    """student.init against a local teacher folder's config, so show-config refuses what the teacher stage would
+    (a packaged or hub teacher is checked there, once loaded)."""
+    folder = Path(cfg.teacher.model)
+    if cfg.student.init == "random" or not (folder / "config.json").is_file():
+        return None
+    from transformers import AutoConfig
+
+    from distill.student import check_init
+
+    try:
+        check_init(cfg.student, AutoConfig.from_pretrained(folder))
+    except PipelineError as e:
+        return str(e)
+    except (OSError, ValueError):  # an unreadable config: the teacher stage names the file (distill/teacher_checks.py)
+        return None
     return None
