@@ -12,9 +12,13 @@ attention losses of distill/distiller.py), and the PyTorch folder stays a normal
 Exported files are a serving graph; their input/output names and shapes do not change, so every client
 (ONNX Runtime, onnxruntime-web, transformers.js, Optimum) loads them the same way.
 
-Applies to models whose encoder layers have BERT's submodules (BERT, RoBERTa, MiniLM, ELECTRA-style): the
-first layers keep their usual graph, so ORT's transformer optimizer still fuses their attention. The npu
-student (distill/npu_student.py) has its own switch, `cls_only`, which this turns on the same way; its
+Applies to the model types in BERT_LAYER_TYPES, whose encoder layer computes exactly BertLayer's function
+(BERT and MiniLM, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA: transformers' copies of BertLayer), with absolute
+positions: the first layers keep their usual graph, so ORT's transformer optimizer still fuses their
+attention. Other types keep every layer whole, with the reason recorded (`cls_only_refusal`): MobileBERT's
+layer has the same submodule names but a different function (bottleneck projections around attention,
+stacked feed-forward blocks), so matching on names would rebuild the wrong computation. The npu student
+(distill/npu_student.py) has its own switch, `cls_only`, which this turns on the same way; its
 static NPU files (export/npu.py) get it too.
 """
 from __future__ import annotations
@@ -27,19 +31,43 @@ import torch
 from torch import nn
 
 
-def _bert_layers(model: nn.Module) -> nn.ModuleList | None:
-    """The encoder's layer list when every layer has BERT's attention/intermediate/output submodules."""
+# transformers model types whose layer class is BertLayer or a "Copied from ... BertLayer" of it
+# (checked in transformers 4.57's modeling files). Not here, though some have the same attribute names:
+# MobileBERT (bottleneck), MPNet (relative position bias), DeBERTa(-v2) (disentangled attention), DistilBERT
+# and ALBERT (other layer classes).
+BERT_LAYER_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra")
+
+
+def cls_only_refusal(model: nn.Module) -> str | None:
+    """Why the last layer cannot be swapped for ClsOnlyLayer (None: it can)."""
     hf = getattr(model, "hf", model)  # distill.models.HFLogits or a transformers model
-    base = getattr(hf, "base_model", None)
-    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    cfg = getattr(hf, "config", None)
+    model_type = getattr(cfg, "model_type", None)
+    if model_type is None:
+        return "not a transformers encoder"
+    if model_type not in BERT_LAYER_TYPES:
+        return (f"model type '{model_type}' is not one whose layer is BERT's ({', '.join(BERT_LAYER_TYPES)}); "
+                f"every layer is exported whole")
+    if getattr(cfg, "is_decoder", False):
+        return "a decoder: every position's output is read"
+    if getattr(cfg, "position_embedding_type", "absolute") != "absolute":
+        return (f"position_embedding_type '{cfg.position_embedding_type}': its attention adds a distance term "
+                f"ClsOnlyLayer does not compute")
+    layers = getattr(getattr(getattr(hf, "base_model", None), "encoder", None), "layer", None)
     if not isinstance(layers, nn.ModuleList) or len(layers) < 2:  # one layer: nothing left to fuse
-        return None
-    last = layers[-1]
+        return "fewer than 2 encoder layers (the one layer would be the whole model)"
     need = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output",
             "intermediate", "output")
-    if all(_has(last, path) for path in need) and not getattr(hf.config, "is_decoder", False):
-        return layers
+    if missing := [path for path in need if not _has(layers[-1], path)]:
+        return f"the last encoder layer has no {', '.join(missing)}"
     return None
+
+
+def _bert_layers(model: nn.Module) -> nn.ModuleList | None:
+    """The encoder's layer list when its last layer computes BertLayer's function."""
+    if cls_only_refusal(model) is not None:
+        return None
+    return getattr(model, "hf", model).base_model.encoder.layer
 
 
 def _has(m: nn.Module, path: str) -> bool:

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from export.optimize import op_counts
+from export.registry import VariantSkipped
 from pipeline.errors import PipelineError
 
 # Gather is listed on purpose: the word-embedding table is most of a small student's (and an LSTM's)
@@ -140,7 +141,6 @@ def _static_qdq(src: Path, out: Path, calibration: TextCalibration, variant: str
                 per_channel: bool, keep_float, reduce_range: bool, tanh_gelu: bool) -> dict[str, int]:
     import onnx
     from onnxruntime.quantization import QuantFormat, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     from export.gelu_tanh import erf_gelu_to_tanh
     from export.index_tables import widen_index_tables
@@ -157,8 +157,8 @@ def _static_qdq(src: Path, out: Path, calibration: TextCalibration, variant: str
         htp_src = Path(tmp) / "htp.onnx"
         onnx.save(model, str(htp_src))
         pre = Path(tmp) / "pre.onnx"
-        # auto_merge: BERT's mask arithmetic otherwise stops symbolic shape inference ("Incomplete ...")
-        quant_pre_process(str(htp_src), str(pre), auto_merge=True)
+        shapes = _pre_process(htp_src, pre, f"{model_name} -> {variant}: ORT's quantization pre-processing "
+                                             f"failed on {src.name}")
         graph = onnx.load(str(pre), load_external_data=False)
         ops = [op for op in STATIC_OPS if not any(op in STATIC_FLOAT[k][0] for k in keep_float)]
         exclude = sorted(set().union(*(STATIC_FLOAT[k][1](graph) for k in keep_float)))
@@ -173,9 +173,33 @@ def _static_qdq(src: Path, out: Path, calibration: TextCalibration, variant: str
     if not counts.get("QuantizeLinear"):
         raise PipelineError(f"{model_name} -> {variant}: the quantizer inserted no QuantizeLinear in {out.name}; "
                             f"the graph has no op ORT's QDQ quantizer handles")
-    extra = {k: v for k, v in (("gelu_tanh", gelus), ("int32_id_tables", tables), ("lstm_8bit_weights", lstm_weights))
-             if v}
+    extra = {k: v for k, v in (("gelu_tanh", gelus), ("int32_id_tables", tables),
+                               ("lstm_8bit_weights", lstm_weights), ("symbolic_shape_inference", shapes)) if v}
     return {**_quantized(counts), "float_nodes": len(exclude), **extra}
+
+
+def _pre_process(src: Path, pre: Path, what: str) -> str | None:
+    """ORT's quant_pre_process (shape inference, graph clean-up) of src into pre. Returns None, or why
+    symbolic shape inference was left out.
+
+    Symbolic shape inference stops on some graphs with a bare AssertionError (DeBERTa's relative-position
+    If / Gather: "Cannot determine if 128 - Min(128, sequence) < 0"). It only adds shapes for the
+    quantizer's bookkeeping, so the file is made with ONNX's own shape inference instead; the stage checks
+    it against its source either way, and a wrong file is recorded as failed with its numbers."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    try:
+        # auto_merge: BERT's mask arithmetic otherwise stops symbolic shape inference ("Incomplete ...")
+        quant_pre_process(str(src), str(pre), auto_merge=True)
+        return None
+    except Exception as e:  # noqa: BLE001 - any failure of the symbolic pass; retried without it below
+        why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    try:
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+    except Exception as e:  # noqa: BLE001 - the graph defeats both; the variant is recorded, not made
+        raise VariantSkipped(f"{what}, with symbolic shape inference ({why}) and without it "
+                             f"({type(e).__name__}: {e}); the other variants are made") from e
+    return f"left out: it failed on this graph ({why}); ONNX shape inference only"
 
 
 def _lstm_weights(model) -> int:

@@ -35,6 +35,12 @@ class Exporter:
     transformer_only: bool = False
 
 
+class VariantSkipped(PipelineError):
+    """An exporter found that this model cannot have this variant (ORT has no fusions for its type, its graph
+    defeats the quantizer's preparation): no file is written, the quantize stage records the variant as
+    skipped with this message and makes the others; later stages treat it as never asked for."""
+
+
 EXPORTERS: dict[str, Exporter] = {}
 # quantize.variants names -> exporter keys (the ONNX variants the quantize stage writes)
 ONNX_VARIANTS = {"fp32": "onnx", "optimized": "onnx-optimized", "int8-dynamic": "int8-dynamic",
@@ -76,12 +82,15 @@ def _source(job: ExportJob, *prefer: str) -> tuple[str, Path]:
 
 @exporter("onnx", "onnx", lossless=True)
 def _onnx(job: ExportJob) -> dict:
-    from export.cls_only import supports_cls_only
+    from export.cls_only import cls_only_refusal, supports_cls_only
     from export.onnx_export import export_onnx
 
     cls_only = job.quantize.cls_only_last_layer and supports_cls_only(job.loaded.model)
     export_onnx(job.loaded.model, job.out, job.quantize.opset, job.model_name, job.loaded.pad_id, cls_only)
-    return {"source": "pytorch", "cls_only_last_layer": cls_only}
+    details = {"source": "pytorch", "cls_only_last_layer": cls_only}
+    if job.quantize.cls_only_last_layer and not cls_only:  # asked for, not applicable to this model: say why
+        details["cls_only_last_layer_not_applied"] = cls_only_refusal(job.loaded.model)
+    return details
 
 
 @exporter("onnx-optimized", "onnx", lossless=True, transformer_only=True)
@@ -95,9 +104,11 @@ def _onnx_optimized(job: ExportJob) -> dict:
 
     src_name, src = _source(job, "fp32")
     hf_cfg = job.loaded.model.hf.config
-    model_type = hf_cfg.model_type if hf_cfg.model_type in MODEL_TYPES else "bert"  # encoder patterns by default
+    # ORT's own name where it has one, the encoder patterns otherwise; the model's type decides whether
+    # nothing fused is an error or a skip (export/optimize.py)
+    ort_type = hf_cfg.model_type if hf_cfg.model_type in MODEL_TYPES else "bert"
     fused = optimize_transformer(src, job.out, hf_cfg.num_attention_heads, hf_cfg.hidden_size, job.model_name,
-                                 model_type, job.quantize.skip_fusions)
+                                 ort_type, job.quantize.skip_fusions, hf_cfg.model_type)
     return {"source": src_name, "fused_ops": fused}
 
 

@@ -59,7 +59,7 @@ def stage_quantize(ctx: StageContext) -> dict:
                                torch_runner)
     from export.onnx_export import file_opset
     from export.ort_session import ort_session
-    from export.registry import ONNX_VARIANTS, ExportJob, for_variant
+    from export.registry import ONNX_VARIANTS, ExportJob, VariantSkipped, for_variant
     from pipeline.tasks.classification.npu import npu_rows
 
     # variant, fusion and NPU names and lengths were checked when the config loaded (tasks/classification/checks.py)
@@ -97,7 +97,12 @@ def stage_quantize(ctx: StageContext) -> dict:
                 skipped.append({"model": name, "variant": variant, "reason": f"transformer-only ({why})"})
                 continue
             job.out, job.variant = folder / f"{variant}.onnx", variant
-            details = exp.fn(job)
+            try:
+                details = exp.fn(job)
+            except VariantSkipped as e:  # e.g. a type ORT has no fusions for (a teacher): no file, the rest go on
+                skipped.append({"model": name, "variant": variant, "reason": str(e)})
+                print(f"[quantize] {name} {variant}: skipped, {e}")
+                continue
             job.sources[variant] = job.out
             run = ort_runner(ort_session(job.out, cfg.run.threads))
             what = f"{name} {variant} ({_rel(ctx, job.out)})"
