@@ -98,5 +98,6 @@ or Optimum: `ORTModelForSequenceClassification.from_pretrained("{HF_DIR}", subfo
 file_name="model_quantized.onnx")`; `huggingface-cli upload <user>/<name> {HF_DIR}` publishes it.
 """
     ops = meta["required_operators"]
-    return text + readme_section(ops["file"], ops["model_file"], ops["operators"])
+    return text + readme_section(ops["file"], ops["model_file"], ops["operators"],
+                                 string_model="string_onnx" in meta.get("models", {}))
 

@@ -43,9 +43,12 @@ def operators(config: Path) -> dict[str, dict[str, list[str]]]:
             for domain, by_opset in sorted(required.items())}
 
 
-def readme_section(config_rel: str, ort_rel: str, ops: dict[str, dict[str, list[str]]]) -> str:
+def readme_section(config_rel: str, ort_rel: str, ops: dict[str, dict[str, list[str]]],
+                   string_model: bool = True) -> str:
     """The bundle README's build recipe for a runtime holding only these kernels."""
     count = sum(len(v) for by_opset in ops.values() for v in by_opset.values())
+    string_note = (": the string-in `-text.onnx` model needs the full runtime and onnxruntime-extensions"
+                   if string_model else "")
     domains = ", ".join(f"{d} ({sum(len(v) for v in o.values())})" for d, o in ops.items())
     return f"""
 ## A smaller ONNX Runtime: only the operators this model uses
@@ -62,8 +65,8 @@ ONNX Runtime package" page); from an ONNX Runtime source checkout, for Android a
 
 (`--ios --apple_sysroot iphoneos --osx_arch arm64 --apple_deploy_target 15.1 --use_xcode` in place of the
 `--android*` options for an iPhone). A minimal build runs `.ort` files only and this one runs only
-`{ort_rel}`: the string-in `-text.onnx` model needs the full runtime and onnxruntime-extensions, so with
-this build the app tokenizes (see metadata.json `text_normalisation`) and feeds token ids. The config was
+`{ort_rel}`{string_note}, so with this build the app tokenizes (see metadata.json `text_normalisation`) and feeds
+token ids. The config was
 written from the `.ort` file by ONNX Runtime's own generator
 (`onnxruntime.tools.ort_format_model.create_config_from_models`, type reduction on).
 """

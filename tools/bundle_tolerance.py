@@ -66,11 +66,12 @@ def measure(run_dir: Path, n_texts: int) -> list[str]:
         return np.array(ort_logits(path, spec, samples, threads))  # (N, C)
 
     m = meta["models"]
-    got = {k: logits(bundle / m[k]["file"], m[k]) for k in ("ort", "onnx", "string_onnx")}
+    got = {k: logits(bundle / m[k]["file"], m[k]) for k in ("ort", "onnx", "string_onnx") if k in m}
     out = [f"CPU: {_cpu()}; {len(texts)} test texts of run {meta['run']}, one per call, "
            f"model {meta['model']['name']} {meta['model']['variant']}",
-           _line(f"{m['ort']['file']} vs its .onnx", got["ort"], got["onnx"]),
-           _line(f"{m['string_onnx']['file']} vs the .onnx (own tokenizer)", got["string_onnx"], got["onnx"])]
+           _line(f"{m['ort']['file']} vs its .onnx", got["ort"], got["onnx"])]
+    if "string_onnx" in got:  # absent where no in-graph tokenizer matches the model's (string_model_check)
+        out.append(_line(f"{m['string_onnx']['file']} vs the .onnx (own tokenizer)", got["string_onnx"], got["onnx"]))
     for k in ("ort", "onnx"):
         out.append(_line(f"{m[k]['file']} at 2 threads vs 1", logits(bundle / m[k]["file"], m[k], 2), got[k]))
     out.append(_line(f"{m['onnx']['file']} unoptimized vs optimized", _unoptimized(bundle / m["onnx"]["file"],

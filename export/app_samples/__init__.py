@@ -37,7 +37,7 @@ def classification_readme(meta: dict) -> str:
     lat = "; ".join(f"{t} {v['p50_ms']:.2f} ms" + (" (host proxy, not a phone)" if v.get("proxy") else "")
                     for t, v in meta.get("latency", {}).items() if "p50_ms" in v)
     cm = models.get("coreml")
-    check = meta["string_model_check"]
+    check, text = meta["string_model_check"], models.get("string_onnx")
     files = "\n".join(f"- `{k}`: {v['bytes']:,} bytes" for k, v in meta["files"].items()
                       if k.startswith("model/") and "/" not in k[len("model/"):])
     packages = sorted({k.split("/")[1] for k in meta["files"] if k.startswith("model/") and ".mlpackage/" in k})
@@ -51,6 +51,12 @@ def classification_readme(meta: dict) -> str:
 4. Inputs `{cm['inputs'][0]['name']}`, `{cm['inputs'][1]['name']}` (token ids and mask, [1, n]); output
    `{cm['outputs'][0]['name']}`. The Swift WordPiece tokenizer follows `text_normalisation` in metadata.json;
    compare a few texts with the string-in ONNX model (`python -m pipeline verify-bundle` shows its labels).
+""" if cm and meta.get("bert_wordpiece", True) else f"""## iOS / macOS (Xcode, Core ML)
+
+`{cm['file']}` takes token ids (inputs `{cm['inputs'][0]['name']}`, `{cm['inputs'][1]['name']}`, [1, n]); there is
+no Swift sample: its tokenizer ({meta['text_normalisation']['tokenizer_class']}) is not BERT's WordPiece, which is
+the only one the sample implements. Tokenize with `tokenizer/tokenizer.json` (any Hugging Face tokenizers
+port) and compare the ids with `samples.json`.
 """ if cm else "## iOS\n\nNo Core ML package for this model (the export stage makes them for the student and "
            "LSTM models).\n")
     return f"""# pocketformer bundle: {m['name']} {m['variant']} (run {meta['run']})
@@ -64,12 +70,7 @@ Files (sha256 of each in metadata.json):
 
 {files}
 
-The `-text.onnx` model takes raw text (input `{models['string_onnx']['inputs'][0]['name']}`, one string) and returns
-`logits` and `probabilities`: the tokenizer runs inside the graph (onnxruntime-extensions), so the app cannot
-tokenize differently from training. On the test split it picks the same label as tokenizer + model on
-{100 * check['agreement']:.2f}% of {check['texts']} texts (its token ids differ from the training
-tokenizer's on {check.get('token_ids_differ', '?')} of them: the extensions op lower-cases and strips accents of
-some non-Latin letters differently).
+{_string_model(text, check)}
 
 ## Check the bundle on any machine
 
@@ -81,18 +82,42 @@ text per call) and compares its logits with that file's own reference logits sto
 
 ## Android (Android Studio, ONNX Runtime)
 
-1. In `app/build.gradle.kts` add `implementation("com.microsoft.onnxruntime:onnxruntime-android:<version>")` and
+{_android(models, text)}
+{ios}"""
+
+
+def _string_model(text: dict | None, check: dict) -> str:
+    """The README paragraph on the string-in model, or on why the bundle has none."""
+    if text is None:
+        return (f"No string-in (`-text.onnx`) model in this bundle: {check['reason']}. Tokenize in the app "
+                f"with\n`tokenizer/tokenizer.json` and feed the ids to the `.ort` / `.onnx` model; `samples.json` "
+                f"holds the ids\neach sample text must give.\n")
+    return f"""The `-text.onnx` model takes raw text (input `{text['inputs'][0]['name']}`, one string) and returns
+`logits` and `probabilities`: the tokenizer runs inside the graph (onnxruntime-extensions), so the app cannot
+tokenize differently from training. On the test split it picks the same label as tokenizer + model on
+{100 * check['agreement']:.2f}% of {check['texts']} texts (its token ids differ from the training
+tokenizer's on {check.get('token_ids_differ', '?')} of them: the extensions op lower-cases and strips accents of
+some non-Latin letters differently).
+"""
+
+
+def _android(models: dict, text: dict | None) -> str:
+    ort = (f"`{models['ort']['file']}` (ONNX Runtime Mobile format, smaller runtime): inputs "
+           f"{', '.join(i['name'] for i in models['ort']['inputs'])} (int64, [1, n]), output "
+           f"{', '.join(o['name'] for o in models['ort']['outputs'])}")
+    if text is None:
+        return (f"1. In `app/build.gradle.kts` add `implementation(\"com.microsoft.onnxruntime:onnxruntime-android:"
+                f"<version>\")`.\n2. Ship {ort}; tokenize with `tokenizer/tokenizer.json` (no Kotlin sample: it runs "
+                f"the string-in model, which this bundle does not have).\n")
+    return f"""1. In `app/build.gradle.kts` add `implementation("com.microsoft.onnxruntime:onnxruntime-android:<version>")` and
    `implementation("com.microsoft.onnxruntime:onnxruntime-extensions-android:<version>")` (the tokenizer op).
-2. Copy `{models['string_onnx']['file']}` into `app/src/main/assets/` (create the folder: right-click `main` >
+2. Copy `{text['file']}` into `app/src/main/assets/` (create the folder: right-click `main` >
    New > Folder > Assets Folder).
 3. Copy `android/PocketformerClassifier.kt` into `app/src/main/java/com/example/pocketformer/` (change the
    package line to yours).
 4. Call `PocketformerClassifier.demo(this)` from `onCreate`; the label appears in Logcat under `pocketformer`.
-5. Apps that tokenize themselves can ship `{models['ort']['file']}` (ONNX Runtime Mobile format, smaller runtime):
-   inputs {', '.join(i['name'] for i in models['ort']['inputs'])} (int64, [1, n]), output
-   {', '.join(o['name'] for o in models['ort']['outputs'])}.
-
-{ios}"""
+5. Apps that tokenize themselves can ship {ort}.
+"""
 
 
 def generation_readme(meta: dict) -> str:

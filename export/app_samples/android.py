@@ -14,7 +14,11 @@ def _package(*imports: str) -> str:
 
 
 def classifier(meta: dict) -> str:
-    text_model = meta["models"]["string_onnx"]
+    """The string-in sample; empty when the bundle has no string-in model (metadata string_model_check says
+    why): the README then points at the .ort file and tokenizer.json."""
+    text_model = meta["models"].get("string_onnx")
+    if text_model is None:
+        return ""
     (text_in,) = [i["name"] for i in text_model["inputs"]]
     probs = next(o["name"] for o in text_model["outputs"] if o["name"] == "probabilities")
     labels = ", ".join(kt_string(label) for label in meta["labels"])

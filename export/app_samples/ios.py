@@ -9,7 +9,7 @@ from export.app_samples.common import generation_facts, header
 
 def classifier(meta: dict) -> str:
     cm = meta["models"].get("coreml")
-    if not cm:
+    if not cm or not meta.get("bert_wordpiece", True):  # the Swift tokenizer below is BERT's WordPiece only
         return ""
     ids, mask = (i["name"] for i in cm["inputs"][:2])
     out = cm["outputs"][0]["name"]

@@ -1,5 +1,6 @@
-"""Stage wiring for bundle: the app bundle (model files, tokenizer, labels, metadata, string-in model,
-Kotlin / Swift samples, README), written to runs/<run>/bundle/ and published to <bundle.dist_dir>/<run>/."""
+"""Stage wiring for bundle: the app bundle (model files, tokenizer, labels, metadata, string-in model where an
+in-graph tokenizer can reproduce the model's, Kotlin / Swift samples, README), written to runs/<run>/bundle/
+and published to <bundle.dist_dir>/<run>/."""
 from __future__ import annotations
 
 import json
@@ -51,7 +52,8 @@ def stage_bundle(ctx: StageContext) -> dict:
     from export.qnn_bundle import add_qnn_files
     from export.ort_session import ort_session
     from export.padding import allowed_lengths
-    from export.string_model import agreement, build_string_model, predict_strings, token_id_mismatches
+    from export.string_model import (agreement, build_string_model, predict_strings, token_id_mismatches,
+                                     unsupported, wordpiece_settings)
     from export.web_model import is_fast_gelu
     from pipeline.manifest import library_versions
     from pipeline.tasks.classification.replay import npu_logits, qnn_logits, run_models
@@ -89,8 +91,13 @@ def stage_bundle(ctx: StageContext) -> dict:
     _copy(tok_src, out / "tokenizer")
     (out / "labels.json").write_text(json.dumps(labels, indent=2))
     tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
-    string_path = build_string_model(out / "model" / f"{stem}.onnx", tokenizer, max_length,
-                                     out / "model" / f"{stem}-text.onnx")
+    # no in-graph op tokenizes as a sentencepiece or DeBERTa tokenizer does: the bundle ships without the
+    # string-in model and says why (metadata string_model_check, the README, this line), never a wrong one
+    no_string = unsupported(tokenizer)
+    if no_string:
+        print(f"[bundle] no string-in model: {no_string}")
+    string_path = None if no_string else build_string_model(out / "model" / f"{stem}.onnx", tokenizer, max_length,
+                                                             out / "model" / f"{stem}-text.onnx")
     cm = coreml_row(export_rows, name, variant)
     if cm:
         _copy(ctx.run_dir / cm["file"], out / "model" / f"{name}-{cm['variant']}.mlpackage")
@@ -101,11 +108,13 @@ def stage_bundle(ctx: StageContext) -> dict:
     # batch 1, as an app calls it: dynamic int8 quantizes activations per call, so a padded batch would give
     # slightly different logits than the string-in model (one text per call) for the same text
     pair = predict(ort_runner(pair_session), tokenizer, texts, max_length, 1)  # (N, C)
-    text_session = ort_session(string_path, max(cfg.run.threads, 1), custom_ops=True, fix=None)  # as an app does
-    check = {**agreement(predict_strings(text_session, texts), pair), "minimum": b.min_agreement,
-             "needed_texts": needed, "split": "test",
-             "token_ids_differ": token_id_mismatches(string_path, tokenizer, texts, max_length)}
-    if check["agreement"] < b.min_agreement:
+    text_session = None if no_string else ort_session(string_path, max(cfg.run.threads, 1), custom_ops=True,
+                                                       fix=None)  # as an app does
+    check = {"status": "not built", "reason": no_string} if no_string else \
+        {**agreement(predict_strings(text_session, texts), pair), "minimum": b.min_agreement,
+         "needed_texts": needed, "split": "test",
+         "token_ids_differ": token_id_mismatches(string_path, tokenizer, texts, max_length)}
+    if not no_string and check["agreement"] < b.min_agreement:
         raise PipelineError(f"the string-in model {string_path.name} agrees with tokenizer + model on only "
                             f"{check['agreement']:.2%} of {len(texts)} test texts (bundle.min_agreement = "
                             f"{b.min_agreement:.2%}): its in-graph tokenizer differs from "
@@ -115,9 +124,10 @@ def stage_bundle(ctx: StageContext) -> dict:
     models = {"ort": {"file": f"model/{stem}.ort", **io_spec(ort_session(out / "model" / f"{stem}.ort", 1)),
                       "format": "ort", "target_platform": row.get("details", {}).get("target_platform")},
               "onnx": {"file": f"model/{stem}.onnx", **io_spec(pair_session), "format": "onnx",
-                       "opset": onnx_row.get("opset")},
-              "string_onnx": {"file": f"model/{stem}-text.onnx", **io_spec(text_session), "format": "onnx",
-                              "needs": "onnxruntime-extensions (custom op library)"}}
+                       "opset": onnx_row.get("opset")}}
+    if text_session is not None:
+        models["string_onnx"] = {"file": f"model/{stem}-text.onnx", **io_spec(text_session), "format": "onnx",
+                                 "needs": "onnxruntime-extensions (custom op library)"}
     if cm:
         spec = cm.get("check", {}).get("spec", {})
         models["coreml"] = {"file": f"model/{name}-{cm['variant']}.mlpackage", "variant": cm["variant"],
@@ -165,6 +175,8 @@ def stage_bundle(ctx: StageContext) -> dict:
             "vocabulary": vocabulary(tok_src),
             "label_map": {str(i): lab for i, lab in enumerate(labels)},
             "text_normalisation": normalisation(tokenizer, max_length),
+            # BERT's WordPiece (whatever the class): what the Swift sample's tokenizer implements
+            "bert_wordpiece": wordpiece_settings(tokenizer) is not None,
             "accuracy": {**acc, "split": "test", "texts": len(texts), "source": "the .onnx twin of the .ort file "
                          "(the export stage checked that both give the same logits)"},
             "headline_length": results.get("plan", {}).get("headline_length"),
@@ -183,6 +195,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     write_samples(out, meta)  # no iOS sample without a Core ML package
     meta = finish(out, meta, lambda m: classification_readme(m) + readme_sections(m), dist)
     print(f"[bundle] {name} {variant}: {len(meta['files'])} files -> {dist} "
-          f"(string-in agreement {check['agreement']:.2%} on {len(texts)} test texts)")
+          + ("(no string-in model: see string_model_check in metadata.json)" if no_string else
+             f"(string-in agreement {check['agreement']:.2%} on {len(texts)} test texts)"))
     return {"model": name, "variant": variant, "rule": row["choice"]["rule"], "dist": str(dist),
             "string_model_check": check, "files": len(meta["files"])}

@@ -16,6 +16,22 @@ def _skip(ctx: StageContext, reason: str) -> dict:
     return {"skipped": reason}
 
 
+def page_tokenizer_mismatch(tokenizer, tok_dir: Path) -> str | None:
+    """How the tokenizer differs from what web/demo/wordpiece.mjs implements (None: it is that): BERT's
+    WordPiece with [CLS] / [SEP] / [UNK] and ## pieces, read from vocab.txt, whatever the class (DistilBERT,
+    ELECTRA and MobileBERT ship BERT's tokenizer under their own names)."""
+    from export.string_model import wordpiece_settings
+
+    wp = wordpiece_settings(tokenizer)
+    if wp is None:
+        return f"({type(tokenizer).__name__}) is not"
+    page = {"cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]", "suffix_indicator": "##"}
+    other = {k: wp[k] for k in page if wp[k] != page[k]}
+    if other:
+        return f"({type(tokenizer).__name__}) uses {other} where the page expects {page}"
+    return None if (tok_dir / "vocab.txt").is_file() else "has no vocab.txt (the file the page reads)"
+
+
 def stage_web_bundle(ctx: StageContext) -> dict:
     """The web bundle: the student file fastest on bundle.web_target, the client-side demo page, checked.
     The candidates include the export stage's browser variants (<variant>-fastgelu.ort, GELU as FastGelu),
@@ -54,12 +70,10 @@ def stage_web_bundle(ctx: StageContext) -> dict:
                  formats=W.FORMATS)
     name, variant, fmt = row["model"], row["variant"], row["format"]
     tok_src = ctx.input("quantize") / name / "tokenizer"
-    tok_class = json.loads((tok_src / "tokenizer_config.json").read_text()).get("tokenizer_class", "") \
-        if (tok_src / "tokenizer_config.json").is_file() else ""
-    if not (tok_src / "vocab.txt").is_file() or not tok_class.startswith("Bert"):
-        # the page's tokenizer (web/demo/wordpiece.mjs) is BERT's WordPiece; other families would mislabel
-        return _skip(ctx, f"the page's JavaScript tokenizer is BERT WordPiece and {name}'s tokenizer is "
-                          f"{tok_class or 'not one (no vocab.txt)'}; set bundle.web = false to silence this")
+    why = page_tokenizer_mismatch(AutoTokenizer.from_pretrained(tok_src), tok_src)
+    if why:  # the page's tokenizer (web/demo/wordpiece.mjs) is BERT's WordPiece; other families would mislabel
+        return _skip(ctx, f"the page's JavaScript tokenizer is BERT WordPiece and {name}'s tokenizer {why}; set "
+                          f"bundle.web = false to silence this")
     # the JavaScript tokenizer's gate needs enough test texts to mean its share (export/checks.py)
     texts = [r["text"] for r in read_split(ctx.input("data"), "test")]
     needed = agreement_texts(b.min_agreement)
