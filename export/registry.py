@@ -88,7 +88,8 @@ def _onnx(job: ExportJob) -> dict:
     cls_only = job.quantize.cls_only_last_layer and supports_cls_only(job.loaded.model)
     export_onnx(job.loaded.model, job.out, job.quantize.opset, job.model_name, job.loaded.pad_id, cls_only)
     details = {"source": "pytorch", "cls_only_last_layer": cls_only}
-    if job.quantize.cls_only_last_layer and not cls_only:  # asked for, not applicable to this model: say why
+    # asked for, and a transformer it cannot apply to: say why (an RNN has no last layer to cut)
+    if job.quantize.cls_only_last_layer and not cls_only and job.loaded.kind == "hf":
         details["cls_only_last_layer_not_applied"] = cls_only_refusal(job.loaded.model)
     return details
 

@@ -283,3 +283,12 @@ def test_the_config_checks_coreml_targets_as_coremltools_knows_them():
     known = {name: int(t.value) for name, t in ct.target.__members__.items()
              if name.startswith(("iOS", "macOS")) and t >= ct.target.iOS15}
     assert COREML_TARGETS == known
+
+
+def test_an_rnn_gets_no_cls_only_note(models, tmp_path):
+    """The [CLS]-only last layer is about transformer layers: an RNN's fp32 row says nothing of it (a note that it
+    is "not one whose layer is BERT's" would read as a defect)."""
+    from export.registry import get_exporter
+
+    details = get_exporter("onnx").fn(job(models["lstm"], tmp_path / "fp32.onnx", "fp32"))
+    assert details == {"source": "pytorch", "cls_only_last_layer": False}
