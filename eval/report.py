@@ -444,6 +444,9 @@ def _skipped(res: dict) -> list[Block]:
                 if isinstance(point, dict) and point.get("status") in ("skipped", "failed"):
                     by_reason.setdefault(f"{t}: {point['status']}: {point['reason']}", {}).setdefault(label, [])\
                         .append(n)
+    for s in res.get("not_made", []):  # the quantize stage made no file: every target
+        label = f"{s.get('model', 'every model')} {s['variant']}"
+        by_reason.setdefault(f"all targets: not made: {s['reason']}", {}).setdefault(label, [])
     rows = [[reason, "; ".join(lab + (f" (at {', '.join(ns)})" if ns else "") for lab, ns in labels.items())]
             for reason, labels in sorted(by_reason.items())]
     return _section(("h2", "Skipped and not measured, with reasons"), ("table", ["target: reason", "rows"], rows))

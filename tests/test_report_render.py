@@ -104,6 +104,12 @@ def test_skipped_targets_and_lengths_are_listed_with_reasons(tmp_path):
     md = to_markdown(blocks(build_results(_doc(rows)), {}))
     assert "| desktop-gpu: skipped: no CUDA device on this machine | teacher fp32 onnx |" in md
     assert "| host-cpu: skipped: sweep budget | teacher fp32 onnx (at 16) |" in md
+    # a variant the quantize stage could not make has no row to time: listed once, for every target
+    res = build_results(_doc(rows))
+    res["not_made"] = [{"model": "teacher", "variant": "optimized", "reason": "no fusion patterns for 'deberta'"}]
+    assert validate_results(res) == []
+    assert "| all targets: not made: no fusion patterns for 'deberta' | teacher optimized |" in \
+        to_markdown(blocks(res, {}))
     # a target with nothing measured or estimated has no column in the summary
     summary = md.split("## Summary")[1].split("##")[0]
     assert "desktop-gpu p50" not in summary and "host-cpu p50 ms" in summary

@@ -97,6 +97,12 @@ def report(ctx: StageContext) -> dict:
     window = ctx.cfg.bundle.accuracy_window if doc.get("quality_metric", "accuracy") == "accuracy" else 0.0
     results = build_results(doc, window)
     merge_saved(ctx.run_dir, results)  # keep phone measurements (runs/<run>/phone/) across report re-runs
+    # variants the quantize stage could not make for a model (no row to time): a teacher type ORT has no fusion
+    # patterns for has no "optimized" file. The RNNs' transformer-only skips are the rule, not news.
+    not_made = [s for s in json.loads((ctx.input("quantize") / "manifest.json").read_text()).get("summary", {})
+                .get("skipped", []) if not s["reason"].startswith("transformer-only")]
+    if not_made:
+        results["not_made"] = not_made
     for note in results.get("phone_dropped", []):  # also in the report, under Targets
         log.warning("phone row %s", note)
     search = search_summary(ctx.run_dir / "search", ctx.out)
