@@ -581,7 +581,8 @@ def _quality(row: dict, model: str) -> str:
 def _string_in(row: dict) -> str:
     if row["task"] != "classification" or "string_in" not in row:
         return "-"
-    return "yes" if row["string_in"] else f"no ({row.get('string_in_reason') or 'no reason recorded'})"
+    # the reason's first clause names the tokenizer and its model; families.json keeps the whole reason
+    return "yes" if row["string_in"] else f"no ({(row.get('string_in_reason') or 'no reason recorded').split(': ')[0]})"
 
 
 def table(rows: list[dict]) -> str:
