@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from export.registry import VariantSkipped
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, VariantSkipped
 
 # Fused ops the optimizer should produce on a BERT graph; none of them found means the patterns did not
 # match (e.g. a dynamo-exported graph) and the "optimized" file would just be a renamed fp32 file.

@@ -9,8 +9,7 @@ import tempfile
 from pathlib import Path
 
 from export.optimize import op_counts
-from export.registry import VariantSkipped
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, VariantSkipped
 
 # Gather is listed on purpose: the word-embedding table is most of a small student's (and an LSTM's)
 # weights, and left in fp32 it caps the size gain near 1.3x instead of ~4x.

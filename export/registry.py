@@ -35,12 +35,6 @@ class Exporter:
     transformer_only: bool = False
 
 
-class VariantSkipped(PipelineError):
-    """An exporter found that this model cannot have this variant (ORT has no fusions for its type, its graph
-    defeats the quantizer's preparation): no file is written, the quantize stage records the variant as
-    skipped with this message and makes the others; later stages treat it as never asked for."""
-
-
 EXPORTERS: dict[str, Exporter] = {}
 # quantize.variants names -> exporter keys (the ONNX variants the quantize stage writes)
 ONNX_VARIANTS = {"fp32": "onnx", "optimized": "onnx-optimized", "int8-dynamic": "int8-dynamic",

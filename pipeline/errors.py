@@ -13,6 +13,12 @@ class PipelineError(Exception):
     """A user-facing error: bad config, bad data, missing artifact, unsupported model."""
 
 
+class VariantSkipped(PipelineError):
+    """An exporter found that this model cannot have this variant (ORT has no fusions for its type, its graph
+    defeats the quantizer's preparation): no file is written, the quantize stage records the variant as
+    skipped with this message and makes the others; later stages treat it as never asked for."""
+
+
 def lookup(registry, name: str, unknown: str, known: str = "Known"):
     """registry[name]; else one error: "unknown <unknown>. <known>: <every registered name>"."""
     if name not in registry:

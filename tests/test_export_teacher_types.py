@@ -118,7 +118,7 @@ def test_cls_only_left_out_with_the_reason(folder_of, inputs, model_type, why, t
 def test_optimized_is_skipped_where_ort_has_no_fusions(folder_of, model_type, tmp_path):
     """No fusion for the type: a VariantSkipped naming the type (the stage records it and goes on), no
     file left behind, and no advice to use an exporter the project already uses."""
-    from export.registry import VariantSkipped
+    from pipeline.errors import VariantSkipped
 
     m = folder_of(model_type)
     fp32 = tmp_path / "fp32.onnx"
@@ -135,7 +135,7 @@ def test_nothing_fused_in_a_bert_type_stops_with_advice_that_loads(folder_of, tm
     """For a type ORT does fuse, an unfused graph is a real problem: a PipelineError (not a skip) whose advice
     is a config that loads (dropping 'optimized' from quantize.variants alone is refused at load)."""
     from export.optimize import optimize_transformer
-    from export.registry import VariantSkipped
+    from pipeline.errors import VariantSkipped
     from pipeline.config import config_from_dict
 
     m = folder_of("deberta")
@@ -172,7 +172,7 @@ def test_int8_static_not_made_when_pre_processing_fails_both_ways(folder_of, tmp
     failures, and no file."""
     from onnxruntime.quantization import shape_inference
 
-    from export.registry import VariantSkipped
+    from pipeline.errors import VariantSkipped
 
     m = folder_of("deberta")
     fp32 = tmp_path / "fp32.onnx"

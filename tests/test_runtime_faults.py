@@ -353,7 +353,7 @@ def test_web_bundle_refuses_a_one_text_tokenizer_gate(tmp_path, monkeypatch):
     cfg = _one_text_run(tmp_path)
     tok = cfg.run_dir / "quantize" / "student" / "tokenizer"
     tok.mkdir(parents=True)
-    (tok / "vocab.txt").write_text("[PAD]\n[UNK]\n")
+    (tok / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")  # the page's WordPiece specials
     (tok / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer"}))
     (cfg.run_dir / "quantize" / "variants.json").write_text("[]")
     for stage, name in (("export", "variants.json"), ("report", "results.json")):

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.data import read_labels, read_split
-from pipeline.errors import lookup, tree_bytes
+from pipeline.errors import VariantSkipped, lookup, tree_bytes
 from pipeline.task import StageContext
 from pipeline.tasks.classification import MODEL_FOLDERS
 from pipeline.tasks.classification.train import _xy
@@ -59,7 +59,7 @@ def stage_quantize(ctx: StageContext) -> dict:
                                torch_runner)
     from export.onnx_export import file_opset
     from export.ort_session import ort_session
-    from export.registry import ONNX_VARIANTS, ExportJob, VariantSkipped, for_variant
+    from export.registry import ONNX_VARIANTS, ExportJob, for_variant
     from pipeline.tasks.classification.npu import npu_rows
 
     # variant, fusion and NPU names and lengths were checked when the config loaded (tasks/classification/checks.py)
