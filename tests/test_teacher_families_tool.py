@@ -83,6 +83,9 @@ def test_help_and_an_unknown_family(out):
                           capture_output=True, text=True)
     assert done.returncode == 2 and "unknown family 'gpt2' for --task classification" in done.stderr
     assert not bad.exists()  # refused before anything is written
+    (out / "a-file").write_text("")
+    done = subprocess.run(run + [str(out / "a-file"), "--families", "bert"], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 2 and "cannot make it a folder (File exists); give a folder path" in done.stderr
 
 
 def test_a_failed_command_reports_its_stage_and_error_line(tmp_path):

@@ -632,7 +632,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))  # usage and the message, exit status 2, before anything is written
     out = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file of that name, a folder we may not write
+        p.error(f"OUT_DIR {out}: cannot make it a folder ({e.strerror}); give a folder path")
     rows, prepared = [], {}
     for i, (task, family) in enumerate(todo, 1):
         if task not in prepared:
