@@ -151,7 +151,44 @@ def _load_gguf(path: str):
     if set(missing) - tied or unexpected:
         raise PipelineError(f"the GGUF {name} does not match its config (missing {missing}, unexpected {unexpected})")
     model.tie_weights()
-    return model, AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    return model, gguf_tokenizer(AutoTokenizer.from_pretrained(folder, gguf_file=name), _gguf_fields(path))
+
+
+def _gguf_fields(path: str) -> dict:
+    """The GGUF file's tokenizer.ggml.* settings that gguf_tokenizer reads: {key: str | bool}."""
+    import gguf
+
+    out = {}
+    for key, field in gguf.GGUFReader(path).fields.items():
+        if key in ("tokenizer.ggml.model", "tokenizer.ggml.add_bos_token"):
+            value = field.parts[field.data[0]]
+            out[key] = bytes(value).decode() if key.endswith("model") else bool(value[0])
+    return out
+
+
+def gguf_tokenizer(tok, fields: dict):
+    """A GGUF's byte-level BPE tokenizer ("gpt2" in tokenizer.ggml.model, as SmolLM2's) as the file describes it.
+
+    transformers builds it as a Llama sentencepiece one: byte fallback on, sentencepiece's decoder chain, class
+    LlamaTokenizer, and a <bos> in front of every text whatever tokenizer.ggml.add_bos_token says. Shipped like
+    that, onnxruntime-genai's tokenizer encodes every space as id -1 and transformers.js puts a <bos> in front of
+    prompts that training never saw. Rebuilt as a GPT-2-style byte-level BPE (byte fallback never fires on a
+    byte-level vocabulary, so every text keeps its ids), with the file's own <bos> setting."""
+    from tokenizers import Tokenizer, decoders, processors
+    from transformers import GPT2TokenizerFast
+
+    if fields.get("tokenizer.ggml.model") != "gpt2":
+        return tok
+    add_bos = fields.get("tokenizer.ggml.add_bos_token", True)
+    spec = json.loads(tok.backend_tokenizer.to_str())
+    spec["model"]["byte_fallback"] = False
+    backend = Tokenizer.from_str(json.dumps(spec))
+    backend.decoder = decoders.ByteLevel()
+    backend.post_processor = (
+        processors.TemplateProcessing(single=f"{tok.bos_token} $A", special_tokens=[(tok.bos_token, tok.bos_token_id)])
+        if add_bos else processors.ByteLevel(trim_offsets=False))
+    return GPT2TokenizerFast(tokenizer_object=backend, bos_token=tok.bos_token, eos_token=tok.eos_token,
+                             unk_token=tok.unk_token, pad_token=tok.pad_token, add_bos_token=add_bos)
 
 
 def load_causal_teacher(source: str):

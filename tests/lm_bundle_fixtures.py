@@ -15,11 +15,12 @@ def write_plays(folder: Path) -> Path:
     return folder
 
 
-def bpe_llama(folder: Path, corpus: Path) -> Path:
+def bpe_llama(folder: Path, corpus: Path, bos: bool = False) -> Path:
     """A 'pretrained' causal LM folder: byte-level BPE trained on the training plays (the test plays' rare
     word is split into pieces the student may not keep: exercises the "other" id) and a tiny Llama (GQA)
-    trained for a few steps so its greedy output is not constant."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    trained for a few steps so its greedy output is not constant. bos: the tokenizer puts a <s> in front of
+    every text it adds special tokens to, as Llama's and Gemma's do, and the model is trained that way."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     from pipeline.tasks.generation.data import strip_markdown
@@ -28,13 +29,16 @@ def bpe_llama(folder: Path, corpus: Path) -> Path:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+    specials = ["<|endoftext|>", *(["<s>"] if bos else [])]
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    if bos:
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token=specials[-1])
     fast.save_pretrained(folder)
     ids = []
     for t in texts:
-        ids += fast(t, add_special_tokens=False)["input_ids"] + [fast.eos_token_id]
+        ids += fast(t)["input_ids"] + [fast.eos_token_id]
     return train_tiny_llama(folder, ids, 40, vocab_size=len(fast), eos_token_id=fast.eos_token_id,
                             bos_token_id=fast.bos_token_id)
 

@@ -205,3 +205,64 @@ def test_samples_keep_the_space_a_word_level_tokenizer_puts_between_prompt_and_c
     assert "the king speaks now" in text.splitlines()
     trailing = samples_markdown(fast, ["the king "], [ids], {"student": [[3, 4]]})
     assert "the king speaks now" in trailing.splitlines()  # not two spaces
+
+
+def _bpe(bos: str | None = None, prefix: list[str] = ()):
+    """A tiny byte-level BPE tokenizer; with bos, one that puts it (after `prefix` tokens) in front of a text
+    when it adds its special tokens, as Llama's, Gemma's and OPT's do."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", *([bos] if bos else []), *prefix]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["hello world, the king speaks"] * 4, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    if bos:
+        front = " ".join([*prefix, bos])
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{front} $A", special_tokens=[(t, tok.token_to_id(t)) for t in (*prefix, bos)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token=bos or "<|endoftext|>")
+
+
+def test_windows_and_prompts_start_with_the_tokenizers_bos():
+    from pipeline.tasks.generation.data import encode_prompt, shifted_windows, start_ids
+
+    plain, llama = _bpe(), _bpe("<s>")
+    assert start_ids(plain) == [] and start_ids(llama) == [llama.bos_token_id]
+    assert encode_prompt(plain, "the king") == plain("the king")["input_ids"]
+    assert encode_prompt(llama, "the king") == [llama.bos_token_id] + llama("the king", add_special_tokens=False)[
+        "input_ids"] == llama("the king")["input_ids"]
+    with pytest.raises(PipelineError, match=r"puts \[\d+, \d+\] in front of a text .* at most a <bos>"):
+        start_ids(_bpe("<s>", prefix=["<x>"]))
+    stream = np.arange(100, 200)
+    w = windows(stream, 9, "x", start=[7])  # every window: <bos> + the next 9 tokens, each token a target once
+    assert w.shape == (11, 10) and (w[:, 0] == 7).all() and (w[1, 1:] == np.arange(109, 118)).all()
+    assert np.array_equal(np.sort(w[:, 1:].ravel()), stream[:99])
+    assert (windows(stream, 9, "x")[:, :1] != 7).all()  # no start ids: the windows of before
+    assert (shifted_windows(stream, 9, 3, [7])[:, 0] == 7).all()
+
+
+def test_a_gguf_byte_level_tokenizer_is_rebuilt_as_the_file_describes():
+    """transformers builds a GGUF's byte-level BPE with byte fallback, sentencepiece's decoder chain and a <bos>
+    the file says not to add (SmolLM2's): rebuilt, it keeps every text's ids and adds what the file says."""
+    from tokenizers import decoders, processors
+
+    from distill.teacher import gguf_tokenizer
+    from pipeline.tasks.generation.data import start_ids
+
+    tok = _bpe("<s>")
+    back = tok.backend_tokenizer
+    back.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(), decoders.Replace("▁", " "),
+                                      decoders.ByteLevel()])
+    text = "hello world, the king 's speech"
+    before = tok(text, add_special_tokens=False)["input_ids"]
+    assert start_ids(tok) == [tok.bos_token_id]
+    assert gguf_tokenizer(tok, {"tokenizer.ggml.model": "llama"}) is tok  # a sentencepiece GGUF is left as it is
+    fixed = gguf_tokenizer(tok, {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.add_bos_token": False})
+    assert type(fixed).__name__ == "GPT2TokenizerFast" and start_ids(fixed) == []
+    assert fixed(text)["input_ids"] == before and fixed.decode(before) == text
+    assert isinstance(fixed.backend_tokenizer.post_processor, processors.ByteLevel)
+    kept = gguf_tokenizer(tok, {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.add_bos_token": True})
+    assert kept(text)["input_ids"] == [tok.bos_token_id] + before

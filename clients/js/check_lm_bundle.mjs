@@ -25,7 +25,8 @@ const model = await AutoModelForCausalLM.from_pretrained(id, { dtype, device: "c
 const results = [];
 let ok = true;
 for (const s of samples) {
-  const enc = tokenizer(s.prompt, { add_special_tokens: false });
+  // special tokens as the text-generation pipeline adds them (tokenizer_config.json's add_bos_token)
+  const enc = tokenizer(s.prompt, { add_special_tokens: Boolean(tokenizer.add_bos_token || tokenizer.add_eos_token) });
   const promptIds = Array.from(enc.input_ids.data, Number);
   const out = await model.generate({ ...enc, max_new_tokens: s.max_new_tokens, do_sample: false });
   const tokens = Array.from(out.data, Number).slice(promptIds.length);

@@ -124,6 +124,10 @@ def generation_readme(meta: dict) -> str:
     g, m, s = meta["graph"], meta["model"], meta["samples"][0]
     files = "\n".join(f"- `{k}`: {v['bytes']:,} bytes" for k, v in meta["files"].items())
     ppl = f"{m['perplexity']:.2f}" if isinstance(m.get("perplexity"), (int, float)) else "not measured"
+    first = meta.get("prompt_start_ids") or []
+    start = (f"the tokenizer's start token(s) {first}, as in training" if first
+             else "adds nothing in front with this tokenizer; kept so a prompt encodes as in training")
+    app_start = f", and put {first} (the tokenizer's start token, as in training) first" if first else ""
     return f"""# pocketformer generation bundle: student {m['variant']} (run {meta['run']})
 
 A {g['num_hidden_layers']}-layer Llama decoder ({m.get('params') or '?'} parameters, test perplexity {ppl}) with
@@ -141,6 +145,7 @@ Greedy sample (`samples.json` holds all of them): {json.dumps(s['prompt'])} ->
     import onnxruntime_genai as og
     model = og.Model("{meta.get('dist_path', 'dist/' + meta['run'])}")
     tok = og.Tokenizer(model)
+    tok.update_options(add_special_tokens="true")  # {start}
     params = og.GeneratorParams(model)
     params.set_search_options(max_length={g['context_length']}, do_sample=False)
     gen = og.Generator(model, params)
@@ -170,7 +175,7 @@ stored greedy tokens back.
 `android/PocketformerGenerator.kt` and `ios/PocketformerGenerator.swift` run the same greedy loop with the KV
 cache (inputs {', '.join(f"`{i['name']}`" for i in g['inputs'][:3])} and `past_key_values.N.key/value`;
 outputs `logits` and `present.N.key/value`); their `demo()` replays the first sample and reports whether the
-stored tokens came back. They take token ids: tokenize with `tokenizer.json`.
+stored tokens came back. They take token ids: tokenize with `tokenizer.json`{app_start}.
 
 ## Files (sha256 of each in metadata.json)
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.tasks.generation.common import check_prompt, load_lm, ort_lm
+from pipeline.tasks.generation.common import check_prompt, encode_prompt, load_lm, ort_lm, start_ids
 from pipeline.tasks.generation.ship import lm_folder, reference_continuations
 from pipeline.tasks.common import threads
 from pipeline.task import StageContext
@@ -48,6 +48,12 @@ def stage_bundle(ctx: StageContext) -> dict:
     if not (out / "tokenizer.json").is_file():
         raise PipelineError(f"the teacher's tokenizer ({type(tok).__name__}) has no tokenizer.json (not a fast "
                             f"tokenizer); onnxruntime-genai and transformers.js need one")
+    # transformers.js' text-generation pipeline adds special tokens only when this flag says so; it must agree
+    # with the <bos> that training put in front of every window and prompt (encode_prompt)
+    start = start_ids(tok)
+    tc = json.loads((out / "tokenizer_config.json").read_text())
+    tc["add_bos_token"] = bool(start)
+    (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2, ensure_ascii=False) + "\n")
     for extra in ("vocab_map.json", "pocketformer.json"):  # save_pretrained never writes these; stale copies
         (out / extra).unlink(missing_ok=True)
     graph_rel = H.GRAPH_FILES[variant]
@@ -66,7 +72,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     prompt = check_prompt(ctx, tok)
     want = reference_continuations(source_runner, lm, [prompt], lmc.check_tokens)[0]
     check = check_greedy(want, shipped.generate(prompt, lmc.check_tokens), f"bundle {graph_rel}", must_match=True)
-    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in lmc.prompts]
+    prompts = [encode_prompt(tok, p) for p in lmc.prompts]
     conts = reference_continuations(source_runner, lm, prompts, lmc.sample_tokens)
     samples = []
     for text, p, c in zip(lmc.prompts, prompts, conts):
@@ -84,7 +90,8 @@ def stage_bundle(ctx: StageContext) -> dict:
                       "vocabulary": "teacher ids in and out; ids the student never saw in training get the "
                                     "lowest float logit (never picked)",
                       **io_spec(shipped.session)},
-            "tokenizer": "tokenizer.json", "special_ids": ids, "samples_file": "samples.json",
+            "tokenizer": "tokenizer.json", "special_ids": ids, "prompt_start_ids": start,
+            "samples_file": "samples.json",
             "samples": samples[:1], "greedy_check": check, "versions": library_versions()}
     app_samples.write_samples(out, meta)
     meta = finish(out, meta, app_samples.generation_readme, dist)

@@ -10,7 +10,7 @@ import numpy as np
 from pipeline.data import read_split
 from pipeline.errors import PipelineError
 from pipeline.task import StageContext
-from pipeline.tasks.generation.data import token_stream, windows
+from pipeline.tasks.generation.data import encode_prompt, start_ids, token_stream, windows
 
 
 def stream(tokenizer, data_dir: Path, split: str, sep: int) -> np.ndarray:
@@ -44,7 +44,7 @@ def held_out_windows(ctx: StageContext, tok, split: str = "test") -> np.ndarray:
 
     lm = ctx.cfg.lm
     tokens = stream(tok, ctx.upstream("data"), split, eos_id(tok))
-    return windows(tokens, lm.context_length, f"{split} split", lm.eval_windows)
+    return windows(tokens, lm.context_length, f"{split} split", lm.eval_windows, start_ids(tok))
 
 
 def checkpoint_size(folder: Path) -> int:
@@ -52,7 +52,7 @@ def checkpoint_size(folder: Path) -> int:
 
 
 def check_prompt(ctx: StageContext, tok) -> list[int]:
-    return tok(ctx.cfg.lm.prompts[0], add_special_tokens=False)["input_ids"] if ctx.cfg.lm.prompts else [0]
+    return encode_prompt(tok, ctx.cfg.lm.prompts[0]) if ctx.cfg.lm.prompts else [0]
 
 
 def ort_lm(path: Path, lm, threads: int = 0, providers: tuple[str, ...] = ("CPUExecutionProvider",),

@@ -167,20 +167,47 @@ def token_stream(tokenizer, docs: list[Doc], sep_id: int) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def windows(stream: np.ndarray, context: int, where: str, limit: int = 0) -> np.ndarray:
+def start_ids(tokenizer) -> list[int]:
+    """The ids the tokenizer puts in front of a text when it adds its special tokens: [<bos>] for Llama, Gemma
+    or OPT tokenizers, [] for GPT-2's or SmolLM2's. onnxruntime-genai and transformers.js encode an app's prompt
+    that way, so every window and prompt starts with them too: the model is scored, trained and sampled on the
+    sequences it was pretrained on and an app will feed it."""
+    probe = "Hello world"
+    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    at = next((i for i in range(len(full) - len(plain) + 1) if full[i: i + len(plain)] == plain), None)
+    if at is None or at > 1:
+        shown = "does not keep the text's own ids" if at is None else f"puts {full[:at]} in front of a text"
+        raise PipelineError(f"the teacher's tokenizer ({type(tokenizer).__name__}) {shown} when it adds its special "
+                            f"tokens; the generation task supports one start token (a <bos>) or none: give a "
+                            f"teacher whose tokenizer adds at most a <bos>")
+    return full[:at]
+
+
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    """A prompt's ids as an app's runtime encodes it: the tokenizer's start token (if any), then the text's."""
+    return start_ids(tokenizer) + tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def windows(stream: np.ndarray, context: int, where: str, limit: int = 0,
+            start: list[int] | tuple = ()) -> np.ndarray:
     """Non-overlapping (context + 1)-token windows: inputs are [:-1], next-token targets [1:].
 
+    With start ids (a <bos>, from start_ids), each window is start + the next `context` tokens of the stream,
+    so every token is still a target exactly once, and the model sees a <bos> first as it did in pretraining.
     limit > 0 keeps that many, evenly spaced over the whole stream (every part of the split is seen).
     Returns (N, context + 1) int64.
     """
-    n = (len(stream) - 1) // context
+    body = context + 1 - len(start)
+    n = (len(stream) - (body - context)) // context
     if n < 1:
         raise PipelineError(f"{where}: the text has {len(stream)} tokens, shorter than one window of "
                             f"lm.context_length + 1 = {context + 1}. Give more text or lower lm.context_length")
     starts = np.arange(n) * context
     if 0 < limit < n:
         starts = starts[spread(n, limit)]
-    return np.stack([stream[s: s + context + 1] for s in starts])
+    head = np.asarray(start, dtype=np.int64)
+    return np.stack([np.concatenate([head, stream[s: s + body]]) for s in starts])
 
 
 def spread(n: int, k: int) -> np.ndarray:
@@ -199,10 +226,10 @@ def split_windows(all_windows: np.ndarray, scored: int, extra: int) -> tuple[np.
     return all_windows[pick], all_windows[more]
 
 
-def shifted_windows(stream: np.ndarray, context: int, k: int) -> np.ndarray:
+def shifted_windows(stream: np.ndarray, context: int, k: int, start: list[int] | tuple = ()) -> np.ndarray:
     """Up to k (context + 1)-token windows that start half a context after those of windows(), evenly spaced
     over the stream: each overlaps two plain windows, but none repeats one.  (<= k, context + 1) int64."""
     first = context // 2
-    if k <= 0 or (len(stream) - 1 - first) // context < 1:
+    if k <= 0 or (len(stream) - first - (1 - len(start))) // context < 1:
         return np.zeros((0, context + 1), dtype=np.int64)
-    return windows(stream[first:], context, "", k)
+    return windows(stream[first:], context, "", k, start)

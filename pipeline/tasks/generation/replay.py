@@ -137,7 +137,16 @@ def _child(bundle: Path) -> dict:
                          f"bundle with `make bundle`"}
     prompts = [s["prompt_ids"] for s in samples]
     n = [s["max_new_tokens"] for s in samples]
-    return {"token_ids": [tok.encode(s["prompt"], add_special_tokens=False).ids for s in samples],
+    # an app's prompt ids: special tokens added, as transformers.js and onnxruntime-genai add them
+    token_ids = {"tokenizer.json": [tok.encode(s["prompt"]).ids for s in samples]}
+    try:
+        import onnxruntime_genai as og
+        genai_tok = og.Tokenizer(og.Model(str(bundle)))  # as the README's Python sample sets it up
+        genai_tok.update_options(add_special_tokens="true")
+        token_ids["onnxruntime-genai's tokenizer"] = [[int(t) for t in genai_tok.encode(s["prompt"])] for s in samples]
+    except ImportError:
+        pass  # reported once, with the greedy replay below
+    return {"token_ids": token_ids,
             # what an app shows: the stored continuation's ids through tokenizer.json
             "decoded": [tok.decode(s["continuation_ids"], skip_special_tokens=True) for s in samples],
             "onnxruntime": [ort_greedy(bundle, p, k, eos) for p, k in zip(prompts, n)],
@@ -154,10 +163,12 @@ def verify(bundle: Path, files: dict) -> dict:
     samples = load_samples(bundle)
     got = fresh_process(bundle, "pipeline.tasks.generation.replay", ["--child", str(bundle.resolve())], None, "decoder",
                         "install onnxruntime and tokenizers, or rebuild the bundle with `make bundle`")
-    for s, ids in zip(samples, got["token_ids"]):
-        if ids != s["prompt_ids"]:
-            raise PipelineError(f"{bundle}: tokenizer.json encodes {s['prompt'][:60]!r} as {ids[:12]}..., not the "
-                                f"stored {s['prompt_ids'][:12]}...; rebuild the bundle with `make bundle`")
+    for who, encoded in got["token_ids"].items():
+        for s, ids in zip(samples, encoded):
+            if ids != s["prompt_ids"]:
+                raise PipelineError(f"{bundle}: {who} encodes {s['prompt'][:60]!r} as {ids[:12]}..., not the stored "
+                                    f"{s['prompt_ids'][:12]}... the model was sampled with, so an app would feed it "
+                                    f"other ids; rebuild the bundle with `make bundle`")
     summary = {"bundle": str(bundle), "task": "generation", "files_checked": files["checked"],
                "unlisted_files": files["unlisted"], "samples": len(samples), "runtimes": {}}
     for runtime in ("onnxruntime", "onnxruntime-genai"):

@@ -80,7 +80,7 @@ class Candidates(MeasurementCache):
         from eval.bench import DECODE_TARGETS
         from pipeline.search_checks import check_target
         from pipeline.tasks.generation.common import stream
-        from pipeline.tasks.generation.data import windows
+        from pipeline.tasks.generation.data import start_ids, windows
         from pipeline.tasks.generation.train import _student_targets
 
         self._load_cache(cfg, cache_path)
@@ -94,7 +94,7 @@ class Candidates(MeasurementCache):
             raise PipelineError(f"the search scores candidates on the validation split, which holds {len(tokens)} "
                                 f"tokens, fewer than one window of lm.context_length + 1 = {lm.context_length + 1}: "
                                 f"raise data.validation_fraction (e.g. 0.1) or lower lm.context_length")
-        self.val = windows(tokens, lm.context_length, "validation split", lm.eval_windows)  # (N, T + 1) teacher ids
+        self.val = windows(tokens, lm.context_length, "validation split", lm.eval_windows, start_ids(self.tok))  # (N, T + 1) teacher ids
         # the timed prompt: the bench stage's length, from the validation text (the bench takes the test split's)
         prompt = np.concatenate(list(self.val))[: lm.bench_prompt_tokens]
         self.prompt = self.vmap.to_student(prompt).tolist()

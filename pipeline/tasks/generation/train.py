@@ -17,7 +17,7 @@ from pipeline.config import Config
 from pipeline.data import write_jsonl
 from pipeline.errors import PipelineError
 from pipeline.tasks.generation import LM_FOLDERS
-from pipeline.tasks.generation.common import checkpoint_size, held_out_windows, load_lm, stream
+from pipeline.tasks.generation.common import checkpoint_size, encode_prompt, held_out_windows, load_lm, stream
 from pipeline.task import StageContext
 from pipeline.tasks.common import threads, train_options
 
@@ -59,7 +59,7 @@ def stage_logits(ctx: StageContext) -> dict:
     from distill.vocab import VocabMap
     from distill.precision import choose_precision
     from distill.train import device
-    from pipeline.tasks.generation.data import shifted_windows, split_windows, windows
+    from pipeline.tasks.generation.data import shifted_windows, split_windows, start_ids, windows
     from tqdm.auto import tqdm
 
     cfg, lm = ctx.cfg, ctx.cfg.lm
@@ -68,12 +68,13 @@ def stage_logits(ctx: StageContext) -> dict:
     check_context(lm.context_length, teacher.config)
     sep = eos_id(tok, teacher)
     tokens = stream(tok, ctx.input("data"), "train", sep)
-    vmap = VocabMap.build(tokens, teacher.config.vocab_size, lm.restrict_vocab, always=(sep,))
-    win, extra = split_windows(windows(tokens, lm.context_length, "training split"), lm.teacher_windows,
+    start = start_ids(tok)  # the tokenizer's <bos>, if it adds one
+    vmap = VocabMap.build(tokens, teacher.config.vocab_size, lm.restrict_vocab, always=(sep, *start))
+    win, extra = split_windows(windows(tokens, lm.context_length, "training split", 0, start), lm.teacher_windows,
                                lm.extra_windows)  # (N, T + 1), (M, T + 1)
     shifted = 0
     if lm.offset_windows and lm.teacher_windows > len(win):  # a small corpus: the teacher's share from shifted windows
-        more = shifted_windows(tokens, lm.context_length, lm.teacher_windows - len(win))
+        more = shifted_windows(tokens, lm.context_length, lm.teacher_windows - len(win), start)
         win, shifted = np.concatenate([win, more]), len(more)
         log.info("[logits] the training split holds %d windows; the teacher also scores %d shifted by half a "
                  "context (lm.offset_windows)", len(win) - shifted, shifted)
@@ -251,7 +252,7 @@ def stage_eval(ctx: StageContext) -> dict:
         ppl = perplexity(lm, win, cfg.lm.eval_batch_size)
         rows.append({"model": name, "variant": "fp32", "format": "pytorch", **ppl, **count_params(lm.model),
                      "size_bytes": checkpoint_size(folder)})
-        prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in cfg.lm.prompts]
+        prompts = [encode_prompt(tok, p) for p in cfg.lm.prompts]
         cont[name] = [greedy(lm, p, cfg.lm.sample_tokens) for p in prompts]
     base = rows[0]["perplexity"]
     for r in rows:
