@@ -188,7 +188,8 @@ def gguf_tokenizer(tok, fields: dict):
         processors.TemplateProcessing(single=f"{tok.bos_token} $A", special_tokens=[(tok.bos_token, tok.bos_token_id)])
         if add_bos else processors.ByteLevel(trim_offsets=False))
     return GPT2TokenizerFast(tokenizer_object=backend, bos_token=tok.bos_token, eos_token=tok.eos_token,
-                             unk_token=tok.unk_token, pad_token=tok.pad_token, add_bos_token=add_bos)
+                             unk_token=tok.unk_token, pad_token=tok.pad_token, add_bos_token=add_bos,
+                             chat_template=tok.chat_template)  # the GGUF's, which apps' chat code reads
 
 
 def load_causal_teacher(source: str):

@@ -253,6 +253,7 @@ def test_a_gguf_byte_level_tokenizer_is_rebuilt_as_the_file_describes():
     from pipeline.tasks.generation.data import start_ids
 
     tok = _bpe("<s>")
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     back = tok.backend_tokenizer
     back.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(), decoders.Replace("▁", " "),
                                       decoders.ByteLevel()])
@@ -264,5 +265,6 @@ def test_a_gguf_byte_level_tokenizer_is_rebuilt_as_the_file_describes():
     assert type(fixed).__name__ == "GPT2TokenizerFast" and start_ids(fixed) == []
     assert fixed(text)["input_ids"] == before and fixed.decode(before) == text
     assert isinstance(fixed.backend_tokenizer.post_processor, processors.ByteLevel)
+    assert fixed.chat_template == tok.chat_template
     kept = gguf_tokenizer(tok, {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.add_bos_token": True})
     assert kept(text)["input_ids"] == [tok.bos_token_id] + before

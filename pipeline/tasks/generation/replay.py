@@ -137,18 +137,19 @@ def _child(bundle: Path) -> dict:
                          f"bundle with `make bundle`"}
     prompts = [s["prompt_ids"] for s in samples]
     n = [s["max_new_tokens"] for s in samples]
-    # an app's prompt ids: special tokens added, as transformers.js and onnxruntime-genai add them
+    # an app's prompt ids (special tokens added, as transformers.js and onnxruntime-genai add them) and the text
+    # it shows for the stored continuation ids
     token_ids = {"tokenizer.json": [tok.encode(s["prompt"]).ids for s in samples]}
+    decoded = {"tokenizer.json": [tok.decode(s["continuation_ids"], skip_special_tokens=True) for s in samples]}
     try:
         import onnxruntime_genai as og
         genai_tok = og.Tokenizer(og.Model(str(bundle)))  # as the README's Python sample sets it up
-        genai_tok.update_options(add_special_tokens="true")
+        genai_tok.update_options(add_special_tokens="true", skip_special_tokens="true")
         token_ids["onnxruntime-genai's tokenizer"] = [[int(t) for t in genai_tok.encode(s["prompt"])] for s in samples]
+        decoded["onnxruntime-genai's tokenizer"] = [genai_tok.decode(s["continuation_ids"]) for s in samples]
     except ImportError:
         pass  # reported once, with the greedy replay below
-    return {"token_ids": token_ids,
-            # what an app shows: the stored continuation's ids through tokenizer.json
-            "decoded": [tok.decode(s["continuation_ids"], skip_special_tokens=True) for s in samples],
+    return {"token_ids": token_ids, "decoded": decoded,
             "onnxruntime": [ort_greedy(bundle, p, k, eos) for p, k in zip(prompts, n)],
             "onnxruntime-genai": genai_greedy(bundle, prompts, n)}
 
@@ -168,7 +169,9 @@ def verify(bundle: Path, files: dict) -> dict:
             if ids != s["prompt_ids"]:
                 raise PipelineError(f"{bundle}: {who} encodes {s['prompt'][:60]!r} as {ids[:12]}..., not the stored "
                                     f"{s['prompt_ids'][:12]}... the model was sampled with, so an app would feed it "
-                                    f"other ids; rebuild the bundle with `make bundle`")
+                                    f"other ids; rebuild the bundle with `make bundle` (from a run whose teacher "
+                                    f"stage ran before the GGUF tokenizer fix of 2026-11-26, re-run that stage first: "
+                                    f"python -m pipeline teacher --force --config ...)")
     summary = {"bundle": str(bundle), "task": "generation", "files_checked": files["checked"],
                "unlisted_files": files["unlisted"], "samples": len(samples), "runtimes": {}}
     for runtime in ("onnxruntime", "onnxruntime-genai"):
@@ -186,12 +189,13 @@ def verify(bundle: Path, files: dict) -> dict:
         summary["runtimes"][runtime] = {"file": meta["graph"]["file"], "samples_match": len(samples),
                                         "tokens": sum(len(s["continuation_ids"]) for s in samples)}
     # the graph gives the stored ids (above): text that differs is tokenizer.json's or samples.json's edit
-    for n, (s, text) in enumerate(zip(samples, got["decoded"]), 1):
-        if isinstance(s.get("continuation"), str) and text != s["continuation"]:
-            raise PipelineError(f"{bundle}: tokenizer.json decodes sample {n}'s continuation as {text[:40]!r}, not "
-                                f"the text samples.json stores, {s['continuation'][:40]!r}: one of the two was edited, "
-                                f"and an app shows what tokenizer.json decodes; restore them from runs/<run>/bundle/ "
-                                f"or rebuild the bundle with `make bundle`")
+    for who, texts in got["decoded"].items():
+        for n, (s, text) in enumerate(zip(samples, texts), 1):
+            if isinstance(s.get("continuation"), str) and text != s["continuation"]:
+                raise PipelineError(f"{bundle}: {who} decodes sample {n}'s continuation as {text[:40]!r}, not the "
+                                    f"text samples.json stores, {s['continuation'][:40]!r}: one of the two was edited, "
+                                    f"and an app shows what {who} decodes; restore them from runs/<run>/bundle/ or "
+                                    f"rebuild the bundle with `make bundle`")
     summary["lines"] = _lines(summary)
     return summary
 
