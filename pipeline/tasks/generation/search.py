@@ -94,7 +94,8 @@ class Candidates(MeasurementCache):
             raise PipelineError(f"the search scores candidates on the validation split, which holds {len(tokens)} "
                                 f"tokens, fewer than one window of lm.context_length + 1 = {lm.context_length + 1}: "
                                 f"raise data.validation_fraction (e.g. 0.1) or lower lm.context_length")
-        self.val = windows(tokens, lm.context_length, "validation split", lm.eval_windows, start_ids(self.tok))  # (N, T + 1) teacher ids
+        # (N, T + 1) teacher ids, each window starting as the tokenizer starts a text
+        self.val = windows(tokens, lm.context_length, "validation split", lm.eval_windows, start_ids(self.tok))
         # the timed prompt: the bench stage's length, from the validation text (the bench takes the test split's)
         prompt = np.concatenate(list(self.val))[: lm.bench_prompt_tokens]
         self.prompt = self.vmap.to_student(prompt).tolist()
