@@ -2,8 +2,11 @@
 ship, and the kind onnxruntime-genai and transformers.js read from tokenizer.json), for the bundle tests."""
 from __future__ import annotations
 
+import json
 import random
+import shutil
 from pathlib import Path
+from typing import Callable
 
 from test_gpt_pipeline import _play, gen_cfg, train_tiny_llama  # noqa: F401  (the same plays, model and run)
 
@@ -43,6 +46,14 @@ def bpe_llama(folder: Path, corpus: Path, bos: bool = False) -> Path:
                             bos_token_id=fast.bos_token_id)
 
 
+def tiny_inputs(root: Path, bos: bool = False) -> tuple[Path, Path]:
+    """(corpus folder, teacher folder) of a tiny run under root: the plays and bpe_llama's teacher."""
+    (root / "plays").mkdir()
+    corpus = write_plays(root / "plays")
+    (root / "teacher").mkdir()
+    return corpus, bpe_llama(root / "teacher", corpus, bos)
+
+
 def bundle_cfg(tmp_path: Path, corpus: Path, teacher: Path, **over) -> dict:
     """The tiny generation run, trimmed to what the bundle needs (no Core ML, one bench target)."""
     d = gen_cfg(tmp_path, corpus, teacher, **over)
@@ -52,3 +63,17 @@ def bundle_cfg(tmp_path: Path, corpus: Path, teacher: Path, **over) -> dict:
     d["bench"]["targets"] = ["host-cpu"]
     d["bundle"] = {"dist_dir": str(tmp_path / "dist"), **d.get("bundle", {})}
     return d
+
+
+def with_tokenizer(dist: Path, dest: Path, edit: Callable[[dict], None]) -> Path:
+    """A copy of the bundle at dest whose tokenizer.json `edit` changed in place, the hashes rewritten so only
+    the replay can tell."""
+    from export.bundle import write_metadata
+
+    copy = shutil.copytree(dist, dest)
+    tj = json.loads((copy / "tokenizer.json").read_text())
+    edit(tj)
+    (copy / "tokenizer.json").write_text(json.dumps(tj))
+    meta = json.loads((copy / "metadata.json").read_text())
+    write_metadata(copy, {k: v for k, v in meta.items() if k != "files"})
+    return copy

@@ -4,7 +4,6 @@ onnxruntime-genai or transformers.js, which add it too; verify-bundle checks pro
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError
 from pipeline.stage import run
-from lm_bundle_fixtures import bpe_llama, bundle_cfg, write_plays
+from lm_bundle_fixtures import bundle_cfg, tiny_inputs, with_tokenizer
 
 pytestmark = pytest.mark.e2e
 BOS = 1  # "<s>" in bpe_llama(bos=True)
@@ -21,11 +20,7 @@ BOS = 1  # "<s>" in bpe_llama(bos=True)
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("lmbos")
-    (root / "plays").mkdir()
-    corpus = write_plays(root / "plays")
-    teacher = root / "teacher"
-    teacher.mkdir()
-    bpe_llama(teacher, corpus, bos=True)
+    corpus, teacher = tiny_inputs(root, bos=True)
     cfg = config_from_dict(bundle_cfg(root, corpus, teacher), "tiny-gen-bos")
     assert run(cfg, ["bundle"])[-1] == "bundle"
     return cfg, root / "dist" / "tinygen"
@@ -44,7 +39,6 @@ def test_every_window_and_prompt_starts_with_bos(built):
 
 
 def test_verify_replays_prompts_as_apps_encode_them(built, tmp_path):
-    from export.bundle import write_metadata
     from pipeline.verify import verify_bundle
 
     _, dist = built
@@ -53,12 +47,7 @@ def test_verify_replays_prompts_as_apps_encode_them(built, tmp_path):
     if "samples_match" not in s["runtimes"]["onnxruntime-genai"]:
         pytest.skip("onnxruntime-genai is not installed: its tokenizer's <bos> is not checked")
     # a tokenizer.json that no longer adds the <bos> (hashes rewritten): an app's prompts would lack it
-    bare = shutil.copytree(dist, tmp_path / "bare")
-    tj = json.loads((bare / "tokenizer.json").read_text())
-    tj["post_processor"] = None
-    (bare / "tokenizer.json").write_text(json.dumps(tj))
-    meta = json.loads((bare / "metadata.json").read_text())
-    write_metadata(bare, {k: v for k, v in meta.items() if k != "files"})
+    bare = with_tokenizer(dist, tmp_path / "bare", lambda tj: tj.update(post_processor=None))
     with pytest.raises(PipelineError, match=r"tokenizer.json encodes 'ROMEO : my love' as \[(?!1,).*not the stored "
                                             r"\[1, .* an app would feed it other ids"):
         verify_bundle(bare)

@@ -15,7 +15,7 @@ import torch
 from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError
 from pipeline.stage import run
-from lm_bundle_fixtures import bpe_llama, bundle_cfg, write_plays
+from lm_bundle_fixtures import bundle_cfg, tiny_inputs, with_tokenizer
 
 pytestmark = pytest.mark.e2e
 # "é" never occurs in the training plays: its byte tokens are outside the student's vocabulary ("other")
@@ -25,11 +25,7 @@ PROMPTS = ["ROMEO : my love", "KING : é the crown is"]
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("lmbundle")
-    (root / "plays").mkdir()
-    corpus = write_plays(root / "plays")
-    teacher = root / "teacher"
-    teacher.mkdir()
-    bpe_llama(teacher, corpus)
+    corpus, teacher = tiny_inputs(root)
     d = bundle_cfg(root, corpus, teacher)
     d["lm"]["prompts"] = PROMPTS
     cfg = config_from_dict(d, "tiny-gen-bundle")
@@ -180,19 +176,14 @@ def test_corrupt_tokenizer_is_named(built, tmp_path):
 def test_a_tokenizer_that_decodes_other_words_is_named(built, tmp_path):
     """tokenizer.json with a decoder that rewrites a letter (hashes rewritten): the prompts still encode to their
     stored ids and the graph still gives the stored tokens, but an app would print other words."""
-    from export.bundle import write_metadata
     from pipeline.verify import verify_bundle
 
     _, dist, _ = built
-    bad = shutil.copytree(dist, tmp_path / "redecoded")
-    samples = json.loads((bad / "samples.json").read_text())
+    samples = json.loads((dist / "samples.json").read_text())
     n, letter = next((n, c) for n, s in enumerate(samples, 1) for c in s["continuation"] if c.isalpha())
-    tj = json.loads((bad / "tokenizer.json").read_text())
     swap = {"type": "Replace", "pattern": {"String": letter}, "content": "#"}
-    tj["decoder"] = {"type": "Sequence", "decoders": [d for d in (tj.get("decoder"), swap) if d]}
-    (bad / "tokenizer.json").write_text(json.dumps(tj))
-    meta = json.loads((bad / "metadata.json").read_text())
-    write_metadata(bad, {k: v for k, v in meta.items() if k != "files"})
+    bad = with_tokenizer(dist, tmp_path / "redecoded", lambda tj: tj.update(
+        decoder={"type": "Sequence", "decoders": [d for d in (tj.get("decoder"), swap) if d]}))
     with pytest.raises(PipelineError, match=rf"tokenizer.json decodes sample {n}'s continuation as .* an app shows "
                                             r"what tokenizer.json decodes"):
         verify_bundle(bad)
