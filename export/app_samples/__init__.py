@@ -125,8 +125,8 @@ def generation_readme(meta: dict) -> str:
     files = "\n".join(f"- `{k}`: {v['bytes']:,} bytes" for k, v in meta["files"].items())
     ppl = f"{m['perplexity']:.2f}" if isinstance(m.get("perplexity"), (int, float)) else "not measured"
     first = meta.get("prompt_start_ids") or []
-    start = (f"the tokenizer's start token(s) {first}, as in training" if first
-             else "adds nothing in front with this tokenizer; kept so a prompt encodes as in training")
+    start = (f"adds the start token {first} that training put before every text" if first
+             else "this tokenizer adds nothing in front; the line keeps prompts encoded as in training")
     app_start = f", and put {first} (the tokenizer's start token, as in training) first" if first else ""
     return f"""# pocketformer generation bundle: student {m['variant']} (run {meta['run']})
 
@@ -166,7 +166,8 @@ Greedy sample (`samples.json` holds all of them): {json.dumps(s['prompt'])} ->
 
     python -m pipeline verify-bundle {meta.get('dist_path', 'dist/' + meta['run'])}
 
-checks every file's sha256, then, in a fresh process, replays each prompt of `samples.json` through
+checks every file's sha256, then, in a fresh process, encodes each prompt of `samples.json` with `tokenizer.json`
+and with onnxruntime-genai's tokenizer as above (both must give the stored ids), replays each prompt through
 `{g['file']}` with plain ONNX Runtime (and with onnxruntime-genai when it is installed) and requires the
 stored greedy tokens back.
 
