@@ -268,3 +268,19 @@ def test_a_gguf_byte_level_tokenizer_is_rebuilt_as_the_file_describes():
     assert fixed.chat_template == tok.chat_template
     kept = gguf_tokenizer(tok, {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.add_bos_token": True})
     assert kept(text)["input_ids"] == [tok.bos_token_id] + before
+
+
+def test_gguf_tokenizer_settings_are_read_from_the_file(tmp_path):
+    import gguf
+
+    from distill.teacher import _gguf_fields
+
+    path = tmp_path / "tiny.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_add_bos_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert _gguf_fields(str(path)) == {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.add_bos_token": False}
