@@ -71,6 +71,13 @@ def test_gemma_teacher_adds_bos_and_a_padded_vocab_is_kept_where_the_family_has_
     assert tf.build_teacher("generation", "qwen2", qwen, texts, steps=0) == "qwen2"
     cfg, tok = _load(qwen)
     assert cfg.vocab_size == len(tok) + 8 and tok.bos_token is None  # real Qwen2: embedding rows > tokens, no bos
+    # trained as pretrained: every window starts with the <bos> where the tokenizer adds one, and only there
+    gemma_tok = AutoTokenizer.from_pretrained(gemma)
+    with_bos, plain = tf.training_windows(gemma_tok, texts[:3]), tf.training_windows(tok, texts[:3])
+    assert {w[0] for w in with_bos} == {gemma_tok.bos_token_id} and {len(w) for w in with_bos + plain} == {33}
+    assert not any(gemma_tok.bos_token_id in w[1:] for w in with_bos)
+    ids = sum((tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts[:3]), [])
+    assert sum(plain, []) == ids[: len(plain) * 33]  # no start token: the plain 33-token cut of before
 
 
 def test_help_and_an_unknown_family(out):

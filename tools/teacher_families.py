@@ -429,6 +429,20 @@ def decoder_tokenizer(family: str, folder: Path, texts: list[str]):
     return fast
 
 
+def training_windows(tok, texts: list[str], width: int = 33) -> list[list[int]]:
+    """The texts as one eos-separated stream, cut into `width`-token windows that each start as the tokenizer
+    starts a text (a <bos> for Llama, Mistral, OPT and Gemma), as real checkpoints were pretrained and as the
+    pipeline scores them."""
+    from pipeline.tasks.generation.data import start_ids
+
+    ids = []
+    for t in texts:
+        ids += tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    head = start_ids(tok)
+    n = width - len(head)
+    return [head + ids[i: i + n] for i in range(0, len(ids) - n + 1, n)]
+
+
 def build_decoder(family: str, folder: Path, texts: list[str], steps: int = 80) -> str:
     """Write the family's decoder, trained `steps` AdamW steps on 33-token windows of texts (so it is clearly
     better than uniform: the pipeline uses it as is), with its tokenizer, to folder; returns its model_type."""
@@ -441,10 +455,7 @@ def build_decoder(family: str, folder: Path, texts: list[str], steps: int = 80) 
     ids_cfg = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     cfg = DECODER_CONFIGS[family](T, len(tok) + PAD_VOCAB.get(family, 0), ids_cfg)
     model = T.AutoModelForCausalLM.from_config(cfg)
-    ids = []
-    for t in texts:
-        ids += tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    x = torch.tensor(ids[: (len(ids) // 33) * 33]).view(-1, 33)
+    x = torch.tensor(training_windows(tok, texts))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model.train()
     for _ in range(steps):
