@@ -236,6 +236,15 @@ def test_windows_and_prompts_start_with_the_tokenizers_bos():
         "input_ids"] == llama("the king")["input_ids"]
     with pytest.raises(PipelineError, match=r"puts \[\d+, \d+\] in front of a text .* at most a <bos>"):
         start_ids(_bpe("<s>", prefix=["<x>"]))
+    # a word-level vocabulary where the probe is all [UNK] and the template adds [EOS] [UNK]: told apart by the mask
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    wl = Tokenizer(models.WordLevel({"[UNK]": 0, "[EOS]": 1, "king": 2}, unk_token="[UNK]"))
+    wl.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    wl.post_processor = processors.TemplateProcessing(single="[EOS] [UNK] $A", special_tokens=[("[EOS]", 1), ("[UNK]", 0)])
+    with pytest.raises(PipelineError, match=r"puts \[1, 0\] in front of a text"):
+        start_ids(PreTrainedTokenizerFast(tokenizer_object=wl, unk_token="[UNK]", eos_token="[EOS]"))
     stream = np.arange(100, 200)
     w = windows(stream, 9, "x", start=[7])  # every window: <bos> + the next 9 tokens, each token a target once
     assert w.shape == (11, 10) and (w[:, 0] == 7).all() and (w[1, 1:] == np.arange(109, 118)).all()

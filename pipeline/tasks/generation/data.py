@@ -174,14 +174,16 @@ def start_ids(tokenizer) -> list[int]:
     sequences it was pretrained on and an app will feed it."""
     probe = "Hello world"
     plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
-    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
-    at = next((i for i in range(len(full) - len(plain) + 1) if full[i: i + len(plain)] == plain), None)
-    if at is None or at > 1:
-        shown = "does not keep the text's own ids" if at is None else f"puts {full[:at]} in front of a text"
+    # the mask, not the ids, tells an added [UNK] from the text's own [UNK] (a small vocabulary has both)
+    full = tokenizer(probe, add_special_tokens=True, return_special_tokens_mask=True)
+    ids, mask = full["input_ids"], full["special_tokens_mask"]
+    at = next((i for i, m in enumerate(mask) if not m), len(ids))
+    if at > 1 or ids[at: at + len(plain)] != plain:
+        shown = f"puts {ids[:at]} in front of a text" if at > 1 else "does not keep the text's own ids"
         raise PipelineError(f"the teacher's tokenizer ({type(tokenizer).__name__}) {shown} when it adds its special "
                             f"tokens; the generation task supports one start token (a <bos>) or none: give a "
                             f"teacher whose tokenizer adds at most a <bos>")
-    return full[:at]
+    return ids[:at]
 
 
 def encode_prompt(tokenizer, text: str) -> list[int]:
