@@ -44,6 +44,7 @@ def test_verify_replays_prompts_as_apps_encode_them(built, tmp_path):
     _, dist = built
     s = verify_bundle(dist)
     assert s["runtimes"]["onnxruntime"]["samples_match"] == 2
+    assert s["lines"][0].startswith("prompts: 2/2 encode to the stored ids with tokenizer.json")
     if "samples_match" not in s["runtimes"]["onnxruntime-genai"]:
         pytest.skip("onnxruntime-genai is not installed: its tokenizer's <bos> is not checked")
     # a tokenizer.json that no longer adds the <bos> (hashes rewritten): an app's prompts would lack it

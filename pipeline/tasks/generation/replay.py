@@ -173,7 +173,8 @@ def verify(bundle: Path, files: dict) -> dict:
                                     f"stage ran before the GGUF tokenizer fix of 2026-11-26, re-run that stage first: "
                                     f"python -m pipeline teacher --force --config ...)")
     summary = {"bundle": str(bundle), "task": "generation", "files_checked": files["checked"],
-               "unlisted_files": files["unlisted"], "samples": len(samples), "runtimes": {}}
+               "unlisted_files": files["unlisted"], "samples": len(samples), "runtimes": {},
+               "tokenizers": list(got["token_ids"])}  # each encoded every prompt to its stored ids (above)
     for runtime in ("onnxruntime", "onnxruntime-genai"):
         rows = got[runtime]
         if isinstance(rows, str):
@@ -201,7 +202,8 @@ def verify(bundle: Path, files: dict) -> dict:
 
 
 def _lines(s: dict) -> list[str]:
-    out = []
+    out = [f"prompts: {s['samples']}/{s['samples']} encode to the stored ids with {' and '.join(s['tokenizers'])}, "
+           f"special tokens on, as apps encode them"]
     for runtime, r in s["runtimes"].items():
         if "status" in r:
             out.append(f"{runtime}: {r['status']} ({r['reason']})")
