@@ -105,7 +105,39 @@ def machine_info(thread_counts: list[int]) -> dict:
         "peak_gflops_fp32": {str(t): round(matmul_peak_gflops(t), 1) for t in sorted(set(thread_counts))},
         "peak_probe": "best of repeated 1024x1024 fp32 torch.mm over 0.5 s, per thread count",
         **int8_peak_info(thread_counts),
+        # the desktop-gpu rows say nothing of which card ran them without this
+        "gpu": gpu_info(),
     }
+
+
+def gpu_info() -> dict | None:
+    """The CUDA device the desktop-gpu target runs on (device 0, which ONNX Runtime's CUDA provider and
+    PyTorch both use by default); None where this process sees no CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    return {"name": torch.cuda.get_device_name(0), "memory_mib": props.total_memory // 2**20,
+            "compute_capability": "{}.{}".format(*torch.cuda.get_device_capability(0)),
+            "cuda_runtime": torch.version.cuda or torch.version.hip, "driver": nvidia_driver(),
+            "count": torch.cuda.device_count()}
+
+
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver's version as nvidia-smi reports it (None without nvidia-smi, e.g. on ROCm)."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader", "--id=0"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out or None
 
 
 def int8_peak_info(thread_counts: list[int]) -> dict:

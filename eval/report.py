@@ -86,7 +86,7 @@ def _header(res: dict) -> list[Block]:
         ("h1", "pocketformer benchmark report"), *busy,
         ("p", f"Machine: {m['cpu']} ({m['machine']}, {m['usable_cores']} usable of {m['logical_cores']} logical "
               f"cores; {', '.join(m['cpu_flags']) or 'no SIMD flags read'}), {m['system']}. Matrix-multiply peak "
-              f"measured in this run ({m['peak_probe']}): {peaks}."),
+              f"measured in this run ({m['peak_probe']}): {peaks}." + gpu_line(m.get("gpu"))),
         ("p", "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + "."),
         ("p", f"Latency: batch 1, {plan['warmup']} warm-up calls, up to {plan['iterations']} timed calls per point"
               + (f" (at least {plan['min_iterations']}, stopping after {plan['max_seconds_per_point']} s)"
@@ -98,6 +98,17 @@ def _header(res: dict) -> list[Block]:
                "Host proxies: none - every target was measured on the hardware it names.")
               + " Numbers marked 'est.' and '*' are roofline ESTIMATES, not measurements."),
     ]
+
+
+def gpu_line(gpu: dict | None) -> str:
+    """The card the desktop-gpu rows ran on ('' where the bench saw none)."""
+    if not gpu:
+        return ""
+    more = [f"{gpu['memory_mib']:,} MiB", f"compute capability {gpu['compute_capability']}"]
+    more += [f"driver {gpu['driver']}"] if gpu.get("driver") else []
+    more += [f"CUDA {gpu['cuda_runtime']} (PyTorch's)"] if gpu.get("cuda_runtime") else []
+    count = f", device 0 of {gpu['count']}" if gpu.get("count", 1) > 1 else ""
+    return f" GPU: {gpu['name']} ({', '.join(more)}{count})."
 
 
 def _targets(res: dict) -> list[Block]:

@@ -134,3 +134,39 @@ def test_versions_name_the_onnxruntime_that_ran(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "onnxruntime", types.SimpleNamespace(__version__="1.31.1"))
     assert library_versions()["onnxruntime"] == "1.31.1"
+
+
+def test_gpu_record_names_the_card_and_driver(monkeypatch, tmp_path):
+    """The bench's machine record names the CUDA card the desktop-gpu rows ran on, with nvidia-smi's driver
+    version; a process without a CUDA device records none."""
+    import types
+
+    import torch
+
+    from eval import machine
+    from eval.report import gpu_line
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert machine.gpu_info() is None and gpu_line(None) == ""
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\n[ "$1" = "--query-gpu=driver_version" ] && echo 580.159.04\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i=0: types.SimpleNamespace(total_memory=81559 * 2**20))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    gpu = machine.gpu_info()
+    assert gpu == {"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "compute_capability": "9.0",
+                   "cuda_runtime": "13.0", "driver": "580.159.04", "count": 1}
+    assert gpu_line(gpu) == (" GPU: NVIDIA H100 80GB HBM3 (81,559 MiB, compute capability 9.0, "
+                             "driver 580.159.04, CUDA 13.0 (PyTorch's)).")
+    # nvidia-smi missing or failing: the card is still named, the driver left out
+    smi.write_text("#!/bin/sh\nexit 9\n")
+    assert machine.nvidia_driver() is None
+    assert "driver" not in gpu_line({**gpu, "driver": None, "count": 2}) and \
+        gpu_line({**gpu, "count": 2}).endswith(", device 0 of 2).")

@@ -126,6 +126,13 @@ def test_proxy_line_names_the_proxies_or_says_there_are_none():
     assert "Host proxies: none - every target was measured on the hardware it names. Numbers marked" in md
     assert "stand-in" not in md.split("Host proxies")[1].split("\n")[0]
     assert "## Latency vs sequence length" not in md  # one length timed (as generation): no empty section
+    assert "GPU:" not in md  # no card in the machine record: none named
+    doc["machine"]["gpu"] = {"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "compute_capability": "9.0",
+                             "cuda_runtime": "13.0", "driver": "580.159.04", "count": 1}
+    machine_line = next(line for line in to_markdown(blocks(build_results(doc), {})).splitlines()
+                        if line.startswith("Machine:"))
+    assert machine_line.endswith("GPU: NVIDIA H100 80GB HBM3 (81,559 MiB, compute capability 9.0, driver 580.159.04, "
+                                 "CUDA 13.0 (PyTorch's)).")
 
 
 def test_pareto_front():
