@@ -251,7 +251,8 @@ def quality_vs_latency(results: dict, out: Path) -> Path | None:
         what = "time to first token, prompt of" if metric == "perplexity" else "latency at"
         ax.set_xlabel(f"p50 {what} {length} tokens, batch 1 (ms, log scale)")
         proxy = " - host proxy" if results["targets"][t].get("proxy") else ""
-        where = "GPU" if t == "desktop-gpu" else f"{results['threads'].get(t, '?')} thread(s)"  # CPU threads: moot
+        gpu = (results["machine"].get("gpu") or {}).get("name", "GPU")
+        where = gpu if t == "desktop-gpu" else f"{results['threads'].get(t, '?')} thread(s)"  # CPU threads: moot
         ax.set_title(f"{t} ({where}){proxy}")
     from matplotlib.lines import Line2D
 
