@@ -229,3 +229,28 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     proc.stdout.close()  # long before the interpreter has started: the write meets a closed pipe
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_optimum_peer_export_keeps_transformers_loading_advice_off_the_console(tmp_path, capfd):
+    """A restricted-vocabulary student loads into Optimum's exporter with unused and new embedding weights;
+    transformers' "You should probably TRAIN this model" is no advice for the user there (the peer is scored,
+    and the report's caveat explains its accuracy). The library's verbosity is restored afterwards."""
+    from safetensors.torch import load_file, save_file
+    from transformers import BertForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    from eval.peer import export_peer
+    from tests.conftest import tiny_bert_config, write_tokenizer
+
+    folder = tmp_path / "student"
+    BertForSequenceClassification(tiny_bert_config(num_labels=3)).save_pretrained(folder, safe_serialization=True)
+    write_tokenizer(folder)
+    weights = load_file(folder / "model.safetensors")
+    weights["bert.embeddings.word_embeddings.table.weight"] = weights.pop("bert.embeddings.word_embeddings.weight")
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    before = hf_logging.get_verbosity()
+    files = export_peer(folder, tmp_path / "peer", 17)
+    assert files["optimum-fp32"].is_file() and files["optimum-int8-dynamic"].is_file()
+    err = capfd.readouterr().err
+    assert "newly initialized" not in err and "TRAIN this model" not in err
+    assert hf_logging.get_verbosity() == before
