@@ -33,6 +33,14 @@ from pipeline.errors import PipelineError, lookup
 
 log = logging.getLogger("pocketformer")
 
+# desktop-gpu: batch-1 and batch-32 calls of these models are launch-bound on a GPU, and on an H100 VM their
+# p50 drifted up to 2x in phases of a few seconds, which a median of fresh sessions did not settle
+# (docs/results/2026-11-26-desktop-gpu-h100-recheck.md). So every desktop-gpu point of every row is timed after
+# the other targets, in this many interleaved rounds, and a phase hits every file alike (as the head-to-head
+# does for the CPU targets, eval/paired.py).
+GPU_ROUNDS = 10
+
+
 NPU_RUNTIME_MISSING = ("no NPU runtime on this machine (NNAPI needs Android, the Core ML Neural Engine needs "
                        "macOS/iOS)")
 
@@ -122,6 +130,8 @@ class Bench:
         self.device = get_device(load_devices(self.b.devices_file), self.b.npu_device)
         self._streams: dict[str, np.ndarray] = {}
         self.browser: dict = {}  # browser targets' entries, all measured in one Chromium run (eval/browser_bench.py)
+        # desktop-gpu entries handed out before they are timed (time_deferred fills them in place)
+        self.deferred: list[tuple[dict, Target, dict, Point]] = []
 
     def _stream(self, model: str) -> np.ndarray:
         if model not in self._streams:
@@ -156,6 +166,10 @@ class Bench:
         return L.ort_runner(sess), sess.get_providers()[0]
 
     def measure(self, t: Target, row: dict, point: Point) -> dict:
+        if t.name == "desktop-gpu":  # timed with every other row's GPU points, in rounds (GPU_ROUNDS)
+            entry = {"status": "pending", "reason": "timed after the other targets, in interleaved rounds"}
+            self.deferred.append((entry, t, row, point))
+            return entry
         threads = resolved_threads(t)
         flops = {n: row_flops(self.models.folders, row, n) for n in point.lengths}
         peak = row_peak(row["variant"], row["format"], t.name, self.machine, threads)
@@ -176,6 +190,60 @@ class Bench:
             out[n] = skip(why)
         out["session"] = {"provider": provider, "threads": threads, **rss.report()}
         return out
+
+    def _points(self, point: Point) -> dict[str, tuple[int, int, L.Plan]]:
+        """key -> (tokens, batch, plan) for one row's points on a target."""
+        out = {str(n): (n, 1, self.plan) for n in point.lengths}
+        if point.throughput:
+            out[f"throughput_b{self.b.throughput_batch}"] = (self.b.headline_length, self.b.throughput_batch,
+                                                             self.tplan)
+        return out
+
+    def time_deferred(self) -> None:
+        """Every deferred desktop-gpu entry: its sessions opened one at a time (memory counted for each), then
+        all their points timed together in GPU_ROUNDS interleaved rounds."""
+        if not self.deferred:
+            return
+        t0 = time.perf_counter()
+        calls, jobs = {}, []
+        for entry, t, row, point in self.deferred:
+            threads, points = resolved_threads(t), self._points(point)
+            mine = {}
+            try:
+                with L.PeakRSS() as rss:
+                    bind, provider = self.runner(t, row, threads)
+                    for key, (n, batch, plan) in points.items():
+                        fn = bind(*self.inputs(row["model"], n, batch))
+                        fn()  # the first call allocates the session's buffers: counted with it
+                        mine[(id(entry), key)] = (fn, plan)
+            except Exception as e:  # one broken file must not hide every other row's numbers
+                _fail(entry, row, t, e)
+                continue
+            calls.update(mine)
+            jobs.append((entry, t, row, point, points, {"provider": provider, "threads": threads, **rss.report(),
+                                                         "rounds": GPU_ROUNDS}))
+        samples, failed = L.time_interleaved(calls, GPU_ROUNDS)
+        for entry, t, row, point, points, session in jobs:
+            errors = [failed[(id(entry), k)] for k in points if (id(entry), k) in failed]
+            if errors:
+                _fail(entry, row, t, errors[0])
+                continue
+            peak = row_peak(row["variant"], row["format"], t.name, self.machine, session["threads"])
+            out: dict = {}
+            for key, (n, batch, _) in points.items():
+                e = L.summarize(samples[(id(entry), key)])
+                if batch > 1:
+                    e.update(batch=batch, seq_len=n, sequences_per_s=batch / (e["p50_ms"] / 1e3))
+                add_gflops(e, row_flops(self.models.folders, row, n), batch, peak)
+                out[key] = e
+            for n, why in point.skipped_lengths.items():
+                out[n] = skip(why)
+            out["session"] = session
+            entry.clear()
+            entry.update(out)
+        log.info("[bench] desktop-gpu: %d files timed in %d interleaved rounds (%.1f s)", len(jobs), GPU_ROUNDS,
+                 time.perf_counter() - t0)
+        self.deferred.clear()
 
     def readiness(self, row: dict) -> dict:
         """ORT's usability checker on an ONNX row at [1, headline length]: the static NPU files as written
@@ -303,6 +371,12 @@ class Bench:
             return {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}, None
 
 
+def _fail(entry: dict, row: dict, t: Target, e: Exception) -> None:
+    log.warning("[bench] %s %s %s on %s failed: %s", row["model"], row["variant"], row["format"], t.name, e)
+    entry.clear()
+    entry.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
+
+
 def _check_numbers(row: dict) -> str:
     c = row.get("check") or {}
     if c.get("kind") == "argmax_agreement" and c.get("value") is not None:
@@ -340,6 +414,7 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
         log.info("[bench] %-15s %-21s %-7s %s (%.1f s)", r["model"], r["variant"], r["format"],
                  f"p50 {head:.2f} ms at {b.headline_length}" if head else "-", time.perf_counter() - t0)
         out.append(r)
+    bench.time_deferred()
     return out, head_to_head(bench, rows, targets, b.head_to_head_rounds)
 
 

@@ -86,6 +86,36 @@ def time_calls(fn: Callable[[], object], plan: Plan) -> list[float]:
     return out
 
 
+def time_interleaved(calls: dict, rounds: int) -> tuple[dict, dict]:
+    """Milliseconds per call for several calls timed in `rounds` rounds whose order alternates (forward, then
+    backward), so drift on the machine hits every call alike. calls: key -> (call, plan). Each call gets its
+    plan's warm-up once, then about plan.iterations / rounds timed calls per round, each round capped at
+    plan.max_seconds / rounds. Returns (key -> samples, key -> the exception a call raised); a call that
+    raises is left out of the rounds after."""
+    import math
+
+    out: dict = {k: [] for k in calls}
+    failed: dict = {}
+    per = {k: Plan(0, math.ceil(plan.iterations / rounds), plan.max_seconds / rounds,
+                   math.ceil(plan.min_iterations / rounds)) for k, (_, plan) in calls.items()}
+    for k, (fn, plan) in calls.items():
+        try:
+            for _ in range(plan.warmup):
+                fn()
+        except Exception as e:  # one broken session must not stop the others' rounds
+            failed[k] = e
+    keys = [k for k in calls if k not in failed]
+    for r in range(rounds):
+        for k in (keys if r % 2 == 0 else keys[::-1]):
+            if k in failed:
+                continue
+            try:
+                out[k] += time_calls(calls[k][0], per[k])
+            except Exception as e:
+                failed[k] = e
+    return {k: v for k, v in out.items() if k not in failed}, failed
+
+
 def best_seconds(fn: Callable[[], object], seconds: float, warmup: int = 2) -> float:
     """The fastest of repeated calls over `seconds` (after warm-up calls: thread pool start, page faults)."""
     for _ in range(warmup):

@@ -441,7 +441,9 @@ def test_gpu_target_never_files_cpu_numbers(tiny_run, monkeypatch, tmp_path):
     models = B.Models(folders, {"teacher": AutoTokenizer.from_pretrained(folders["teacher"])})
     bench = B.Bench(_cfg(tiny_run), models, ["good day", "bad movie"], {"peak_gflops_fp32": {"1": 1.0}}, tmp_path)
     entry, npu = bench.row_target(T.get_target("desktop-gpu"), row)
-    assert npu is None and entry["status"] == "failed"
+    assert npu is None and entry["status"] == "pending"  # GPU points are timed together, after the other targets
+    bench.time_deferred()
+    assert entry["status"] == "failed"
     assert "CUDAExecutionProvider could not be created" in entry["reason"]
 
 
@@ -463,3 +465,67 @@ def test_a_headline_past_the_students_max_length_is_warned(caplog):
     with pytest.raises(Stop):
         stage_bench(SimpleNamespace(cfg=cfg, input=stop))
     assert "bench.headline_length = 64 is past student.max_length (32)" in caplog.text
+
+
+def test_desktop_gpu_points_are_timed_together_in_interleaved_rounds(tiny_run, monkeypatch, tmp_path):
+    """desktop-gpu entries are handed out pending and filled in place once every row's session is open: each
+    point's calls are spread over GPU_ROUNDS rounds (here ONNX Runtime's CPU provider stands in for CUDA). A
+    session that cannot open fails its own row only."""
+    import eval.bench as B
+    import eval.targets as T
+    from eval.plan import Point
+    from transformers import AutoTokenizer
+
+    run = tiny_run / "runs" / "tiny"
+    rows = B.collect_rows(run)
+    pick = [next(r for r in rows if (r["model"], r["variant"], r["format"]) == (m, v, "onnx"))
+            for m, v in (("teacher", "fp32"), ("teacher", "int8-dynamic"), ("student", "fp32"))]
+    folders = {"teacher": run / "teacher" / "model", "student": run / "distill" / "student"}
+    models = B.Models(folders, {m: AutoTokenizer.from_pretrained(f) for m, f in folders.items()})
+    bench = B.Bench(_cfg(tiny_run), models, ["good day", "bad movie"], {"peak_gflops_fp32": {"1": 1.0}}, tmp_path)
+    opened = []
+
+    def runner(t, row, threads):
+        opened.append(row["variant"])
+        if row["model"] == "student":
+            raise RuntimeError("no kernel for this file")
+        return L.ort_runner(L.ort_session(row["_path"], 1, ["CPUExecutionProvider"])), "CPUExecutionProvider"
+    monkeypatch.setattr(bench, "runner", runner)
+    from eval import latency as L
+
+    gpu = T.get_target("desktop-gpu")
+    entries = [bench.measure(gpu, r, Point([8, 16], True, {"32": "too long"})) for r in pick]
+    assert all(e["status"] == "pending" for e in entries) and opened == []
+    bench.time_deferred()
+    assert opened == ["fp32", "int8-dynamic", "fp32"] and bench.deferred == []  # one session per row
+    for e in entries[:2]:
+        assert e["session"]["rounds"] == B.GPU_ROUNDS == 10 and e["session"]["provider"] == "CPUExecutionProvider"
+        assert e["8"]["iterations"] >= bench.plan.min_iterations and e["8"]["p50_ms"] > 0
+        assert e["throughput_b4"]["sequences_per_s"] == pytest.approx(4 / (e["throughput_b4"]["p50_ms"] / 1e3))
+        assert e["32"] == {"status": "skipped", "reason": "too long"}
+    assert entries[2] == {"status": "failed", "reason": "RuntimeError: no kernel for this file"}
+
+
+def test_interleaved_rounds_spread_drift_over_every_call():
+    """A machine that is slow for the first half of the calls and fast after: timed one after the other, two
+    identical calls differ 4x; in alternating rounds they come out alike. A call that raises drops out alone."""
+    import time
+
+    from eval import latency as L
+
+    count = [0]
+
+    def call():
+        count[0] += 1
+        time.sleep(0.002 if count[0] <= 20 else 0.0005)
+    plan = L.Plan(0, 20, 10.0, 20)
+    one_by_one = [L.summarize(L.time_calls(call, plan))["p50_ms"] for _ in range(2)]
+    assert one_by_one[0] / one_by_one[1] > 2.5
+    count[0] = 0
+
+    def broken():
+        raise ValueError("session lost")
+    samples, failed = L.time_interleaved({"a": (call, plan), "b": (call, plan), "c": (broken, plan)}, rounds=10)
+    a, b = (L.summarize(samples[k])["p50_ms"] for k in "ab")
+    assert len(samples["a"]) == len(samples["b"]) == 20 and 0.6 < a / b < 1.6
+    assert set(samples) == {"a", "b"} and isinstance(failed["c"], ValueError)

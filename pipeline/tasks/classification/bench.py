@@ -28,7 +28,7 @@ def stage_bench(ctx: StageContext) -> dict:
 
     from transformers import AutoTokenizer
 
-    from eval.bench import Models, collect_rows, run_bench
+    from eval.bench import GPU_ROUNDS, Models, collect_rows, run_bench
     from eval.latency import INPUTS_NOTE
     from eval.machine import is_busy, machine_info
     from eval.peer import peer_rows
@@ -80,7 +80,7 @@ def stage_bench(ctx: StageContext) -> dict:
                  "iterations": b.iterations, "min_iterations": b.min_iterations,
                  "max_seconds_per_point": b.max_seconds_per_point, "throughput_batch": b.throughput_batch,
                  "sweep_variants": b.sweep_variants, "inputs": INPUTS_NOTE, "npu_device": b.npu_device,
-                 "head_to_head_rounds": b.head_to_head_rounds,
+                 "head_to_head_rounds": b.head_to_head_rounds, "gpu_rounds": GPU_ROUNDS,
                  # the browser targets' own counts (timed in the page with performance.now(), eval/browser.py)
                  "browser_warmup": b.browser_warmup, "browser_iterations": b.browser_iterations},
         "targets": {t.name: {"runtime": t.runtime, "provider": t.provider, "threads": threads[t.name],
