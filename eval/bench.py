@@ -485,14 +485,44 @@ def decode_threads(t: DecodeTarget) -> int:
 def measure_decode(runner, prompt: list[int], decode_tokens: int, iterations: int) -> dict:
     """Warm-up once, then `iterations` generations: TTFT (prefill + first token) and decode rate.
     runner.generate(prompt, n, timings=dict) fills ttft_s and decode_s."""
-    runner.generate(prompt, decode_tokens + 1)
-    ttft, rate = [], []
-    for _ in range(iterations):
-        t: dict = {}
-        runner.generate(prompt, decode_tokens + 1, timings=t)
-        ttft.append(t["ttft_s"] * 1e3)
-        rate.append(decode_tokens / t["decode_s"])
-    s = L.summarize(ttft)
-    return {"ttft_ms": s["p50_ms"], "decode_tokens_per_s": statistics.median(rate),
-            "prompt_tokens": len(prompt), "decode_tokens": decode_tokens, "iterations": iterations,
-            **{f"ttft_{k}": s[k] for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")}}
+    stats, failed = measure_decodes({0: (runner, prompt)}, decode_tokens, iterations)
+    if failed:
+        raise failed[0]
+    return stats[0]
+
+
+def measure_decodes(jobs: dict, decode_tokens: int, iterations: int) -> tuple[dict, dict]:
+    """measure_decode for several (runner, prompt) jobs at once: each warmed up once, then `iterations`
+    rounds of one generation each, in alternating order, so drift on the machine hits every file alike (the
+    desktop-gpu target; GPU_ROUNDS). Returns (key -> stats, key -> the exception a job raised)."""
+    ttft: dict = {k: [] for k in jobs}
+    rate: dict = {k: [] for k in jobs}
+    failed: dict = {}
+
+    def once(k, timings=None):
+        try:
+            runner, prompt = jobs[k]
+            runner.generate(prompt, decode_tokens + 1, timings=timings)
+        except Exception as e:  # one broken session must not stop the others
+            failed[k] = e
+    for k in jobs:
+        once(k)
+    keys = list(jobs)
+    for i in range(iterations):
+        for k in (keys if i % 2 == 0 else keys[::-1]):
+            if k in failed:
+                continue
+            t: dict = {}
+            once(k, t)
+            if k not in failed:
+                ttft[k].append(t["ttft_s"] * 1e3)
+                rate[k].append(decode_tokens / t["decode_s"])
+    out = {}
+    for k in jobs:
+        if k in failed:
+            continue
+        s = L.summarize(ttft[k])
+        out[k] = {"ttft_ms": s["p50_ms"], "decode_tokens_per_s": statistics.median(rate[k]),
+                  "prompt_tokens": len(jobs[k][1]), "decode_tokens": decode_tokens, "iterations": iterations,
+                  **{f"ttft_{key}": s[key] for key in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")}}
+    return out, failed

@@ -162,6 +162,34 @@ def test_measure_decode_reports_ttft_percentiles_and_decode_rate():
     assert (s["prompt_tokens"], s["decode_tokens"], s["iterations"]) == (3, 8, 4)
 
 
+def test_decodes_in_alternating_rounds_share_the_drift_and_fail_alone():
+    """desktop-gpu times its files' generations together, one each per round in alternating order: a machine
+    slow for the first half of the generations slows both identical files alike (one after the other, the
+    first would read 4x the second). A runner that raises is reported alone."""
+    from eval.bench import measure_decodes
+
+    done = [0]
+
+    class Drifting:
+        def generate(self, prompt, n, timings=None):
+            if timings is not None:
+                done[0] += 1
+                slow = done[0] <= 10
+                timings.update(ttft_s=0.04 if slow else 0.01, decode_s=2.0 if slow else 0.5)
+
+    class Broken:
+        def generate(self, prompt, n, timings=None):
+            raise RuntimeError("CUDA session lost")
+
+    stats, failed = measure_decodes({"a": (Drifting(), [1, 2]), "b": (Drifting(), [1, 2, 3]), "c": (Broken(), [1])},
+                                    decode_tokens=8, iterations=10)
+    assert set(stats) == {"a", "b"} and isinstance(failed["c"], RuntimeError)
+    a, b = stats["a"], stats["b"]
+    assert a["ttft_ms"] == pytest.approx(b["ttft_ms"]) == pytest.approx(25.0)  # 5 slow and 5 fast each
+    assert a["decode_tokens_per_s"] == pytest.approx(b["decode_tokens_per_s"])
+    assert (a["prompt_tokens"], b["prompt_tokens"], a["iterations"]) == (2, 3, 10)
+
+
 def test_decode_targets_run_skip_with_reason_or_refuse():
     from eval.bench import decode_targets, decode_threads
     from eval.targets import host_threads

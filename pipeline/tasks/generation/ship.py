@@ -199,7 +199,7 @@ def _coreml_model(ctx, lm, tok, e, can_predict: bool, why: str) -> list[dict]:
 def stage_bench(ctx: StageContext) -> dict:
     """Time to first token (lm.bench_prompt_tokens prompt) and decode tokens/s at batch 1 for teacher,
     student and LSTM on each target; writes bench/results.json (shared schema) and bench.md."""
-    from eval.bench import decode_targets, decode_threads, measure_decode
+    from eval.bench import decode_targets, decode_threads, measure_decode, measure_decodes
     from eval.machine import machine_info
     from eval.rows import skip
     from eval.table import markdown
@@ -215,6 +215,9 @@ def stage_bench(ctx: StageContext) -> dict:
               for r in json.loads((edir / "exports.json").read_text())["ort"]}
     load = functools.cache(lambda name: load_lm(lm_folder(ctx, name), name))  # each model once
     rows = []
+    # desktop-gpu's generations are timed after the other targets, every file's in the same alternating rounds:
+    # one GPU file after another, drift on the machine lands on one file alone (eval/bench.py GPU_ROUNDS)
+    gpu_jobs: dict[tuple[int, str], tuple] = {}
     for r in json.loads((ctx.upstream("eval") / "perplexity.json").read_text()):  # the PyTorch checkpoints
         lm = load(r["model"])[0]
         why = "generation is benchmarked through ONNX Runtime (.onnx / .ort rows)"
@@ -243,20 +246,27 @@ def stage_bench(ctx: StageContext) -> dict:
                 row["generation"][t.name], row["latency"][t.name] = skip(why), skip(why)
                 continue
             try:
-                stats = measure_decode(ort_lm(path, lm, decode_threads(t), t.providers, t.bind_device), prompt,
-                                       lmc.bench_decode_tokens, lmc.bench_iterations)
+                runner = ort_lm(path, lm, decode_threads(t), t.providers, t.bind_device)
+                if t.name == "desktop-gpu":  # timed with the other GPU files, in alternating rounds (below)
+                    gpu_jobs[(len(rows), t.name)] = (runner, prompt)
+                    row["generation"][t.name], row["latency"][t.name] = {"status": "pending"}, {"status": "pending"}
+                    continue
+                stats = measure_decode(runner, prompt, lmc.bench_decode_tokens, lmc.bench_iterations)
             except Exception as e:  # e.g. a CUDA provider that lists itself but finds no GPU: say so in the row
-                log.warning("[bench] %s %s %s on %s failed: %s", name, variant, fmt, t.name, e)
-                failed = {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
-                row["generation"][t.name], row["latency"][t.name] = failed, dict(failed)
+                _failed(row, t.name, e)
                 continue
-            row["generation"][t.name] = stats
-            row["latency"][t.name] = {str(len(prompt)): {
-                "p50_ms": stats["ttft_p50_ms"], "p90_ms": stats["ttft_p90_ms"], "p99_ms": stats["ttft_p99_ms"],
-                "mean_ms": stats["ttft_mean_ms"], "iterations": stats["iterations"], "what": "time to first token"}}
+            _timed(row, t.name, stats, len(prompt))
         for name_t, reason in skipped.items():
             row["generation"][name_t], row["latency"][name_t] = skip(reason), skip(reason)
         rows.append(row)
+    if gpu_jobs:
+        stats, errors = measure_decodes(gpu_jobs, lmc.bench_decode_tokens, lmc.bench_iterations)
+        for (i, target), job in gpu_jobs.items():
+            if (i, target) in errors:
+                _failed(rows[i], target, errors[(i, target)])
+            else:
+                _timed(rows[i], target, stats[(i, target)], len(job[1]))
+        gpu_jobs.clear()  # the GPU sessions go before the machine's peaks are probed
     result = {"machine": machine_info(sorted({decode_threads(t) for t in targets})),
               "versions": library_versions(), "task": TASK.name, "quality_metric": TASK.quality,
               "threads": {t.name: decode_threads(t) for t in targets},
@@ -269,6 +279,8 @@ def stage_bench(ctx: StageContext) -> dict:
                        "decode_tokens": lmc.bench_decode_tokens, "warmup": 1, "iterations": lmc.bench_iterations,
                        "min_iterations": lmc.bench_iterations, "max_seconds_per_point": None, "throughput_batch": 1,
                        "sweep_variants": [], "npu_device": cfg.bench.npu_device,
+                       # desktop-gpu: one generation of every file per round, in alternating order
+                       "gpu_rounds": lmc.bench_iterations,
                        "inputs": f"the first {lmc.bench_prompt_tokens} tokens of the first held-out test window "
                                  f"(latency = time to first token), then {lmc.bench_decode_tokens} greedy decode "
                                  f"steps with the KV cache / LSTM state, batch 1"},
@@ -283,6 +295,19 @@ def stage_bench(ctx: StageContext) -> dict:
     (ctx.out / "bench.md").write_text(table)
     print("\n" + table)
     return {"rows": len(rows), "decode_speedup_vs_teacher": _speedups(rows)}
+
+
+def _failed(row: dict, target: str, e: Exception) -> None:
+    log.warning("[bench] %s %s %s on %s failed: %s", row["model"], row["variant"], row["format"], target, e)
+    failed = {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
+    row["generation"][target], row["latency"][target] = failed, dict(failed)
+
+
+def _timed(row: dict, target: str, stats: dict, prompt_tokens: int) -> None:
+    row["generation"][target] = stats
+    row["latency"][target] = {str(prompt_tokens): {
+        "p50_ms": stats["ttft_p50_ms"], "p90_ms": stats["ttft_p90_ms"], "p99_ms": stats["ttft_p99_ms"],
+        "mean_ms": stats["ttft_mean_ms"], "iterations": stats["iterations"], "what": "time to first token"}}
 
 
 def _flops(lm, n: int) -> int:
