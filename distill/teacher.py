@@ -160,9 +160,10 @@ def _gguf_fields(path: str) -> dict:
 
     out = {}
     for key, field in gguf.GGUFReader(path).fields.items():
-        if key in ("tokenizer.ggml.model", "tokenizer.ggml.add_bos_token"):
+        if key in ("tokenizer.ggml.model", "tokenizer.ggml.add_bos_token", "tokenizer.ggml.eos_token_id"):
             value = field.parts[field.data[0]]
-            out[key] = bytes(value).decode() if key.endswith("model") else bool(value[0])
+            out[key] = (bytes(value).decode() if key.endswith("model") else int(value[0]) if key.endswith("_id")
+                        else bool(value[0]))
     return out
 
 
@@ -173,13 +174,17 @@ def gguf_tokenizer(tok, fields: dict):
     LlamaTokenizer, and a <bos> in front of every text whatever tokenizer.ggml.add_bos_token says. Shipped like
     that, onnxruntime-genai's tokenizer encodes every space as id -1 and transformers.js puts a <bos> in front of
     prompts that training never saw. Rebuilt as a GPT-2-style byte-level BPE (byte fallback never fires on a
-    byte-level vocabulary, so every text keeps its ids), with the file's own <bos> setting."""
+    byte-level vocabulary, so every text keeps its ids), with the file's own <bos> setting and eos."""
     from tokenizers import Tokenizer, decoders, processors
     from transformers import GPT2TokenizerFast
 
     if fields.get("tokenizer.ggml.model") != "gpt2":
         return tok
     add_bos = fields.get("tokenizer.ggml.add_bos_token", True)
+    # transformers names the <bos> as the eos too (SmolLM2: <|im_start|>, id 1, where the file says <|im_end|>,
+    # id 2). The eos separates documents in the training stream and stops an app's generation loop
+    eos = fields.get("tokenizer.ggml.eos_token_id")
+    eos_token = tok.convert_ids_to_tokens(eos) if isinstance(eos, int) and 0 <= eos < len(tok) else tok.eos_token
     spec = json.loads(tok.backend_tokenizer.to_str())
     spec["model"]["byte_fallback"] = False
     backend = Tokenizer.from_str(json.dumps(spec))
@@ -187,7 +192,7 @@ def gguf_tokenizer(tok, fields: dict):
     backend.post_processor = (
         processors.TemplateProcessing(single=f"{tok.bos_token} $A", special_tokens=[(tok.bos_token, tok.bos_token_id)])
         if add_bos else processors.ByteLevel(trim_offsets=False))
-    return GPT2TokenizerFast(tokenizer_object=backend, bos_token=tok.bos_token, eos_token=tok.eos_token,
+    return GPT2TokenizerFast(tokenizer_object=backend, bos_token=tok.bos_token, eos_token=eos_token,
                              unk_token=tok.unk_token, pad_token=tok.pad_token, add_bos_token=add_bos,
                              chat_template=tok.chat_template)  # the GGUF's, which apps' chat code reads
 

@@ -277,6 +277,11 @@ def test_a_gguf_byte_level_tokenizer_is_rebuilt_as_the_file_describes():
     assert fixed.chat_template == tok.chat_template
     kept = gguf_tokenizer(tok, {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.add_bos_token": True})
     assert kept(text)["input_ids"] == [tok.bos_token_id] + before
+    # the eos is the file's, not the <bos> transformers names as both (SmolLM2's GGUF: eos id 2, <|im_end|>)
+    assert fixed.eos_token == tok.eos_token  # no eos in the settings: as transformers read it
+    word = tok.convert_ids_to_tokens(before[0])
+    named = gguf_tokenizer(tok, {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.eos_token_id": before[0]})
+    assert named.eos_token == word and named.eos_token_id == before[0] and named.bos_token == tok.bos_token
 
 
 def test_gguf_tokenizer_settings_are_read_from_the_file(tmp_path):
@@ -288,8 +293,10 @@ def test_gguf_tokenizer_settings_are_read_from_the_file(tmp_path):
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_tokenizer_model("gpt2")
     w.add_add_bos_token(False)
+    w.add_eos_token_id(2)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    assert _gguf_fields(str(path)) == {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.add_bos_token": False}
+    assert _gguf_fields(str(path)) == {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.add_bos_token": False,
+                                       "tokenizer.ggml.eos_token_id": 2}
