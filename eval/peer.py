@@ -31,7 +31,6 @@ def export_peer(hf_folder: Path, out: Path, opset: int) -> dict[str, Path]:
     from optimum.exporters.onnx import main_export
     from optimum.onnxruntime import ORTQuantizer
     from optimum.onnxruntime.configuration import AutoQuantizationConfig
-
     from transformers.utils import logging as hf_logging
 
     fp32_dir, int8_dir = out / "fp32", out / "int8-dynamic"

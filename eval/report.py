@@ -94,8 +94,8 @@ def _header(res: dict) -> list[Block]:
               f"{plan['inputs']}. Threads are pinned per target (intra-op): "
               + ", ".join(f"{t} {n}" for t, n in res["threads"].items()) + "."
               + (f" desktop-gpu: every row's points are timed together in {plan['gpu_rounds']} interleaved rounds "
-                 f"(the same calls per point, spread over the rounds), so drift between runs moves every file "
-                 f"alike." if plan.get("gpu_rounds") and "desktop-gpu" in res["threads"] else "")),
+                 f"(the same calls per point, spread over the rounds), so a phase of drift during the bench moves "
+                 f"every file alike." if plan.get("gpu_rounds") and "desktop-gpu" in res["threads"] else "")),
         ("p", ("Host proxies: " + ", ".join(proxies) + " - measured on this machine as a stand-in; their ratios "
                "between models carry over, their absolute times do not." if proxies else
                "Host proxies: none - every target was measured on the hardware it names.")
