@@ -95,12 +95,17 @@ def _header(res: dict) -> list[Block]:
               + ", ".join(f"{t} {n}" for t, n in res["threads"].items()) + "."
               + (f" desktop-gpu: every row's points are timed together in {plan['gpu_rounds']} interleaved rounds "
                  f"(the same calls per point, spread over the rounds), so a phase of drift during the bench moves "
-                 f"every file alike." if plan.get("gpu_rounds") and "desktop-gpu" in res["threads"] else "")),
+                 f"every file alike." if plan.get("gpu_rounds") and _measured_on(res, "desktop-gpu") else "")),
         ("p", ("Host proxies: " + ", ".join(proxies) + " - measured on this machine as a stand-in; their ratios "
                "between models carry over, their absolute times do not." if proxies else
                "Host proxies: none - every target was measured on the hardware it names.")
               + " Numbers marked 'est.' and '*' are roofline ESTIMATES, not measurements."),
     ]
+
+
+def _measured_on(res: dict, target: str) -> bool:
+    return any(isinstance(p, dict) and "p50_ms" in p for r in res["rows"]
+               for p in (r["latency"].get(target) or {}).values())
 
 
 def gpu_line(gpu: dict | None) -> str:

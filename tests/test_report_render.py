@@ -129,8 +129,10 @@ def test_proxy_line_names_the_proxies_or_says_there_are_none():
     assert "GPU:" not in md  # no card in the machine record: none named
     assert "interleaved rounds" not in md  # a document from before desktop-gpu was timed in rounds
     doc["plan"]["gpu_rounds"] = 10
-    assert "desktop-gpu: every row's points are timed together in 10 interleaved rounds" in \
-        to_markdown(blocks(build_results(doc), {}))
+    rounds = "desktop-gpu: every row's points are timed together in 10 interleaved rounds"
+    assert rounds not in to_markdown(blocks(build_results(doc), {}))  # configured, but nothing timed there
+    doc["rows"][0]["latency"]["desktop-gpu"] = _lat({64: 1.0})
+    assert rounds in to_markdown(blocks(build_results(doc), {}))
     doc["machine"]["gpu"] = {"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "compute_capability": "9.0",
                              "cuda_runtime": "13.0", "driver": "580.159.04", "count": 1}
     machine_line = next(line for line in to_markdown(blocks(build_results(doc), {})).splitlines()
