@@ -26,7 +26,7 @@ from eval.flops import row_flops
 from eval.npu import check_onnx, coreml_readiness, fix_shapes, get_device, load_devices, roofline_ms
 from eval.peaks import add_gflops, row_peak
 from eval.plan import Point, plan_point
-from eval.rows import p50, skip
+from eval.rows import failure, p50, skip
 from eval.targets import TARGETS, Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
     resolved_threads, unavailable
 from pipeline.errors import PipelineError, lookup
@@ -367,14 +367,19 @@ class Bench:
                 return self.npu_entry(row, point)
             return self.measure(t, row, point), None
         except Exception as e:  # one broken file must not hide every other row's numbers
-            log.warning("[bench] %s %s %s on %s failed: %s", row["model"], row["variant"], row["format"], t.name, e)
-            return {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}, None
+            return failed_entry(row, t.name, e), None
+
+
+def failed_entry(row: dict, target: str, e: Exception) -> dict:
+    """The entry of a row that failed on a target, logged as a warning (the other rows go on)."""
+    log.warning("[bench] %s %s %s on %s failed: %s", row["model"], row["variant"], row["format"], target, e)
+    return failure(e)
 
 
 def _fail(entry: dict, row: dict, t: Target, e: Exception) -> None:
-    log.warning("[bench] %s %s %s on %s failed: %s", row["model"], row["variant"], row["format"], t.name, e)
+    """failed_entry in place of an entry already handed out (desktop-gpu's, timed after the other targets)."""
     entry.clear()
-    entry.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
+    entry.update(failed_entry(row, t.name, e))
 
 
 def _check_numbers(row: dict) -> str:

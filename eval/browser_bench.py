@@ -17,7 +17,7 @@ from eval.browser_cross import chromium_rounds, cross_check
 from eval.flops import row_flops
 from eval.peaks import add_gflops, row_peak
 from eval.plan import plan_point
-from eval.rows import skip
+from eval.rows import failure, skip
 from eval.targets import Target, resolved_threads
 
 log = logging.getLogger("pocketformer")
@@ -71,7 +71,7 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
     except Exception as e:  # the browser itself failed: every row says so, the other targets still stand
         log.warning("[bench] browser run failed: %s", e)
         for k in points:
-            out[k] = {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
+            out[k] = failure(e)
         return out
     log.info("[bench] browser targets: %d files x %s threads in %.1f s (onnxruntime-web %s, Chromium %s)",
              len(files), threads, time.perf_counter() - t0, doc["versions"].get("onnxruntime-web"),

@@ -12,6 +12,7 @@ import logging
 import statistics
 
 from eval import latency as L
+from eval.rows import failure
 from eval.targets import Target, resolved_threads, unavailable
 
 log = logging.getLogger("pocketformer")
@@ -105,6 +106,6 @@ def head_to_head(bench, rows: list[dict], targets: list[Target], rounds: int, mo
                              model, a["variant"], a["format"], b["variant"], t.name, batch, entry["ratio"],
                              entry["ratio_min"], entry["ratio_max"])
                 except Exception as e:  # one broken file must not hide the other comparisons
-                    entry.update(status="failed", reason=f"{type(e).__name__}: {str(e)[:300]}")
+                    entry.update(failure(e))
                 out.append(entry)
     return out

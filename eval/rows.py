@@ -43,6 +43,11 @@ def skip(reason: str) -> dict:
     return {"status": "skipped", "reason": reason}
 
 
+def failure(e: Exception) -> dict:
+    """A latency entry for what was tried and failed, with the error."""
+    return {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
+
+
 def goal(text: str, value: float | None, limit: float | None, detail: str, ok=operator.le) -> dict:
     """One entry of results.json's goals: met is ok(value, limit), None when either is unknown."""
     met = None if value is None or limit is None else ok(value, limit)

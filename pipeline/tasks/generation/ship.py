@@ -298,8 +298,9 @@ def stage_bench(ctx: StageContext) -> dict:
 
 
 def _failed(row: dict, target: str, e: Exception) -> None:
-    log.warning("[bench] %s %s %s on %s failed: %s", row["model"], row["variant"], row["format"], target, e)
-    failed = {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}
+    from eval.bench import failed_entry
+
+    failed = failed_entry(row, target, e)
     row["generation"][target], row["latency"][target] = failed, dict(failed)
 
 
