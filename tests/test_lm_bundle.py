@@ -103,9 +103,10 @@ def test_onnxruntime_genai_generates_the_pipeline_tokens(built):
 
     cfg, dist, _ = built
     samples = json.loads((dist / "samples.json").read_text())
-    tok = og.Tokenizer(og.Model(str(dist)))
+    model = og.Model(str(dist))
+    tok = og.Tokenizer(model)
     assert [list(tok.encode(s["prompt"])) for s in samples] == [s["prompt_ids"] for s in samples]
-    got = genai_greedy(dist, [s["prompt_ids"] for s in samples], [s["max_new_tokens"] for s in samples])
+    got = genai_greedy(model, [s["prompt_ids"] for s in samples], [s["max_new_tokens"] for s in samples])
     assert got == [_reference(cfg, s["prompt_ids"], s["max_new_tokens"]) for s in samples]
 
 

@@ -103,13 +103,10 @@ def ort_greedy(bundle: Path, prompt: list[int], n: int, eos: int) -> list[int]:
     return out
 
 
-def genai_greedy(bundle: Path, prompts: list[list[int]], n: list[int]) -> list[list[int]] | str:
-    """onnxruntime-genai's greedy tokens for each prompt, or why it could not run."""
-    try:
-        import onnxruntime_genai as og
-    except ImportError as e:
-        return f"onnxruntime-genai is not installed ({e}); pip install onnxruntime-genai"
-    model = og.Model(str(bundle))
+def genai_greedy(model, prompts: list[list[int]], n: list[int]) -> list[list[int]]:
+    """onnxruntime-genai's greedy tokens for each prompt, from a loaded og.Model."""
+    import onnxruntime_genai as og
+
     out = []
     for p, k in zip(prompts, n):
         params = og.GeneratorParams(model)
@@ -143,15 +140,17 @@ def _child(bundle: Path) -> dict:
     decoded = {"tokenizer.json": [tok.decode(s["continuation_ids"], skip_special_tokens=True) for s in samples]}
     try:
         import onnxruntime_genai as og
-        genai_tok = og.Tokenizer(og.Model(str(bundle)))  # as the README's Python sample sets it up
+    except ImportError as e:
+        genai: list[list[int]] | str = f"onnxruntime-genai is not installed ({e}); pip install onnxruntime-genai"
+    else:
+        model = og.Model(str(bundle))  # loaded once: its tokenizer and the greedy replay share it
+        genai_tok = og.Tokenizer(model)  # as the README's Python sample sets it up
         genai_tok.update_options(add_special_tokens="true", skip_special_tokens="true")
         token_ids["onnxruntime-genai's tokenizer"] = [[int(t) for t in genai_tok.encode(s["prompt"])] for s in samples]
         decoded["onnxruntime-genai's tokenizer"] = [genai_tok.decode(s["continuation_ids"]) for s in samples]
-    except ImportError:
-        pass  # reported once, with the greedy replay below
+        genai = genai_greedy(model, prompts, n)
     return {"token_ids": token_ids, "decoded": decoded,
-            "onnxruntime": [ort_greedy(bundle, p, k, eos) for p, k in zip(prompts, n)],
-            "onnxruntime-genai": genai_greedy(bundle, prompts, n)}
+            "onnxruntime": [ort_greedy(bundle, p, k, eos) for p, k in zip(prompts, n)], "onnxruntime-genai": genai}
 
 
 def verify(bundle: Path, files: dict) -> dict:
@@ -169,9 +168,8 @@ def verify(bundle: Path, files: dict) -> dict:
             if ids != s["prompt_ids"]:
                 raise PipelineError(f"{bundle}: {who} encodes {s['prompt'][:60]!r} as {ids[:12]}..., not the stored "
                                     f"{s['prompt_ids'][:12]}... the model was sampled with, so an app would feed it "
-                                    f"other ids; rebuild the bundle with `make bundle` (from a run whose teacher "
-                                    f"stage ran before the GGUF tokenizer fix of 2026-11-26, re-run that stage first: "
-                                    f"python -m pipeline teacher --force --config ...)")
+                                    f"other ids; rebuild the bundle with `make bundle` (it re-runs a teacher stage "
+                                    f"an older pocketformer ran, whose tokenizer lacks the <bos> and eos fixes)")
     summary = {"bundle": str(bundle), "task": "generation", "files_checked": files["checked"],
                "unlisted_files": files["unlisted"], "samples": len(samples), "runtimes": {},
                "tokenizers": list(got["token_ids"])}  # each encoded every prompt to its stored ids (above)
