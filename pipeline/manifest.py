@@ -53,9 +53,10 @@ def list_outputs(folder: Path) -> dict[str, dict[str, Any]]:
 
 def write_manifest(folder: Path, *, stage: str, config: dict, config_hash: str, inputs: dict[str, str],
                    summary: dict, started: float, sources: dict[str, str] | None = None,
-                   notes: tuple[str, ...] = ()) -> dict:
+                   notes: tuple[str, ...] = (), revision: int = 1) -> dict:
     manifest = {
         "stage": stage,
+        "revision": revision,  # the step's (pipeline/task.py Step.revision): an older one re-runs the stage
         "config_hash": config_hash,
         "config": config,
         "inputs": inputs,  # upstream stage -> its content_key()

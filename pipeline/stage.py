@@ -157,6 +157,8 @@ def status(cfg: Config, name: str, accept: dict[str, set[str]] | None = None) ->
         return False, "not run yet"
     if manifest.get("config_hash") != config_hash(cfg, stage)[1]:
         return False, "its settings changed"
+    if (was := manifest.get("revision", 1)) != (now := task_of(cfg).step(name).revision):
+        return False, f"what its step writes changed in this pocketformer (revision {was} -> {now})"
     recorded = manifest.get("sources", {})
     for key, digest in source_digests(cfg, name).items():
         if recorded.get(key) != digest:
@@ -212,8 +214,10 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
     relevant, chash = config_hash(cfg, stage)
     inputs = stage_inputs(run_dir, stage)
     sources = source_digests(cfg, name)
-    key = sha256_json([chash, inputs] + ([sources] if sources else []))  # resume only onto the same sources
     step = task_of(cfg).step(name)
+    # resume only onto the same sources and step revision (a revision of 1 leaves the key as it always was)
+    key = sha256_json([chash, inputs] + ([sources] if sources else [])
+                      + ([step.revision] if step.revision > 1 else []))
     if not D.is_main():
         # other ranks compute their share of a distributed stage into a private folder that is dropped
         if step.distributed:
@@ -236,7 +240,8 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
         ctx = StageContext(cfg, name, tmp, run_dir, stage.deps, key, GRAPH)
         summary = step.fn(ctx) or {}
         manifest = write_manifest(tmp, stage=name, config=relevant, config_hash=chash, inputs=inputs,
-                                  summary=summary, started=started, sources=sources, notes=step.notes)
+                                  summary=summary, started=started, sources=sources, notes=step.notes,
+                                  revision=step.revision)
     except BaseException as e:
         written = tree_bytes(tmp)  # what the stage had written when it failed: a full disk needs at least this
         shutil.rmtree(tmp, ignore_errors=True)

@@ -97,6 +97,10 @@ class Step:
     # Files the step writes for people that no stage reads (generation's samples.md): left out of what the
     # stages after it are keyed on, so a setting only they show (lm.sample_tokens) re-runs this step alone
     notes: tuple[str, ...] = ()
+    # Raised by one when what the step writes changes for the same settings and inputs (a fix in how it writes
+    # them): a stage a run finished at another revision re-runs, instead of keeping files this pocketformer
+    # would not write. Kept in the manifest; one written before revisions existed counts as 1.
+    revision: int = 1
 
 
 @dataclass(frozen=True)

@@ -76,3 +76,61 @@ def test_cli_reports_errors_in_one_line(capsys, tmp_path):
     assert main(["data", "--config", str(tmp_path / "none.toml")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: config file") and err.count("\n") == 1
+
+
+def test_a_stage_run_at_an_older_step_revision_re_runs(toy_stages, tmp_path):
+    """A fix in what a step writes (Step.revision raised) re-runs the stages a run finished before it, and what
+    reads them when their files change; a manifest from before revisions existed counts as revision 1."""
+    from dataclasses import replace
+
+    from pipeline.tasks import TASKS
+
+    calls, make = toy_stages
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
+    run(cfg, ["c"])
+    assert read_manifest(cfg.run_dir / "b")["revision"] == 1
+    manifest = cfg.run_dir / "a" / "manifest.json"  # as written before manifests recorded a revision
+    m = json.loads(manifest.read_text())
+    del m["revision"]
+    manifest.write_text(json.dumps(m))
+    assert run(cfg, ["c"]) == []
+
+    def fixed(ctx):  # what the fixed step writes differs from what revision 1 wrote
+        calls.append("b")
+        (ctx.out / "out.txt").write_text("b, fixed")
+        return {"ok": True}
+
+    steps = dict(TASKS["classification"].steps)
+    steps["b"] = replace(steps["b"], fn=fixed, revision=2)
+    TASKS["classification"] = replace(TASKS["classification"], steps=steps)
+    assert status(cfg, "b") == (False, "what its step writes changed in this pocketformer (revision 1 -> 2)")
+    assert status(cfg, "a") == (True, "up to date")
+    assert run(cfg, ["c"]) == ["b", "c"]
+    assert read_manifest(cfg.run_dir / "b")["revision"] == 2 and run(cfg, ["c"]) == []
+
+
+def test_a_generation_teacher_from_before_the_tokenizer_fixes_re_runs(tmp_path):
+    """A generation teacher stage finished before revision 2 (<bos> and the GGUF eos) keeps the old tokenizer:
+    its manifest, written without a revision, makes `run` re-run it (and so everything that read it)."""
+    import time
+
+    from pipeline.manifest import write_manifest
+    from pipeline.stage import STAGES, config_hash, stage_inputs
+
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path), "task": "generation"}})
+    folder = cfg.run_dir / "data"
+    folder.mkdir(parents=True)
+    (folder / "train.jsonl").write_text("{}\n")
+    write_manifest(folder, stage="data", config={}, config_hash=config_hash(cfg, STAGES["data"])[1], inputs={},
+                   summary={}, started=time.time())
+    folder = cfg.run_dir / "teacher"
+    (folder / "model").mkdir(parents=True)
+    (folder / "model" / "tokenizer.json").write_text("{}")
+    relevant, chash = config_hash(cfg, STAGES["teacher"])
+    write_manifest(folder, stage="teacher", config=relevant, config_hash=chash, summary={}, started=time.time(),
+                   inputs=stage_inputs(cfg.run_dir, STAGES["teacher"]))
+    assert status(cfg, "teacher") == (False, "what its step writes changed in this pocketformer (revision 1 -> 2)")
+    m = json.loads((folder / "manifest.json").read_text())
+    m["revision"] = 2
+    (folder / "manifest.json").write_text(json.dumps(m))
+    assert status(cfg, "teacher") == (True, "up to date")

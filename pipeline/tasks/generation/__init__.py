@@ -14,7 +14,9 @@ TASK = Task(
     quality="perplexity",
     steps={
         "data": Step(lazy(f"{_HERE}.train:stage_data"), ("data.*", "lm.split_blocks")),
-        "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"), ("teacher.model",)),
+        # revision 2: the tokenizer adds <bos> where the checkpoint says so, and a GGUF teacher's eos is the
+        # file's (docs/results/2026-11-26-gguf-eos.md); a teacher stage run before keeps the old tokenizer
+        "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"), ("teacher.model",), revision=2),
         # lm.eval_batch_size batches the teacher pass
         "logits": Step(lazy(f"{_HERE}.train:stage_logits"),
                        ("lm.context_length", "lm.restrict_vocab", "lm.teacher_windows", "lm.extra_windows", "lm.offset_windows",
