@@ -133,7 +133,7 @@ def build_npu(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map
     tcfg = teacher.hf.config
     student = NpuStudent(NpuStudentConfig(
         vocab_size=tcfg.vocab_size, num_labels=len(labels), hidden_size=s.hidden, num_hidden_layers=s.layers,
-        num_attention_heads=s.heads, intermediate_size=s.ffn, max_position_embeddings=max(s.max_length, 64),
+        num_attention_heads=s.heads, intermediate_size=s.ffn, max_position_embeddings=student_positions(s),
         pad_token_id=tcfg.pad_token_id or 0))
     if s.init == "teacher-pca":
         with torch.no_grad():
@@ -147,6 +147,7 @@ def build_llama(s: StudentSection, teacher, vmap, max_positions: int):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tc = teacher.config
+    check_causal_init(s, tc)
     cfg = LlamaConfig(vocab_size=vmap.size, hidden_size=s.hidden, intermediate_size=s.ffn, num_hidden_layers=s.layers,
                       num_attention_heads=s.heads, num_key_value_heads=s.heads, max_position_embeddings=max_positions,
                       rope_theta=getattr(tc, "rope_theta", 10000.0), rms_norm_eps=1e-5, tie_word_embeddings=True,
@@ -164,16 +165,30 @@ def build_llama(s: StudentSection, teacher, vmap, max_positions: int):
     return student.eval()
 
 
+def llama_layers_problem(s: StudentSection, tcfg) -> str | None:
+    """Why the teacher's layers cannot be copied into this Llama student (None: they can): copying needs a Llama
+    teacher of the student's width and head layout."""
+    if tcfg.model_type != "llama" or (tcfg.hidden_size, tcfg.intermediate_size, tcfg.num_attention_heads) != \
+            (s.hidden, s.ffn, s.heads):
+        return (f"student.init = 'teacher-layers' needs a Llama teacher of the student's width (this one is "
+                f"'{tcfg.model_type}' with hidden {tcfg.hidden_size}, ffn {tcfg.intermediate_size}, heads "
+                f"{tcfg.num_attention_heads}; the student has {s.hidden}, {s.ffn}, {s.heads}): set student.hidden, "
+                f"student.ffn and student.heads to the teacher's, or use student.init = 'teacher-pca' or 'random'")
+    return None
+
+
+def check_causal_init(s: StudentSection, tcfg) -> None:
+    """Fail before any training when student.init cannot work with this causal teacher (tcfg: its HF config)."""
+    check_pca(s, tcfg)
+    if s.init == "teacher-layers" and (problem := llama_layers_problem(s, tcfg)):
+        raise PipelineError(problem)
+
+
 def _copy_llama_layers(student, teacher, emb: torch.Tensor) -> None:
-    """Embeddings of the kept tokens and every k-th teacher layer (needs equal width and head layout)."""
+    """Embeddings of the kept tokens and every k-th teacher layer (check_causal_init has checked the shapes)."""
     from transformers import LlamaForCausalLM
 
     tc, sc = teacher.config, student.config
-    if tc.model_type != "llama" or (tc.hidden_size, tc.intermediate_size, tc.num_attention_heads) != \
-            (sc.hidden_size, sc.intermediate_size, sc.num_attention_heads):
-        raise PipelineError(f"student.init = 'teacher-layers' needs a Llama teacher of the student's width "
-                            f"(hidden {tc.hidden_size}, ffn {tc.intermediate_size}, heads {tc.num_attention_heads}); "
-                            f"use 'teacher-pca' or 'random'")
     student.config.num_key_value_heads = tc.num_key_value_heads
     fresh = LlamaForCausalLM(student.config)
     student.model = fresh.model

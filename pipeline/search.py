@@ -304,7 +304,7 @@ def _objective(cfg, r: SearchSection, space, study, cands):
     from transformers import AutoConfig
 
     from distill.search_space import config_keys
-    from distill.student import check_init, check_pca
+    from distill.student import check_causal_init, check_init
     from pipeline.config import config_from_dict
 
     worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -325,8 +325,8 @@ def _objective(cfg, r: SearchSection, space, study, cands):
         try:  # the same load-time checks a run of this candidate would get, and the teacher stage's init check
             run = config_from_dict({**cfg.to_dict(), section: {**cfg.section_dict(section), **config_keys(shape)}},
                                    "search")
-            if section == "student":  # the generation student's teacher-layers check needs the model (build)
-                (check_init if cfg.run.task == "classification" else check_pca)(run.student, teacher)
+            if section == "student":
+                (check_init if cfg.run.task == "classification" else check_causal_init)(run.student, teacher)
         except PipelineError as e:
             trial.set_user_attr("pruned_because", f"invalid student: {e}")
             _constrain(trial, 1.0, 1.0)

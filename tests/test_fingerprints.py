@@ -89,7 +89,8 @@ PATHS = {"data.train_path", "data.validation_path", "data.test_path"}
 NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.steps", *PATHS},
                   # search.npu_compile = true: generation has no HTP compile; search.variants: its decoder search
                   # times int8-dynamic only (pipeline/search_checks.py); data.max_unlabeled: no labels to leave out
-                  "generation": {"run.task", "student.arch", "teacher.fine_tune", "search.npu_compile",
+                  # baseline.cell: the generation baseline is an LSTM language model
+                  "generation": {"run.task", "student.arch", "teacher.fine_tune", "search.npu_compile", "baseline.cell",
                                  "search.variants", "data.max_unlabeled", *PATHS,
                                  # classification's example caps: a corpus is sized by its lm.*_windows
                                  "data.max_train", "data.max_validation", "data.max_test"}}
@@ -101,7 +102,7 @@ ALTERNATIVES = {
     "baseline.distill_loss": ["kl"], "baseline.vocab": ["training"], "train.precision": ["bf16"], "teacher.precision": ["bf16"],
     "quantize.models": [["teacher", "student", "lstm"], ["student", "lstm"]],
     "quantize.variants": [["fp32", "optimized", "int8-dynamic", "int8-static"], ["fp32"]],
-    "quantize.activation_type": ["int8"], "quantize.skip_fusions": [["skip_layer_norm"]],
+    "quantize.activation_type": ["int8"], "quantize.skip_fusions": [["skip_layer_norm"], ["embed_layer_norm"]],
     "quantize.dynamic_source": ["fp32"], "quantize.npu_variants": [["nnapi-int8"]], "quantize.npu_lengths": [[16, 32]],
     "quantize.static_float": [["head"]], "quantize.embedding_bits": [8, 4],
     "export.ort_variants": [["fp32", "int8-dynamic"], ["fp32"]], "export.coreml_models": [["student"]],

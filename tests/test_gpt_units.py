@@ -300,3 +300,26 @@ def test_gguf_tokenizer_settings_are_read_from_the_file(tmp_path):
     w.close()
     assert _gguf_fields(str(path)) == {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.add_bos_token": False,
                                        "tokenizer.ggml.eos_token_id": 2}
+
+
+def test_the_teacher_stage_refuses_a_student_init_the_packaged_teacher_cannot_give(monkeypatch, tmp_path):
+    """A packaged or hub teacher's shapes are known once it loads: the teacher stage checks student.init then,
+    before the logits pass and distillation (a local folder is checked when the config loads)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import distill.teacher
+    from pipeline.stage import STAGES
+    from pipeline.task import StageContext
+    from pipeline.tasks.generation.train import stage_teacher
+
+    teacher = LlamaForCausalLM(LlamaConfig(vocab_size=60, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4, num_key_value_heads=2))
+    monkeypatch.setattr(distill.teacher, "load_causal_teacher", lambda spec: (teacher, None))
+    cfg = config_from_dict({"run": {"task": "generation", "runs_dir": str(tmp_path)},
+                            "student": {"init": "teacher-layers", "hidden": 64, "heads": 4, "ffn": 128}})
+    assert cfg.teacher.model == "smollm2-package"  # the generation default: checked only once loaded
+    ctx = StageContext(cfg, "teacher", tmp_path / "out", tmp_path, STAGES["teacher"].deps)
+    with pytest.raises(PipelineError, match=r"needs a Llama teacher of the student's width \(this one is 'llama' "
+                                            r"with hidden 32, ffn 64, heads 4; the student has 64, 128, 4\)"):
+        stage_teacher(ctx)
+    assert not (tmp_path / "out").exists()

@@ -143,3 +143,38 @@ def test_decoder_student_starts_from_the_kept_teacher_rows():
     pca = build_student(dataclasses.replace(s, hidden=16, ffn=32, init="teacher-pca"), t, vmap, 64, task="generation")
     assert pca.get_input_embeddings().weight.shape == (31, 16)
     assert abs(pca.get_input_embeddings().weight.std().item() - 0.02) < 1e-3
+    with pytest.raises(PipelineError, match=r"needs a Llama teacher of the student's width \(this one is 'llama' "
+                                            r"with hidden 32, ffn 64, heads 4; the student has 16, 32, 4\)"):
+        build_student(dataclasses.replace(s, hidden=16, ffn=32), t, vmap, 64, task="generation")
+    with pytest.raises(PipelineError, match=r"needs student.hidden <= 32 \(it is 48\)"):
+        build_student(dataclasses.replace(s, hidden=48, ffn=96, init="teacher-pca"), t, vmap, 64, task="generation")
+
+
+def test_a_decoder_student_that_cannot_start_from_a_local_teacher_is_refused_at_load(tmp_path):
+    """The generation student's init against a local teacher folder's config.json, as show-config sees it; the
+    packaged or hub teacher gets the same check in the teacher stage, before the logits pass."""
+    from transformers import LlamaConfig
+
+    from pipeline.config import load_config
+
+    LlamaConfig(vocab_size=60, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                num_key_value_heads=2).save_pretrained(tmp_path / "teacher")
+    base = ["run.task=generation", f'teacher.model="{tmp_path / "teacher"}"', "student.hidden=32", "student.heads=4",
+            "student.ffn=64"]
+    load_config(None, [*base, 'student.init="teacher-layers"'])
+    with pytest.raises(PipelineError, match=r"needs a Llama teacher of the student's width"):
+        load_config(None, [*base, 'student.init="teacher-layers"', "student.ffn=128"])
+    with pytest.raises(PipelineError, match=r"needs student.hidden <= 32 \(it is 64\)"):
+        load_config(None, [*base, 'student.init="teacher-pca"', "student.hidden=64"])
+
+
+def test_the_npu_student_position_table_follows_max_positions(teacher):
+    """student.max_positions sets the NPU student's table as the BERT student's (it was max(max_length, 64)
+    whatever it said, and a text past that crashed the eval stage)."""
+    s = dataclasses.replace(MATCHING, arch="npu", init="random", max_length=32, max_positions=100)
+    student = build_student(s, teacher, LABELS, default_layer_map(s.layers, 2)).eval()
+    ids = torch.randint(5, teacher.hf.config.vocab_size, (1, 100))
+    assert student(ids, torch.ones_like(ids)).shape == (1, 3)
+    default = build_student(dataclasses.replace(s, max_positions=0), teacher, LABELS, [1]).eval()
+    with pytest.raises(RuntimeError, match="size of tensor"):
+        default(ids, torch.ones_like(ids))  # 100 tokens, past its 64 rows

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from distill.teacher import load_for_classification, resolve
+from distill.teacher import load_for_classification
+from distill.teachers import resolve
 from distill.train import fit
 from pipeline.errors import PipelineError
 

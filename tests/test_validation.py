@@ -61,6 +61,21 @@ CASES = [
     (['data.text_column="label"', 'data.label_column="label"'], "data.text_column", False),
     (['quantize.models=["student","lstm","student"]'], "quantize.models", True),  # exported and reported twice
     (GEN + ['quantize.models=["student","lstm","lstm"]'], "quantize.models", True),
+    # the run refused these only after training (the generation baseline, eval, quantize, export; the distill
+    # stage; the quantize stage's 4-bit table), or timed no student at the headline length
+    (GEN + ['baseline.cell="gru"'], "baseline.cell", True),
+    (GEN + ["lm.sample_tokens=256"], "lm.sample_tokens", True),
+    (GEN + ["lm.check_tokens=300"], "lm.check_tokens", True),
+    (GEN + ['export.coreml_variants=["bogus"]'], "export.coreml_variants", False),
+    (['student.arch="npu"', 'student.init="teacher-layers"', "student.hidden=384", "student.heads=12",
+      "student.ffn=1536"], "student.init", True),
+    (["quantize.embedding_bits=4", "quantize.skip_fusions=[]"], "quantize.embedding_bits", True),
+    (["bench.headline_length=256"], "bench.headline_length", True),
+    # refused only by phone-bench on a Mac, or by the teacher stage after the data stage
+    (['phone.compute_units=["GPU_ONLY"]'], "phone.compute_units", False),
+    (['teacher.model="smollm2-package"'], "teacher.model", False),
+    (['teacher.model="/nonexistent/teacher"'], "teacher.model", False),
+    (GEN + ['teacher.model="minilm-package"'], "teacher.model", False),
 ]
 FIX = re.compile(r"--set ([a-z_]+\.[a-z_]+=(?:\[[^\]]*\]|\"[^\"]*\"|[^\s,)]+))")
 

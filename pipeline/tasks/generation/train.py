@@ -39,11 +39,14 @@ def stage_data(ctx: StageContext) -> dict:
 def stage_teacher(ctx: StageContext) -> dict:
     """Load the causal teacher (packaged GGUF, folder or hub id) once; writes teacher/model (safetensors)."""
     from distill.models import count_params
+    from distill.student import check_causal_init
     from distill.teacher import load_causal_teacher, save_causal
 
     cfg = ctx.cfg
     threads(cfg)
     model, tok = load_causal_teacher(cfg.teacher.model)
+    # a student that cannot start from this teacher fails now, not after the logits pass (as classification's)
+    check_causal_init(cfg.student, model.config)
     save_causal(ctx.out / "model", model, tok, {"source": cfg.teacher.model})
     return {"source": cfg.teacher.model, "model_type": model.config.model_type,
             "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
