@@ -12,6 +12,7 @@ import pytest
 
 from pipeline.cli import _stages
 from pipeline.config import SECTIONS, config_from_dict
+from pipeline.tasks.generation.checks import CLASSIFICATION_ONLY
 
 ROOT = Path(__file__).parents[1]
 BASES = {"classification": ROOT / "configs" / "demo.toml", "generation": ROOT / "configs" / "gpt-demo.toml"}
@@ -89,8 +90,9 @@ PATHS = {"data.train_path", "data.validation_path", "data.test_path"}
 NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.steps", *PATHS},
                   # search.npu_compile = true: generation has no HTP compile; search.variants: its decoder search
                   # times int8-dynamic only (pipeline/search_checks.py); data.max_unlabeled: no labels to leave out
-                  # baseline.cell: the generation baseline is an LSTM language model
+                  # baseline.cell: the generation baseline is an LSTM language model; CLASSIFICATION_ONLY: refused
                   "generation": {"run.task", "student.arch", "teacher.fine_tune", "search.npu_compile", "baseline.cell",
+                                 *CLASSIFICATION_ONLY,
                                  "search.variants", "data.max_unlabeled", *PATHS,
                                  # classification's example caps: a corpus is sized by its lm.*_windows
                                  "data.max_train", "data.max_validation", "data.max_test"}}

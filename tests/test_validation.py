@@ -76,6 +76,10 @@ CASES = [
     (['teacher.model="smollm2-package"'], "teacher.model", False),
     (['teacher.model="/nonexistent/teacher"'], "teacher.model", False),
     (GEN + ['teacher.model="minilm-package"'], "teacher.model", False),
+    # classification settings a generation run ignored without a word
+    (GEN + ["distill.hidden_weight=1.0"], "distill.hidden_weight", True),
+    (GEN + ["student.max_length=64"], "student.max_length", True),
+    (GEN + ["bench.headline_length=32"], "bench.headline_length", True),
 ]
 FIX = re.compile(r"--set ([a-z_]+\.[a-z_]+=(?:\[[^\]]*\]|\"[^\"]*\"|[^\s,)]+))")
 

@@ -13,9 +13,23 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+# Classification settings of the models no generation stage reads -> generation's own setting for it ("" = none):
+# a value other than the default was silently ignored, where a user who set it expects it to shape the model.
+# ([augment] is left out: text augmentation is inert for generation, and keeps only the search re-running.)
+CLASSIFICATION_ONLY = {
+    "student.max_length": "lm.context_length", "student.max_positions": "lm.max_cache",
+    "student.vocab": "lm.restrict_vocab", "student.vocab_size_max": "lm.restrict_vocab", "student.embedding_dim": "",
+    "distill.hidden_weight": "", "distill.attention_weight": "", "distill.layer_map": "",
+    "distill.intermediate_epochs": "", "baseline.bidirectional": "", "baseline.distill_loss": "",
+    "baseline.distill_alpha": "", "baseline.max_length": "lm.context_length", "baseline.vocab": "",
+    "baseline.vocab_size_max": "", "quantize.embedding_bits": "",
+    "bench.seq_lengths": "lm.bench_prompt_tokens", "bench.headline_length": "lm.bench_prompt_tokens",
+}
+
+
 def validate(cfg) -> str | None:
     problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation") or paths_problem(cfg.data)
-    for rule in (_prompts_given, _generation_settings, _token_budgets, _lm_exports, _lm_bundle_choice_is_made,
+    for rule in (_prompts_given, _classification_only, _generation_settings, _token_budgets, _lm_exports, _lm_bundle_choice_is_made,
                  _student_init_fits_teacher):
         problem = problem or rule(cfg)
     return problem
@@ -25,6 +39,18 @@ def _prompts_given(cfg) -> str | None:
     if not cfg.lm.prompts:
         return (f"'lm.prompts' is empty: the generation stages check and ship greedy continuations of them; give at "
                 f"least one, e.g. {_set('lm.prompts', ['ROMEO:'])}")
+    return None
+
+
+def _classification_only(cfg) -> str | None:
+    from pipeline.config import SECTIONS
+
+    for key, instead in CLASSIFICATION_ONLY.items():
+        section, name = key.split(".")
+        default = getattr(SECTIONS[section](), name)
+        if (value := cfg.value(key)) != default:
+            return (f"'{key}' = {value!r} is a classification setting no generation stage reads"
+                    f"{f' (generation has {instead!r})' if instead else ''}: remove it, or {_set(key, default)}")
     return None
 
 
