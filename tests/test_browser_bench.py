@@ -180,6 +180,11 @@ def test_browser_goals_read_the_bundle_rule_on_browser_rows():
     assert "Node cross-check" in goals[2]["goal"] and goals[2]["limit"] == 0.7
     assert goals[2]["value"] == pytest.approx(0.5) and goals[2]["met"] is True
     assert browser_goals(rows, 64, ["mobile-cpu"]) == []  # not configured: no goal rows
+    # the teacher's faster fp32 file is the reference: its .ort, where the browser runs that faster
+    rows.append(row("teacher", "fp32", "ort", 0.80, 30.0))
+    teacher_goal = browser_goals(rows, 64, ["browser-wasm"])[0]
+    assert teacher_goal["value"] == pytest.approx(3.0 / 30.0) and "vs teacher fp32 .ort (its faster file)" in \
+        teacher_goal["detail"]
     unmeasured = browser_goals([row("student", "fp32", "onnx", 0.79, None)], 64, ["browser-wasm"])
     assert [g["met"] for g in unmeasured] == [None, None, None]
 
