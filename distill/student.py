@@ -168,12 +168,14 @@ def build_llama(s: StudentSection, teacher, vmap, max_positions: int):
 def llama_layers_problem(s: StudentSection, tcfg) -> str | None:
     """Why the teacher's layers cannot be copied into this Llama student (None: they can): copying needs a Llama
     teacher of the student's width and head layout."""
-    if tcfg.model_type != "llama" or (tcfg.hidden_size, tcfg.intermediate_size, tcfg.num_attention_heads) != \
-            (s.hidden, s.ffn, s.heads):
-        return (f"student.init = 'teacher-layers' needs a Llama teacher of the student's width (this one is "
-                f"'{tcfg.model_type}' with hidden {tcfg.hidden_size}, ffn {tcfg.intermediate_size}, heads "
-                f"{tcfg.num_attention_heads}; the student has {s.hidden}, {s.ffn}, {s.heads}): set student.hidden, "
-                f"student.ffn and student.heads to the teacher's, or use student.init = 'teacher-pca' or 'random'")
+    fix = "or use student.init = 'teacher-pca' or 'random'"
+    if tcfg.model_type != "llama":  # GPT-2, OPT, ... name their sizes otherwise: no shapes to compare
+        return f"student.init = 'teacher-layers' copies Llama layers, and this teacher is '{tcfg.model_type}'; {fix}"
+    theirs = (tcfg.hidden_size, tcfg.intermediate_size, tcfg.num_attention_heads)
+    if theirs != (s.hidden, s.ffn, s.heads):
+        return (f"student.init = 'teacher-layers' needs a Llama teacher of the student's width (this one has hidden "
+                f"{theirs[0]}, ffn {theirs[1]}, heads {theirs[2]}; the student has {s.hidden}, {s.ffn}, {s.heads}): "
+                f"set student.hidden, student.ffn and student.heads to the teacher's, {fix}")
     return None
 
 

@@ -45,7 +45,8 @@ TEACHERS: dict[str, PackagedTeacher] = {"minilm-package": PackagedTeacher(_minil
 
 def spec_problem(spec: str, task: str = "classification") -> str | None:
     """What is wrong with teacher.model for run.task (None: fine), without loading anything: a packaged teacher
-    of the other task, or a local path that is no Hugging Face folder. Checked when the config loads."""
+    of the other task, or a local path that is missing or no Hugging Face folder. The config load checks all but
+    a missing path (pipeline/config_rules.py); the teacher stage all of it."""
     named = [name for name, t in TEACHERS.items() if t.task == task]
     if spec in TEACHERS:
         if TEACHERS[spec].task != task:
@@ -55,6 +56,9 @@ def spec_problem(spec: str, task: str = "classification") -> str | None:
     p = Path(spec)
     if spec.startswith((".", "/", "~")) or p.exists():
         p = p.expanduser()
+        if not p.exists():
+            return (f"teacher.model = '{spec}' does not exist. Give a Hugging Face model folder (config.json + "
+                    f"weights), a hub id, or one of: {', '.join(named)}")
         if not p.is_dir():
             return (f"teacher.model = '{spec}' is not a folder. Give a Hugging Face model folder (config.json + "
                     f"weights), a hub id, or one of: {', '.join(named)}")

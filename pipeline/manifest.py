@@ -90,7 +90,8 @@ def read_manifest(folder: Path) -> dict | None:
 def _well_formed(m: object) -> bool:
     """The fields status, content_key and the stages read have the types write_manifest gives them."""
     if not (isinstance(m, dict) and isinstance(m.get("config_hash"), str) and isinstance(m.get("summary"), dict)
-            and isinstance(m.get("inputs"), dict) and isinstance(m.get("outputs"), dict)):
+            and isinstance(m.get("inputs"), dict) and isinstance(m.get("outputs"), dict)
+            and type(m.get("revision", 1)) is int):
         return False
     return (all(isinstance(k, str) for k in m["inputs"].values())
             and all(isinstance(o, dict) and isinstance(o.get("bytes"), int) and isinstance(o.get("sha256"), str)

@@ -319,7 +319,7 @@ def test_the_teacher_stage_refuses_a_student_init_the_packaged_teacher_cannot_gi
                             "student": {"init": "teacher-layers", "hidden": 64, "heads": 4, "ffn": 128}})
     assert cfg.teacher.model == "smollm2-package"  # the generation default: checked only once loaded
     ctx = StageContext(cfg, "teacher", tmp_path / "out", tmp_path, STAGES["teacher"].deps)
-    with pytest.raises(PipelineError, match=r"needs a Llama teacher of the student's width \(this one is 'llama' "
-                                            r"with hidden 32, ffn 64, heads 4; the student has 64, 128, 4\)"):
+    with pytest.raises(PipelineError, match=r"needs a Llama teacher of the student's width \(this one has hidden "
+                                            r"32, ffn 64, heads 4; the student has 64, 128, 4\)"):
         stage_teacher(ctx)
     assert not (tmp_path / "out").exists()

@@ -107,6 +107,9 @@ def test_a_stage_run_at_an_older_step_revision_re_runs(toy_stages, tmp_path):
     assert status(cfg, "a") == (True, "up to date")
     assert run(cfg, ["c"]) == ["b", "c"]
     assert read_manifest(cfg.run_dir / "b")["revision"] == 2 and run(cfg, ["c"]) == []
+    m = json.loads((cfg.run_dir / "b" / "manifest.json").read_text())
+    (cfg.run_dir / "b" / "manifest.json").write_text(json.dumps({**m, "revision": "2"}))  # hand-edited: not a revision
+    assert status(cfg, "b") == (False, "not run yet")
 
 
 def test_a_generation_teacher_from_before_the_tokenizer_fixes_re_runs(tmp_path):

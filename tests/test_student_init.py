@@ -143,8 +143,8 @@ def test_decoder_student_starts_from_the_kept_teacher_rows():
     pca = build_student(dataclasses.replace(s, hidden=16, ffn=32, init="teacher-pca"), t, vmap, 64, task="generation")
     assert pca.get_input_embeddings().weight.shape == (31, 16)
     assert abs(pca.get_input_embeddings().weight.std().item() - 0.02) < 1e-3
-    with pytest.raises(PipelineError, match=r"needs a Llama teacher of the student's width \(this one is 'llama' "
-                                            r"with hidden 32, ffn 64, heads 4; the student has 16, 32, 4\)"):
+    with pytest.raises(PipelineError, match=r"needs a Llama teacher of the student's width \(this one has hidden "
+                                            r"32, ffn 64, heads 4; the student has 16, 32, 4\)"):
         build_student(dataclasses.replace(s, hidden=16, ffn=32), t, vmap, 64, task="generation")
     with pytest.raises(PipelineError, match=r"needs student.hidden <= 32 \(it is 48\)"):
         build_student(dataclasses.replace(s, hidden=48, ffn=96, init="teacher-pca"), t, vmap, 64, task="generation")
@@ -153,7 +153,7 @@ def test_decoder_student_starts_from_the_kept_teacher_rows():
 def test_a_decoder_student_that_cannot_start_from_a_local_teacher_is_refused_at_load(tmp_path):
     """The generation student's init against a local teacher folder's config.json, as show-config sees it; the
     packaged or hub teacher gets the same check in the teacher stage, before the logits pass."""
-    from transformers import LlamaConfig
+    from transformers import GPT2Config, LlamaConfig
 
     from pipeline.config import load_config
 
@@ -166,6 +166,10 @@ def test_a_decoder_student_that_cannot_start_from_a_local_teacher_is_refused_at_
         load_config(None, [*base, 'student.init="teacher-layers"', "student.ffn=128"])
     with pytest.raises(PipelineError, match=r"needs student.hidden <= 32 \(it is 64\)"):
         load_config(None, [*base, 'student.init="teacher-pca"', "student.hidden=64"])
+    # a GPT-2 teacher names its sizes otherwise (no intermediate_size): one line, not an AttributeError
+    GPT2Config(n_embd=32, n_head=4, n_layer=2, vocab_size=60).save_pretrained(tmp_path / "gpt2")
+    with pytest.raises(PipelineError, match=r"copies Llama layers, and this teacher is 'gpt2'; or use"):
+        load_config(None, [*base[:1], f'teacher.model="{tmp_path / "gpt2"}"', *base[2:], 'student.init="teacher-layers"'])
 
 
 def test_the_npu_student_position_table_follows_max_positions(teacher):

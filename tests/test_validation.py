@@ -74,7 +74,6 @@ CASES = [
     # refused only by phone-bench on a Mac, or by the teacher stage after the data stage
     (['phone.compute_units=["GPU_ONLY"]'], "phone.compute_units", False),
     (['teacher.model="smollm2-package"'], "teacher.model", False),
-    (['teacher.model="/nonexistent/teacher"'], "teacher.model", False),
     (GEN + ['teacher.model="minilm-package"'], "teacher.model", False),
     # classification settings a generation run ignored without a word
     (GEN + ["distill.hidden_weight=1.0"], "distill.hidden_weight", True),
@@ -273,3 +272,22 @@ def test_optimum_peer_export_keeps_transformers_loading_advice_off_the_console(t
     err = capfd.readouterr().err
     assert "newly initialized" not in err and "TRAIN this model" not in err
     assert hf_logging.get_verbosity() == before
+
+
+def test_a_teacher_path_that_is_no_model_folder_is_refused_at_load_and_a_missing_one_left_to_its_stage(tmp_path):
+    """A file, or a folder without config.json, is refused when the config loads. A folder that is gone (moved
+    after training) is not: status, report, bundle and phone-bench never read it; the teacher stage refuses it."""
+    from pipeline.stage import status
+
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PipelineError, match=r"teacher.model = '.*weights.bin' is not a folder"):
+        load_config(None, [f'teacher.model="{tmp_path / "weights.bin"}"'])
+    with pytest.raises(PipelineError, match=r"teacher.model = '.*empty' has no config.json"):
+        load_config(None, [f'teacher.model="{tmp_path / "empty"}"'])
+    cfg = load_config(None, [f'teacher.model="{tmp_path / "gone"}"', f'run.runs_dir="{tmp_path / "runs"}"'])
+    assert status(cfg, "teacher") == (False, "not run yet")
+    from distill.teachers import resolve
+
+    with pytest.raises(PipelineError, match=r"teacher.model = '.*gone' does not exist"):
+        resolve(cfg.teacher.model)

@@ -20,7 +20,7 @@ CLASSIFICATION_ONLY = {
     "student.max_length": "lm.context_length", "student.max_positions": "lm.max_cache",
     "student.vocab": "lm.restrict_vocab", "student.vocab_size_max": "lm.restrict_vocab", "student.embedding_dim": "",
     "distill.hidden_weight": "", "distill.attention_weight": "", "distill.layer_map": "",
-    "distill.intermediate_epochs": "", "baseline.bidirectional": "", "baseline.distill_loss": "",
+    "distill.intermediate_epochs": "", "baseline.distill_loss": "",
     "baseline.distill_alpha": "", "baseline.max_length": "lm.context_length", "baseline.vocab": "",
     "baseline.vocab_size_max": "", "quantize.embedding_bits": "",
     "bench.seq_lengths": "lm.bench_prompt_tokens", "bench.headline_length": "lm.bench_prompt_tokens",
@@ -80,21 +80,19 @@ def _generation_settings(cfg) -> str | None:
 
 
 def _token_budgets(cfg) -> str | None:
-    """Tokens the stages generate against the students' positions: the distilled student's table is
-    max(lm.max_cache, lm.context_length), the exported KV cache (ONNX, Core ML) holds lm.max_cache. A prompt's own
-    length needs the tokenizer (the stage checks it); at least one token of it is counted here."""
+    """Tokens the stages generate against the students' lm.max_cache positions (the KV cache they are saved and
+    exported with: eval's samples, the quantize and export checks, the bundle's samples, the bench). A prompt's
+    own length needs the tokenizer (the stage checks it); at least one token of it is counted here."""
     lm = cfg.lm
     if lm.bench_prompt_tokens + lm.bench_decode_tokens + 1 > lm.max_cache:
         return (f"'lm.bench_prompt_tokens' ({lm.bench_prompt_tokens}) + 'lm.bench_decode_tokens' "
                 f"({lm.bench_decode_tokens}) + 1 exceeds the students' positions 'lm.max_cache' ({lm.max_cache}); "
                 f"{_set('lm.max_cache', lm.bench_prompt_tokens + lm.bench_decode_tokens + 1)} or shorten the bench")
-    for key, n, positions, what in (
-            ("lm.check_tokens", lm.check_tokens, lm.max_cache, "'lm.max_cache', the exported KV cache"),
-            ("lm.sample_tokens", lm.sample_tokens, max(lm.max_cache, lm.context_length),
-             "the student's positions, max('lm.max_cache', 'lm.context_length')")):
-        if n + 1 > positions:
-            return (f"'{key}' = {n}: a prompt of even one token + {n} new tokens exceeds {what} ({positions}); "
-                    f"generate fewer, e.g. {_set(key, positions // 2)}, or {_set('lm.max_cache', n + 64)}")
+    for key in ("lm.check_tokens", "lm.sample_tokens"):
+        if (n := cfg.value(key)) + 1 > lm.max_cache:
+            return (f"'{key}' = {n}: a prompt of even one token + {n} new tokens exceeds the students' positions "
+                    f"'lm.max_cache' ({lm.max_cache}); generate fewer, e.g. {_set(key, lm.max_cache // 2)}, or "
+                    f"{_set('lm.max_cache', n + 64)}")
     return None
 
 

@@ -168,8 +168,9 @@ def verify(bundle: Path, files: dict) -> dict:
             if ids != s["prompt_ids"]:
                 raise PipelineError(f"{bundle}: {who} encodes {s['prompt'][:60]!r} as {ids[:12]}..., not the stored "
                                     f"{s['prompt_ids'][:12]}... the model was sampled with, so an app would feed it "
-                                    f"other ids; rebuild the bundle with `make bundle` (it re-runs a teacher stage "
-                                    f"an older pocketformer ran, whose tokenizer lacks the <bos> and eos fixes)")
+                                    f"other ids; rebuild the bundle with `make bundle CONFIG=<its config>` (it re-runs "
+                                    f"a teacher stage an older pocketformer ran, whose tokenizer lacks the <bos> and "
+                                    f"eos fixes)")
     summary = {"bundle": str(bundle), "task": "generation", "files_checked": files["checked"],
                "unlisted_files": files["unlisted"], "samples": len(samples), "runtimes": {},
                "tokenizers": list(got["token_ids"])}  # each encoded every prompt to its stored ids (above)
