@@ -207,7 +207,10 @@ def _android(cfg, bundle: Path, meta: dict, ids: list[int], adb: str | None, per
     binary = Path(perf_test or p.perf_test) if (perf_test or p.perf_test) else None
     missing = []
     if not adb_exe:
-        missing.append(f"adb ('{adb or p.adb}' is not on PATH: install Android platform-tools or pass --adb PATH)")
+        given = Path(adb or p.adb).expanduser()
+        why = ("is not executable" if given.is_file() else "does not exist") if given.parent != Path(".") or \
+            given.exists() else "is not on PATH"
+        missing.append(f"adb ('{adb or p.adb}' {why}: install Android platform-tools or pass --adb PATH)")
     if binary is None or not binary.is_file():
         what = "not given" if binary is None else f"{binary} does not exist"
         missing.append(f"the onnxruntime_perf_test binary ({what}: pass --perf-test PATH or set phone.perf_test; "

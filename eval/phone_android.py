@@ -39,7 +39,11 @@ class Adb:
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         cmd = [self.exe, "-s", self.serial, *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise PipelineError(f"adb {' '.join(args[:2])} on {self.serial} gave no answer in {self.timeout_s:g} s; "
+                                f"check the phone is connected and unlocked (`adb devices`)") from None
         if check and proc.returncode != 0:
             raise PipelineError(f"adb {' '.join(args[:2])} failed on {self.serial}: "
                                 f"{(proc.stderr or proc.stdout).strip()[-300:]}; check the phone is unlocked and "
@@ -52,9 +56,18 @@ class Adb:
 
 def devices(adb_exe: str) -> list[str]:
     """Serials `adb devices` lists as ready ("device" state; unauthorized / offline ones are left out)."""
-    proc = subprocess.run([adb_exe, "devices"], capture_output=True, text=True, timeout=60)
+    try:
+        proc = subprocess.run([adb_exe, "devices"], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise PipelineError(f"`{adb_exe} devices` gave no answer in 60 s: restart the adb server (`adb kill-server`) "
+                            f"or pass the right adb with --adb PATH") from None
+    except OSError as e:  # not executable, not a program
+        raise PipelineError(f"`{adb_exe} devices` cannot run ({e.strerror or e}): pass Android platform-tools' adb "
+                            f"with --adb PATH") from None
     if proc.returncode != 0:
-        raise PipelineError(f"`{adb_exe} devices` failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
+        said = (proc.stderr or proc.stdout).strip()[-300:] or f"exit code {proc.returncode}, no output"
+        raise PipelineError(f"`{adb_exe} devices` failed: {said}; is {adb_exe} Android platform-tools' adb? pass it "
+                            f"with --adb PATH")
     # adb separates with a tab
     rows = [line.split("\t") if "\t" in line else line.split() for line in proc.stdout.splitlines()[1:]]
     return [parts[0] for parts in rows if len(parts) >= 2 and parts[1].strip() == "device"]

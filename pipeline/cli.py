@@ -9,7 +9,7 @@ import os
 import sys
 
 from pipeline.cli_args import DEFAULT_CONFIG, ENV_CONFIG, apply_env, common_options
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, permission_message
 
 def _stages():
     from pipeline.stage import STAGES
@@ -148,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except PipelineError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except PermissionError as e:  # a file or folder of the user's this process may not read or write
+        print(f"error: {permission_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: the unfinished stage left nothing behind; run the same command again to resume",

@@ -649,8 +649,10 @@ def validate(cfg: Config) -> None:
         if value not in choices:
             raise PipelineError(f"{cfg.source}: '{section}.{key}' = {value!r}; choose one of {', '.join(choices)}")
     # first: the folder rules (config_rules._folders) build paths from it
-    if not cfg.run.name or "/" in cfg.run.name or cfg.run.name.startswith("."):
-        raise PipelineError(f"{cfg.source}: 'run.name' must be a plain folder name, got {cfg.run.name!r}")
+    name = cfg.run.name
+    if not name or "/" in name or "\\" in name or name.startswith(".") or "\0" in name or len(name.encode()) > 200:
+        raise PipelineError(f"{cfg.source}: 'run.name' must be a plain folder name (no '/', no leading '.', at "
+                            f"most 200 bytes), got {name[:80]!r}{'...' if len(name) > 80 else ''}")
     from pipeline.config_rules import check_all  # ranges and registry names, declared as tables there
 
     if problem := check_all(cfg):

@@ -182,8 +182,13 @@ def _folders(cfg) -> str | None:
     folder. Publishing replaces <dist_dir>/<run> (and <run>-web) whole: were that the run folder, or inside
     or above it, the run's own stages would be deleted."""
     for key in ("run.runs_dir", "bundle.dist_dir"):
-        if (path := Path(cfg.value(key))).exists() and not path.is_dir():
-            return f"'{key}' = {str(path)!r} is a file, not a folder; point it at a folder (made if missing)"
+        path = Path(cfg.value(key))
+        try:
+            if path.exists() and not path.is_dir():
+                return f"'{key}' = {str(path)!r} is a file, not a folder; point it at a folder (made if missing)"
+        except (OSError, ValueError) as e:  # a name too long for the file system, a NUL byte
+            return (f"'{key}' = {str(path)[:80]!r}{'...' if len(str(path)) > 80 else ''} is not a usable path "
+                    f"({getattr(e, 'strerror', None) or e}); point it at a folder, e.g. \"runs\"")
     run = cfg.run_dir.resolve()
     for name in (cfg.run.name, f"{cfg.run.name}-web"):
         dest = (Path(cfg.bundle.dist_dir) / name).resolve()

@@ -115,3 +115,10 @@ def writing(folder, setting: str = "run.runs_dir"):
         if (err := disk_error(e, folder, setting)) is None:
             raise
         raise err from e
+
+
+def permission_message(e: PermissionError) -> str:
+    """One line for a file or folder this process may not read or write (the CLI's last word on it)."""
+    what = f" {e.filename}" if e.filename else ""
+    return (f"permission denied on{what} ({e.strerror or e}): give this user read (and, for a run folder, write) "
+            f"access, or point the setting at a folder it owns")

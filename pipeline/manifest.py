@@ -91,9 +91,9 @@ def _well_formed(m: object) -> bool:
     """The fields status, content_key and the stages read have the types write_manifest gives them."""
     if not (isinstance(m, dict) and isinstance(m.get("config_hash"), str) and isinstance(m.get("summary"), dict)
             and isinstance(m.get("inputs"), dict) and isinstance(m.get("outputs"), dict)
-            and type(m.get("revision", 1)) is int):
+            and type(m.get("revision", 1)) is int and isinstance(m.get("notes", []), list)):
         return False
-    return (all(isinstance(k, str) for k in m["inputs"].values())
+    return (all(isinstance(k, str) for k in [*m["inputs"].values(), *m.get("notes", [])])
             and all(isinstance(o, dict) and isinstance(o.get("bytes"), int) and isinstance(o.get("sha256"), str)
                     for o in m["outputs"].values()))
 

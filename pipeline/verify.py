@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, permission_message
 from pipeline.verify_bundle_meta import METADATA, bundle_kind, load_metadata, resolve
 
 
@@ -94,6 +94,11 @@ def published(args: argparse.Namespace) -> list[Path]:
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    # an empty value is an unset shell variable (verify-bundle "$DIR"), not a choice: it would verify the demo's
+    if empty := [f for f, v in (("the bundle folder", args.bundle), ("--config", args.config)) if v == ""]:
+        print(f"error: {empty[0]} is empty (an unset variable?): give a bundle folder, or --config for its run's "
+              f"published bundles", file=sys.stderr)
+        return 2
     try:
         if args.bundle and (args.config or args.overrides):
             raise PipelineError("give a bundle folder or --config / --set (its run's published bundles), not both")
@@ -106,6 +111,9 @@ def run_cli(args: argparse.Namespace) -> int:
             print(f"bundle OK: {s['bundle']} ({s['files_checked']} files, sha256 match)")
     except PipelineError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except PermissionError as e:
+        print(f"error: {permission_message(e)}", file=sys.stderr)
         return 2
     return 0
 

@@ -5,6 +5,7 @@ metadata.json says so."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pipeline.errors import PipelineError
 
 METADATA = "metadata.json"
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_REBUILD = "rebuild the bundle with `make bundle`"
+_REBUILD = "rebuild the bundle with `make bundle` (a web bundle: `make web-bundle`)"
 
 
 def resolve(bundle: Path, rel: object, where: str) -> Path:
@@ -45,7 +46,8 @@ def is_int(v: object) -> bool:
 
 
 def is_number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite int or float (a NaN reference logit would compare as never off, so every check of it passes)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def int_list(v: object) -> bool:
@@ -62,8 +64,11 @@ def read_json(path: Path, where: object = None, rebuild: str = _REBUILD) -> obje
     """path's JSON, or one PipelineError naming the file (where, else path) and how to fix it."""
     try:
         return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise PipelineError(f"{where or path} is not valid JSON ({e}); {rebuild}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: nested 100k deep
+        raise PipelineError(f"{where or path} is not valid JSON ({str(e)[:200] or type(e).__name__}); {rebuild}") from None
+    except OSError as e:  # unreadable (permissions), a folder, ...
+        raise PipelineError(f"{where or path} cannot be read ({e.strerror or e}); check its permissions, or "
+                            f"{rebuild}") from None
 
 
 def fresh_process(bundle: Path, module: str, args: list[str], plan: str | None, what: str, fix: str) -> dict:
@@ -100,7 +105,7 @@ def load_metadata(bundle: Path) -> dict:
     need(len(files) > 0, bundle, "'files' lists no files (an empty bundle checks nothing)")
     for rel, info in files.items():
         resolve(bundle, rel, "files")
-        need(isinstance(info, dict) and isinstance(info.get("bytes"), int) and info["bytes"] >= 0
+        need(isinstance(info, dict) and is_int(info.get("bytes")) and info["bytes"] >= 0
               and isinstance(info.get("sha256"), str) and _SHA256.fullmatch(info["sha256"]) is not None,
               bundle, f"files[{rel!r}] needs 'bytes' (an integer) and 'sha256' (64 hex digits)")
     return meta

@@ -232,3 +232,60 @@ def test_cli_data_stage_prints_one_line_and_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "row 3 (line 4) has 3 fields" in err[0]
     assert not (tmp_path / "runs" / "demo" / "data" / "split.json").exists()
+
+
+def test_a_nan_reference_logit_fails_verify_instead_of_passing_every_check(tmp_path):
+    """A NaN compared with anything is False: one NaN in samples.json's reference made verify-bundle skip every
+    logit of that file and say OK. It is not a number for the metadata checks, and off by any measure."""
+    from pipeline.tasks.classification.logits_check import compare
+    from pipeline.verify_bundle_meta import is_number
+
+    assert not is_number(float("nan")) and not is_number(float("inf")) and is_number(1.5) and not is_number(True)
+    meta = {"labels": ["neg", "pos"]}
+    samples = [{"reference_logits": {"m.ort": [float("nan"), 0.0]}, "expected_label": "pos"},
+               {"reference_logits": {"m.ort": [100.0, -100.0]}, "expected_label": "neg"}]
+    with pytest.raises(PipelineError, match="m.ort logit neg of sample 1 is 1, its reference is nan"):
+        compare(tmp_path, meta, samples, "m.ort", [[1.0, 0.0], [100.0, -100.0]])
+
+
+@pytest.mark.parametrize("argv", [["verify-bundle", ""], ["verify-bundle", "--config", ""]])
+def test_verify_bundle_with_an_empty_argument_verifies_nothing(argv, capsys):
+    """An unset "$DIR" used to verify the demo's published bundles and say OK."""
+    assert main(argv) == 2
+    assert "is empty (an unset variable?)" in capsys.readouterr().err
+
+
+def test_odd_manifests_and_names_are_one_line(tmp_path, capsys):
+    from pipeline.manifest import read_manifest
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(
+        {"config_hash": "x", "summary": {}, "inputs": {}, "outputs": {}, "notes": 5}))
+    assert read_manifest(tmp_path / "s") is None  # a damaged manifest is an unfinished stage, not a TypeError later
+    for value, what in (('"a\\u0000b"', "run.name"), ('"' + "x" * 300 + '"', "run.name")):
+        with pytest.raises(PipelineError, match=f"'{what}' must be a plain folder name"):
+            load_config(None, [f"{what}={value}"])
+    with pytest.raises(PipelineError, match=r"'run.runs_dir' = 'xxx.*'\.\.\. is not a usable path \(File name too long\)"):
+        load_config(None, ['run.runs_dir="' + "x" * 5000 + '"'])
+
+
+def test_permission_denied_is_one_line(monkeypatch, capsys):
+    import pipeline.config
+
+    def denied(*a, **k):
+        raise PermissionError(13, "Permission denied", "/srv/cfg.toml")
+
+    monkeypatch.setattr(pipeline.config, "load_config", denied)
+    assert main(["show-config"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: permission denied on /srv/cfg.toml (Permission denied)") and "Traceback" not in err
+
+
+def test_an_adb_that_is_no_adb_is_named(tmp_path):
+    from eval.phone_android import devices
+
+    with pytest.raises(PipelineError, match=r"`/bin/false devices` failed: exit code 1, no output; is /bin/false "):
+        devices("/bin/false")
+    (tmp_path / "adb").write_text("not a program")
+    with pytest.raises(PipelineError, match=r"devices` cannot run \(Permission denied\)"):
+        devices(str(tmp_path / "adb"))

@@ -95,7 +95,8 @@ def compare(bundle: Path, meta: dict, samples: list[dict], rel: str, rows: list[
         raise PipelineError(f"{bundle}: {rel} gives logits of shape {got.shape[1:]}, its reference in samples.json "
                             f"has {ref.shape[1:]}; rebuild the bundle with `make bundle`")
     allowed = LOGIT_ATOL + LOGIT_RTOL * np.abs(ref)  # (N, C)
-    excess = np.abs(got - ref) - allowed
+    # a NaN on either side is off by any measure (a plain comparison with NaN is False: it would pass)
+    excess = np.where(np.isfinite(got) & np.isfinite(ref), np.abs(got - ref) - allowed, np.inf)
     i, j = np.unravel_index(int(np.argmax(excess)), excess.shape)
     worst = float(np.abs(got - ref).max())
     if excess[i, j] > 0:
