@@ -29,8 +29,8 @@ CLASSIFICATION_ONLY = {
 
 def validate(cfg) -> str | None:
     problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation") or paths_problem(cfg.data)
-    for rule in (_prompts_given, _classification_only, _generation_settings, _token_budgets, _lm_exports, _lm_bundle_choice_is_made,
-                 _student_init_fits_teacher):
+    for rule in (_prompts_given, _classification_only, _generation_settings, _token_budgets, _lm_exports,
+                 _lm_bundle_choice_is_made, _student_init_fits_teacher):
         problem = problem or rule(cfg)
     return problem
 
