@@ -105,7 +105,8 @@ def _bench_lengths(cfg) -> str | None:
     if b.headline_length not in b.seq_lengths:
         return (f"'bench.headline_length' = {b.headline_length} is not one of 'bench.seq_lengths' {b.seq_lengths}; "
                 f"pick one of them, e.g. {_set('bench.headline_length', sorted(b.seq_lengths)[len(b.seq_lengths) // 2])}")
-    if b.headline_length > (rows := student_positions(cfg.student)):
+    s = cfg.student  # a max_positions below 0 or below max_length: the size checks name that key instead
+    if (s.max_positions == 0 or s.max_positions >= s.max_length) and b.headline_length > (rows := student_positions(s)):
         fits = [n for n in b.seq_lengths if n <= rows]
         return (f"'bench.headline_length' = {b.headline_length} is past the student's position table ({rows} rows: "
                 f"student.max_positions, else max(student.max_length, 64)), so the student could not be timed at "
