@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -579,10 +580,13 @@ def _parse_override(text: str) -> tuple[str, str, Any]:
         raise PipelineError(f"--set {text!r}: the key must be section.key, e.g. distill.epochs")
     section, key = dotted.strip().split(".")
     try:  # TOML literal syntax: 2, 0.5, true, "text", [1, 2]
-        value = tomllib.loads(f"v = {raw_value}")["v"]
+        parsed = tomllib.loads(f"v = {raw_value}")
     except tomllib.TOMLDecodeError:
-        value = raw_value  # a bare word is taken as a string
-    return section, key, value
+        parsed = {"v": raw_value}  # a bare word is taken as a string
+    if len(parsed) > 1:  # "2\ndistill.lr=0.1" parses as v = 2 plus a second key, which would be dropped
+        raise PipelineError(f"--set {text!r}: one section.key=value per --set; this one holds a second line "
+                            f"({raw_value.strip().splitlines()[-1]!r}): give each its own --set")
+    return section, key, parsed["v"]
 
 
 def _check_override(section: str, key: str, value: Any, text: str) -> None:
@@ -622,7 +626,13 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         if not isinstance(raw.setdefault(section, {}), dict):
             raise PipelineError(f"--set {text!r}: [{section}] is not a table")
         raw[section][key] = value
-    return config_from_dict(raw, source)
+    try:
+        return config_from_dict(raw, source)
+    except PipelineError as e:  # a checked value that --set gave: say so, the file does not hold it
+        given = [t for t in overrides if re.search(rf"(?<![\w.]){re.escape(t.split('=', 1)[0].strip())}\b", str(e))]
+        if given:
+            raise PipelineError(f"{e} [the value came from --set {given[-1]!r}]") from None
+        raise
 
 
 _CHOICES = {

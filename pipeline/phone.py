@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -112,4 +113,9 @@ def run_cli(args: argparse.Namespace) -> int:
         print(f"  {target}: " + (f"p50 {e['p50_ms']:.2f} ms, p90 {e['p90_ms']:.2f} ms" if e
                                  else f"{run['status']}: {run['reason']}"))
     print(f"merged into {cfg.run_dir / 'report' / 'results.json'} (report.md / report.html re-rendered)")
+    if not any(run.get("entry") for run in out["runs"]):
+        # the rows say why, and the report shows them; a script must still see that nothing was timed
+        print("error: phone-bench timed nothing: every run failed or skipped (reasons above); fix the first "
+              "reason or choose other phone.providers", file=sys.stderr)
+        return 1
     return 0

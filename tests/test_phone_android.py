@@ -226,6 +226,29 @@ def test_wrong_serial_and_unsafe_remote_dir(fake_adb, run_copy, tmp_path):
         phone_bench(bad, "android", perf_test=str(binary))
 
 
+@pytest.mark.parametrize("providers, code", [(["qnn", "xnnpack"], 1), (["cpu", "qnn"], 0)])
+def test_exit_status_says_whether_anything_was_timed(fake_adb, run_copy, tmp_path, monkeypatch, capsys,
+                                                      providers, code):
+    """Every run failed (this phone's QNN refuses the graph, the binary has no XNNPACK): the rows are merged and
+    printed, but the command fails, so a script does not take an empty benchmark as done. One timed run is a
+    result, with the failures beside it."""
+    import argparse
+    from dataclasses import replace
+
+    from pipeline import phone
+
+    cfg = replace(run_copy, phone=replace(run_copy.phone, providers=providers))
+    monkeypatch.setattr(phone, "load_config", lambda path, overrides: cfg)
+    args = argparse.Namespace(config="unused.toml", overrides=[], platform="android", adb=None,
+                              perf_test=str(_perf_binary(tmp_path)), serial=None)
+    assert phone.run_cli(args) == code
+    out, err = capsys.readouterr()
+    assert "/qnn/1t: failed: the qnn provider cannot run every node" in out and "merged into" in out
+    assert ("phone-bench timed nothing" in err) == (code == 1)
+    rows = json.loads((cfg.run_dir / "report" / "results.json").read_text())["rows"]
+    assert any(k.startswith("android:") for r in rows for k in r["latency"])
+
+
 def test_apple_path_skips_clearly_off_macos(run_copy):
     from pipeline.phone import phone_bench
     from pipeline.errors import PipelineError

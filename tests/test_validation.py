@@ -153,6 +153,25 @@ def test_set_items_are_named_as_such_and_a_number_for_a_name_gets_the_quoting(tm
         load_config(None, ["run.name=2024"])
 
 
+def test_a_checked_value_from_set_is_traced_to_it_and_a_second_line_is_not_dropped(tmp_path):
+    """The value is checked after merging into the file's: the message names the file (where the run's other
+    values are) and the --set item that gave the bad one. A --set with a newline once parsed as TOML with the
+    second line a key of its own, silently dropped."""
+    cfg = tmp_path / "mine.toml"
+    cfg.write_text("[bench]\nseq_lengths = [16, 32]\nheadline_length = 32\n")
+    with pytest.raises(PipelineError, match=r"^.*mine.toml: 'bench.headline_length' = 64 .* \[the value came from "
+                                            r"--set 'bench.headline_length=64'\]$"):
+        load_config(cfg, ["distill.epochs=2", "bench.headline_length=64"])
+    with pytest.raises(PipelineError) as e:  # the file's own bad value is not blamed on an unrelated --set
+        cfg.write_text("[bench]\nseq_lengths = [16, 32]\nheadline_length = 64\n")
+        load_config(cfg, ["distill.epochs=2"])
+    assert "came from --set" not in str(e.value)
+    with pytest.raises(PipelineError, match=r"^--set 'distill.epochs=2\\ndistill.lr=0.1': one section.key=value "
+                                            r"per --set; .*\('distill.lr=0.1'\)"):
+        load_config(None, ["distill.epochs=2\ndistill.lr=0.1"])
+    assert load_config(None, ['lm.prompts=["a\\nb"]']).lm.prompts == ["a\nb"]  # an escaped newline is a value
+
+
 @pytest.mark.parametrize("argv", [["show-config", "--config", ""], ["run", "--until", ""]])
 def test_an_empty_config_or_until_is_an_error_not_the_defaults(argv, capsys):
     from pipeline.cli import main
