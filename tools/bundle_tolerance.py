@@ -105,4 +105,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from tools.cli import main_exit
+
+    raise SystemExit(main_exit(main))

@@ -109,4 +109,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from tools.cli import main_exit
+
+    raise SystemExit(main_exit(main))

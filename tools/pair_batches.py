@@ -15,6 +15,7 @@ from pathlib import Path
 
 from eval import latency as L
 from eval.paired import alternate
+from tools.cli import need_run, positive_int
 
 PAIRS = [("quantize/student/optimized.onnx", "quantize/student/fp32.onnx"),
          ("export/student/optimized.ort", "export/student/fp32.ort"),
@@ -26,12 +27,13 @@ PAIRS = [("quantize/student/optimized.onnx", "quantize/student/fp32.onnx"),
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, default=Path("runs/demo"))
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 32])
-    ap.add_argument("--length", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--batch", type=positive_int, nargs="+", default=[1, 32])
+    ap.add_argument("--length", type=positive_int, default=64)
+    ap.add_argument("--threads", type=positive_int, default=1)
+    ap.add_argument("--rounds", type=positive_int, default=9)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
+    need_run(a.run)
     from transformers import AutoTokenizer
 
     from tools.compare_files import _texts
@@ -57,4 +59,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from tools.cli import main_exit
+
+    raise SystemExit(main_exit(main))

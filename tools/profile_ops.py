@@ -24,6 +24,7 @@ import numpy as np
 
 from eval import latency as L
 from pipeline.errors import PipelineError
+from tools.cli import need_run, positive_int
 
 
 def default_files(run: Path) -> list[Path]:
@@ -96,15 +97,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--run", type=Path, default=Path("runs/demo"))
     ap.add_argument("--tokenizer", type=Path, help="default: <run>/quantize/student/tokenizer")
     ap.add_argument("--texts", type=Path, help="default: <run>/data/test.jsonl")
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 32])
-    ap.add_argument("--length", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--calls", type=int, default=40, help="profiled calls per file at batch 1 (batch N: calls / N * 4, "
+    ap.add_argument("--batch", type=positive_int, nargs="+", default=[1, 32])
+    ap.add_argument("--length", type=positive_int, default=64)
+    ap.add_argument("--threads", type=positive_int, default=1)
+    ap.add_argument("--calls", type=positive_int, default=40, help="profiled calls per file at batch 1 (batch N: calls / N * 4, "
                                                           "at least 5)")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--top", type=int, default=8, help="op types shown as columns")
+    ap.add_argument("--top", type=positive_int, default=8, help="op types shown as columns")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
+    if a.warmup < 0:
+        ap.error(f"--warmup must be 0 or more, got {a.warmup}")
+    if not a.files or not (a.tokenizer and a.texts):  # the defaults come from the run
+        need_run(a.run)
     from transformers import AutoTokenizer
 
     from tools.compare_files import _texts
@@ -130,4 +135,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from tools.cli import main_exit
+
+    raise SystemExit(main_exit(main))

@@ -73,4 +73,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from tools.cli import main_exit
+
+    raise SystemExit(main_exit(main))

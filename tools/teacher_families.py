@@ -665,4 +665,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tools.cli import main_exit
+
+    raise SystemExit(main_exit(main))

@@ -25,13 +25,16 @@ def main() -> None:
     from distill.train import TrainOptions, fit, seed_everything
     from pipeline.config import load_config
     from pipeline.data import read_labels, read_split
+    from tools.cli import positive_int
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="configs/demo.toml")
     p.add_argument("--set", dest="overrides", action="append", default=[])
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--steps", type=positive_int, default=60)
+    p.add_argument("--warmup", type=positive_int, default=10)
     args = p.parse_args()
+    if args.steps <= args.warmup:  # the timed steps are those after the warm-up
+        p.error(f"--steps ({args.steps}) must be more than --warmup ({args.warmup})")
     cfg = load_config(args.config, args.overrides)
     run_dir = cfg.run_dir
     if not (run_dir / "logits" / "manifest.json").is_file():
@@ -76,4 +79,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    main()
+    from tools.cli import main_exit
+
+    raise SystemExit(main_exit(main))

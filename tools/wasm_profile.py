@@ -208,4 +208,6 @@ def print_compare(doc: dict, runtimes: list[str], keys: list[str], a) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from tools.cli import main_exit
+
+    raise SystemExit(main_exit(main))

@@ -1,0 +1,40 @@
+"""The probes in tools/ answer bad arguments with one line, not a traceback deep in a library call."""
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("module, argv, message", [
+    ("pair_batches", ["--run", "{tmp}/none"], "run folder {tmp}/none does not exist: give --run runs/<name>"),
+    ("profile_ops", ["--run", "{tmp}/none"], "run folder {tmp}/none does not exist"),
+    ("throughput", ["--config", "{tmp}/none.toml"], "config file {tmp}/none.toml does not exist"),
+    ("throughput", ["--set", "distill.nosuch=1"], "unknown key 'distill.nosuch'"),
+])
+def test_a_missing_run_or_bad_config_is_one_error_line(module, argv, message, tmp_path, capsys, monkeypatch):
+    import importlib
+
+    from tools.cli import main_exit
+
+    mod = importlib.import_module(f"tools.{module}")
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    monkeypatch.setattr("sys.argv", [module, *argv])  # throughput reads sys.argv (make bench-ddp's runpy)
+    call = (lambda: mod.main()) if module == "throughput" else (lambda: mod.main(argv))
+    assert main_exit(call) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message.format(tmp=tmp_path) in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("module, argv, message", [
+    ("pair_batches", ["--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+    ("profile_ops", ["--batch", "1", "x"], "argument --batch: expected a whole number, got 'x'"),
+    ("profile_ops", ["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
+    ("throughput", ["--steps", "5", "--warmup", "10"], "--steps (5) must be more than --warmup (10)"),
+])
+def test_counts_are_checked_by_the_parser(module, argv, message, capsys, monkeypatch):
+    import importlib
+
+    mod = importlib.import_module(f"tools.{module}")
+    monkeypatch.setattr("sys.argv", [module, *argv])
+    with pytest.raises(SystemExit) as e:
+        mod.main() if module == "throughput" else mod.main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err

@@ -1,0 +1,35 @@
+"""What every probe's command line shares: counts that must be positive, and bad input (a missing run, a
+refused config) as one `error:` line with exit status 2 instead of a traceback."""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from pipeline.errors import PipelineError
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number above 0 (a count of calls, rounds, threads, a batch or a length)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def need_run(run, what: str = "a finished run (make all)") -> None:
+    """Refuse a --run folder that does not exist before a library call fails deep inside on a missing file."""
+    if not run.is_dir():
+        raise PipelineError(f"run folder {run} does not exist: give --run runs/<name> of {what}")
+
+
+def main_exit(main: Callable[[], int | None]) -> int:
+    """Run a probe's main; PipelineError and OS errors (a missing or unreadable file) become one line."""
+    try:
+        return main() or 0
+    except (PipelineError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
