@@ -43,10 +43,11 @@ TEACHERS: dict[str, PackagedTeacher] = {"minilm-package": PackagedTeacher(_minil
                                         "smollm2-package": PackagedTeacher(_smollm_package, "generation")}
 
 
-def spec_problem(spec: str, task: str = "classification") -> str | None:
+def spec_problem(spec: str, task: str = "classification", missing_ok: bool = False) -> str | None:
     """What is wrong with teacher.model for run.task (None: fine), without loading anything: a packaged teacher
-    of the other task, or a local path that is missing or no Hugging Face folder. The config load checks all but
-    a missing path (pipeline/config_rules.py); the teacher stage all of it."""
+    of the other task, or a local path that is missing (unless missing_ok) or no Hugging Face folder. The config
+    load passes missing_ok (pipeline/config_rules.py): a teacher folder moved after training must not stop
+    status, report, bundle or phone-bench, which never read it; the teacher stage refuses it when it runs."""
     named = [name for name, t in TEACHERS.items() if t.task == task]
     if spec in TEACHERS:
         if TEACHERS[spec].task != task:
@@ -57,8 +58,8 @@ def spec_problem(spec: str, task: str = "classification") -> str | None:
     if spec.startswith((".", "/", "~")) or p.exists():
         p = p.expanduser()
         if not p.exists():
-            return (f"teacher.model = '{spec}' does not exist. Give a Hugging Face model folder (config.json + "
-                    f"weights), a hub id, or one of: {', '.join(named)}")
+            return None if missing_ok else (f"teacher.model = '{spec}' does not exist. Give a Hugging Face model "
+                                            f"folder (config.json + weights), a hub id, or one of: {', '.join(named)}")
         if not p.is_dir():
             return (f"teacher.model = '{spec}' is not a folder. Give a Hugging Face model folder (config.json + "
                     f"weights), a hub id, or one of: {', '.join(named)}")
