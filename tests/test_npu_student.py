@@ -279,3 +279,23 @@ def test_compare_files_bad_input_is_one_message(tmp_path):
     (tmp_path / "x.jsonl").write_text('{"text": "fine"}\n{"label": 1}\n')
     with pytest.raises(PipelineError, match="line 2 is not a JSON object with a 'text' field"):
         _texts(tmp_path / "x.jsonl")
+
+
+def test_in_process_checker_reads_as_its_command_line(tmp_path):
+    """check_onnx runs ORT's usability checker in-process; its reading of a file equals what the checker's own
+    command line prints, parsed the same way. A file it cannot read is an error entry, not an exception."""
+    import subprocess
+    import sys
+
+    from eval.npu import parse_usability
+
+    made = write_variant(tiny_student(), tmp_path / "npu", "nnapi-int8", [16], 17, texts(8, 16), 0, "student",
+                         cls_only=True)
+    path = made["files"][16]
+    proc = subprocess.run([sys.executable, "-m", "onnxruntime.tools.check_onnx_model_mobile_usability", str(path)],
+                          capture_output=True, text=True, timeout=300)
+    cli = parse_usability(proc.stdout + "\n" + proc.stderr)
+    assert set(cli) == {"nnapi", "coreml_neuralnetwork", "coreml_mlprogram"}
+    assert check_onnx(path) == cli
+    (tmp_path / "broken.onnx").write_bytes(b"not a model")
+    assert check_onnx(tmp_path / "broken.onnx")["error"].startswith("checker failed: ")
