@@ -20,6 +20,23 @@ from pipeline.errors import PipelineError
 CPU = ("CPUExecutionProvider",)
 
 
+def extensions_library() -> str:
+    """onnxruntime-extensions' custom-op library (the in-graph tokenizer's kernels), found without importing the
+    package: its __init__ imports transformers and torch where they are installed, about 4 s that every
+    verify-bundle replay process paid for one file path."""
+    import importlib.machinery
+    import importlib.util
+
+    spec = importlib.util.find_spec("onnxruntime_extensions")  # a top-level name: nothing is executed
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            if (lib := Path(folder) / f"_extensions_pydll{suffix}").is_file():
+                return str(lib)
+    from onnxruntime_extensions import get_library_path  # another layout: the package's own answer
+
+    return get_library_path()
+
+
 def ort_session(model: Path | str | bytes, threads: int = 0, providers: Sequence[str] = CPU, *,
                 inter_threads: int = 0, custom_ops: bool = False, optimize: bool = True, quiet: bool = True,
                 config: dict[str, str] | None = None, disabled_optimizers: Sequence[str] = (),
@@ -47,9 +64,7 @@ def ort_session(model: Path | str | bytes, threads: int = 0, providers: Sequence
     for key, value in (config or {}).items():
         opts.add_session_config_entry(key, value)
     if custom_ops:
-        from onnxruntime_extensions import get_library_path
-
-        opts.register_custom_ops_library(get_library_path())
+        opts.register_custom_ops_library(extensions_library())
     src = model if isinstance(model, bytes) else str(model)
     try:
         return ort.InferenceSession(src, opts, providers=list(providers), disabled_optimizers=list(disabled_optimizers))

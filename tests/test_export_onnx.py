@@ -275,3 +275,19 @@ def test_cls_only_last_layer_keeps_the_logits_and_drops_the_work(models, inputs,
     assert g_on < 0.8 * g_off  # 2 layers: the second does ~1/5 of its work
     f_on, f_off = folder_flops(m.folder, 64, cls_only=True), folder_flops(m.folder, 64)
     assert abs((g_off - g_on) - (f_off - f_on)) < 0.02 * f_off  # the formula drops what the graph drops
+
+
+def test_extensions_library_is_the_packages_own_without_importing_it():
+    """The custom-op library is found beside the package without running its __init__ (which imports
+    transformers and torch): the same file the package names, in a process that then has no transformers."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; from export.ort_session import extensions_library as f; p = f(); "
+            "print(p); print('transformers' in sys.modules, 'onnxruntime_extensions' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout.split("\n")
+    from onnxruntime_extensions import get_library_path
+
+    assert out[0] == get_library_path() and out[1] == "False False"
