@@ -36,7 +36,7 @@ all: $(STAMP) web-deps
 
 help:
 	@echo "make all [CONFIG=configs/NAME.toml] [SET='distill.epochs=2 ...']  set up and run every stage"
-	@echo "make test                                  set up and run the test suite"
+	@echo "make test [TEST_JOBS=2]                    set up and run the test suite (TEST_JOBS pytest workers)"
 	@echo "make <stage>                               one stage (and what it needs): $(STAGES)"
 	@echo "make status                                which stages are done"
 	@echo "make show-config [CONFIG=...] [SET=...]    print the resolved config"
@@ -77,11 +77,17 @@ js-client: $(JS_STAMP)
 web-deps:
 	@web/install.sh
 
+# TEST_JOBS pytest workers (pytest-xdist), each taking whole test files: much of the suite waits on processes it
+# starts (Chromium, Node, torchrun, the replay and compiler processes), so 2 workers finish sooner on 2 cores
+# (docs/results/2026-11-26-seventh-session-speed.md). TEST_JOBS=1 runs the suite in this process.
+TEST_JOBS ?= 2
+PYTEST = HF_HUB_OFFLINE=1 $(BIN)/python -m pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile)
+
 test: $(STAMP) js-client web-deps
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -rs
+	$(PYTEST) -q -rs
 
 test-fast: $(STAMP) js-client
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not e2e"
+	$(PYTEST) -q -m "not e2e"
 
 $(STAGES): $(STAMP)
 	$(RUN) $@
