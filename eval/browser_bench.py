@@ -94,7 +94,9 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
         for n, reason in p.skipped_lengths.items():
             entry[n] = skip(reason)
         entry["session"] = {"provider": "onnxruntime-web wasm", "threads": n_threads, "runtime": runtime,
-                            "cross_origin_isolated": run.get("isolated"), "chromium": chromium_path(b.browser_executable)}
+                            "cross_origin_isolated": run.get("isolated"), "chromium": chromium_path(b.browser_executable),
+                            # untimed seconds this file ran first; the page's first file ran longer (runtime_warmup)
+                            "warmup_s": timed.get("warmup_s"), "runtime_warmup": run.get("runtime_warmup")}
         out[k] = entry
     if b.browser_cross_check:
         cross_check(bench, out, files, [row for (_, row, _) in points.values()])

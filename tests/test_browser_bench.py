@@ -74,7 +74,12 @@ def _bench(models, tmp_path, **bench):
     return Bench(cfg, models, texts, {"peak_gflops_fp32": {"1": 10.0}}, tmp_path)
 
 
+def dyn_session(out: dict, target: str) -> dict:
+    return out[(target, ("student", "int8-dynamic", "ort"))]["session"]
+
+
 def test_every_file_timed_failed_or_skipped_with_reason(student_files, tmp_path):
+    from eval.browser import FILE_WARMUP_S, RUNTIME_WARMUP_S
     from eval.browser_bench import measure_browser
     from eval.targets import get_target, host_threads
 
@@ -93,6 +98,11 @@ def test_every_file_timed_failed_or_skipped_with_reason(student_files, tmp_path)
         s = fp32["session"]
         assert s["threads"] == threads and s["provider"] == "onnxruntime-web wasm"
         assert s["cross_origin_isolated"] is True and "onnxruntime-web 1.30.0" in s["runtime"]
+        # warmed by time before timing: every file, and the page's first loadable file (the runtime) longer
+        assert s["warmup_s"] >= FILE_WARMUP_S
+        assert s["runtime_warmup"]["key"] == "student/fp32/onnx"
+        assert s["runtime_warmup"]["seconds"] >= RUNTIME_WARMUP_S
+        assert dyn_session(out, target)["warmup_s"] < RUNTIME_WARMUP_S  # later files: the file warm-up only
         # other variants: the headline length only
         dyn = out[(target, ("student", "int8-dynamic", "ort"))]
         assert "p50_ms" in dyn["16"] and "sweep" in dyn["8"]["reason"]

@@ -1,8 +1,9 @@
 // Times ONNX / .ort files in onnxruntime-web (WASM) inside headless Chromium.
 //   node web/bench.mjs JOB.json OUT.json
-// JOB: { chromium, threads: [1, 2], warmup, iterations, max_seconds,
+// JOB: { chromium, threads: [1, 2], warmup, iterations, max_seconds, runtime_warmup_seconds, file_warmup_seconds,
 //        files: [{ key, path, inputs: { "<n>": { input_ids: [...], attention_mask: [...] } } }] }
-// OUT: { versions, runs: { "<threads>": { isolated, files: { key: { "<n>": [ms, ...] } | { error } } } } }
+// OUT: { versions, runs: { "<threads>": { isolated, runtime_warmup: { key, seconds },
+//        files: { key: { "<n>": [ms, ...], warmup_s } | { error } } } } }
 // One page per thread count: onnxruntime-web fixes its thread pool when the WASM module first loads.
 import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -21,30 +22,46 @@ const mounts = { "/ort/": path.join(here, "node_modules/onnxruntime-web/dist"), 
 job.files.forEach((f, i) => { mounts[`/model/${i}${path.extname(f.path)}`] = f.path; });
 const ortVersion = JSON.parse(await readFile(path.join(here, "node_modules/onnxruntime-web/package.json"), "utf8")).version;
 
-// Runs inside the page: load each file, time each length, release the session.
-async function timeFiles({ files, threads, warmup, iterations, maxSeconds }) {
+// Runs inside the page: load each file, warm it, time each length, release the session.
+// Warm-up is by time, not only by count (measured on a 2-core EPYC, Chromium 150, onnxruntime-web 1.30):
+// - V8 runs WASM from a baseline tier first and compiles hot functions with its optimizing tier in the
+//   background. Timed before that finished, the first file read up to 3x slow (the teacher's fp32 .onnx at
+//   16 tokens: 45.6 ms, 21.5 ms with --no-liftoff; with 2 threads its first three lengths were slow). So the
+//   first file that loads runs untimed for runtimeWarmup seconds (--no-liftoff would instead cost a 17 s
+//   optimizing compile of the whole module per page).
+// - After a large session is released, the next file's first samples ran 2-3x slow for tens of
+//   milliseconds (the student's fp32 .onnx after the teacher: 2.7 ms, then 7.4-8.9 ms); 2 runs of a 3 ms
+//   model did not cover that, so every file also runs untimed for fileWarmup seconds.
+// Each length then still gets `warmup` untimed runs (a new input shape plans its own buffers).
+async function timeFiles({ files, threads, warmup, iterations, maxSeconds, runtimeWarmup, fileWarmup }) {
   const ort = await import("/ort/ort.wasm.min.mjs");
   ort.env.wasm.wasmPaths = "/ort/";
   ort.env.wasm.numThreads = threads;
   ort.env.wasm.proxy = false;
   const out = {};
+  let warmed = null;  // {key, seconds}: the runtime warm-up, on the first file that loaded
   for (const f of files) {
     let session;
     try {
       const bytes = new Uint8Array(await (await fetch(f.url)).arrayBuffer());
       session = await ort.InferenceSession.create(bytes, { executionProviders: ["wasm"], graphOptimizationLevel: "all" });
-      const res = {};
-      for (const [n, inp] of Object.entries(f.inputs)) {
-        const shape = [1, inp.input_ids.length];
-        const known = {
-          input_ids: inp.input_ids, attention_mask: inp.attention_mask,
-          token_type_ids: inp.input_ids.map(() => 0),
-        };
+      // (page code: web/lib/feeds.mjs cannot be imported here)
+      const feedsByLength = Object.entries(f.inputs).map(([n, inp]) => {
+        const known = { input_ids: inp.input_ids, attention_mask: inp.attention_mask, token_type_ids: inp.input_ids.map(() => 0) };
         const feeds = {};
         for (const name of session.inputNames) {
           if (!(name in known)) throw new Error(`model input ${name} is not input_ids / attention_mask / token_type_ids`);
-          feeds[name] = new ort.Tensor("int64", BigInt64Array.from(known[name].map(BigInt)), shape);
+          feeds[name] = new ort.Tensor("int64", BigInt64Array.from(known[name].map(BigInt)), [1, inp.input_ids.length]);
         }
+        return [n, feeds];
+      });
+      const w0 = performance.now();
+      const until = w0 + (warmed ? fileWarmup : Math.max(runtimeWarmup, fileWarmup)) * 1000;
+      for (let i = 0; performance.now() < until; i++) await session.run(feedsByLength[i % feedsByLength.length][1]);
+      const warmupSeconds = (performance.now() - w0) / 1000;
+      warmed ??= { key: f.key, seconds: warmupSeconds };
+      const res = { warmup_s: warmupSeconds };
+      for (const [n, feeds] of feedsByLength) {
         for (let i = 0; i < warmup; i++) await session.run(feeds);
         const samples = [];
         const start = performance.now();
@@ -63,7 +80,7 @@ async function timeFiles({ files, threads, warmup, iterations, maxSeconds }) {
       if (session) await session.release();
     }
   }
-  return out;
+  return { files: out, runtime_warmup: warmed };
 }
 
 const { server, origin } = await startServer(mounts);
@@ -76,8 +93,9 @@ try {
     const files = job.files.map((f, i) => ({ key: f.key, url: `/model/${i}${path.extname(f.path)}`, inputs: f.inputs }));
     const timed = await page.evaluate(timeFiles, {
       files, threads, warmup: job.warmup, iterations: job.iterations, maxSeconds: job.max_seconds,
+      runtimeWarmup: job.runtime_warmup_seconds, fileWarmup: job.file_warmup_seconds,
     });
-    result.runs[String(threads)] = { isolated, page_errors: errors, files: timed };
+    result.runs[String(threads)] = { isolated, page_errors: errors, ...timed };
     await page.close();
   }
 } finally {
