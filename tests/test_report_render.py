@@ -178,3 +178,19 @@ def test_browser_cross_check_section():
     assert "onnxruntime-web 1.30.0" in section
     plain = [_row("student", "int8-dynamic", "ort", "accuracy", 0.8, 1000, None, {64: 2.0})]
     assert "cross-checked" not in to_markdown(blocks(build_results(_doc(plain)), {}))
+
+
+def test_header_states_the_browser_warm_up_only_when_a_browser_target_was_timed():
+    rows = [_row("student", "fp32", "onnx", "accuracy", 0.77, 4000, {64: 2.0}, None)]
+    doc = _doc(rows)
+    doc["plan"].update(browser_warmup=2, browser_iterations=10, browser_runtime_warmup_s=3.0,
+                       browser_file_warmup_s=0.15)
+    assert "Browser targets:" not in to_markdown(blocks(build_results(doc), {}))  # none timed
+    doc["targets"] = dict(TARGETS, **{"browser-wasm": {"runtime": "onnxruntime-web", "provider": "wasm", "threads": 1,
+                                                       "precision": "fp32", "formats": ["onnx", "ort"], "proxy": "",
+                                                       "description": ""}})
+    doc["threads"]["browser-wasm"] = 1
+    rows[0]["latency"]["browser-wasm"] = _lat({64: 5.0})
+    md = to_markdown(blocks(build_results(doc), {}))
+    assert ("Browser targets: 2 warm-up calls per length and up to 10 timed calls, after each file ran untimed "
+            "for 0.15 s and each page's first file for 3.0 s") in md
