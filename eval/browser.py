@@ -24,10 +24,10 @@ WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 BROWSER_RUNTIME = "onnxruntime-web"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 INSTALL_HINT = "run `make web-deps` (npm ci in web/, and apt-get install chromium as root)"
-# untimed seconds per page before the first file is timed (V8's optimizing tier compiles the hot WASM
-# functions in the background meanwhile) and per file (a released large session slowed the next file's
-# first runs); web/bench.mjs gives the measurements behind both
-RUNTIME_WARMUP_S = 3.0
+# V8 flags of the bench's pages: the WASM module compiled optimized when it loads, not tiered up function by
+# function while files are timed (the measurements are in web/bench.mjs)
+V8_FLAGS = "--no-liftoff"
+# untimed seconds per file before its timed calls (a released large session slowed the next file's first runs)
 FILE_WARMUP_S = 0.15
 
 
@@ -83,16 +83,15 @@ def unavailable_reason(configured: str = "") -> str | None:
 def run_job(files: list[dict], threads: list[int], warmup: int, iterations: int, max_seconds: float,
             executable: str = "", timeout_s: float = 1800) -> dict:
     """Time files ({key, path, inputs: {n: {input_ids, attention_mask}}}) in Chromium at each thread count.
-    Each page first runs its first file untimed for RUNTIME_WARMUP_S, every file for FILE_WARMUP_S.
-    Returns web/bench.mjs's document: {versions, runs: {threads: {isolated, runtime_warmup: {key, seconds},
+    Chromium runs with V8_FLAGS; every file runs untimed for FILE_WARMUP_S first.
+    Returns web/bench.mjs's document: {versions, js_flags, runs: {threads: {isolated,
     files: {key: {n: [ms], warmup_s} | {error}}}}}.
     Raises RuntimeError with the tail of node's output when the browser itself fails."""
     exe = chromium_path(executable)
     if exe is None:
         raise RuntimeError(unavailable_reason(executable) or "no Chromium")
     job = {"chromium": exe, "threads": threads, "warmup": warmup, "iterations": iterations,
-           "max_seconds": max_seconds, "runtime_warmup_seconds": RUNTIME_WARMUP_S,
-           "file_warmup_seconds": FILE_WARMUP_S, "files": [dict(f, path=str(Path(f["path"]).resolve())) for f in files]}
+           "max_seconds": max_seconds, "js_flags": V8_FLAGS, "file_warmup_seconds": FILE_WARMUP_S, "files": [dict(f, path=str(Path(f["path"]).resolve())) for f in files]}
     return run_node_script("bench.mjs", job, timeout_s)
 
 

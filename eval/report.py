@@ -96,11 +96,11 @@ def _header(res: dict) -> list[Block]:
               + (f" desktop-gpu: every row's points are timed together in {plan['gpu_rounds']} interleaved rounds "
                  f"(the same calls per point, spread over the rounds), so a phase of drift during the bench moves "
                  f"every file alike." if plan.get("gpu_rounds") and _measured_on(res, "desktop-gpu") else "")
-              + (f" Browser targets: {plan['browser_warmup']} warm-up calls per length and up to "
-                 f"{plan['browser_iterations']} timed calls, after each file ran untimed for "
-                 f"{plan['browser_file_warmup_s']} s and each page's first file for {plan['browser_runtime_warmup_s']} s "
-                 f"(V8 compiles WASM with its optimizing tier in the background; timed before that, a first file "
-                 f"read up to 3x slow)." if "browser_runtime_warmup_s" in plan and
+              + (f" Browser targets: Chromium with V8 flags {plan['browser_v8_flags']} (the WASM module compiled "
+                 f"optimized before anything is timed: tiered up while files were timed, files read up to 3x slow), "
+                 f"each file run untimed for {plan['browser_file_warmup_s']} s, then {plan['browser_warmup']} "
+                 f"warm-up calls per length and up to {plan['browser_iterations']} timed calls."
+                 if "browser_v8_flags" in plan and
                  any(_measured_on(res, t) for t in ("browser-wasm", "browser-wasm-mt")) else "")),
         ("p", ("Host proxies: " + ", ".join(proxies) + " - measured on this machine as a stand-in; their ratios "
                "between models carry over, their absolute times do not." if proxies else

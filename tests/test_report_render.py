@@ -183,7 +183,7 @@ def test_browser_cross_check_section():
 def test_header_states_the_browser_warm_up_only_when_a_browser_target_was_timed():
     rows = [_row("student", "fp32", "onnx", "accuracy", 0.77, 4000, {64: 2.0}, None)]
     doc = _doc(rows)
-    doc["plan"].update(browser_warmup=2, browser_iterations=10, browser_runtime_warmup_s=3.0,
+    doc["plan"].update(browser_warmup=2, browser_iterations=10, browser_v8_flags="--no-liftoff",
                        browser_file_warmup_s=0.15)
     assert "Browser targets:" not in to_markdown(blocks(build_results(doc), {}))  # none timed
     doc["targets"] = dict(TARGETS, **{"browser-wasm": {"runtime": "onnxruntime-web", "provider": "wasm", "threads": 1,
@@ -192,5 +192,6 @@ def test_header_states_the_browser_warm_up_only_when_a_browser_target_was_timed(
     doc["threads"]["browser-wasm"] = 1
     rows[0]["latency"]["browser-wasm"] = _lat({64: 5.0})
     md = to_markdown(blocks(build_results(doc), {}))
-    assert ("Browser targets: 2 warm-up calls per length and up to 10 timed calls, after each file ran untimed "
-            "for 0.15 s and each page's first file for 3.0 s") in md
+    assert ("Browser targets: Chromium with V8 flags --no-liftoff (the WASM module compiled optimized before "
+            "anything is timed") in md
+    assert "each file run untimed for 0.15 s, then 2 warm-up calls per length and up to 10 timed calls." in md

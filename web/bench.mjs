@@ -1,8 +1,8 @@
 // Times ONNX / .ort files in onnxruntime-web (WASM) inside headless Chromium.
 //   node web/bench.mjs JOB.json OUT.json
-// JOB: { chromium, threads: [1, 2], warmup, iterations, max_seconds, runtime_warmup_seconds, file_warmup_seconds,
+// JOB: { chromium, js_flags, threads: [1, 2], warmup, iterations, max_seconds, file_warmup_seconds,
 //        files: [{ key, path, inputs: { "<n>": { input_ids: [...], attention_mask: [...] } } }] }
-// OUT: { versions, runs: { "<threads>": { isolated, runtime_warmup: { key, seconds },
+// OUT: { versions, js_flags, runs: { "<threads>": { isolated,
 //        files: { key: { "<n>": [ms, ...], warmup_s } | { error } } } } }
 // One page per thread count: onnxruntime-web fixes its thread pool when the WASM module first loads.
 import { readFile, writeFile } from "node:fs/promises";
@@ -23,23 +23,23 @@ job.files.forEach((f, i) => { mounts[`/model/${i}${path.extname(f.path)}`] = f.p
 const ortVersion = JSON.parse(await readFile(path.join(here, "node_modules/onnxruntime-web/package.json"), "utf8")).version;
 
 // Runs inside the page: load each file, warm it, time each length, release the session.
-// Warm-up is by time, not only by count (measured on a 2-core EPYC, Chromium 150, onnxruntime-web 1.30):
-// - V8 runs WASM from a baseline tier first and compiles hot functions with its optimizing tier in the
-//   background. Timed before that finished, the first file read up to 3x slow (the teacher's fp32 .onnx at
-//   16 tokens: 45.6 ms, 21.5 ms with --no-liftoff; with 2 threads its first three lengths were slow). So the
-//   first file that loads runs untimed for runtimeWarmup seconds (--no-liftoff would instead cost a 17 s
-//   optimizing compile of the whole module per page).
-// - After a large session is released, the next file's first samples ran 2-3x slow for tens of
-//   milliseconds (the student's fp32 .onnx after the teacher: 2.7 ms, then 7.4-8.9 ms); 2 runs of a 3 ms
-//   model did not cover that, so every file also runs untimed for fileWarmup seconds.
-// Each length then still gets `warmup` untimed runs (a new input shape plans its own buffers).
-async function timeFiles({ files, threads, warmup, iterations, maxSeconds, runtimeWarmup, fileWarmup }) {
+// V8 runs WASM from a baseline tier (Liftoff) and compiles hot functions with its optimizing tier in the
+// background, function by function, as each becomes hot. Timed that way (measured on a 2-core EPYC,
+// Chromium 150, onnxruntime-web 1.30, the demo run's files):
+// - the page's first file read up to 3x slow (the teacher's fp32 .onnx at 16 tokens: 45.6 ms; 21.5 ms
+//   with --no-liftoff), and with 2 threads its first three lengths were slow: the compile took a core;
+// - later files whose kernels had not run before read 2-3x slow with 2 threads, in steps of one 4 ms
+//   scheduler tick (the student's optimized .onnx after the teacher's files: 6.8 / 8.1 / 10.0 / 20.9 ms at
+//   16-128 tokens, 1.5 / 2.5 / 4.4 / 8.1 ms with --no-liftoff), which no warm-up of the first file covers.
+// So the pages run with --js-flags=--no-liftoff (JOB.js_flags): the whole module is compiled optimized when
+// it loads, about 15 s per page here, before anything is timed, and every file is timed at steady state.
+// Each file also runs untimed for fileWarmup seconds (its lengths in turn) and `warmup` calls per length.
+async function timeFiles({ files, threads, warmup, iterations, maxSeconds, fileWarmup }) {
   const ort = await import("/ort/ort.wasm.min.mjs");
   ort.env.wasm.wasmPaths = "/ort/";
   ort.env.wasm.numThreads = threads;
   ort.env.wasm.proxy = false;
   const out = {};
-  let warmed = null;  // {key, seconds}: the runtime warm-up, on the first file that loaded
   for (const f of files) {
     let session;
     try {
@@ -56,10 +56,9 @@ async function timeFiles({ files, threads, warmup, iterations, maxSeconds, runti
         return [n, feeds];
       });
       const w0 = performance.now();
-      const until = w0 + (warmed ? fileWarmup : Math.max(runtimeWarmup, fileWarmup)) * 1000;
+      const until = w0 + fileWarmup * 1000;
       for (let i = 0; performance.now() < until; i++) await session.run(feedsByLength[i % feedsByLength.length][1]);
       const warmupSeconds = (performance.now() - w0) / 1000;
-      warmed ??= { key: f.key, seconds: warmupSeconds };
       const res = { warmup_s: warmupSeconds };
       for (const [n, feeds] of feedsByLength) {
         for (let i = 0; i < warmup; i++) await session.run(feeds);
@@ -80,12 +79,12 @@ async function timeFiles({ files, threads, warmup, iterations, maxSeconds, runti
       if (session) await session.release();
     }
   }
-  return { files: out, runtime_warmup: warmed };
+  return { files: out };
 }
 
 const { server, origin } = await startServer(mounts);
-const browser = await launch(job.chromium);
-const result = { versions: { "onnxruntime-web": ortVersion, chromium: browser.version() }, runs: {} };
+const browser = await launch(job.chromium, job.js_flags);
+const result = { versions: { "onnxruntime-web": ortVersion, chromium: browser.version() }, js_flags: job.js_flags ?? "", runs: {} };
 try {
   for (const threads of job.threads) {
     const { page, errors, isolated } = await isolatedPage(browser, origin);
@@ -93,7 +92,7 @@ try {
     const files = job.files.map((f, i) => ({ key: f.key, url: `/model/${i}${path.extname(f.path)}`, inputs: f.inputs }));
     const timed = await page.evaluate(timeFiles, {
       files, threads, warmup: job.warmup, iterations: job.iterations, maxSeconds: job.max_seconds,
-      runtimeWarmup: job.runtime_warmup_seconds, fileWarmup: job.file_warmup_seconds,
+      fileWarmup: job.file_warmup_seconds,
     });
     result.runs[String(threads)] = { isolated, page_errors: errors, ...timed };
     await page.close();

@@ -29,7 +29,7 @@ def stage_bench(ctx: StageContext) -> dict:
     from transformers import AutoTokenizer
 
     from eval.bench import GPU_ROUNDS, Models, collect_rows, run_bench
-    from eval.browser import FILE_WARMUP_S, RUNTIME_WARMUP_S
+    from eval.browser import FILE_WARMUP_S, V8_FLAGS
     from eval.latency import INPUTS_NOTE
     from eval.machine import is_busy, machine_info
     from eval.peer import peer_rows
@@ -84,7 +84,7 @@ def stage_bench(ctx: StageContext) -> dict:
                  "head_to_head_rounds": b.head_to_head_rounds, "gpu_rounds": GPU_ROUNDS,
                  # the browser targets' own counts (timed in the page with performance.now(), eval/browser.py)
                  "browser_warmup": b.browser_warmup, "browser_iterations": b.browser_iterations,
-                 "browser_runtime_warmup_s": RUNTIME_WARMUP_S, "browser_file_warmup_s": FILE_WARMUP_S},
+                 "browser_v8_flags": V8_FLAGS, "browser_file_warmup_s": FILE_WARMUP_S},
         "targets": {t.name: {"runtime": t.runtime, "provider": t.provider, "threads": threads[t.name],
                              "precision": t.precision, "formats": list(t.formats), "proxy": t.proxy,
                              "description": t.description} for t in targets},
