@@ -91,7 +91,8 @@ def run_job(files: list[dict], threads: list[int], warmup: int, iterations: int,
     if exe is None:
         raise RuntimeError(unavailable_reason(executable) or "no Chromium")
     job = {"chromium": exe, "threads": threads, "warmup": warmup, "iterations": iterations,
-           "max_seconds": max_seconds, "js_flags": V8_FLAGS, "file_warmup_seconds": FILE_WARMUP_S, "files": [dict(f, path=str(Path(f["path"]).resolve())) for f in files]}
+           "max_seconds": max_seconds, "js_flags": V8_FLAGS, "file_warmup_seconds": FILE_WARMUP_S,
+           "files": [dict(f, path=str(Path(f["path"]).resolve())) for f in files]}
     return run_node_script("bench.mjs", job, timeout_s)
 
 

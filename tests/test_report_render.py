@@ -192,6 +192,6 @@ def test_header_states_the_browser_warm_up_only_when_a_browser_target_was_timed(
     doc["threads"]["browser-wasm"] = 1
     rows[0]["latency"]["browser-wasm"] = _lat({64: 5.0})
     md = to_markdown(blocks(build_results(doc), {}))
-    assert ("Browser targets: Chromium with V8 flags --no-liftoff (the WASM module compiled optimized before "
-            "anything is timed") in md
+    assert ("Browser targets: Chromium with V8 flags --no-liftoff (V8 compiles the WASM module optimized when it "
+            "loads; left to tier it up while files were timed, files read up to 3x slow)") in md
     assert "each file run untimed for 0.15 s, then 2 warm-up calls per length and up to 10 timed calls." in md
