@@ -98,8 +98,7 @@ def _header(res: dict) -> list[Block]:
                  f"every file alike." if plan.get("gpu_rounds") and _measured_on(res, "desktop-gpu") else "")
               + (f" Browser targets: Chromium with V8 flags {plan['browser_v8_flags']} (V8 compiles the WASM "
                  f"module optimized when it loads; left to tier it up while files were timed, files read up to 3x "
-                 f"slow), "
-                 f"each file run untimed for {plan['browser_file_warmup_s']} s, then {plan['browser_warmup']} "
+                 f"slow), each file run untimed for {plan['browser_file_warmup_s']} s, then {plan['browser_warmup']} "
                  f"warm-up calls per length and up to {plan['browser_iterations']} timed calls."
                  if "browser_v8_flags" in plan and
                  any(_measured_on(res, t) for t in ("browser-wasm", "browser-wasm-mt")) else "")),

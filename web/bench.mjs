@@ -79,7 +79,7 @@ async function timeFiles({ files, threads, warmup, iterations, maxSeconds, fileW
       if (session) await session.release();
     }
   }
-  return { files: out };
+  return out;
 }
 
 const { server, origin } = await startServer(mounts);
@@ -94,7 +94,7 @@ try {
       files, threads, warmup: job.warmup, iterations: job.iterations, maxSeconds: job.max_seconds,
       fileWarmup: job.file_warmup_seconds,
     });
-    result.runs[String(threads)] = { isolated, page_errors: errors, ...timed };
+    result.runs[String(threads)] = { isolated, page_errors: errors, files: timed };
     await page.close();
   }
 } finally {
