@@ -2,6 +2,7 @@
 front, latency vs sequence length (transformers solid, LSTMs dashed), size vs quality."""
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -14,6 +15,7 @@ MARKERS = {"fp32": "o", "optimized": "D", "int8-dynamic": "^", "int8-static": "s
 # an .ort file sits beside the .onnx of its variant: half-filled markers tell the two apart
 ORT_FILL = "left"
 RNN_MODELS = ("lstm", "lstm_distilled")
+DPI = 110  # the saved PNGs' resolution
 
 
 def _plt():
@@ -159,7 +161,7 @@ def _scatter(ax, pts: list[tuple[float, float, dict]], lo: float, hi: float, met
     return inside
 
 
-def _fig_legend(fig, rows: list[dict], extra: list | None = None, ncol: int = 6) -> None:
+def _fig_legend(fig, rows: list[dict], extra: list | None = None) -> None:
     """One legend for the figure, under the panels: colours name the models, markers the variants."""
     from matplotlib.lines import Line2D
 
@@ -172,7 +174,25 @@ def _fig_legend(fig, rows: list[dict], extra: list | None = None, ncol: int = 6)
         handles.append(Line2D([], [], color="#555", marker="o", mfc="none", ls="", label="hollow: PyTorch eager"))
     if any(r.get("source") == "optimum" for r in rows):
         handles.append(Line2D([], [], color="#bbb", marker="o", mec="black", ls="", label="black edge: Optimum"))
-    fig.legend(handles=handles + (extra or []), loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    handles += extra or []
+    _bottom_legend(fig, handles, [h.get_label() for h in handles], 8, 6)
+
+
+def _bottom_legend(fig, handles: list, labels: list[str], fontsize: float, max_ncol: int):
+    """The figure's legend under its panels, in as many columns (up to max_ncol) as the figure's width holds:
+    a one-panel figure (one target) is 6.4 in wide, and six columns of entries were cut off at both sides."""
+    renderer = fig.canvas.get_renderer()
+    for ncol in range(min(max_ncol, len(labels)), 0, -1):
+        legend = fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=fontsize, frameon=False)
+        if ncol == 1 or legend.get_window_extent(renderer).width <= 0.98 * fig.bbox.width:
+            return legend
+        legend.remove()
+
+
+def _wrapped(title: str, fig) -> str:
+    """Each line of title wrapped to the figure's width (about 13 characters an inch at 10 pt)."""
+    width = int(fig.get_figwidth() * 13)
+    return "\n".join(textwrap.fill(line, width) for line in title.split("\n"))
 
 
 def _number_labels(ax, named: list[tuple[float, float, dict]]) -> None:
@@ -199,22 +219,40 @@ def _number_labels(ax, named: list[tuple[float, float, dict]]) -> None:
                   title="Pareto front", title_fontsize=7)
 
 
-def _grid(plt, n: int, width: float, height: float, legend_in: float):
-    """n panels, NCOLS to a row, with legend_in inches under them for the figure legend."""
+def _grid(plt, n: int, width: float, height: float):
+    """n panels, NCOLS to a row (the figure legend's room is added by _finish, once its rows are known)."""
     ncols = min(n, NCOLS)
     nrows = -(-n // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows + legend_in), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     for ax in axes.flat[n:]:
         ax.remove()
     return fig, list(axes.flat[:n])
 
 
-def _finish(fig, path: Path, legend_in: float, top_in: float = 0.35) -> Path:
-    h = fig.get_figheight()
-    fig.tight_layout(rect=(0, legend_in / h, 1, 1 - top_in / h))
-    fig.savefig(path, dpi=110)
+def _finish(fig, path: Path) -> Path:
+    """Grow the figure by the height its bottom legend measures, lay the panels out above it (tight_layout
+    keeps the suptitle's room itself) and save."""
+    renderer = fig.canvas.get_renderer()
+    legend_in = sum(lg.get_window_extent(renderer).height for lg in fig.legends) / fig.dpi
+    if legend_in:
+        legend_in += 0.1  # a gap between the x-axis label and the legend
+        # whole pixels at the saved dpi, so the PNG is exactly the figure's size
+        fig.set_figheight(math.ceil((fig.get_figheight() + legend_in) * DPI) / DPI)
+    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
+    fig.savefig(path, dpi=DPI)
     _plt().close(fig)
     return path
+
+
+def _panel_title(results: dict, t: str, threads: bool) -> str:
+    """A target's panel title: the GPU's name for desktop-gpu (machine.gpu), else the thread count where it
+    matters, and a host proxy said as such."""
+    proxy = " - host proxy" if results["targets"].get(t, {}).get("proxy") else ""
+    if t == "desktop-gpu":
+        where = f" ({(results['machine'].get('gpu') or {}).get('name', 'GPU')})"  # CPU threads are moot there
+    else:
+        where = f" ({results['threads'].get(t, '?')} thread(s))" if threads else ""
+    return f"{t}{where}{proxy}"
 
 
 def quality_vs_latency(results: dict, out: Path) -> Path | None:
@@ -230,8 +268,7 @@ def quality_vs_latency(results: dict, out: Path) -> Path | None:
     # every panel shares the y-range of the rows that matter, so panels compare at a glance
     lo, hi = _y_range([r[metric] for r in shown if id(r) not in off] or [r[metric] for r in shown])
     plt = _plt()
-    legend_in = 0.55
-    fig, axes = _grid(plt, len(targets), 6.4, 4.3, legend_in)
+    fig, axes = _grid(plt, len(targets), 6.4, 4.3)
     for ax, t in zip(axes, targets):
         pts = [(p50(r, t, length), r[metric], r) for r in shown if p50(r, t, length)]
         inside = _scatter(ax, pts, lo, hi, metric, 1.35)
@@ -250,10 +287,7 @@ def quality_vs_latency(results: dict, out: Path) -> Path | None:
         # generation times the first token of a prompt (eval/bench.py measure_decode)
         what = "time to first token, prompt of" if metric == "perplexity" else "latency at"
         ax.set_xlabel(f"p50 {what} {length} tokens, batch 1 (ms, log scale)")
-        proxy = " - host proxy" if results["targets"][t].get("proxy") else ""
-        gpu = (results["machine"].get("gpu") or {}).get("name", "GPU")
-        where = gpu if t == "desktop-gpu" else f"{results['threads'].get(t, '?')} thread(s)"  # CPU threads: moot
-        ax.set_title(f"{t} ({where}){proxy}")
+        ax.set_title(_panel_title(results, t, threads=True))
     from matplotlib.lines import Line2D
 
     extra = [Line2D([], [], color="black", ls="--", marker="o", mfc="none", ms=9, alpha=0.7,
@@ -263,8 +297,8 @@ def quality_vs_latency(results: dict, out: Path) -> Path | None:
     if off:
         title += ("\nOptimum's rows in the grey band are off scale: their files are timed, but their "
                   f"{metric} is not a working model's (see caveat)")
-    fig.suptitle(title, fontsize=10)
-    return _finish(fig, out / "quality_vs_latency.png", legend_in, 0.4 if off else 0.3)
+    fig.suptitle(_wrapped(title, fig), fontsize=10)
+    return _finish(fig, out / "quality_vs_latency.png")
 
 
 def latency_vs_length(results: dict, out: Path) -> Path | None:
@@ -288,10 +322,7 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
     styles = {"fp32": ("-", "solid"), "optimized": ((0, (5, 1, 1, 1, 1, 1)), "dash-dot-dot"),
               "fp16": ((0, (8, 3)), "long dash"), "int8-dynamic": ("--", "dashed"), "int8-static": (":", "dotted")}
     labels: dict[str, object] = {}  # one legend for the figure: a row is drawn alike in every panel
-    n_labels = len({_line_label(r) for _, lines in sweeps for r, _, _ in lines})
-    ncol = 4
-    legend_in = 0.25 + 0.17 * -(-n_labels // ncol)
-    fig, axes = _grid(plt, len(sweeps), 6.4, 4.0, legend_in)
+    fig, axes = _grid(plt, len(sweeps), 6.4, 4.0)
     for ax, (t, lines) in zip(axes, sweeps):
         for r, xs, ys in lines:
             peer = r.get("source") == "optimum"
@@ -306,22 +337,18 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
         ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.set_xlabel("sequence length (tokens, batch 1)")
         ax.set_ylabel("p50 latency (ms, log scale)")
-        proxy = " - host proxy" if results["targets"].get(t, {}).get("proxy") else ""
-        ax.set_title(f"{t}{proxy}")
+        ax.set_title(_panel_title(results, t, threads=False))
     order = {m: i for i, m in enumerate(_models([r for _, lines in sweeps for r, _, _ in lines]))}
     keys = sorted(labels, key=lambda k: (order.get(k.split()[0], 99), k.split()[-1], "optimum" in k, k))
-    fig.legend([labels[k] for k in keys], keys, loc="lower center", ncol=ncol, fontsize=7.5, frameon=False)
+    _bottom_legend(fig, [labels[k] for k in keys], keys, 7.5, 4)
     drawn = [r for _, lines in sweeps for r, _, _ in lines]
     note = [f"{v} {name}" for v, (_, name) in styles.items()
             if any(r["variant"] == v and r.get("source") != "optimum" for r in drawn)]
     note += ["Optimum dash-dot"] if any(r.get("source") == "optimum" for r in drawn) else []
     note += ["half-filled markers .ort"] if any(r["format"] == "ort" for r in drawn) else []
-    # wrapped to the figure: a one-panel figure (one target) is 6.4 in wide
-    title = textwrap.fill("p50 latency vs sequence length (attention grows ~n\u00b2 and an LSTM ~n once the "
-                          f"sequence, not fixed costs, dominates; line style: {', '.join(note)})",
-                          int(fig.get_figwidth() * 13))
-    fig.suptitle(title, fontsize=10)
-    return _finish(fig, out / "latency_vs_length.png", legend_in, 0.17 + 0.18 * (title.count("\n") + 1))
+    fig.suptitle(_wrapped("p50 latency vs sequence length (attention grows ~n\u00b2 and an LSTM ~n once the "
+                          f"sequence, not fixed costs, dominates; line style: {', '.join(note)})", fig), fontsize=10)
+    return _finish(fig, out / "latency_vs_length.png")
 
 
 def _line_label(r: dict) -> str:
@@ -336,13 +363,12 @@ def size_vs_quality(results: dict, out: Path) -> Path | None:
     off = {id(r) for r in off_peers(rows, metric)}
     lo, hi = _y_range([r[metric] for r in rows if id(r) not in off] or [r[metric] for r in rows])
     plt = _plt()
-    legend_in = 0.5
-    fig, ax = plt.subplots(figsize=(9.0, 4.6 + legend_in))
+    fig, ax = plt.subplots(figsize=(9.0, 4.6))
     _scatter(ax, [(r["size_bytes"] / 2**20, r[metric], r) for r in rows], lo, hi, metric, 1.4)
     ax.set_xlabel("file size (MiB, log scale)")
     ax.set_title(f"size vs {metric}, every model and variant")
-    _fig_legend(fig, rows, ncol=6)
-    return _finish(fig, out / "size_vs_quality.png", legend_in, 0.05)
+    _fig_legend(fig, rows)
+    return _finish(fig, out / "size_vs_quality.png")
 
 
 def all_plots(results: dict, out: Path) -> dict[str, Path]:

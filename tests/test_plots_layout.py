@@ -127,3 +127,36 @@ def test_one_target_latency_plot_keeps_its_title_inside(tmp_path, kept):
     assert "fp32 solid" in title and "\n" in title
     drawn = {line.get_label().split()[1] for ax in fig.axes for line in ax.get_lines()}
     assert ("int8-static dotted" in title) == ("int8-static" in drawn)
+
+
+def _inside(fig, artist) -> bool:
+    box = artist.get_window_extent(fig.canvas.get_renderer())
+    return 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0 and box.y1 <= fig.bbox.height
+
+
+@pytest.mark.parametrize("plot", [quality_vs_latency, latency_vs_length])
+def test_one_target_figure_keeps_title_and_legend_inside(tmp_path, kept, plot):
+    """One target (a desktop-gpu run, say) is one 6.4 in panel: the title wraps to it, the figure legend takes
+    the columns that fit, and it sits under the panel, not over the x-axis label."""
+    res = _results()
+    res["targets"] = {"desktop-gpu": res["targets"]["host-cpu"]}
+    for r in res["rows"]:
+        r["latency"] = {"desktop-gpu": r["latency"]["host-cpu"]}
+    res["machine"]["gpu"] = {"name": "NVIDIA H100 80GB HBM3"}
+    plot(res, tmp_path)
+    fig = kept[-1]
+    fig.canvas.draw()
+    assert fig.get_size_inches()[0] == pytest.approx(6.4)
+    assert _inside(fig, fig._suptitle) and len(fig.legends) == 1 and _inside(fig, fig.legends[0])
+    ax = next(a for a in fig.axes if a.get_title())
+    assert ax.get_title().startswith("desktop-gpu (NVIDIA H100 80GB HBM3)")
+    r = fig.canvas.get_renderer()
+    assert fig.legends[0].get_window_extent(r).y1 <= ax.xaxis.label.get_window_extent(r).y0
+    assert fig.legends[0]._ncols < 6  # six columns of these entries are wider than 6.4 in
+
+
+def test_wide_figure_legend_keeps_its_columns(tmp_path, kept):
+    size_vs_quality(_results(), tmp_path)
+    fig = kept[-1]
+    fig.canvas.draw()
+    assert fig.legends[0]._ncols == 6 and _inside(fig, fig.legends[0])
