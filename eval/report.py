@@ -210,20 +210,28 @@ def _workloads(res: dict) -> list[Block]:
         for key, w in picks.items():
             label = "batch 1 latency" if key == "batch1" else f"batch {key.removeprefix('batch')} throughput"
             if "variant" not in w:
-                rows.append([target, label, "-", "-", "-", w.get("reason", "")])
+                rows.append([target, label, "-", "-", "-", w.get("reason", ""), "-"])
                 continue
             measured = (f"{w['p50_ms']:.3f} ms p50" if key == "batch1" else
                         f"{w['sequences_per_s']:.1f} seq/s ({w['p50_ms']:.1f} ms per batch)")
+            second = w.get("runner_up")
+            lead = "-" if not second else (
+                f"{second['variant']} {second['format']}: " +
+                (f"{second['p50_ms']:.3f} ms" if key == "batch1" else f"{second['sequences_per_s']:.1f} seq/s") +
+                f" ({second['lead']:+.1%})")
             rows.append([target, label, f"{w['variant']} {w['format']}", w.get("file") or "-",
-                         f"{w['accuracy']:.4f}", measured])
+                         f"{w['accuracy']:.4f}", measured, lead])
             rules[key] = w["rule"].split(" among ")[0]
     return _section(("h2", "Which file for which workload"),
                     ("p", "Per target, among our student files whose test accuracy is within the accuracy window "
                           "(bundle.accuracy_window) of the best: for answering one text at a time, the fastest p50 "
                           "at batch 1; for batches, the most sequences/s at the throughput batch. The app bundle's "
                           "metadata.json names the same files under \"workloads\". Rules: "
-                          + "; ".join(rules.values()) + "."),
-                    ("table", ["target", "workload", "file", "path", "accuracy", "measured"], rows))
+                          + "; ".join(rules.values()) + ". The runner-up column names the next file and the "
+                          "pick's lead over it: a lead of a few percent can flip when the bench runs again, so "
+                          "read such a pick as a tie."),
+                    ("table", ["target", "workload", "file", "path", "accuracy", "measured", "runner-up (lead)"],
+                     rows))
 
 
 def _peer_caveat(res: dict) -> list[Block]:

@@ -40,6 +40,11 @@ def test_batch1_is_fastest_and_batch32_most_throughput_within_the_window():
     assert (w["batch32"]["variant"], w["batch32"]["sequences_per_s"]) == ("optimized", 500)
     assert w["batch32"]["batch"] == 32 and w["batch1"]["batch"] == 1
     assert "within 0.010 of the best (0.8000)" in w["batch1"]["rule"] and "sequences/s" in w["batch32"]["rule"]
+    # the next file in the window and the pick's lead over it, as a fraction
+    assert w["batch1"]["runner_up"] == {"variant": "optimized", "format": "ort", "p50_ms": 3.0, "lead": pytest.approx(0.5)}
+    assert w["batch32"]["runner_up"] == {"variant": "int8-dynamic", "format": "ort", "sequences_per_s": 450,
+                                         "lead": pytest.approx(500 / 450 - 1)}
+    assert "runner_up" not in choose_workloads(ROWS, "host-cpu", 0.01, 64, 32)["batch1"]  # one file: none
     # a wider window lets int8-static in: it wins both
     w = choose_workloads(ROWS, "mobile-cpu", 0.03, 64, 32)
     assert w["batch1"]["variant"] == w["batch32"]["variant"] == "int8-static"
@@ -76,9 +81,12 @@ def test_report_table_names_the_file_per_workload():
     assert blocks[0] == ("h2", "Which file for which workload")
     table = blocks[-1][2]
     assert ["mobile-cpu", "batch 1 latency", "int8-dynamic ort", "export/student/int8-dynamic.ort", "0.7950",
-            "2.000 ms p50"] in table
+            "2.000 ms p50", "optimized ort: 3.000 ms (+50.0%)"] in table
     assert ["mobile-cpu", "batch 32 throughput", "optimized ort", "export/student/optimized.ort", "0.8000",
-            "500.0 seq/s (64.0 ms per batch)"] in table
+            "500.0 seq/s (64.0 ms per batch)", "int8-dynamic ort: 450.0 seq/s (+11.1%)"] in table
+    # host-cpu has one .onnx file: no runner-up
+    assert ["host-cpu", "batch 1 latency", "fp32 onnx", "export/student/fp32.onnx", "0.8000", "1.500 ms p50", "-"] in table
+    assert "read such a pick as a tie" in blocks[1][1]
     assert _workloads({"workloads": {}}) == []
 
 
