@@ -25,7 +25,7 @@ def _ours(rows: list[dict], length: int) -> tuple[dict, float] | None:
     if not mine:
         return None
     best = max(r["accuracy"] for r in mine)
-    timed = [(r, t) for r in mine if r["accuracy"] >= best - WINDOW - 1e-12 and (t := pick_p50(r, TARGET, length))]
+    timed = [(r, t) for r in mine if r["accuracy"] >= best - WINDOW - 1e-12 and (t := pick_p50(r, TARGET, length, rows))]
     return min(timed, key=lambda x: x[1]) if timed else None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import statistics
+from typing import Sequence
 
 
 def point(row: dict | None, target: str, key: int | str) -> dict:
@@ -23,13 +24,30 @@ def _rounds(row: dict, target: str, length: int | str) -> list[float] | None:
     return rounds.get("round_p50_ms") if str(rounds.get("length")) == str(length) else None
 
 
-def pick_p50(row: dict, target: str, length: int | str) -> float | None:
-    """The p50 that chooses between files: the median of the file's interleaved-round p50s where it was also
-    timed that way in one page at this length (browser-wasm's `chromium_rounds`, eval/browser_cross.py),
-    else the sweep's p50. A sweep point is one stretch of time: on a shared machine one read 4.25 ms for a
-    file whose nine interleaved rounds read 2.30-2.51 ms."""
+def _round_levels(rows: Sequence[dict], target: str, length: int | str) -> list[float] | None:
+    """Per interleaved round, the median p50 over every file timed in it: the machine's level in that round."""
+    series = [got for r in rows if (got := _rounds(r, target, length))]
+    if len(series) < 2:
+        return None
+    return [statistics.median(s[i] for s in series) for i in range(min(map(len, series)))]
+
+
+def pick_p50(row: dict, target: str, length: int | str, rows: Sequence[dict] = ()) -> float | None:
+    """The p50 that chooses between files: where the file was also timed in interleaved rounds in one page at
+    this length (browser-wasm's `chromium_rounds`, eval/browser_cross.py), the median over rounds of its p50
+    over that round's level (the median of every file in `rows` timed in it), times the median level; without
+    other files' rounds, the median of its own; else the sweep's p50.
+    Why: a sweep point is one stretch of time (on a shared machine one read 4.25 ms for a file whose nine
+    rounds read 2.30-2.51 ms), and the machine's speed can switch between rounds: on 2026-11-27 the rounds
+    read either 3-4 or 5-7 ms, and a file that was faster in 7 of 9 rounds had the higher median of its own
+    rounds (4.59 against 4.48 ms) because more of its rounds fell in the slow phase."""
     got = _rounds(row, target, length)
-    return statistics.median(got) if got else p50(row, target, length)
+    if not got:
+        return p50(row, target, length)
+    levels = _round_levels(rows, target, length)
+    if not levels:
+        return statistics.median(got)
+    return statistics.median(g / level for g, level in zip(got, levels)) * statistics.median(levels)
 
 
 def pick_source(row: dict, target: str, length: int | str) -> str:

@@ -75,7 +75,8 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
     within = [r for r in scored if r["accuracy"] >= best - window - 1e-12]
 
     def p50(r):
-        return row_p50(latency.get((r["model"], r["variant"], r["format"]), {}), target, length)
+        return row_p50(latency.get((r["model"], r["variant"], r["format"]), {}), target, length,
+                       results.get("rows", []))
 
     def source(r):
         return pick_source(latency.get((r["model"], r["variant"], r["format"]), {}), target, length)
@@ -86,8 +87,8 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
         mixed = {source(r) for _, r in timed} == {"interleaved rounds", "length sweep"}
         rule = (f"fastest {target} p50 at {length} tokens among {want_model} {kinds} files whose test "
                 f"accuracy is within {window:.3f} of the best ({best:.4f})"
-                + (" (the median of interleaved rounds for the files timed so, else the length sweep's p50)"
-                   if mixed else ""))
+                + (" (for the files timed in interleaved rounds: the median over rounds of p50 / the round's "
+                   "median over every file, times the median round; else the length sweep's p50)" if mixed else ""))
     else:
         pick = min(within, key=lambda r: (r["size_bytes"], -r["accuracy"]))
         rule = (f"no {target} latency in the report: smallest {want_model} {kinds} file whose test accuracy "

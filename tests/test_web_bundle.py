@@ -59,7 +59,7 @@ def test_each_bundle_is_chosen_on_its_own_target(web_run):
     # each file's p50 says how it was timed; a choice across both kinds says so in its rule
     froms = {c["browser-wasm_p50_from"] for c in ok}
     assert froms <= {"interleaved rounds", "length sweep"}
-    assert ("interleaved rounds for the files timed so" in choice["rule"]) == (len(froms) == 2)
+    assert ("for the files timed in interleaved rounds" in choice["rule"]) == (len(froms) == 2)
     results = json.loads((cfg.run_dir / "report" / "results.json").read_text())
     row = next(r for r in results["rows"] if (r["model"], r["variant"], r["format"]) ==
                ("student", best["variant"], best["format"]))
