@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed-stamp
 LAUNCH  = $(if $(filter-out 1,$(NPROC)),$(BIN)/torchrun --standalone --nproc_per_node=$(NPROC),$(BIN)/python)
 RUN     = HF_HUB_OFFLINE=$(OFFLINE) HF_DATASETS_OFFLINE=$(OFFLINE) TRANSFORMERS_VERBOSITY=error \
           $(LAUNCH) -m pipeline
-STAGES := data teacher logits distill baseline eval quantize compile export bench report bundle web-bundle
+STAGES := data teacher logits distill baseline eval quantize compile export peer bench report bundle web-bundle
 
 # SET and CONFIG reach the CLI through the environment (pipeline/cli_args.py reads POCKETFORMER_SET and
 # POCKETFORMER_CONFIG), never pasted into a shell line: quotes, spaces, brackets, `;` or `$` in a value arrive

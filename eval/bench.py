@@ -64,11 +64,16 @@ def _read_rows(path: Path, what: str) -> list[dict]:
     return rows["rows"] if isinstance(rows, dict) else rows
 
 
+def collect_eval_rows(run_dir: Path) -> list[dict]:
+    """The eval stage's rows (the PyTorch models: accuracy, parameter counts), `_path` None."""
+    return [dict(r, _path=None) for r in _read_rows(run_dir / "eval" / "accuracy.json", "eval")]
+
+
 def collect_rows(run_dir: Path) -> list[dict]:
     """Rows of eval (PyTorch), quantize (ONNX) and export (.ort, Core ML), with `_path` set to the file.
     An .ort row without its own accuracy takes its ONNX source's (the export stage scores lossy .ort files
     itself; lossless ones carry their source's, whose logits they match)."""
-    rows = [dict(r, _path=None) for r in _read_rows(run_dir / "eval" / "accuracy.json", "eval")]
+    rows = collect_eval_rows(run_dir)
     for stage in ("quantize", "export"):
         for r in _read_rows(run_dir / stage / "variants.json", stage):
             rows.append(dict(r, _path=run_dir / r["file"]))

@@ -5,13 +5,18 @@ same harness as our files. Only Hugging Face models have an Optimum export; the 
 """
 from __future__ import annotations
 
+import logging
 import platform
+import time
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from pipeline.errors import PipelineError
+
+log = logging.getLogger("pocketformer")
+
 
 def quantization_preset() -> str:
     """Optimum's presets are named by instruction set; pick the one this CPU runs best."""
@@ -81,7 +86,11 @@ def peer_rows(folders: dict[str, Path], out: Path, rel_prefix: str, opset: int, 
         if meta["kind"] != "hf":
             continue  # Optimum exports Hugging Face models only; the LSTMs have no peer
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        for variant, path in export_peer(folder, out / model, opset).items():
+        t0 = time.perf_counter()
+        files = export_peer(folder, out / model, opset)
+        log.info("[peer] %s: Optimum's export and int8 quantization (%.1f s)", model, time.perf_counter() - t0)
+        for variant, path in files.items():
+            t0 = time.perf_counter()
             logits = onnx_logits(path, tokenizer, texts, meta["max_length"], threads)
             ref = reference.get(model, {})
             rows.append({"model": model, "variant": variant, "format": "onnx", "source": "optimum",
@@ -91,4 +100,6 @@ def peer_rows(folders: dict[str, Path], out: Path, rel_prefix: str, opset: int, 
                          **scores(logits, gold, num_labels), "accuracy_texts": len(texts),
                          "quantization": None if variant == "optimum-fp32" else
                          f"AutoQuantizationConfig.{quantization_preset()}(is_static=False, per_channel=False)"})
+            log.info("[peer] %-7s %-20s accuracy %.4f on %d texts (%.1f s)", model, variant, rows[-1]["accuracy"],
+                     len(texts), time.perf_counter() - t0)
     return rows

@@ -56,7 +56,10 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("compile", ("data", "quantize"), "Qualcomm's HTP compiler on every static QDQ file, per chip and length, "
           "each compiled graph checked on the HTP emulator"),
     Stage("export", (*_TRAIN, "eval", "quantize"), "ORT mobile-format files and Core ML packages, each checked"),
-    Stage("bench", (*_TRAIN, "eval", "quantize", "compile", "export"), "Latency of every model variant on every target"),
+    Stage("peer", ("data", "teacher", "distill", "eval"), "Optimum's own export and int8 quantization of the "
+          "teacher and student, scored on the test split: the files the bench times ours against"),
+    Stage("bench", (*_TRAIN, "eval", "quantize", "compile", "export", "peer"),
+          "Latency of every model variant on every target"),
     Stage("report", ("data", "eval", "quantize", "compile", "export", "bench"),
           "Results table, speed-ups, NPU readiness and plots from the bench (and a finished search's trials, "
           "and the phone rows phone-bench kept)",

@@ -169,10 +169,11 @@ def _cfg(root: Path, **bench):
 
 @pytest.fixture(scope="module")
 def benched(tiny_run):
-    """bench then report through the stage runner; returns (run folder, latency doc, results doc)."""
+    """peer, bench then report through the stage runner; returns (run folder, latency doc, results doc)."""
     from pipeline.stage import run_stage
 
     cfg = _cfg(tiny_run)
+    run_stage(cfg, "peer")
     run_stage(cfg, "bench")
     run_stage(cfg, "report")
     run = cfg.run_dir
@@ -289,6 +290,7 @@ def test_optimum_peer_matches_the_pytorch_model(benched):
         ref = scores(predict_logits(m.model, m.tokenizer, [r["text"] for r in test], 32), gold, 3)
         peer = _rows(lat, model, "optimum-fp32", "onnx")
         assert peer["source"] == "optimum" and (run / peer["file"]).is_file()
+        assert peer["file"] == f"peer/{model}/fp32/model.onnx"  # the peer stage's, timed by the bench
         assert peer["accuracy"] == pytest.approx(ref["accuracy"])
         q = _rows(lat, model, "optimum-int8-dynamic", "onnx")
         import onnx
@@ -297,6 +299,24 @@ def test_optimum_peer_matches_the_pytorch_model(benched):
         assert {"DynamicQuantizeLinear", "MatMulInteger"} & ops  # really int8 (tiny models grow when quantized)
         assert "p50_ms" in q["latency"]["mobile-cpu"]["16"]
     assert "lstm" not in {r["model"] for r in lat["rows"] if r.get("source") == "optimum"}
+    made = json.loads((run / "peer" / "rows.json").read_text())
+    assert [(r["model"], r["variant"]) for r in made["rows"]] == [
+        ("teacher", "optimum-fp32"), ("teacher", "optimum-int8-dynamic"),
+        ("student", "optimum-fp32"), ("student", "optimum-int8-dynamic")]
+    assert made["seconds"] > 0 and lat["seconds"]["peer_export"] == made["seconds"]
+
+
+def test_re_timing_keeps_optimums_files(benched):
+    """Another bench.* timing key re-runs the bench alone: Optimum's export and scoring (the peer stage) stay."""
+    from pipeline.stage import status
+
+    run, lat, res = benched
+    timing = _cfg(run.parents[1], iterations=7)
+    assert status(timing, "peer")[0] and not status(timing, "bench")[0]
+    assert not status(_cfg(run.parents[1], peer_eval_texts=2), "peer")[0]
+    budget = next(g for g in res["goals"] if g["goal"].startswith("benchmark of the models"))
+    assert budget["value"] == lat["seconds"]["total"]
+    assert f"in the peer stage: {lat['seconds']['peer_export']:.0f} s" in budget["detail"]
 
 
 def test_results_follow_the_schema_and_ratios(benched):

@@ -38,13 +38,15 @@ READERS = {
         "baseline.*": ("baseline",),
         "train.*": ("teacher", "distill", "baseline"),
         "train.checkpoint_every": (),  # how often a checkpoint is saved: the weights are the same
-        "quantize.*": ("quantize",), "quantize.opset": ("quantize", "bench"),
+        "quantize.*": ("quantize",), "quantize.opset": ("quantize", "peer"),
         "quantize.check_samples": ("quantize", "export"), "quantize.lossless_atol": ("quantize", "export"),
         "quantize.min_argmax_agreement": ("quantize", "export", "compile"),
         "quantize.npu_lengths": ("quantize", "compile"),
         "npu.*": ("compile",),  # the HTP compile (pipeline/tasks/classification/compile.py)
         "export.*": ("export",), "export.coreml_lengths": ("export", "bundle"),
         "bench.*": ("bench",), "bench.browser_executable": ("bench", "web-bundle"),
+        # Optimum's files (the peer stage): timing settings keep them, these two re-make them
+        "bench.optimum_peer": ("peer",), "bench.peer_eval_texts": ("peer",),
         "bundle.*": CLS_SHIP, "bundle.web": ("web-bundle",), "bundle.web_target": ("web-bundle",),
         # the export stage's FastGelu browser files are held to it (export/web_model.py gelu_check), the report's
         # workload table picks within it
@@ -319,5 +321,5 @@ def test_a_setting_only_a_note_shows_re_runs_that_stage_alone(fake_run, monkeypa
     # eval_batch_size: read by logits (which writes the same file again) and eval, whose perplexities change
     batch = config_from_dict({**raw, "lm": {**raw.get("lm", {}), "sample_tokens": cfg.lm.sample_tokens + 1,
                                             "eval_batch_size": cfg.lm.eval_batch_size + 1}}, "y")
-    assert run(batch, stages) == ["logits", "eval", "quantize", "compile", "export", "bench", "report", "bundle",
-                                 "web-bundle"]
+    assert run(batch, stages) == ["logits", "eval", "quantize", "compile", "export", "peer", "bench", "report",
+                                 "bundle", "web-bundle"]

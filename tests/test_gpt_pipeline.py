@@ -136,10 +136,12 @@ def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir):
     cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir), "tiny-gen")
     ran = run(cfg, ["bench"])
     assert ran == ["data", "teacher", "logits", "distill", "baseline", "eval", "quantize", "compile", "export",
-                   "bench"]
+                   "peer", "bench"]
     rd = cfg.run_dir
     # the HTP compile is classification's: a decoder's growing KV cache has no fixed shapes; the stage says so
     assert "KV cache" in json.loads((rd / "compile" / "qnn.json").read_text())["skipped"]
+    peer = json.loads((rd / "peer" / "rows.json").read_text())  # Optimum's peer is a text classifier's
+    assert peer["rows"] == [] and "run.task = 'generation'" in peer["skipped"]
 
     split = json.loads((rd / "data" / "split.json").read_text())
     docs = split["documents"]

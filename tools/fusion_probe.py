@@ -4,7 +4,7 @@ against the ops it replaces, and one model's graphs built with and without the f
     .venv/bin/python -m tools.fusion_probe --config configs/demo.toml [--model student] [--length 64]
 
 Reads a finished run (quantize/<model>/fp32.onnx, the model folder's config.json, data/test.jsonl and
-Optimum's files from bench/peer/ when the bench made them), builds every variant in a temporary folder with
+Optimum's files from peer/ when the peer stage made them), builds every variant in a temporary folder with
 the pipeline's own functions, and prints markdown tables. It writes nothing into the run. The README's
 fusion figures come from it; the bench's head-to-head table is the per-run check of the shipped files.
 """
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         files = build_files(fp32, hf["num_attention_heads"], hf["hidden_size"], "bert", cfg.quantize, cfg.export,
                             args.model, Path(tmp))
-        peer = run / "bench" / "peer" / args.model
+        peer = run / "peer" / args.model
         for label, folder in (("Optimum fp32", peer / "fp32"), ("Optimum int8", peer / "int8-dynamic")):
             found = sorted(folder.glob("*.onnx")) if folder.is_dir() else []
             if found:

@@ -19,9 +19,9 @@ from tools.cli import need_run, positive_int
 
 PAIRS = [("quantize/student/optimized.onnx", "quantize/student/fp32.onnx"),
          ("export/student/optimized.ort", "export/student/fp32.ort"),
-         ("export/student/optimized.ort", "bench/peer/student/fp32/model.onnx"),
-         ("export/student/fp32.ort", "bench/peer/student/fp32/model.onnx"),
-         ("export/student/int8-dynamic.ort", "bench/peer/student/int8-dynamic/model_quantized.onnx")]
+         ("export/student/optimized.ort", "peer/student/fp32/model.onnx"),
+         ("export/student/fp32.ort", "peer/student/fp32/model.onnx"),
+         ("export/student/int8-dynamic.ort", "peer/student/int8-dynamic/model_quantized.onnx")]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,7 +5,7 @@
         --texts runs/demo/data/test.jsonl
 
 With --run and no files: our student files (quantize/student/{fp32,optimized,int8-dynamic}.onnx, their .ort
-in export/student/) and Optimum's (bench/peer/student/*/model*.onnx). Every file gets the same real test
+in export/student/) and Optimum's (peer/student/*/model*.onnx). Every file gets the same real test
 texts cut to exactly --length tokens (eval/latency.py), at each --batch. The profiler records every kernel;
 the calls before the last --calls are warm-up and are dropped (by their model_run window). Printed per file
 and batch: ms per call (model_run, profiler on), and ms per call and share of the kernel time per op type.
@@ -31,7 +31,7 @@ def default_files(run: Path) -> list[Path]:
     """Our student files and Optimum's in a finished run, those that exist."""
     names = [f"quantize/student/{v}.onnx" for v in ("fp32", "optimized", "int8-dynamic")]
     names += [f"export/student/{v}.ort" for v in ("fp32", "optimized", "int8-dynamic")]
-    names += ["bench/peer/student/fp32/model.onnx", "bench/peer/student/int8-dynamic/model_quantized.onnx"]
+    names += ["peer/student/fp32/model.onnx", "peer/student/int8-dynamic/model_quantized.onnx"]
     return [run / n for n in names if (run / n).is_file()]
 
 

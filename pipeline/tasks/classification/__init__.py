@@ -41,8 +41,11 @@ TASK = Task(
         "export": Step(lazy(f"{_HERE}.ship:stage_export"),
                        ("export.*", "quantize.check_samples", "quantize.lossless_atol",
                         "quantize.min_argmax_agreement", "teacher.eval_batch_size", "bundle.accuracy_window")),
+        # Optimum's files: bench.optimum_peer / peer_eval_texts are the peer's keys, not the timing's
+        "peer": Step(lazy(f"{_HERE}.bench:stage_peer"), ("bench.optimum_peer", "bench.peer_eval_texts", "quantize.opset")),
         # revision 2: the browser pages run with V8 --no-liftoff (eval/browser.py V8_FLAGS)
-        "bench": Step(lazy(f"{_HERE}.bench:stage_bench"), ("bench.*", "quantize.opset"), revision=2),
+        "bench": Step(lazy(f"{_HERE}.bench:stage_bench"), ("bench.*", "-bench.optimum_peer", "-bench.peer_eval_texts"),
+                      revision=2),
         # bundle.accuracy_window: the report's "which file for which workload" table picks as the bundle does
         "report": Step(lazy("pipeline.tasks.common:report"), ("bundle.accuracy_window",)),
         # data.* / teacher.model: the model card names the dataset and the teacher; export.coreml_lengths:

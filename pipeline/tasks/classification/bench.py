@@ -1,5 +1,5 @@
-"""Stage wiring for bench (latency of every model variant on every target) and report (tables, plots,
-results.json). The measuring lives in eval/bench.py, the rendering in eval/report.py."""
+"""Stage wiring for peer (Optimum's files of the same models, eval/peer.py) and bench (latency of every model
+variant on every target, eval/bench.py)."""
 from __future__ import annotations
 
 import json
@@ -17,12 +17,62 @@ from pipeline.tasks.common import reports_truncation
 log = logging.getLogger("pocketformer")
 
 
+PEER_ROWS = "rows.json"
+
+
+@reports_truncation
+def stage_peer(ctx: StageContext) -> dict:
+    """Optimum's export and dynamic int8 quantization of the teacher and student, scored on the test split: the
+    files the bench times ours against. A stage of its own so that re-timing (any other bench.* key, a `bench
+    --force`) keeps them: they depend on the models, the opset and the texts they are scored on, not on timing.
+
+    Reads the data split, the teacher and student folders and eval/accuracy.json (parameter counts); writes
+    peer/<model>/{fp32,int8-dynamic}/ and peer/rows.json (rows with `file` relative to the run folder)."""
+    from eval.bench import collect_eval_rows
+    from eval.peer import peer_rows
+
+    cfg, b = ctx.cfg, ctx.cfg.bench
+    t0 = time.time()
+    if not b.optimum_peer:
+        return skip_peer(ctx, "bench.optimum_peer = false")
+    labels = read_labels(ctx.input("data"))
+    texts, y = _xy(ctx.input("data"), "test", labels)
+    n = b.peer_eval_texts or len(texts)
+    folders = {name: ctx.input(stage) / sub for name, (stage, sub) in MODEL_FOLDERS.items()
+               if name in ("teacher", "student")}
+    reference = {r["model"]: r for r in collect_eval_rows(ctx.run_dir)}
+    # scored with every core (run.threads), as the quantize stage scores ours
+    rows = peer_rows(folders, ctx.out, ctx.name, cfg.quantize.opset, texts[:n], np.array(y[:n]), len(labels),
+                     cfg.run.threads, reference)
+    doc = {"rows": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
+           "seconds": round(time.time() - t0, 1)}
+    (ctx.out / PEER_ROWS).write_text(json.dumps(doc, indent=2))
+    return {"rows": len(rows), "seconds": doc["seconds"],
+            "accuracy": {f"{r['model']} {r['variant']}": r.get("accuracy") for r in rows}}
+
+
+def skip_peer(ctx: StageContext, reason: str = "") -> dict:
+    """No peer files: peer/rows.json holds no rows and says why (another task, bench.optimum_peer = false)."""
+    reason = reason or (f"the Optimum peer is exported for text classification; run.task = '{ctx.cfg.run.task}' "
+                        "is compared with its own teacher and baselines")
+    (ctx.out / PEER_ROWS).write_text(json.dumps({"skipped": reason, "rows": [], "seconds": 0.0}, indent=2))
+    print(f"[peer] skipped: {reason}")
+    return {"skipped": reason, "rows": 0}
+
+
+def read_peer(folder, run_dir) -> tuple[list[dict], float]:
+    """(the peer stage's rows (its folder) with `_path` set, its seconds)."""
+    doc = json.loads((folder / PEER_ROWS).read_text())
+    return [dict(r, _path=run_dir / r["file"]) for r in doc["rows"]], float(doc.get("seconds", 0.0))
+
+
 @reports_truncation
 def stage_bench(ctx: StageContext) -> dict:
-    """Latency, memory and FLOPs of every model variant on every target (plus the Optimum peer).
+    """Latency, memory and FLOPs of every model variant on every target, Optimum's files (the peer stage's)
+    among them.
 
-    Reads eval/accuracy.json, quantize/variants.json, export/variants.json, the model folders and the test
-    split; writes bench/latency.json (machine, versions, threads, plan, rows) and bench/peer/ (Optimum's files).
+    Reads eval/accuracy.json, quantize/variants.json, export/variants.json, peer/rows.json, the model folders
+    and the test split; writes bench/latency.json (machine, versions, threads, plan, rows).
     """
     import shutil
 
@@ -32,7 +82,6 @@ def stage_bench(ctx: StageContext) -> dict:
     from eval.browser import FILE_WARMUP_S, V8_FLAGS
     from eval.latency import INPUTS_NOTE
     from eval.machine import is_busy, machine_info
-    from eval.peer import peer_rows
     from eval.targets import get_target, resolved_threads
     from pipeline.manifest import library_versions
 
@@ -44,28 +93,16 @@ def stage_bench(ctx: StageContext) -> dict:
                     "cuts texts at %d tokens, so the headline latencies are for inputs an app never sends; set "
                     "bench.headline_length to one of bench.seq_lengths at or below %d", b.headline_length,
                     cfg.student.max_length, cfg.student.max_length, cfg.student.max_length)
-    labels = read_labels(ctx.input("data"))
-    texts, y = _xy(ctx.input("data"), "test", labels)
+    texts, _ = _xy(ctx.input("data"), "test", read_labels(ctx.input("data")))
     folders = {name: ctx.input(stage) / sub for name, (stage, sub) in MODEL_FOLDERS.items()}
     models = Models(folders, {name: AutoTokenizer.from_pretrained(f) for name, f in folders.items()})
-    rows = collect_rows(ctx.run_dir)
+    peer, peer_seconds = read_peer(ctx.input("peer"), ctx.run_dir)
+    rows = collect_rows(ctx.run_dir) + peer
     threads = {t.name: resolved_threads(t) for t in targets}
     machine = machine_info(list(threads.values()))
     if is_busy(machine):
         log.warning("[bench] the machine is busy (other processes use %s%% of %s cores): latencies will be noisy, "
                     "multi-threaded ones most", machine["cpu_busy_percent"], machine["usable_cores"])
-    peer_seconds = 0.0
-    if b.optimum_peer:
-        tp = time.time()
-        n = b.peer_eval_texts or len(texts)
-        gold = np.array(y[:n])
-        reference = {r["model"]: r for r in rows if r["format"] == "pytorch"}
-        hf = {m: f for m, f in folders.items() if m in ("teacher", "student")}
-        # scored with every core (run.threads), as the quantize stage scores ours: a bench without host-cpu
-        # among its targets (desktop-gpu alone) scored them on one thread, 59-65 s on a 16-core machine
-        rows += peer_rows(hf, ctx.out / "peer", "bench/peer", cfg.quantize.opset, texts[:n], gold, len(labels),
-                          cfg.run.threads, reference)
-        peer_seconds = time.time() - tp
     # why the quantize stage left a (model, variant) out, so a missing file is reported with its reason
     qman = json.loads((ctx.input("quantize") / "manifest.json").read_text())
     known_skips = {(s["model"], s["variant"]): s["reason"] for s in qman.get("summary", {}).get("skipped", [])
@@ -90,7 +127,8 @@ def stage_bench(ctx: StageContext) -> dict:
         "targets": {t.name: {"runtime": t.runtime, "provider": t.provider, "threads": threads[t.name],
                              "precision": t.precision, "formats": list(t.formats), "proxy": t.proxy,
                              "description": t.description} for t in targets},
-        "seconds": {"peer_export": round(peer_seconds, 1), "total": round(time.time() - t0, 1)},
+        # peer_export: the peer stage's seconds (Optimum's export, quantization and scoring), not part of total
+        "seconds": {"peer_export": peer_seconds, "total": round(time.time() - t0, 1)},
         "rows": results,
         "head_to_head": paired,
         # the qnn-htp target's rows: Qualcomm's HTP compiler per chip (compile/qnn.json), verdicts, no latency
