@@ -395,10 +395,11 @@ def _check_numbers(row: dict) -> str:
 
 
 def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: dict, work: Path,
-              known_skips: dict[tuple[str, str], str] | None = None) -> tuple[list[dict], list[dict]]:
+              known_skips: dict[tuple[str, str], str] | None = None) -> tuple[list[dict], list[dict], list[dict]]:
     """(every row with latency (by target), npu readiness and FLOPs filled in; the head-to-head
-    comparisons of our student with Optimum's, eval/paired.py)."""
-    from eval.paired import head_to_head
+    comparisons of our student with Optimum's; the int8 students against the fp32 teacher in interleaved
+    rounds: eval/paired.py)."""
+    from eval.paired import head_to_head, teacher_rounds
 
     b = cfg.bench
     targets = [get_target(name) for name in b.targets]
@@ -425,7 +426,8 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
                  f"p50 {head:.2f} ms at {b.headline_length}" if head else "-", time.perf_counter() - t0)
         out.append(r)
     bench.time_deferred()
-    return out, head_to_head(bench, rows, targets, b.head_to_head_rounds)
+    return (out, head_to_head(bench, rows, targets, b.head_to_head_rounds),
+            teacher_rounds(bench, rows, targets, b.head_to_head_rounds))
 
 
 # --- the prompt + decode workload (generation models) ------------------------------------------------

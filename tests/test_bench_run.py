@@ -324,6 +324,14 @@ def test_results_follow_the_schema_and_ratios(benched):
 
     _, lat, res = benched
     assert validate_results(res) == []
+    # the int8 students against the fp32 teacher on mobile-cpu, in the same rounds; the goal reads them
+    [vs] = lat["teacher_rounds"]
+    assert vs["teacher"]["file"] == "export/teacher/fp32.ort" and vs["rounds"] == 9 and vs["teacher_p50_ms"] > 0
+    assert {s["variant"] for s in vs["students"]} >= {"int8-dynamic"} and all(
+        s["format"] == "ort" and len(s["round_ratios"]) == 9 for s in vs["students"])
+    best = min(vs["students"], key=lambda s: s["ratio"])
+    goal = next(g for g in res["goals"] if g["goal"].startswith("student int8 p50 <= 1/10"))
+    assert goal["value"] == best["ratio"] and "interleaved-round" in goal["detail"]
     assert res["quality_metric"] == "accuracy" and res["threads"]["mobile-cpu"] == 1
     assert set(res["machine"]["peak_gflops_fp32"]) >= {"1"}
     assert set(res["machine"]["peak_gops_int8"]) == set(res["machine"]["peak_gflops_fp32"])

@@ -119,3 +119,100 @@ def test_report_says_why_the_plain_fp32_file_is_not_paired():
     cls = " ".join(b[1] for b in _head_to_head({"head_to_head": [opt], "rows": rows}) if b[0] == "p")
     assert "same torch.onnx export" not in cls and "Optimum's torch.onnx export but for its last layer" in cls
     assert "part of each ratio is that work saved, not faster kernels" in cls
+
+
+def test_rounds_of_several_files_go_forward_then_backward(monkeypatch):
+    order = []
+
+    def fake_time_calls(fn, plan):
+        order.append(fn())
+        return [1.0]
+
+    monkeypatch.setattr(P.L, "time_calls", fake_time_calls)
+    p50s = P.round_p50s([lambda: "t", lambda: "s1", lambda: "s2"], 3, [Plan(0, 1, 1.0)] * 3)
+    assert order == ["t", "s1", "s2", "s2", "s1", "t", "t", "s1", "s2"]
+    assert p50s == [[1.0] * 3] * 3
+
+
+class _FakeBench:
+    """What teacher_rounds uses of eval.bench.Bench: the plan, inputs and a runner per row."""
+
+    def __init__(self, speed):
+        from types import SimpleNamespace
+
+        self.b = SimpleNamespace(headline_length=64, warmup=0, iterations=4, max_seconds_per_point=1.5, min_iterations=2,
+                                 sweep_variants=["fp32", "int8-dynamic"])
+        self.speed, self.opened = speed, []
+
+    def inputs(self, model, n, batch):
+        return (model, n, batch)
+
+    def runner(self, t, row, threads):
+        self.opened.append((row["model"], row["variant"], row["format"], threads))
+        return (lambda *inputs: lambda: self.speed(row["variant"])), "CPUExecutionProvider"
+
+
+def _teacher_rows():
+    return [dict(_r("fp32", "ort"), model="teacher"), dict(_r("fp32", "onnx"), model="teacher"),
+            _r("int8-dynamic", "ort"), _r("int8-static", "ort"), _r("int8-dynamic", "onnx"),
+            _r("int8-dynamic-fastgelu", "ort"), _r("fp32", "ort")]
+
+
+def test_students_and_teacher_share_rounds_and_a_phase_moves_them_alike(monkeypatch):
+    """The machine runs at one speed for two rounds and 1.6x slower for the next two: every file of a round
+    is timed in the same phase, so each round's ratio, and the goal, stays the files' own ratio."""
+    import eval.targets as T
+
+    calls = [0]
+    per_round = 3  # teacher, int8-dynamic, int8-static
+
+    def fake_time_calls(fn, plan):
+        slow = 1.6 if (calls[0] // per_round) % 4 >= 2 else 1.0
+        calls[0] += 1
+        return [fn() * slow] * 3
+
+    monkeypatch.setattr(P.L, "time_calls", fake_time_calls)
+    bench = _FakeBench({"fp32": 20.0, "int8-dynamic": 1.1, "int8-static": 1.5}.get)
+    [entry] = P.teacher_rounds(bench, _teacher_rows(), [T.get_target("mobile-cpu")], 8)
+    assert [o[:3] for o in bench.opened] == [("teacher", "fp32", "ort"), ("student", "int8-dynamic", "ort"),
+                                             ("student", "int8-static", "ort")]  # not the browser-only file
+    assert all(o[3] == 1 for o in bench.opened)  # mobile-cpu's one thread
+    assert entry["rounds"] == 8 and entry["teacher"]["file"] == "x/fp32.ort"
+    dyn, static = entry["students"]
+    assert dyn["variant"] == "int8-dynamic" and dyn["ratio"] == pytest.approx(0.055)
+    assert dyn["ratio_min"] == pytest.approx(dyn["ratio_max"])  # the phase hit every file of its rounds
+    assert static["ratio"] == pytest.approx(0.075) and len(static["round_ratios"]) == 8
+    res = build_results({**_doc([]), "teacher_rounds": [entry]})
+    assert validate_results(res) == [] and res["teacher_rounds"] == [entry]
+    g = next(g for g in res["goals"] if g["goal"].startswith("student int8 p50 <= 1/10"))
+    assert g["value"] == pytest.approx(0.055) and g["met"] is True
+    assert "student int8-dynamic .ort vs teacher fp32 .ort: median of 8 interleaved-round p50 ratios" in g["detail"]
+
+
+def test_without_rounds_the_teacher_goal_reads_the_sweep(monkeypatch):
+    import eval.targets as T
+
+    bench = _FakeBench({"fp32": 20.0, "int8-dynamic": 1.1}.get)
+    assert P.teacher_rounds(bench, _teacher_rows(), [T.get_target("host-cpu")], 8) == []  # mobile-cpu not benched
+    assert P.teacher_rounds(bench, _teacher_rows(), [T.get_target("mobile-cpu")], 0) == []  # rounds off
+    no_teacher = [r for r in _teacher_rows() if r["model"] != "teacher"]
+    assert P.teacher_rounds(bench, no_teacher, [T.get_target("mobile-cpu")], 8) == []
+    assert bench.opened == []
+
+    def lat(ms):
+        return {"mobile-cpu": {"64": {"p50_ms": ms, "p90_ms": ms, "p99_ms": ms, "mean_ms": ms, "min_ms": ms,
+                                      "iterations": 30}}}
+
+    doc = _doc([])
+    doc["threads"]["mobile-cpu"] = 1
+    for r in doc["rows"]:
+        r["latency"]["mobile-cpu"] = {"status": "skipped", "reason": "not in this test"}
+    doc["rows"] += [{"model": m, "variant": v, "format": "ort", "accuracy": 0.8, "size_bytes": 1, "flops_per_seq": 1,
+                     "latency": {"host-cpu": {"status": "skipped", "reason": "ort"}, **lat(ms)}}
+                    for m, v, ms in (("teacher", "fp32", 20.0), ("student", "int8-dynamic", 2.4))]
+    res = build_results(doc)
+    assert validate_results(res) == []
+    g = next(g for g in res["goals"] if g["goal"].startswith("student int8 p50 <= 1/10"))
+    assert g["value"] == pytest.approx(0.12) and g["met"] is False and "(sweep p50s)" in g["detail"]
+    failed = {"target": "mobile-cpu", "seq_len": 64, "rounds": 9, "teacher": {}, "status": "failed"}
+    assert any("needs its reason" in p for p in validate_results({**res, "teacher_rounds": [failed]}))

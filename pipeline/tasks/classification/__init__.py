@@ -43,9 +43,10 @@ TASK = Task(
                         "quantize.min_argmax_agreement", "teacher.eval_batch_size", "bundle.accuracy_window")),
         # Optimum's files: bench.optimum_peer / peer_eval_texts are the peer's keys, not the timing's
         "peer": Step(lazy(f"{_HERE}.bench:stage_peer"), ("bench.optimum_peer", "bench.peer_eval_texts", "quantize.opset")),
-        # revision 2: the browser pages run with V8 --no-liftoff (eval/browser.py V8_FLAGS)
+        # revision 2: the browser pages run with V8 --no-liftoff (eval/browser.py V8_FLAGS); 3: the int8 students
+        # and the fp32 teacher timed in interleaved rounds (latency.json teacher_rounds, eval/paired.py)
         "bench": Step(lazy(f"{_HERE}.bench:stage_bench"), ("bench.*", "-bench.optimum_peer", "-bench.peer_eval_texts"),
-                      revision=2),
+                      revision=3),
         # bundle.accuracy_window: the report's "which file for which workload" table picks as the bundle does
         "report": Step(lazy("pipeline.tasks.common:report"), ("bundle.accuracy_window",)),
         # data.* / teacher.model: the model card names the dataset and the teacher; export.coreml_lengths:

@@ -110,7 +110,7 @@ def stage_bench(ctx: StageContext) -> dict:
     # a variant that failed its check has no .ort (the export stage does not convert it): say why
     known_skips.update({(f["model"], f["variant"]): f"it failed its check in the quantize stage ({f['reason']})"
                         for f in qman.get("summary", {}).get("failed", [])})
-    results, paired = run_bench(cfg, rows, models, texts, machine, ctx.out / "scratch", known_skips)
+    results, paired, vs_teacher = run_bench(cfg, rows, models, texts, machine, ctx.out / "scratch", known_skips)
     shutil.rmtree(ctx.out / "scratch", ignore_errors=True)  # fixed-shape copies: reproducible, not results
 
     doc = {
@@ -131,6 +131,7 @@ def stage_bench(ctx: StageContext) -> dict:
         "seconds": {"peer_export": peer_seconds, "total": round(time.time() - t0, 1)},
         "rows": results,
         "head_to_head": paired,
+        "teacher_rounds": vs_teacher,
         # the qnn-htp target's rows: Qualcomm's HTP compiler per chip (compile/qnn.json), verdicts, no latency
         "qnn_htp": _qnn_htp(ctx),
     }
