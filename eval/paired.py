@@ -135,14 +135,16 @@ def teacher_rounds(bench, rows: list[dict], targets: list[Target], rounds: int) 
     length, batch 1, timed in `rounds` interleaved rounds: per student, the median of the same-round ratios
     student / teacher. [] where the target is not benched or a file is missing."""
     t = next((t for t in targets if t.name == TEACHER_TARGET and not unavailable(t)), None)
+    if rounds <= 0 or t is None:
+        return []
+    b, n = bench.b, bench.b.headline_length
     teacher = next((r for r in rows if (r["model"], r["variant"], r["format"]) == ("teacher", "fp32", TEACHER_FORMAT)
                     and _on_disk(r)), None)
-    b, n = bench.b, bench.b.headline_length
     # the files the target times (not the browser-only FastGelu ones)
     students = [r for r in rows if r["model"] == "student" and r["variant"].startswith("int8")
-                and r["format"] == TEACHER_FORMAT and _on_disk(r) and t is not None
+                and r["format"] == TEACHER_FORMAT and _on_disk(r)
                 and isinstance(plan_point(t, r, [n], n, list(b.sweep_variants), None), Point)]
-    if rounds <= 0 or t is None or teacher is None or not students:
+    if teacher is None or not students:
         return []
     # about a third of a point's time per file and round: ~25 teacher calls, 100 of the student's
     plan = L.Plan(b.warmup, max(100, b.iterations), b.max_seconds_per_point / 3, b.min_iterations)
