@@ -36,6 +36,7 @@ def export_peer(hf_folder: Path, out: Path, opset: int) -> dict[str, Path]:
     from optimum.exporters.onnx import main_export
     from optimum.onnxruntime import ORTQuantizer
     from optimum.onnxruntime.configuration import AutoQuantizationConfig
+    from transformers import set_seed
     from transformers.utils import logging as hf_logging
 
     fp32_dir, int8_dir = out / "fp32", out / "int8-dynamic"
@@ -44,6 +45,10 @@ def export_peer(hf_folder: Path, out: Path, opset: int) -> dict[str, Path]:
     # says why its accuracy is off, so the console needs no such advice
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
+    # a restricted-vocabulary student loads with its word embeddings newly (randomly) initialized: seeded, the
+    # same folder gives the same files and the same (wrong-row) accuracy on every run (it read 0.3936, 0.3939
+    # and 0.3947 unseeded for the demo's one student)
+    set_seed(0)
     try:
         main_export(str(hf_folder), output=str(fp32_dir), task="text-classification", opset=opset,
                     do_validation=False)

@@ -291,6 +291,9 @@ def test_optimum_peer_export_keeps_transformers_loading_advice_off_the_console(t
     err = capfd.readouterr().err
     assert "newly initialized" not in err and "TRAIN this model" not in err
     assert hf_logging.get_verbosity() == before
+    # the newly initialized rows are seeded: the same folder gives the same files
+    again = export_peer(folder, tmp_path / "peer-again", 17)
+    assert all(files[k].read_bytes() == again[k].read_bytes() for k in files)
 
 
 def test_a_teacher_path_that_is_no_model_folder_is_refused_at_load_and_a_missing_one_left_to_its_stage(tmp_path):

@@ -41,8 +41,10 @@ TASK = Task(
         "export": Step(lazy(f"{_HERE}.ship:stage_export"),
                        ("export.*", "quantize.check_samples", "quantize.lossless_atol",
                         "quantize.min_argmax_agreement", "teacher.eval_batch_size", "bundle.accuracy_window")),
-        # Optimum's files: bench.optimum_peer / peer_eval_texts are the peer's keys, not the timing's
-        "peer": Step(lazy(f"{_HERE}.bench:stage_peer"), ("bench.optimum_peer", "bench.peer_eval_texts", "quantize.opset")),
+        # Optimum's files: bench.optimum_peer / peer_eval_texts are the peer's keys, not the timing's; revision 2:
+        # the export is seeded (eval/peer.py), so a restricted-vocabulary student's files are the same each run
+        "peer": Step(lazy(f"{_HERE}.bench:stage_peer"), ("bench.optimum_peer", "bench.peer_eval_texts", "quantize.opset"),
+                     revision=2),
         # revision 2: the browser pages run with V8 --no-liftoff (eval/browser.py V8_FLAGS); 3: the int8 students
         # and the fp32 teacher timed in interleaved rounds (latency.json teacher_rounds, eval/paired.py)
         "bench": Step(lazy(f"{_HERE}.bench:stage_bench"), ("bench.*", "-bench.optimum_peer", "-bench.peer_eval_texts"),
