@@ -395,17 +395,30 @@ def _check_numbers(row: dict) -> str:
 
 
 def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: dict, work: Path,
-              known_skips: dict[tuple[str, str], str] | None = None) -> tuple[list[dict], list[dict], list[dict]]:
+              known_skips: dict[tuple[str, str], str] | None = None
+              ) -> tuple[list[dict], list[dict], list[dict], dict[str, float]]:
     """(every row with latency (by target), npu readiness and FLOPs filled in; the head-to-head
     comparisons of our student with Optimum's; the int8 students against the fp32 teacher in interleaved
-    rounds: eval/paired.py)."""
+    rounds: eval/paired.py; the seconds each part took: "browser" (the Chromium page and the Node cross-check
+    for every browser target), each other target's name (its sweep; desktop-gpu's interleaved rounds), "flops"
+    (FLOP counts and graph checks), "head_to_head" and "teacher_rounds"; parts under 0.05 s left out)."""
     from eval.paired import head_to_head, teacher_rounds
 
     b = cfg.bench
     targets = [get_target(name) for name in b.targets]
     bench = Bench(cfg, models, texts, machine, work)
     rows = rows + missing_rows(rows, list(models.folders), targets, known_skips or {})
+    spent: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(phase: str) -> None:  # the seconds since the last lap go to phase
+        nonlocal clock
+        now = time.perf_counter()
+        spent[phase] = spent.get(phase, 0.0) + now - clock
+        clock = now
+
     bench.browser = measure_browser(bench, targets, rows)
+    lap("browser")
     out = []
     for row in rows:
         t0 = time.perf_counter()
@@ -416,8 +429,10 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
         if row["format"] == "onnx" and row["variant"] == "fp32" and row["_path"] and r["flops_per_seq"]:
             r["flops_graph_check"] = _graph_check(row["_path"], b.headline_length, r["flops_per_seq"])
         r["latency"] = {}
+        lap("flops")
         for t in targets:
             entry, npu = bench.row_target(t, row)
+            lap(t.name)
             r["latency"][t.name] = entry
             if npu is not None:
                 r["npu"] = npu
@@ -425,9 +440,14 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
         log.info("[bench] %-15s %-21s %-7s %s (%.1f s)", r["model"], r["variant"], r["format"],
                  f"p50 {head:.2f} ms at {b.headline_length}" if head else "-", time.perf_counter() - t0)
         out.append(r)
+        lap("flops")  # the log line
     bench.time_deferred()
-    return (out, head_to_head(bench, rows, targets, b.head_to_head_rounds),
-            teacher_rounds(bench, rows, targets, b.head_to_head_rounds))
+    lap("desktop-gpu")
+    paired = head_to_head(bench, rows, targets, b.head_to_head_rounds)
+    lap("head_to_head")
+    vs_teacher = teacher_rounds(bench, rows, targets, b.head_to_head_rounds)
+    lap("teacher_rounds")
+    return out, paired, vs_teacher, {k: round(v, 1) for k, v in spent.items() if v >= 0.05}
 
 
 # --- the prompt + decode workload (generation models) ------------------------------------------------

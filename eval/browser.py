@@ -85,7 +85,7 @@ def run_job(files: list[dict], threads: list[int], warmup: int, iterations: int,
     """Time files ({key, path, inputs: {n: {input_ids, attention_mask}}}) in Chromium at each thread count.
     Chromium runs with V8_FLAGS; every file runs untimed for FILE_WARMUP_S first.
     Returns web/bench.mjs's document: {versions, js_flags, runs: {threads: {isolated,
-    files: {key: {n: [ms], warmup_s} | {error}}}}}.
+    files: {key: {n: [ms], load_s, warmup_s} | {error}}}}}.
     Raises RuntimeError with the tail of node's output when the browser itself fails."""
     exe = chromium_path(executable)
     if exe is None:

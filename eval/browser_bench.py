@@ -95,8 +95,11 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
             entry[n] = skip(reason)
         entry["session"] = {"provider": "onnxruntime-web wasm", "threads": n_threads, "runtime": runtime,
                             "cross_origin_isolated": run.get("isolated"), "chromium": chromium_path(b.browser_executable),
-                            # the V8 flags the page ran with; the untimed seconds this file ran first
-                            "v8_flags": doc.get("js_flags"), "warmup_s": timed.get("warmup_s")}
+                            # the V8 flags the page ran with; the seconds the page took to fetch the file and
+                            # create its session (the first file's include compiling the WASM module); the untimed
+                            # seconds this file ran first
+                            "v8_flags": doc.get("js_flags"), "load_s": timed.get("load_s"),
+                            "warmup_s": timed.get("warmup_s")}
         out[k] = entry
     if b.browser_cross_check:
         cross_check(bench, out, files, [row for (_, row, _) in points.values()])

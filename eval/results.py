@@ -54,9 +54,13 @@ def _goals(rows: list[dict], length: int, seconds: dict, metric: str,
     """The issue's targets, checked on this run (None = could not be measured here). The latency goals are
     the classification demo's; a generation run has its own (perplexity and decode speed)."""
     peer = seconds.get("peer_export")
+    # the three largest parts (eval/bench.py run_bench), so a miss says where the time went
+    parts = sorted((seconds.get("parts") or {}).items(), key=lambda kv: -kv[1])
     budget = goal("benchmark of the models completes within 5 minutes", seconds.get("total"), 300.0,
-                  "bench stage seconds" + (f" (Optimum's export and scoring ran before it, in the peer stage: {peer:.0f} s)"
-                                           if peer else ""))
+                  "bench stage seconds"
+                  + (" (" + ", ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in parts[:3])
+                     + (", ..." if len(parts) > 3 else "") + ")" if parts else "")
+                  + (f"; Optimum's export and scoring ran before it, in the peer stage: {peer:.0f} s" if peer else ""))
     if metric != "accuracy":
         return _generation_goals(rows) + [budget]
     return [_teacher_goal(rows, length, teacher_rounds), *_peer_goals(rows, head_to_head, length, batch), budget]

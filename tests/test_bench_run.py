@@ -319,6 +319,20 @@ def test_re_timing_keeps_optimums_files(benched):
     assert f"in the peer stage: {lat['seconds']['peer_export']:.0f} s" in budget["detail"]
 
 
+def test_bench_seconds_say_where_the_time_went(benched):
+    """latency.json's seconds.parts: each timed part, together within the stage's total; the 5-minute goal names
+    the largest three."""
+    _, lat, res = benched
+    parts, total = lat["seconds"]["parts"], lat["seconds"]["total"]
+    assert {"host-cpu", "mobile-cpu", "head_to_head", "teacher_rounds"} <= parts.keys()
+    assert "browser" not in parts  # no browser target here
+    assert all(v >= 0.05 for v in parts.values()) and sum(parts.values()) <= total + 0.5
+    top = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
+    budget = next(g for g in res["goals"] if g["goal"].startswith("benchmark of the models"))
+    assert ", ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in top) in budget["detail"]
+    assert res["bench_seconds"]["parts"] == parts
+
+
 def test_results_follow_the_schema_and_ratios(benched):
     from eval.results import validate_results
 

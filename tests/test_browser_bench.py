@@ -101,6 +101,7 @@ def test_every_file_timed_failed_or_skipped_with_reason(student_files, tmp_path)
         # the page compiled the WASM module optimized up front; every file ran untimed first, by time
         assert s["v8_flags"] == "--no-liftoff" == V8_FLAGS
         assert s["warmup_s"] >= FILE_WARMUP_S and dyn_session(out, target)["warmup_s"] >= FILE_WARMUP_S
+        assert s["load_s"] > 0 and dyn_session(out, target)["load_s"] > 0  # fetch + session creation, timed
         # other variants: the headline length only
         dyn = out[(target, ("student", "int8-dynamic", "ort"))]
         assert "p50_ms" in dyn["16"] and "sweep" in dyn["8"]["reason"]

@@ -3,7 +3,7 @@
 // JOB: { chromium, js_flags, threads: [1, 2], warmup, iterations, max_seconds, file_warmup_seconds,
 //        files: [{ key, path, inputs: { "<n>": { input_ids: [...], attention_mask: [...] } } }] }
 // OUT: { versions, js_flags, runs: { "<threads>": { isolated,
-//        files: { key: { "<n>": [ms, ...], warmup_s } | { error } } } } }
+//        files: { key: { "<n>": [ms, ...], load_s, warmup_s } | { error } } } } }
 // One page per thread count: onnxruntime-web fixes its thread pool when the WASM module first loads.
 import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -43,8 +43,10 @@ async function timeFiles({ files, threads, warmup, iterations, maxSeconds, fileW
   for (const f of files) {
     let session;
     try {
+      const l0 = performance.now();
       const bytes = new Uint8Array(await (await fetch(f.url)).arrayBuffer());
       session = await ort.InferenceSession.create(bytes, { executionProviders: ["wasm"], graphOptimizationLevel: "all" });
+      const loadSeconds = (performance.now() - l0) / 1000;
       // (page code: web/lib/feeds.mjs cannot be imported here)
       const feedsByLength = Object.entries(f.inputs).map(([n, inp]) => {
         const known = { input_ids: inp.input_ids, attention_mask: inp.attention_mask, token_type_ids: inp.input_ids.map(() => 0) };
@@ -59,7 +61,7 @@ async function timeFiles({ files, threads, warmup, iterations, maxSeconds, fileW
       const until = w0 + fileWarmup * 1000;
       for (let i = 0; performance.now() < until; i++) await session.run(feedsByLength[i % feedsByLength.length][1]);
       const warmupSeconds = (performance.now() - w0) / 1000;
-      const res = { warmup_s: warmupSeconds };
+      const res = { load_s: loadSeconds, warmup_s: warmupSeconds };
       for (const [n, feeds] of feedsByLength) {
         for (let i = 0; i < warmup; i++) await session.run(feeds);
         const samples = [];

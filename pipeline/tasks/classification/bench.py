@@ -110,7 +110,8 @@ def stage_bench(ctx: StageContext) -> dict:
     # a variant that failed its check has no .ort (the export stage does not convert it): say why
     known_skips.update({(f["model"], f["variant"]): f"it failed its check in the quantize stage ({f['reason']})"
                         for f in qman.get("summary", {}).get("failed", [])})
-    results, paired, vs_teacher = run_bench(cfg, rows, models, texts, machine, ctx.out / "scratch", known_skips)
+    results, paired, vs_teacher, parts = run_bench(cfg, rows, models, texts, machine, ctx.out / "scratch",
+                                                   known_skips)
     shutil.rmtree(ctx.out / "scratch", ignore_errors=True)  # fixed-shape copies: reproducible, not results
 
     doc = {
@@ -127,8 +128,9 @@ def stage_bench(ctx: StageContext) -> dict:
         "targets": {t.name: {"runtime": t.runtime, "provider": t.provider, "threads": threads[t.name],
                              "precision": t.precision, "formats": list(t.formats), "proxy": t.proxy,
                              "description": t.description} for t in targets},
-        # peer_export: the peer stage's seconds (Optimum's export, quantization and scoring), not part of total
-        "seconds": {"peer_export": peer_seconds, "total": round(time.time() - t0, 1)},
+        # peer_export: the peer stage's seconds (Optimum's export, quantization and scoring), not part of total;
+        # parts: where total went (eval/bench.py run_bench), so a missed 5-minute goal says what to cut
+        "seconds": {"peer_export": peer_seconds, "total": round(time.time() - t0, 1), "parts": parts},
         "rows": results,
         "head_to_head": paired,
         "teacher_rounds": vs_teacher,
