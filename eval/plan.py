@@ -84,6 +84,10 @@ def plan_point(t: Target, row: dict, lengths: list[int], headline: int, sweep_va
     # PyTorch eager is the reference at the headline length; the sweep uses the files that ship
     # and the target's own precision is swept too: fp16 is what a GPU runs (desktop-gpu)
     sweep = (variant in sweep_variants or variant == t.precision) and fmt != "pytorch"
+    # in the browser the teacher is the reference, never a file a page ships: its fp32 files are swept, its
+    # other variants timed at the headline only (docs/benchmark.md: the seconds this saves the demo's bench)
+    teacher_ref = t.name.startswith("browser-") and row["model"] == "teacher" and variant != "fp32"
+    sweep = sweep and not teacher_ref
     p = Point()
     for n in lengths:
         if max_positions is not None and n > max_positions:
@@ -94,6 +98,8 @@ def plan_point(t: Target, row: dict, lengths: list[int], headline: int, sweep_va
             why = ("the Optimum peer is compared at the headline length" if variant.startswith("optimum-") else
                    "PyTorch eager is the reference at the headline length; the sweep uses the exported files"
                    if fmt == "pytorch" else
+                   "the browser targets sweep the teacher's fp32 files only (the reference: a web page ships a "
+                   "student or an LSTM, never the teacher)" if teacher_ref else
                    f"length sweep only for {', '.join(sweep_variants)} exports (bench time budget)")
             p.skipped_lengths[str(n)] = f"{why}; this variant is measured at {headline}"
     p.throughput = t.name in throughput_targets and (variant in sweep_variants or variant == t.precision

@@ -102,3 +102,17 @@ def test_edge_npu_takes_static_int8_and_core_ml():
     assert isinstance(_plan("edge-npu", variant="int8-static"), Point)
     for v in ("fp16", "int8", "palettized-4bit"):
         assert isinstance(_plan("edge-npu", variant=v, fmt="coreml"), Point)
+
+
+@pytest.mark.parametrize("target", ["browser-wasm", "browser-wasm-mt"])
+def test_browser_sweeps_the_teachers_fp32_files_and_every_student_sweep_variant(target):
+    """In the browser the teacher is the reference: its fp32 files are swept, its other variants timed at the
+    headline only, with the reason; the students keep the sweep. The native targets sweep the teacher as before."""
+    for fmt in ("onnx", "ort"):
+        assert _plan(target, "teacher", "fp32", fmt).lengths == LENGTHS
+        p = _plan(target, "teacher", "int8-dynamic", fmt)
+        assert p.lengths == [64] and set(p.skipped_lengths) == {"16", "32", "128", "256"}
+        assert "sweep the teacher's fp32 files only" in p.skipped_lengths["16"]
+        assert _plan(target, "student", "int8-dynamic", fmt).lengths == LENGTHS
+        assert _plan(target, "lstm", "int8-dynamic", fmt).lengths == LENGTHS
+    assert _plan("host-cpu", "teacher", "int8-dynamic").lengths == LENGTHS

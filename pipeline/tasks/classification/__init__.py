@@ -46,9 +46,10 @@ TASK = Task(
         "peer": Step(lazy(f"{_HERE}.bench:stage_peer"), ("bench.optimum_peer", "bench.peer_eval_texts", "quantize.opset"),
                      revision=2),
         # revision 2: the browser pages run with V8 --no-liftoff (eval/browser.py V8_FLAGS); 3: the int8 students
-        # and the fp32 teacher timed in interleaved rounds (latency.json teacher_rounds, eval/paired.py)
+        # and the fp32 teacher timed in interleaved rounds (latency.json teacher_rounds, eval/paired.py); 4: the
+        # browser targets sweep the teacher's fp32 files only (eval/plan.py), and seconds.parts is written
         "bench": Step(lazy(f"{_HERE}.bench:stage_bench"), ("bench.*", "-bench.optimum_peer", "-bench.peer_eval_texts"),
-                      revision=3),
+                      revision=4),
         # bundle.accuracy_window: the report's "which file for which workload" table picks as the bundle does
         "report": Step(lazy("pipeline.tasks.common:report"), ("bundle.accuracy_window",)),
         # data.* / teacher.model: the model card names the dataset and the teacher; export.coreml_lengths:
