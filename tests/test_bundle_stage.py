@@ -1,9 +1,10 @@
-"""The bundle stage on a tiny run (every stage up to report on random-weight models, ~25 s once per session):
+"""The bundle stage on a tiny run (every stage up to report on random-weight models, ~40 s once per session):
 the string-in model, metadata, samples generated from metadata, the published dist copy, verify-bundle and
 its failures (a changed file names the file, a missing variant names the stage)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -38,15 +39,40 @@ def tiny_run_dict(root: Path) -> dict:
     }
 
 
+def _template(tmp_path_factory) -> dict:
+    """The config dict of a tiny run whose bundle stage has run, built once per test session: the pytest-xdist
+    workers share it through their common temp folder, under a lock (the first builds it, the others wait)."""
+    import fcntl
+
+    from pipeline.config import config_from_dict
+    from pipeline.stage import run
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root, done = shared / "bundle_template", shared / "bundle_template.json"
+    with open(shared / "bundle_template.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file():
+            d = tiny_run_dict(root)
+            run(config_from_dict(d, "tiny-bundle-config"), ["bundle"])
+            done.write_text(json.dumps(d))
+    return json.loads(done.read_text())
+
+
 def bundled_run(tmp_path_factory):
-    """(config dict, Config) of a tiny run whose bundle stage has run; built once per test session."""
+    """(config dict, Config) of a tiny run whose bundle stage has run, this process's own copy (tests change
+    it): the shared template's run folder copied, and its bundle stage run again into this copy's dist folder
+    (the only stage whose settings differ), which takes seconds where building the run takes about 40."""
     if not _RUN:
         from pipeline.config import config_from_dict
         from pipeline.stage import run
 
-        d = tiny_run_dict(tmp_path_factory.mktemp("bundle_run"))
+        d = _template(tmp_path_factory)
+        mine = tmp_path_factory.mktemp("bundle_run")
+        shutil.copytree(d["run"]["runs_dir"], mine / "runs", ignore=shutil.ignore_patterns(".lock"))
+        d["run"]["runs_dir"], d["bundle"]["dist_dir"] = str(mine / "runs"), str(mine / "dist")
         cfg = config_from_dict(d, "tiny-bundle-config")
-        run(cfg, ["bundle"])
+        assert run(cfg, ["bundle"]) == ["bundle"]
         _RUN.update(d=d, cfg=cfg)
     return _RUN["d"], _RUN["cfg"]
 
