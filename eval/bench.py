@@ -429,7 +429,7 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
         if row["format"] == "onnx" and row["variant"] == "fp32" and row["_path"] and r["flops_per_seq"]:
             r["flops_graph_check"] = _graph_check(row["_path"], b.headline_length, r["flops_per_seq"])
         r["latency"] = {}
-        lap("flops")
+        lap("flops")  # since the last target's lap: the row's FLOP counts and graph check
         for t in targets:
             entry, npu = bench.row_target(t, row)
             lap(t.name)
@@ -440,7 +440,6 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
         log.info("[bench] %-15s %-21s %-7s %s (%.1f s)", r["model"], r["variant"], r["format"],
                  f"p50 {head:.2f} ms at {b.headline_length}" if head else "-", time.perf_counter() - t0)
         out.append(r)
-        lap("flops")  # the log line
     bench.time_deferred()
     lap("desktop-gpu")
     paired = head_to_head(bench, rows, targets, b.head_to_head_rounds)

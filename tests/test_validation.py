@@ -272,6 +272,7 @@ def test_optimum_peer_export_keeps_transformers_loading_advice_off_the_console(t
     """A restricted-vocabulary student loads into Optimum's exporter with unused and new embedding weights;
     transformers' "You should probably TRAIN this model" is no advice for the user there (the peer is scored,
     and the report's caveat explains its accuracy). The library's verbosity is restored afterwards."""
+    import torch
     from safetensors.torch import load_file, save_file
     from transformers import BertForSequenceClassification
     from transformers.utils import logging as hf_logging
@@ -286,7 +287,10 @@ def test_optimum_peer_export_keeps_transformers_loading_advice_off_the_console(t
     weights["bert.embeddings.word_embeddings.table.weight"] = weights.pop("bert.embeddings.word_embeddings.weight")
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     before = hf_logging.get_verbosity()
+    torch.manual_seed(1)  # the caller's own random state, which the export must leave as it was
+    state = torch.random.get_rng_state()
     files = export_peer(folder, tmp_path / "peer", 17)
+    assert torch.equal(torch.random.get_rng_state(), state)
     assert files["optimum-fp32"].is_file() and files["optimum-int8-dynamic"].is_file()
     err = capfd.readouterr().err
     assert "newly initialized" not in err and "TRAIN this model" not in err
