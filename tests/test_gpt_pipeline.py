@@ -215,10 +215,13 @@ def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir):
         assert bound == OrtLM(path, 1, 64).generate(prompt, 8) and len(bound) == 8
 
 
-def test_generation_bench_on_a_gpu_target_runs_fp32_and_skips_int8(tmp_path, corpus, tiny_llama_dir, monkeypatch):
+def test_generation_bench_on_a_gpu_target_runs_fp32_and_skips_int8(tmp_path, corpus, tiny_llama_dir, monkeypatch,
+                                                                    caplog):
     """desktop-gpu's decode path, with the CPU provider standing in for CUDA: fp32 rows are timed through IO
-    binding, int8 rows are skipped with the reason, the target records its provider."""
+    binding, together in alternating rounds (said in the log), int8 rows are skipped with the reason, the target
+    records its provider."""
     import dataclasses
+    import logging
 
     import eval.bench as B
 
@@ -229,9 +232,12 @@ def test_generation_bench_on_a_gpu_target_runs_fp32_and_skips_int8(tmp_path, cor
     cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, distill__epochs=0.2, baseline__epochs=0.2,
                                    lm__teacher_windows=8, bench__targets=["desktop-gpu"],
                                    lm__bench_prompt_tokens=40), "tiny-gen")  # longer than one 17-token window
-    run(cfg, ["bench"])
+    with caplog.at_level(logging.INFO, logger="pocketformer"):
+        run(cfg, ["bench"])
     res = json.loads((cfg.run_dir / "bench" / "results.json").read_text())
     assert res["targets"]["desktop-gpu"]["provider"] == "CPUExecutionProvider"
+    rounds = res["plan"]["gpu_rounds"]
+    assert f"[bench] desktop-gpu: 3 files decoded in {rounds} alternating rounds" in caplog.text
     by = {(r["model"], r["variant"], r["format"]): r["generation"]["desktop-gpu"] for r in res["rows"]}
     for model in ("teacher", "student", "lstm"):
         assert by[(model, "fp32", "onnx")]["decode_tokens_per_s"] > 0

@@ -260,7 +260,10 @@ def stage_bench(ctx: StageContext) -> dict:
             row["generation"][name_t], row["latency"][name_t] = skip(reason), skip(reason)
         rows.append(row)
     if gpu_jobs:
+        t0 = time.perf_counter()
         stats, errors = measure_decodes(gpu_jobs, lmc.bench_decode_tokens, lmc.bench_iterations)
+        log.info("[bench] desktop-gpu: %d files decoded in %d alternating rounds (%.1f s)", len(gpu_jobs),
+                 lmc.bench_iterations, time.perf_counter() - t0)
         for (i, target), job in gpu_jobs.items():
             if (i, target) in errors:
                 _failed(rows[i], target, errors[(i, target)])
