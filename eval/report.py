@@ -288,9 +288,12 @@ def _summary(res: dict) -> list[Block]:
     targets = _shown_targets(res, L)
     head = ["model", "variant", "format", metric, *(["retention", "macro-F1"] if acc else ["ppl ratio"]), "params",
             "size MiB", "smaller"]
+    # generation's latency is the time to first token: the header says so, not just "p50"
     for t, measured in targets:
-        head += [f"{t} p50 ms", "faster"] if measured else [f"{t} ms (est.*)"]
-    head.append("host GFLOP/s (% peak)")
+        head += [f"{t} {'' if acc else 'first-token '}p50 ms", "faster"] if measured else [f"{t} ms (est.*)"]
+    point = lambda r: r["latency"].get("host-cpu", {}).get(str(L), {})  # noqa: E731
+    rates = any("gflops" in point(r) for r in res["rows"])  # none for generation: no column of dashes
+    head += ["host GFLOP/s (% peak)"] if rates else []
     rows = []
     for r in res["rows"]:
         vs = r.get("vs_teacher", {})
@@ -299,17 +302,18 @@ def _summary(res: dict) -> list[Block]:
                             f"{r['size_bytes'] / 2**20:.2f}" if r.get("size_bytes") else "-", _x(vs.get("size_ratio"))]
         for t, measured in targets:
             cells += [_cell(r, t, L), _x(vs.get("speedup", {}).get(t))] if measured else [_cell(r, t, L)]
-        point = r["latency"].get("host-cpu", {}).get(str(L), {})
-        cells.append(_gflops_cell(point) if "gflops" in point else "-")
+        cells += [_gflops_cell(point(r)) if "gflops" in point(r) else "-"] if rates else []
         rows.append(cells)
     return [("h2", f"Summary at {L} tokens, batch 1"),
             ("p", f"'smaller' and 'faster' are ratios against the fp32 teacher (size: its PyTorch checkpoint; speed: "
                   f"the fp32 teacher in the same format on the same target). Retention = {metric} / the teacher's"
                   f"{'' if acc else ' (perplexity: teacher / row)'}. '-' = not run on that target "
-                  f"(reasons under Skipped). GFLOP/s = formula FLOPs / p50 (GOP/s for int8 rows), as a share of "
-                  f"the matmul peak of the row's own arithmetic, named in the cell: fp32 and fp16 rows (no fp16 "
-                  f"units) against the fp32 peak, int8 rows against the int8 peak (both under Machine); '-' = "
-                  f"no peak measured for it. Targets with nothing measured or estimated are left out of this table."),
+                  f"(reasons under Skipped). "
+                  + ("GFLOP/s = formula FLOPs / p50 (GOP/s for int8 rows), as a share of the matmul peak of the "
+                     "row's own arithmetic, named in the cell: fp32 and fp16 rows (no fp16 units) against the fp32 "
+                     "peak, int8 rows against the int8 peak (both under Machine); '-' = no peak measured for it. "
+                     if rates else "")
+                  + "Targets with nothing measured or estimated are left out of this table."),
             ("table", head, rows)] + _flops_check(res)
 
 

@@ -89,6 +89,10 @@ def test_generation_rows_render_perplexity_and_generation_table(tmp_path):
     paths = write_report(res, tmp_path)
     md = (tmp_path / "report.md").read_text()
     assert "| model | variant | format | perplexity | ppl ratio |" in md
+    # the latency columns say they are the time to first token; no GFLOP/s column of dashes (none for generation)
+    summary = md.split("## Summary")[1].split("\n## ")[0]
+    assert "| host-cpu first-token p50 ms | faster |" in summary
+    assert "GFLOP/s" not in summary
     assert "## Generation" in md and "| student | fp32 | onnx | host-cpu | 14.00 | 80.0 |" in md
     assert "## Latency vs sequence length" in md  # two lengths timed: a sweep table
     assert "macro-F1" not in md and "stopping after None" not in md
