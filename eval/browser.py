@@ -81,18 +81,20 @@ def unavailable_reason(configured: str = "") -> str | None:
 
 
 def run_job(files: list[dict], threads: list[int], warmup: int, iterations: int, max_seconds: float,
-            executable: str = "", timeout_s: float = 1800) -> dict:
+            executable: str = "", timeout_s: float = 1800, rounds: dict | None = None) -> dict:
     """Time files ({key, path, inputs: {n: {input_ids, attention_mask}}}) in Chromium at each thread count.
-    Chromium runs with V8_FLAGS; every file runs untimed for FILE_WARMUP_S first.
+    Chromium runs with V8_FLAGS; every file runs untimed for FILE_WARMUP_S first. rounds ({threads, keys, length,
+    rounds, runs, warmup}): the page of that thread count then times those files in interleaved rounds.
     Returns web/bench.mjs's document: {versions, js_flags, runs: {threads: {isolated,
-    files: {key: {n: [ms], load_s, warmup_s} | {error}}}}}.
+    files: {key: {n: [ms], load_s, warmup_s} | {error}}, rounds?: {seconds, files: {key: {rounds, mins} | {error}}}}}}.
     Raises RuntimeError with the tail of node's output when the browser itself fails."""
     exe = chromium_path(executable)
     if exe is None:
         raise RuntimeError(unavailable_reason(executable) or "no Chromium")
     job = {"chromium": exe, "threads": threads, "warmup": warmup, "iterations": iterations,
            "max_seconds": max_seconds, "js_flags": V8_FLAGS, "file_warmup_seconds": FILE_WARMUP_S,
-           "files": [dict(f, path=str(Path(f["path"]).resolve())) for f in files]}
+           "files": [dict(f, path=str(Path(f["path"]).resolve())) for f in files],
+           **({"rounds": rounds} if rounds else {})}
     return run_node_script("bench.mjs", job, timeout_s)
 
 

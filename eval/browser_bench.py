@@ -13,7 +13,7 @@ from pathlib import Path
 
 from eval import latency as L
 from eval.browser import chromium_path, is_browser, row_key, run_job, unavailable_reason
-from eval.browser_cross import chromium_rounds, cross_check
+from eval.browser_cross import chromium_rounds, cross_check, round_job
 from eval.flops import row_flops
 from eval.peaks import add_gflops, row_peak
 from eval.plan import plan_point
@@ -64,10 +64,11 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
     if not points:
         return out
     threads = sorted({resolved_threads(t) for t in targets})
+    rounds = round_job(bench, points.values(), files)  # the goal's files again, in rounds, in the same page
     t0 = time.perf_counter()
     try:
         doc = run_job(list(files.values()), threads, b.browser_warmup, b.browser_iterations,
-                      b.max_seconds_per_point, b.browser_executable)
+                      b.max_seconds_per_point, b.browser_executable, rounds=rounds)
     except Exception as e:  # the browser itself failed: every row says so, the other targets still stand
         log.warning("[bench] browser run failed: %s", e)
         for k in points:
@@ -103,5 +104,5 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
         out[k] = entry
     if b.browser_cross_check:
         cross_check(bench, out, files, [row for (_, row, _) in points.values()])
-    chromium_rounds(bench, out, files, [row for (_, row, _) in points.values()])
+    chromium_rounds(bench, out, files, [row for (_, row, _) in points.values()], doc, rounds)
     return out

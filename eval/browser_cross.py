@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from eval import latency as L
-from eval.browser import WEB_DIR, chromium_path, node_path, pinned_node, row_key, run_node_script
+from eval.browser import WEB_DIR, node_path, pinned_node, row_key, run_node_script
+from eval.targets import resolved_threads
 
 log = logging.getLogger("pocketformer")
 TARGET = "browser-wasm"
@@ -123,31 +124,40 @@ def paired(row: dict) -> bool:
         ("int8" in row["variant"] or row["variant"].startswith("optimum-"))
 
 
-def chromium_rounds(bench, out: dict, files: dict[str, dict], rows: list[dict]) -> None:
+def round_job(bench, points, files: dict[str, dict]) -> dict | None:
+    """web/bench.mjs's JOB.rounds for the paired rows browser-wasm times at the headline length: its page
+    times their files again, after its sweep, in bench.head_to_head_rounds interleaved rounds of PER_ROUND
+    runs each. None with fewer than two such files. points: (target, row, Point) of the browser run."""
+    n = bench.b.headline_length
+    chosen = [(t, row) for t, row, p in points if t.name == TARGET and paired(row) and n in p.lengths]
+    keys = list(dict.fromkeys(files[str(row["_path"])]["key"] for _, row in chosen))
+    if len(keys) < 2:
+        return None
+    rounds, _ = plan(bench.b.browser_iterations, bench.b.head_to_head_rounds)
+    return {"threads": resolved_threads(chosen[0][0]), "keys": keys, "length": str(n), "rounds": rounds,
+            "runs": PER_ROUND, "warmup": max(bench.b.browser_warmup, 10)}
+
+
+def chromium_rounds(bench, out: dict, files: dict[str, dict], rows: list[dict], doc: dict,
+                    job: dict | None) -> None:
     """Add `chromium_rounds` ({length, round_p50_ms} or {error}) to the browser-wasm entries of the paired
-    rows: one page times them in bench.head_to_head_rounds interleaved rounds (web/profile.mjs, mode
-    "compare"), so the Chromium goal's ratio, like the Node one, is a median of same-round ratios. The sweep
-    times each file at its own moment, and on a shared machine its two p50s drifted by more than the
-    goal's margin (0.691 and 0.727 for the same two files in two runs). Failures are recorded, never raised."""
-    n = str(bench.b.headline_length)
-    picked = {f["key"]: {"key": f["key"], "path": str(Path(f["path"]).resolve()), "input": f["inputs"][n]}
-              for f in _timed_files(out, files, rows, n, paired)}
+    rows: the browser-wasm page, after its sweep, timed them in interleaved rounds (round_job; web/bench.mjs),
+    so the Chromium goal's ratio, like the Node one, is a median of same-round ratios. The sweep times each
+    file at its own moment, and on a shared machine its two p50s drifted by more than the goal's margin (0.691
+    and 0.727 for the same two files in two runs). Until 2026-11-27 the rounds ran in a page of their own
+    (web/profile.mjs, without the sweep's V8 flags); now they share the sweep's page, flags and WASM module.
+    Only files the sweep timed get an entry, as two or more: a file that failed there has no ratio to give."""
+    if job is None:
+        return
+    n = job["length"]
+    picked = {f["key"]: f for f in _timed_files(out, files, rows, n, paired)}
     if len(picked) < 2:
         return
-    rounds, _ = plan(bench.b.browser_iterations, bench.b.head_to_head_rounds)
-    job = {"chromium": chromium_path(bench.b.browser_executable), "runtimes": ["chromium"], "mode": "compare",
-           "warmup": max(bench.b.browser_warmup, 10), "runs": PER_ROUND, "rounds": rounds,
-           "files": list(picked.values())}
-    t0 = time.perf_counter()
-    try:
-        doc = run_node_script("profile.mjs", job, 900)["runtimes"]["chromium"]
-        why = doc.get("error")
-    except Exception as e:  # a second measurement: its failure is recorded, the sweep's rows stand
-        doc, why = {}, f"{type(e).__name__}: {str(e)[:300]}"
-    if not why:
-        log.info("[bench] Chromium interleaved rounds: %d files x %d rounds in %.1f s", len(picked), rounds,
-                 time.perf_counter() - t0)
+    got = doc["runs"].get(str(job["threads"]), {}).get("rounds") or {}
+    if got:
+        log.info("[bench] Chromium interleaved rounds: %d files x %d rounds in %.1f s (in the %d-thread page)",
+                 len(job["keys"]), job["rounds"], got.get("seconds", 0.0), job["threads"])
     for key, entry in _picked_entries(out, files, rows, picked):
-        timed = (doc.get("files") or {}).get(key) or {"error": why or "no result came back for this file"}
+        timed = (got.get("files") or {}).get(key) or {"error": "no result came back for this file"}
         entry["chromium_rounds"] = {"error": timed["error"]} if "error" in timed else \
-            {"length": int(n), "round_p50_ms": [float(x) for x in timed["rounds"]]}
+            {"length": int(n), "round_p50_ms": [float(x) for x in timed["rounds"]], "v8_flags": doc.get("js_flags")}

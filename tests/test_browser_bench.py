@@ -131,6 +131,15 @@ def test_every_file_timed_failed_or_skipped_with_reason(student_files, tmp_path)
     assert out[("browser-wasm", ("student", "int8-dynamic-fastgelu", "ort"))]["cross_check"]["node-wasm"]["p50_ms"] > 0
     assert "cross_check" not in out[("browser-wasm", ("student", "int8-static", "onnx"))]
     assert "cross_check" not in out[("browser-wasm-mt", ("student", "fp32", "onnx"))]  # 1 thread only
+    # the int8 files the web goal can pick, timed again after the 1-thread page's sweep, in the same page, in
+    # interleaved rounds (bench.head_to_head_rounds); not the fp32 file, the one that failed, or the 2-thread page
+    for variant, fmt in (("int8-dynamic", "onnx"), ("int8-dynamic", "ort"), ("int8-dynamic-fastgelu", "ort")):
+        r = out[("browser-wasm", ("student", variant, fmt))]["chromium_rounds"]
+        assert r["length"] == 16 and len(r["round_p50_ms"]) == 9 and all(x > 0 for x in r["round_p50_ms"])
+        assert r["v8_flags"] == V8_FLAGS  # the sweep's page and flags
+    assert "chromium_rounds" not in out[("browser-wasm", ("student", "fp32", "onnx"))]
+    assert "chromium_rounds" not in out[("browser-wasm", ("student", "int8-static", "onnx"))]
+    assert "chromium_rounds" not in out[("browser-wasm-mt", ("student", "int8-dynamic", "ort"))]
 
 
 def test_missing_chromium_is_a_skip_naming_the_setting(student_files, tmp_path):

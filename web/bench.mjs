@@ -1,10 +1,15 @@
 // Times ONNX / .ort files in onnxruntime-web (WASM) inside headless Chromium.
 //   node web/bench.mjs JOB.json OUT.json
 // JOB: { chromium, js_flags, threads: [1, 2], warmup, iterations, max_seconds, file_warmup_seconds,
-//        files: [{ key, path, inputs: { "<n>": { input_ids: [...], attention_mask: [...] } } }] }
+//        files: [{ key, path, inputs: { "<n>": { input_ids: [...], attention_mask: [...] } } }],
+//        rounds?: { threads, keys: [...], length: "<n>", rounds, runs, warmup } }
 // OUT: { versions, js_flags, runs: { "<threads>": { isolated,
-//        files: { key: { "<n>": [ms, ...], load_s, warmup_s } | { error } } } } }
+//        files: { key: { "<n>": [ms, ...], load_s, warmup_s } | { error } },
+//        rounds?: { seconds, files: { key: { rounds: [median ms of each round], mins: [...] } | { error } } } } } }
 // One page per thread count: onnxruntime-web fixes its thread pool when the WASM module first loads.
+// JOB.rounds: after its sweep, the page of that thread count times those files again at one length in
+// interleaved rounds (each round: `runs` runs of every file in turn), so the ratio of two files is a median of
+// same-round ratios (eval/browser_cross.py chromium_rounds) - in the page, V8 flags and WASM module the sweep used.
 import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -84,6 +89,45 @@ async function timeFiles({ files, threads, warmup, iterations, maxSeconds, fileW
   return out;
 }
 
+// Runs inside the page, after timeFiles: every file's session open at once, warmed, then `rounds` rounds.
+async function roundFiles({ files, length, warmup, runs, rounds }) {
+  const ort = await import("/ort/ort.wasm.min.mjs");  // the module timeFiles loaded: same instance and threads
+  const t00 = performance.now();
+  const res = {};
+  const ready = [];
+  for (const f of files) {
+    try {
+      const bytes = new Uint8Array(await (await fetch(f.url)).arrayBuffer());
+      const session = await ort.InferenceSession.create(bytes, { executionProviders: ["wasm"], graphOptimizationLevel: "all" });
+      const inp = f.inputs[length];
+      const known = { input_ids: inp.input_ids, attention_mask: inp.attention_mask, token_type_ids: inp.input_ids.map(() => 0) };
+      const feeds = {};
+      for (const name of session.inputNames) {
+        feeds[name] = new ort.Tensor("int64", BigInt64Array.from(known[name].map(BigInt)), [1, inp.input_ids.length]);
+      }
+      for (let i = 0; i < warmup; i++) await session.run(feeds);
+      ready.push({ f, session, feeds, rounds: [], mins: [] });
+    } catch (e) {
+      res[f.key] = { error: String(e && e.message ? e.message : e).slice(0, 400) };
+    }
+  }
+  for (let r = 0; r < rounds; r++) {
+    for (const x of ready) {
+      const t = [];
+      for (let i = 0; i < runs; i++) {
+        const t0 = performance.now();
+        await x.session.run(x.feeds);
+        t.push(performance.now() - t0);
+      }
+      t.sort((a, b) => a - b);
+      x.rounds.push(t[Math.floor(t.length / 2)]);
+      x.mins.push(t[0]);
+    }
+  }
+  for (const x of ready) { res[x.f.key] = { rounds: x.rounds, mins: x.mins }; await x.session.release(); }
+  return { seconds: (performance.now() - t00) / 1000, files: res };
+}
+
 const { server, origin } = await startServer(mounts);
 const browser = await launch(job.chromium, job.js_flags);
 const result = { versions: { "onnxruntime-web": ortVersion, chromium: browser.version() }, js_flags: job.js_flags ?? "", runs: {} };
@@ -97,6 +141,13 @@ try {
       fileWarmup: job.file_warmup_seconds,
     });
     result.runs[String(threads)] = { isolated, page_errors: errors, files: timed };
+    const r = job.rounds;
+    if (r && r.threads === threads) {
+      const picked = files.filter((f) => r.keys.includes(f.key));
+      result.runs[String(threads)].rounds = await page.evaluate(roundFiles, {
+        files: picked, length: r.length, warmup: r.warmup, runs: r.runs, rounds: r.rounds,
+      });
+    }
     await page.close();
   }
 } finally {
