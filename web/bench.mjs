@@ -14,6 +14,7 @@ import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { launch, isolatedPage } from "./lib/browser.mjs";
+import { roundsInPage } from "./lib/rounds.mjs";
 import { startServer } from "./lib/server.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -89,45 +90,6 @@ async function timeFiles({ files, threads, warmup, iterations, maxSeconds, fileW
   return out;
 }
 
-// Runs inside the page, after timeFiles: every file's session open at once, warmed, then `rounds` rounds.
-async function roundFiles({ files, length, warmup, runs, rounds }) {
-  const ort = await import("/ort/ort.wasm.min.mjs");  // the module timeFiles loaded: same instance and threads
-  const t00 = performance.now();
-  const res = {};
-  const ready = [];
-  for (const f of files) {
-    try {
-      const bytes = new Uint8Array(await (await fetch(f.url)).arrayBuffer());
-      const session = await ort.InferenceSession.create(bytes, { executionProviders: ["wasm"], graphOptimizationLevel: "all" });
-      const inp = f.inputs[length];
-      const known = { input_ids: inp.input_ids, attention_mask: inp.attention_mask, token_type_ids: inp.input_ids.map(() => 0) };
-      const feeds = {};
-      for (const name of session.inputNames) {
-        feeds[name] = new ort.Tensor("int64", BigInt64Array.from(known[name].map(BigInt)), [1, inp.input_ids.length]);
-      }
-      for (let i = 0; i < warmup; i++) await session.run(feeds);
-      ready.push({ f, session, feeds, rounds: [], mins: [] });
-    } catch (e) {
-      res[f.key] = { error: String(e && e.message ? e.message : e).slice(0, 400) };
-    }
-  }
-  for (let r = 0; r < rounds; r++) {
-    for (const x of ready) {
-      const t = [];
-      for (let i = 0; i < runs; i++) {
-        const t0 = performance.now();
-        await x.session.run(x.feeds);
-        t.push(performance.now() - t0);
-      }
-      t.sort((a, b) => a - b);
-      x.rounds.push(t[Math.floor(t.length / 2)]);
-      x.mins.push(t[0]);
-    }
-  }
-  for (const x of ready) { res[x.f.key] = { rounds: x.rounds, mins: x.mins }; await x.session.release(); }
-  return { seconds: (performance.now() - t00) / 1000, files: res };
-}
-
 const { server, origin } = await startServer(mounts);
 const browser = await launch(job.chromium, job.js_flags);
 const result = { versions: { "onnxruntime-web": ortVersion, chromium: browser.version() }, js_flags: job.js_flags ?? "", runs: {} };
@@ -143,9 +105,9 @@ try {
     result.runs[String(threads)] = { isolated, page_errors: errors, files: timed };
     const r = job.rounds;
     if (r && r.threads === threads) {
-      const picked = files.filter((f) => r.keys.includes(f.key));
-      result.runs[String(threads)].rounds = await page.evaluate(roundFiles, {
-        files: picked, length: r.length, warmup: r.warmup, runs: r.runs, rounds: r.rounds,
+      const picked = files.filter((f) => r.keys.includes(f.key)).map((f) => ({ key: f.key, url: f.url, input: f.inputs[r.length] }));
+      result.runs[String(threads)].rounds = await page.evaluate(roundsInPage, {
+        files: picked, threads, warmup: r.warmup, runs: r.runs, rounds: r.rounds,
       });
     }
     await page.close();

@@ -19,6 +19,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { feedsFor } from "./lib/feeds.mjs";
+import { roundsInPage } from "./lib/rounds.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(import.meta.url);
@@ -210,43 +211,7 @@ const COMPARE = {
   chromium: async () => withChromium(async (browser, origin, isolatedPage) => {
       const { page } = await isolatedPage(browser, origin);
       const files = job.files.map((f, i) => ({ key: f.key, url: `/model/${i}${path.extname(f.path)}`, input: f.input }));
-      return await page.evaluate(async ({ files, warmup, runs, rounds }) => {
-        const ort = await import("/ort/ort.wasm.min.mjs");
-        ort.env.wasm.wasmPaths = "/ort/";
-        ort.env.wasm.numThreads = 1;
-        ort.env.wasm.proxy = false;
-        const res = {};
-        const ready = [];
-        for (const f of files) {
-          try {
-            const bytes = new Uint8Array(await (await fetch(f.url)).arrayBuffer());
-            const session = await ort.InferenceSession.create(bytes, { executionProviders: ["wasm"], graphOptimizationLevel: "all" });
-            const shape = [1, f.input.input_ids.length];
-            const known = { input_ids: f.input.input_ids, attention_mask: f.input.attention_mask, token_type_ids: f.input.input_ids.map(() => 0) };
-            const feeds = {};
-            for (const name of session.inputNames) feeds[name] = new ort.Tensor("int64", BigInt64Array.from(known[name].map(BigInt)), shape);
-            for (let i = 0; i < warmup; i++) await session.run(feeds);
-            ready.push({ f, session, feeds, rounds: [], mins: [] });
-          } catch (e) {
-            res[f.key] = { error: String(e?.message ?? e).slice(0, 400) };
-          }
-        }
-        for (let r = 0; r < rounds; r++) {
-          for (const x of ready) {
-            const t = [];
-            for (let i = 0; i < runs; i++) {
-              const t0 = performance.now();
-              await x.session.run(x.feeds);
-              t.push(performance.now() - t0);
-            }
-            t.sort((a, b) => a - b);
-            x.rounds.push(t[Math.floor(t.length / 2)]);
-            x.mins.push(t[0]);
-          }
-        }
-        for (const x of ready) { res[x.f.key] = { rounds: x.rounds, mins: x.mins }; await x.session.release(); }
-        return { files: res };
-      }, { files, warmup: job.warmup, runs: job.runs, rounds: job.rounds });
+      return await page.evaluate(roundsInPage, { files, threads: 1, warmup: job.warmup, runs: job.runs, rounds: job.rounds });
   }),
 };
 
