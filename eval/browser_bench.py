@@ -104,5 +104,5 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
         out[k] = entry
     if b.browser_cross_check:
         cross_check(bench, out, files, [row for (_, row, _) in points.values()])
-    chromium_rounds(bench, out, files, [row for (_, row, _) in points.values()], doc, rounds)
+    chromium_rounds(out, files, [row for (_, row, _) in points.values()], doc, rounds)
     return out

@@ -138,8 +138,7 @@ def round_job(bench, points, files: dict[str, dict]) -> dict | None:
             "runs": PER_ROUND, "warmup": max(bench.b.browser_warmup, 10)}
 
 
-def chromium_rounds(bench, out: dict, files: dict[str, dict], rows: list[dict], doc: dict,
-                    job: dict | None) -> None:
+def chromium_rounds(out: dict, files: dict[str, dict], rows: list[dict], doc: dict, job: dict | None) -> None:
     """Add `chromium_rounds` ({length, round_p50_ms} or {error}) to the browser-wasm entries of the paired
     rows: the browser-wasm page, after its sweep, timed them in interleaved rounds (round_job; web/bench.mjs),
     so the Chromium goal's ratio, like the Node one, is a median of same-round ratios. The sweep times each
@@ -153,11 +152,12 @@ def chromium_rounds(bench, out: dict, files: dict[str, dict], rows: list[dict], 
     picked = {f["key"]: f for f in _timed_files(out, files, rows, n, paired)}
     if len(picked) < 2:
         return
-    got = doc["runs"].get(str(job["threads"]), {}).get("rounds") or {}
-    if got:
+    got = doc["runs"].get(str(job["threads"]), {}).get("rounds") or {"error": "the page returned no rounds"}
+    if "error" not in got:
         log.info("[bench] Chromium interleaved rounds: %d files x %d rounds in %.1f s (in the %d-thread page)",
                  len(job["keys"]), job["rounds"], got.get("seconds", 0.0), job["threads"])
     for key, entry in _picked_entries(out, files, rows, picked):
-        timed = (got.get("files") or {}).get(key) or {"error": "no result came back for this file"}
+        timed = {"error": got["error"]} if "error" in got else \
+            (got.get("files") or {}).get(key) or {"error": "no result came back for this file"}
         entry["chromium_rounds"] = {"error": timed["error"]} if "error" in timed else \
             {"length": int(n), "round_p50_ms": [float(x) for x in timed["rounds"]], "v8_flags": doc.get("js_flags")}

@@ -1,5 +1,5 @@
-"""The Chromium goal against Optimum reads interleaved rounds from one page where they ran (eval/browser_cross.py
-chromium_rounds), and the sweep's p50s only where they did not."""
+"""The Chromium goal against Optimum reads interleaved rounds from the page where they ran (the 1-thread sweep page;
+eval/browser_cross.py round_job / chromium_rounds), and the sweep's p50s only where they did not."""
 from eval.browser_cross import paired
 from eval.browser_goals import browser_goals, chromium_ratio
 
@@ -77,3 +77,64 @@ def test_the_pick_divides_out_each_rounds_level():
     assert abs(pick_p50(fastgelu, "browser-wasm", 64, rows) - 0.7580 * 4.92) < 0.01
     g = _goal(rows)
     assert "int8-dynamic-fastgelu" in g["detail"] and g["met"] is True  # median same-round ratio 0.69
+
+
+def test_round_entries_come_from_the_sweep_page_and_a_failed_round_leaves_the_sweep_standing():
+    """chromium_rounds reads the rounds the 1-thread sweep page ran (web/bench.mjs JOB.rounds): each timed file gets
+    its round p50s and the page's V8 flags; a file the page returned nothing for says so; rounds that failed in the
+    page put their error on every entry and leave the sweep's p50s alone; a file the sweep could not time gets none."""
+    from pathlib import Path
+
+    from eval.browser_cross import chromium_rounds
+
+    variants = ("int8-dynamic", "int8-dynamic-fastgelu", "optimum-int8-dynamic", "int8-static")
+    rows = [{"model": "student", "variant": v, "format": "onnx", "_path": Path(f"/runs/{v}.onnx")} for v in variants]
+    files = {str(r["_path"]): {"key": f"student/{r['variant']}/onnx"} for r in rows}
+
+    def sweep():  # int8-static failed in the sweep: no p50
+        return {("browser-wasm", ("student", v, "onnx")): {"64": {"p50_ms": 5.0}} if v != "int8-static" else
+                {"status": "failed", "reason": "onnxruntime-web: no kernel"} for v in variants}
+
+    job = {"threads": 1, "keys": [f["key"] for f in files.values()], "length": "64", "rounds": 2, "runs": 20,
+           "warmup": 10}
+    got = {"seconds": 1.5, "files": {"student/int8-dynamic/onnx": {"rounds": [4.0, 4.2], "mins": [3.9, 4.0]},
+                                     "student/optimum-int8-dynamic/onnx": {"rounds": [6.0, 6.1], "mins": [5.8, 5.9]}}}
+    out = sweep()
+    chromium_rounds(out, files, rows, {"js_flags": "--no-liftoff", "runs": {"1": {"rounds": got}}}, job)
+    entry = lambda v: out[("browser-wasm", ("student", v, "onnx"))]  # noqa: E731
+    assert entry("int8-dynamic")["chromium_rounds"] == {"length": 64, "round_p50_ms": [4.0, 4.2],
+                                                        "v8_flags": "--no-liftoff"}
+    assert entry("int8-dynamic-fastgelu")["chromium_rounds"] == {"error": "no result came back for this file"}
+    assert "chromium_rounds" not in entry("int8-static")
+
+    out = sweep()
+    chromium_rounds(out, files, rows, {"js_flags": "--no-liftoff", "runs": {"1": {"rounds": {"error": "page crashed"}}}},
+                    job)
+    assert entry("int8-dynamic")["chromium_rounds"] == {"error": "page crashed"}
+    assert entry("int8-dynamic")["64"] == {"p50_ms": 5.0}  # the sweep's timing stands
+    out = sweep()
+    chromium_rounds(out, files, rows, {"runs": {}}, None)  # fewer than two files to compare: no rounds asked for
+    assert all("chromium_rounds" not in e for e in out.values())
+
+
+def test_round_job_asks_the_1_thread_page_for_the_paired_files_at_the_headline_length():
+    from pathlib import Path
+    from types import SimpleNamespace as NS
+
+    from eval.browser_cross import PER_ROUND, round_job
+    from eval.targets import get_target
+
+    bench = NS(b=NS(headline_length=64, browser_iterations=10, head_to_head_rounds=9, browser_warmup=2))
+    one, two = get_target("browser-wasm"), get_target("browser-wasm-mt")
+
+    def point(v, fmt="onnx", lengths=(64,), t=one):
+        row = {"model": "student", "variant": v, "format": fmt, "_path": Path(f"/runs/{v}.{fmt}")}
+        return t, row, NS(lengths=list(lengths))
+
+    points = [point("int8-dynamic"), point("optimum-fp32"), point("fp32"),  # fp32: not a file the goal compares
+              point("int8-static", lengths=(16,)),  # not timed at the headline length
+              point("int8-dynamic", t=two)]  # the 2-thread page: the goal reads 1 thread
+    files = {str(row["_path"]): {"key": f"{row['variant']}/{row['format']}"} for _, row, _ in points}
+    assert round_job(bench, points, files) == {"threads": 1, "keys": ["int8-dynamic/onnx", "optimum-fp32/onnx"],
+                                               "length": "64", "rounds": 9, "runs": PER_ROUND, "warmup": 10}
+    assert round_job(bench, points[:1] + points[2:], files) is None  # one file: no ratio to take

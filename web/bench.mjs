@@ -5,7 +5,7 @@
 //        rounds?: { threads, keys: [...], length: "<n>", rounds, runs, warmup } }
 // OUT: { versions, js_flags, runs: { "<threads>": { isolated,
 //        files: { key: { "<n>": [ms, ...], load_s, warmup_s } | { error } },
-//        rounds?: { seconds, files: { key: { rounds: [median ms of each round], mins: [...] } | { error } } } } } }
+//        rounds?: { seconds, files: { key: { rounds: [median ms of each round], mins: [...] } | { error } } } | { error } } } }
 // One page per thread count: onnxruntime-web fixes its thread pool when the WASM module first loads.
 // JOB.rounds: after its sweep, the page of that thread count times those files again at one length in
 // interleaved rounds (each round: `runs` runs of every file in turn), so the ratio of two files is a median of
@@ -106,9 +106,13 @@ try {
     const r = job.rounds;
     if (r && r.threads === threads) {
       const picked = files.filter((f) => r.keys.includes(f.key)).map((f) => ({ key: f.key, url: f.url, input: f.inputs[r.length] }));
-      result.runs[String(threads)].rounds = await page.evaluate(roundsInPage, {
-        files: picked, threads, warmup: r.warmup, runs: r.runs, rounds: r.rounds,
-      });
+      try {  // a second measurement: its failure is recorded, the sweep's timings stand
+        result.runs[String(threads)].rounds = await page.evaluate(roundsInPage, {
+          files: picked, threads, warmup: r.warmup, runs: r.runs, rounds: r.rounds,
+        });
+      } catch (e) {
+        result.runs[String(threads)].rounds = { error: String(e && e.message ? e.message : e).slice(0, 400) };
+      }
     }
     await page.close();
   }
