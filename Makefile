@@ -38,7 +38,7 @@ help:
 	@echo "make all [CONFIG=configs/NAME.toml] [SET='distill.epochs=2 ...']  set up and run every stage"
 	@echo "make test [TEST_JOBS=2]                    set up and run the test suite (TEST_JOBS pytest workers)"
 	@echo "make <stage>                               one stage (and what it needs): $(STAGES)"
-	@echo "make status                                which stages are done"
+	@echo "make status                                which stages are done, when they ran and for how long"
 	@echo "make show-config [CONFIG=...] [SET=...]    print the resolved config"
 	@echo "make search TARGET=mobile-cpu BUDGET_MS=2 [MAX_MB=..] [TRIALS=20]  student search under a budget"
 

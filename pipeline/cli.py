@@ -7,14 +7,41 @@ import argparse
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from pipeline.cli_args import DEFAULT_CONFIG, ENV_CONFIG, apply_env, common_options
 from pipeline.errors import PipelineError, permission_message
+
+if TYPE_CHECKING:
+    from pipeline.config import Config
+
 
 def _stages():
     from pipeline.stage import STAGES
 
     return STAGES
+
+
+def _duration(seconds: float) -> str:
+    whole = round(seconds)
+    return f"{seconds:.1f} s" if seconds < 60 else f"{whole // 60} min {whole % 60} s"
+
+
+def status_table(cfg: Config, states: dict[str, tuple[bool, str]]) -> str:
+    """`status`: a line per stage (its state, when its manifest says it last ran and for how long) and the
+    time the stages that have run took in all, so a user sees where a run's hours went without a log."""
+    from pipeline.manifest import read_manifest
+
+    lines, total = [f"{'stage':10s} {'last run began':16s} {'took':>12s}  state"], 0.0
+    for name, (_, why) in states.items():
+        manifest = read_manifest(cfg.run_dir / name) or {}
+        seconds, began = manifest.get("seconds"), manifest.get("started")
+        ran = isinstance(seconds, (int, float)) and isinstance(began, str)
+        began, took = (began.replace("T", " ")[:16], _duration(seconds)) if ran else ("-", "-")
+        total += seconds if ran else 0.0
+        lines.append(f"{name:10s} {began:16s} {took:>12s}  {why}")
+    lines.append(f"{'in all':10s} {'':16s} {_duration(total):>12s}  (the last run of every stage listed)")
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,8 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             print(dumps(cfg))
             return 0
         if args.command == "status":
-            for name, (_, why) in statuses(cfg, list(STAGES)).items():
-                print(f"{name:10s} {why}")
+            print(status_table(cfg, statuses(cfg, list(STAGES))))
             # an interrupted stage's scratch folder: never taken as finished, replaced when the stage runs again
             for left in sorted(cfg.run_dir.glob(".*.partial")):
                 print(f"note: {left} is what an interrupted stage left; the next run of that stage (or a run that "

@@ -80,8 +80,15 @@ def test_cli_status_names_the_changed_file(label_stages, tmp_path, capsys, monke
     model.write_text(model.read_text().replace("negative", "NEGATIVE"))
     assert cli.main(["status", "--config", str(cfg_file)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["data", "up", "to", "date"]
-    assert out[1].startswith("train") and "model.json changed" in out[1]
+    assert out[0].split() == ["stage", "last", "run", "began", "took", "state"]
+    # each stage's line: when its manifest says it last ran, and for how long
+    data = json.loads((cfg.run_dir / "data" / "manifest.json").read_text())
+    began = data["started"].replace("T", " ")[:16]
+    assert out[1].split() == ["data", *began.split(), f"{data['seconds']:.1f}", "s", "up", "to", "date"]
+    assert out[2].startswith("train") and "model.json changed" in out[2]
+    train = json.loads((cfg.run_dir / "train" / "manifest.json").read_text())
+    assert out[3].split() == ["in", "all", f"{data['seconds'] + train['seconds']:.1f}", "s", "(the", "last", "run",
+                              "of", "every", "stage", "listed)"]
     (cfg.run_dir / ".train.partial").mkdir()  # what a killed stage leaves
     assert cli.main(["status", "--config", str(cfg_file)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
@@ -208,3 +215,26 @@ def test_an_edited_data_file_or_teacher_folder_re_runs_its_stage(tiny_bert_dir, 
     assert source_digests(cfg, "teacher") != first
     hub = config_from_dict({**tiny_run_config(teacher, csv, tmp_path / "runs"), "teacher": {"model": "org/name"}})
     assert source_digests(hub, "teacher") == {}  # a hub id is no local path: pinned by its id
+
+
+def test_status_table_durations_and_total(tmp_path):
+    """`status` reads each stage's time from its manifest: minutes from 60 s on, '-' for a stage that has not run
+    (or whose manifest lacks the fields), and the total of the stages that have run."""
+    from pipeline.cli import status_table
+
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path), "name": "r"}})
+    base = {"config_hash": "x", "summary": {}, "inputs": {}, "outputs": {}}
+    for name, extra in {"a": {"started": "2026-11-27T09:05:07", "seconds": 3725.4},
+                        "b": {"started": "2026-11-27T10:07:12", "seconds": 12.25}, "c": {}}.items():
+        (cfg.run_dir / name).mkdir(parents=True)
+        (cfg.run_dir / name / "manifest.json").write_text(json.dumps({**base, **extra}))
+    table = status_table(cfg, {"a": (True, "up to date"), "b": (False, "its settings changed"),
+                               "c": (False, "x"), "d": (False, "not run yet")}).splitlines()
+    assert table[1] == "a          2026-11-27 09:05   62 min 5 s  up to date"
+    assert table[2] == "b          2026-11-27 10:07       12.2 s  its settings changed"
+    assert table[3].split() == ["c", "-", "-", "x"]
+    assert table[4].split() == ["d", "-", "-", "not", "run", "yet"]
+    assert table[5].split()[:5] == ["in", "all", "62", "min", "18"]  # 3725.4 + 12.25 = 3737.65 s
+    from pipeline.cli import _duration
+
+    assert (_duration(59.94), _duration(119.7), _duration(60)) == ("59.9 s", "2 min 0 s", "1 min 0 s")
