@@ -36,11 +36,16 @@ def _smollm_package() -> str:
 class PackagedTeacher:
     locate: Callable[[], str]  # its Hugging Face folder, or its .gguf file
     task: str
+    # its position table (tokens) and model type, so a config load checks lengths against it without reading
+    # the model (a GGUF's metadata takes seconds to parse); tests/test_teacher.py compares them with the files
+    positions: int
+    model_type: str
 
 
 # Named teachers that ship inside packages (offline); anything else is a local folder or a hub id.
-TEACHERS: dict[str, PackagedTeacher] = {"minilm-package": PackagedTeacher(_minilm_package, "classification"),
-                                        "smollm2-package": PackagedTeacher(_smollm_package, "generation")}
+TEACHERS: dict[str, PackagedTeacher] = {
+    "minilm-package": PackagedTeacher(_minilm_package, "classification", 512, "bert"),
+    "smollm2-package": PackagedTeacher(_smollm_package, "generation", 8192, "llama")}
 
 
 def spec_problem(spec: str, task: str = "classification", missing_ok: bool = False) -> str | None:

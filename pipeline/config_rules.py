@@ -276,21 +276,50 @@ CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split
                                               _coreml_shapes, _fp16_training_has_cuda, _phone_remote_dir, _search]
 
 
-def local_teacher_problem(cfg, check: Callable[[Any, Any], None]) -> str | None:
-    """check(student section, teacher HF config) on a local teacher folder's config.json, so show-config refuses
-    the student.init the teacher stage would (a packaged or hub teacher is checked there, once loaded)."""
+def local_teacher_config(cfg):
+    """A local teacher folder's Hugging Face config; None for a packaged teacher, a hub id or an unreadable
+    config.json (the teacher stage names that file: distill/teacher_checks.py)."""
     folder = Path(cfg.teacher.model).expanduser()
-    if cfg.student.init == "random" or not (folder / "config.json").is_file():
+    if not (folder / "config.json").is_file():
         return None
     from transformers import AutoConfig
 
     try:
-        check(cfg.student, AutoConfig.from_pretrained(folder))
+        return AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError):
+        return None
+
+
+def local_teacher_problem(cfg, check: Callable[[Any, Any], None]) -> str | None:
+    """check(student section, teacher HF config) on a local teacher folder's config.json, so show-config refuses
+    the student.init the teacher stage would (a packaged or hub teacher is checked there, once loaded)."""
+    if cfg.student.init == "random" or (config := local_teacher_config(cfg)) is None:
+        return None
+    try:
+        check(cfg.student, config)
     except PipelineError as e:
         return str(e)
-    except (OSError, ValueError):  # an unreadable config: the teacher stage names the file (distill/teacher_checks.py)
-        return None
     return None
+
+
+def teacher_positions_problem(cfg, key: str) -> str | None:
+    """key (the tokens the teacher reads per input) beyond the teacher's position table, known without loading
+    the model: a packaged teacher's registry entry or a local folder's config.json. The teacher or logits stage
+    checks a hub teacher once it is loaded."""
+    from distill.teacher_checks import position_limit
+    from distill.teachers import TEACHERS
+
+    if packaged := TEACHERS.get(cfg.teacher.model):
+        limit, model_type = packaged.positions, packaged.model_type
+    elif (config := local_teacher_config(cfg)) is not None and (limit := position_limit(config)):
+        model_type = config.model_type
+    else:
+        return None
+    value = cfg.value(key)
+    if value <= limit:
+        return None
+    return (f"'{key}' = {value}, but the teacher ({model_type}) has positions for {limit} tokens only; set "
+            f"{key} <= {limit}, e.g. {set_fix(key, limit)}")
 
 
 def check_names(cfg, names: dict[str, tuple[str, tuple[str, ...]]]) -> str | None:

@@ -260,10 +260,19 @@ def test_enough_windows_record_no_shortfall():
 
 
 def test_context_beyond_the_teachers_positions_is_refused(tmp_path, corpus, tiny_llama_dir):
+    """A local teacher folder's positions are checked when the config loads; the logits stage checks again once
+    the teacher is loaded (a hub teacher's are known only then)."""
+    import dataclasses
+
     from pipeline.stage import run
 
-    cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, lm__context_length=300, lm__max_cache=512,
-                                   lm__teacher_windows=2, lm__extra_windows=0), "tiny-gen")
+    settings = gen_cfg(tmp_path, corpus, tiny_llama_dir, lm__context_length=300, lm__max_cache=512,
+                       lm__teacher_windows=2, lm__extra_windows=0)
+    with pytest.raises(PipelineError, match=r"'lm.context_length' = 300, but the teacher \(llama\) has positions "
+                                            r"for 256 tokens only; set lm.context_length <= 256"):
+        config_from_dict(settings, "tiny-gen")
+    cfg = config_from_dict({**settings, "lm": {**settings["lm"], "context_length": 256}}, "tiny-gen")
+    cfg = dataclasses.replace(cfg, lm=dataclasses.replace(cfg.lm, context_length=300))  # past the load check
     with pytest.raises(PipelineError, match=r"lm.context_length = 300, but the teacher \(llama\) has positions for "
                                             r"256 tokens only .*Set lm.context_length <= 256"):
         run(cfg, ["logits"])

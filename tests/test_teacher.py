@@ -114,6 +114,23 @@ def test_roberta_position_table_counts_its_offset(model_type):
         check_max_length(cfg, 513)
 
 
+def test_the_registry_knows_each_packaged_teachers_position_table():
+    """The config load checks lengths against TEACHERS' positions without reading the model: they must be the
+    packaged files' own."""
+    from transformers import AutoConfig
+
+    from distill.teachers import TEACHERS
+
+    minilm = AutoConfig.from_pretrained(TEACHERS["minilm-package"].locate())
+    assert (minilm.max_position_embeddings, minilm.model_type) == (TEACHERS["minilm-package"].positions, "bert")
+    gguf = pytest.importorskip("gguf")
+    reader = gguf.GGUFReader(TEACHERS["smollm2-package"].locate())
+    field = reader.fields["general.architecture"]
+    arch = bytes(field.parts[field.data[0]]).decode()
+    field = reader.fields[f"{arch}.context_length"]
+    assert (int(field.parts[field.data[0]][0]), arch) == (TEACHERS["smollm2-package"].positions, "llama")
+
+
 def test_a_packaged_teacher_of_the_other_task_is_one_clear_error():
     from distill.teacher import load_causal_teacher
 

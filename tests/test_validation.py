@@ -75,6 +75,10 @@ CASES = [
     (['phone.compute_units=["GPU_ONLY"]'], "phone.compute_units", False),
     (['teacher.model="smollm2-package"'], "teacher.model", False),
     (GEN + ['teacher.model="minilm-package"'], "teacher.model", False),
+    # beyond the packaged teacher's position table: refused by the teacher stage after the data stage, and for
+    # generation by the logits stage after the teacher stage (about 80 s)
+    (["teacher.max_length=1024"], "teacher.max_length", True),
+    (GEN + ["lm.context_length=9000"], "lm.context_length", True),
     # classification settings a generation run ignored without a word
     (GEN + ["distill.hidden_weight=1.0"], "distill.hidden_weight", True),
     (GEN + ["student.max_length=64"], "student.max_length", True),
@@ -108,6 +112,20 @@ def test_show_config_refuses_the_same(overrides, key, has_fix, capsys, tmp_path)
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and key in err and "Traceback" not in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("task,key", [("classification", "teacher.max_length"), ("generation", "lm.context_length")])
+def test_a_length_beyond_a_local_teacher_folders_positions_is_refused_at_load(tmp_path, task, key):
+    """A local folder's config.json gives the position table (its 128 rows here) before any stage runs."""
+    from conftest import tiny_bert_config
+
+    folder = tmp_path / "teacher"
+    tiny_bert_config().save_pretrained(folder)  # no weights: the config load reads config.json alone
+    base = [f'teacher.model="{folder}"', f'run.task="{task}"', 'student.init="random"']
+    assert load_config(None, [*base, f"{key}=128"]).value(key) == 128
+    with pytest.raises(PipelineError, match=rf"^<defaults>: '{key}' = 129, but the teacher \(bert\) has positions "
+                                            rf"for 128 tokens only; set {key} <= 128"):
+        load_config(None, [*base, f"{key}=129"])
 
 
 def test_an_unknown_npu_device_profile_is_refused_at_load():

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pipeline.config import student_positions
-from pipeline.config_rules import check_names, local_teacher_problem, set_fix as _set
+from pipeline.config_rules import check_names, local_teacher_problem, set_fix as _set, teacher_positions_problem
 from pipeline.data import paths_problem, source_problem
 from pipeline.errors import PipelineError
 
@@ -25,7 +25,7 @@ def validate(cfg) -> str | None:
                or paths_problem(cfg.data))
     for rule in (_step_budget_is_generation, _columns_differ, _embedding_4bit_width, _npu_device,
                  _layer_map_covers_the_student, _quantize_starts_from_fp32, _bench_lengths, _web_target,
-                 _bundle_choice_is_made, _classification_exports, _student_init_fits_teacher):
+                 _bundle_choice_is_made, _classification_exports, _student_init_fits_teacher, _length_fits_teacher):
         problem = problem or rule(cfg)
     return problem
 
@@ -191,3 +191,8 @@ def _student_init_fits_teacher(cfg) -> str | None:
         return ("'student.init' = 'teacher-layers' copies BERT layers, which student.arch = 'npu' does not have (its "
                 f"layer norms are decomposed); {_set('student.init', 'teacher-pca')} or 'random'")
     return local_teacher_problem(cfg, check_init)
+
+
+def _length_fits_teacher(cfg) -> str | None:
+    """The teacher stage's check (teacher.max_length within the teacher's positions), before the data stage runs."""
+    return teacher_positions_problem(cfg, "teacher.max_length")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pipeline.tasks.generation.data  # noqa: F401  (registers the generation data sources)
-from pipeline.config_rules import check_names, local_teacher_problem, set_fix as _set
+from pipeline.config_rules import check_names, local_teacher_problem, set_fix as _set, teacher_positions_problem
 from pipeline.data import paths_problem, source_problem
 
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -30,7 +30,7 @@ CLASSIFICATION_ONLY = {
 def validate(cfg) -> str | None:
     problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation") or paths_problem(cfg.data)
     for rule in (_prompts_given, _classification_only, _generation_settings, _token_budgets, _lm_exports,
-                 _lm_bundle_choice_is_made, _student_init_fits_teacher):
+                 _lm_bundle_choice_is_made, _student_init_fits_teacher, _context_fits_teacher):
         problem = problem or rule(cfg)
     return problem
 
@@ -100,6 +100,11 @@ def _student_init_fits_teacher(cfg) -> str | None:
     from distill.student import check_causal_init
 
     return local_teacher_problem(cfg, check_causal_init)
+
+
+def _context_fits_teacher(cfg) -> str | None:
+    """The logits stage's check (lm.context_length within the teacher's positions), before any stage runs."""
+    return teacher_positions_problem(cfg, "lm.context_length")
 
 
 def _lm_exports(cfg) -> str | None:
