@@ -36,16 +36,21 @@ def _smollm_package() -> str:
 class PackagedTeacher:
     locate: Callable[[], str]  # its Hugging Face folder, or its .gguf file
     task: str
-    # its position table (tokens) and model type, so a config load checks lengths against it without reading
-    # the model (a GGUF's metadata takes seconds to parse); tests/test_teacher.py compares them with the files
-    positions: int
-    model_type: str
+    # the Hugging Face config fields that settings are checked against when a config loads (lengths, student.init,
+    # distill.layer_map, teacher.fine_tune), known without reading the model: a GGUF's metadata takes seconds to
+    # parse. tests/test_teacher.py compares them with the packaged files.
+    config: dict
 
 
 # Named teachers that ship inside packages (offline); anything else is a local folder or a hub id.
 TEACHERS: dict[str, PackagedTeacher] = {
-    "minilm-package": PackagedTeacher(_minilm_package, "classification", 512, "bert"),
-    "smollm2-package": PackagedTeacher(_smollm_package, "generation", 8192, "llama")}
+    "minilm-package": PackagedTeacher(_minilm_package, "classification", {
+        "model_type": "bert", "architectures": ["BertModel"], "hidden_size": 384, "num_hidden_layers": 6,
+        "num_attention_heads": 12, "intermediate_size": 1536, "max_position_embeddings": 512}),
+    "smollm2-package": PackagedTeacher(_smollm_package, "generation", {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 576, "num_hidden_layers": 30,
+        "num_attention_heads": 9, "intermediate_size": 1536, "max_position_embeddings": 8192}),
+}
 
 
 def spec_problem(spec: str, task: str = "classification", missing_ok: bool = False) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 from pipeline.errors import PipelineError
@@ -276,9 +277,14 @@ CROSS: list[Callable[[Any], "str | None"]] = [_hidden_divisible_by_heads, _split
                                               _coreml_shapes, _fp16_training_has_cuda, _phone_remote_dir, _search]
 
 
-def local_teacher_config(cfg):
-    """A local teacher folder's Hugging Face config; None for a packaged teacher, a hub id or an unreadable
-    config.json (the teacher stage names that file: distill/teacher_checks.py)."""
+def teacher_config(cfg):
+    """The teacher's Hugging Face config as far as a config load can know it without loading the model: a packaged
+    teacher's fields from the registry (distill/teachers.py), a local folder's config.json. None for a hub id or an
+    unreadable config.json (the teacher stage checks those once loaded, and names the file)."""
+    from distill.teachers import TEACHERS
+
+    if packaged := TEACHERS.get(cfg.teacher.model):
+        return SimpleNamespace(**packaged.config)
     folder = Path(cfg.teacher.model).expanduser()
     if not (folder / "config.json").is_file():
         return None
@@ -290,10 +296,10 @@ def local_teacher_config(cfg):
         return None
 
 
-def local_teacher_problem(cfg, check: Callable[[Any, Any], None]) -> str | None:
-    """check(student section, teacher HF config) on a local teacher folder's config.json, so show-config refuses
-    the student.init the teacher stage would (a packaged or hub teacher is checked there, once loaded)."""
-    if cfg.student.init == "random" or (config := local_teacher_config(cfg)) is None:
+def teacher_problem(cfg, check: Callable[[Any, Any], None]) -> str | None:
+    """check(student section, teacher config) where the teacher's config is known at load (teacher_config), so
+    show-config refuses the student.init the teacher stage would."""
+    if cfg.student.init == "random" or (config := teacher_config(cfg)) is None:
         return None
     try:
         check(cfg.student, config)
@@ -303,22 +309,16 @@ def local_teacher_problem(cfg, check: Callable[[Any, Any], None]) -> str | None:
 
 
 def teacher_positions_problem(cfg, key: str) -> str | None:
-    """key (the tokens the teacher reads per input) beyond the teacher's position table, known without loading
-    the model: a packaged teacher's registry entry or a local folder's config.json. The teacher or logits stage
-    checks a hub teacher once it is loaded."""
+    """key (the tokens the teacher reads per input) beyond the teacher's position table, where teacher_config
+    knows it. The teacher or logits stage checks a hub teacher once it is loaded."""
     from distill.teacher_checks import position_limit
-    from distill.teachers import TEACHERS
 
-    if packaged := TEACHERS.get(cfg.teacher.model):
-        limit, model_type = packaged.positions, packaged.model_type
-    elif (config := local_teacher_config(cfg)) is not None and (limit := position_limit(config)):
-        model_type = config.model_type
-    else:
+    if (config := teacher_config(cfg)) is None or not (limit := position_limit(config)):
         return None
     value = cfg.value(key)
     if value <= limit:
         return None
-    return (f"'{key}' = {value}, but the teacher ({model_type}) has positions for {limit} tokens only; set "
+    return (f"'{key}' = {value}, but the teacher ({config.model_type}) has positions for {limit} tokens only; set "
             f"{key} <= {limit}, e.g. {set_fix(key, limit)}")
 
 

@@ -28,7 +28,8 @@ Loader = Callable[[DataSection, str], list[dict]]  # (settings, split) -> that s
 # data.source name -> {task it serves: loader}. One registry for every task: "hub" reads labelled rows for
 # classification and documents for generation (pipeline/tasks/generation/data.py registers its own).
 SOURCES: dict[str, dict[str, Loader]] = {}
-PATH_SOURCES: set[str] = set()  # the sources that read data.train_path / validation_path / test_path
+# the sources that read data.train_path / validation_path / test_path -> what their train_path holds ("": a file)
+PATH_SOURCES: dict[str, str] = {}
 
 
 def source(name: str, task: str = "classification"):
@@ -48,11 +49,22 @@ def source_problem(name: str, task: str) -> str | None:
 
 def paths_problem(d: DataSection) -> str | None:
     """data.*_path set for a source that never reads it (a load-time check): the file would be silently
-    ignored, and the splits made from the source's own data instead."""
+    ignored, and the splits made from the source's own data instead. Also the settings a source needs (its
+    training file, its datasets name) and a test split that no setting makes."""
     given = [f"data.{s}_path" for s in ("train", "validation", "test") if getattr(d, f"{s}_path")]
     if given and d.source not in PATH_SOURCES:
         return (f"data.source = '{d.source}' does not read {' / '.join(given)}: set data.source to one that reads "
-                f"files ({', '.join(sorted(PATH_SOURCES & set(SOURCES)))}), or leave {given[0]} empty")
+                f"files ({', '.join(sorted(PATH_SOURCES.keys() & SOURCES.keys()))}), or leave {given[0]} empty")
+    # what the data stage would refuse first, before any text is read
+    if d.source in PATH_SOURCES and not d.train_path:
+        return (f"data.source = '{d.source}' needs 'data.train_path'{PATH_SOURCES[d.source] or ' (the training file)'}: "
+                f"set it in the config's [data] section")
+    if d.source == "hub" and not d.hub_name:
+        return ("data.source = 'hub' needs 'data.hub_name': a datasets name such as 'sst2' (online, OFFLINE=0) or "
+                "a local dataset folder")
+    if d.test_fraction == 0 and not d.test_path and d.source != "hub":  # a hub dataset may bring its own test split
+        return (f"'data.test_fraction' = 0 with no data.test_path leaves the test split empty (data.source "
+                f"'{d.source}' has no test split of its own): give data.test_path, or --set data.test_fraction=0.1")
     return None
 
 
@@ -119,7 +131,7 @@ def file_source(kind: str, read: Callable[[Path, DataSection], list], task: str 
             raise PipelineError(f"data.source = '{kind}' needs data.train_path{what}")
         return read(Path(path), d) if path else []
     source(kind, task)(load)
-    PATH_SOURCES.add(kind)
+    PATH_SOURCES[kind] = what
 
 
 for _kind, _read in {"csv": read_csv, "jsonl": read_jsonl, "parquet": read_parquet}.items():

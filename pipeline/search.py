@@ -70,6 +70,11 @@ def request_of(cfg) -> SearchSection:
     if not s.budget_ms > 0:
         raise PipelineError("search: no latency budget: give --budget-ms (a positive latency budget in "
                             "milliseconds), or set search.budget_ms")
+    d = cfg.data  # candidates are scored on the validation split: one no setting makes fails after the logits stage
+    if d.validation_fraction == 0 and not d.validation_path and d.source != "hub":
+        raise PipelineError("search: candidates are scored on the validation split, and data.validation_fraction = 0 "
+                            "with no data.validation_path leaves it empty: --set data.validation_fraction=0.1, or "
+                            "give data.validation_path")
     return replace(s, variants=tuple(dict.fromkeys(s.variants)))
 
 

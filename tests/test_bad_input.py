@@ -178,8 +178,8 @@ def test_too_small_to_split_names_size_and_fractions(tmp_path):
                                             r"cleaning; data.test_fraction = 0.1"):
         build_splits(cfg_for(p, tmp_path))
     one = write(tmp_path / "one.txt", "just one paragraph")
-    with pytest.raises(PipelineError, match=r"too small to split \(1 documents .* data.test_fraction = 0"):
-        build_lm_splits(lm_cfg(one, test_fraction=0.0))
+    with pytest.raises(PipelineError, match=r"too small to split \(1 documents .* data.test_fraction = 0.5"):
+        build_lm_splits(lm_cfg(one, test_fraction=0.5))
 
 
 # --- tokenizer: the library's long-sequence false alarm, replaced by a count ---

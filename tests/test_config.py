@@ -18,7 +18,8 @@ def test_defaults_and_file_round_trip(tmp_path):
 
 
 def test_overrides_use_the_same_checks(tmp_path):
-    cfg = load_config(None, ["distill.temperature=4", "run.name=other", 'data.source="csv"', "augment.enabled=false"])
+    cfg = load_config(None, ["distill.temperature=4", "run.name=other", 'data.source="csv"', 'data.train_path="t.csv"',
+                             "augment.enabled=false"])
     assert cfg.distill.temperature == 4.0 and cfg.run.name == "other" and cfg.data.source == "csv"
     assert cfg.augment.enabled is False
     with pytest.raises(PipelineError, match="unknown key 'distill.temprature'"):

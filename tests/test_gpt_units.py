@@ -302,9 +302,9 @@ def test_gguf_tokenizer_settings_are_read_from_the_file(tmp_path):
                                        "tokenizer.ggml.eos_token_id": 2}
 
 
-def test_the_teacher_stage_refuses_a_student_init_the_packaged_teacher_cannot_give(monkeypatch, tmp_path):
-    """A packaged or hub teacher's shapes are known once it loads: the teacher stage checks student.init then,
-    before the logits pass and distillation (a local folder is checked when the config loads)."""
+def test_the_teacher_stage_refuses_a_student_init_a_hub_teacher_cannot_give(monkeypatch, tmp_path):
+    """A hub teacher's shapes are known once it loads: the teacher stage checks student.init then, before the
+    logits pass and distillation (a packaged teacher or a local folder is checked when the config loads)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     import distill.teacher
@@ -315,9 +315,12 @@ def test_the_teacher_stage_refuses_a_student_init_the_packaged_teacher_cannot_gi
     teacher = LlamaForCausalLM(LlamaConfig(vocab_size=60, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                            num_attention_heads=4, num_key_value_heads=2))
     monkeypatch.setattr(distill.teacher, "load_causal_teacher", lambda spec: (teacher, None))
-    cfg = config_from_dict({"run": {"task": "generation", "runs_dir": str(tmp_path)},
-                            "student": {"init": "teacher-layers", "hidden": 64, "heads": 4, "ffn": 128}})
-    assert cfg.teacher.model == "smollm2-package"  # the generation default: checked only once loaded
+    settings = {"run": {"task": "generation", "runs_dir": str(tmp_path)},
+                "student": {"init": "teacher-layers", "hidden": 64, "heads": 4, "ffn": 128}}
+    with pytest.raises(PipelineError, match=r"needs a Llama teacher of the student's width \(this one has hidden "
+                                            r"576, ffn 1536, heads 9"):
+        config_from_dict(settings)  # the packaged SmolLM2's shape is in its registry entry
+    cfg = config_from_dict({**settings, "teacher": {"model": "someone/tiny-llama"}})  # a hub id: checked once loaded
     ctx = StageContext(cfg, "teacher", tmp_path / "out", tmp_path, STAGES["teacher"].deps)
     with pytest.raises(PipelineError, match=r"needs a Llama teacher of the student's width \(this one has hidden "
                                             r"32, ffn 64, heads 4; the student has 64, 128, 4\)"):

@@ -114,21 +114,29 @@ def test_roberta_position_table_counts_its_offset(model_type):
         check_max_length(cfg, 513)
 
 
-def test_the_registry_knows_each_packaged_teachers_position_table():
-    """The config load checks lengths against TEACHERS' positions without reading the model: they must be the
-    packaged files' own."""
+def test_the_registry_knows_each_packaged_teachers_config():
+    """The config load checks lengths, student.init, distill.layer_map and teacher.fine_tune against TEACHERS'
+    config fields without reading the model: they must be the packaged files' own."""
     from transformers import AutoConfig
 
     from distill.teachers import TEACHERS
 
     minilm = AutoConfig.from_pretrained(TEACHERS["minilm-package"].locate())
-    assert (minilm.max_position_embeddings, minilm.model_type) == (TEACHERS["minilm-package"].positions, "bert")
+    assert {k: getattr(minilm, k) for k in TEACHERS["minilm-package"].config} == TEACHERS["minilm-package"].config
     gguf = pytest.importorskip("gguf")
-    reader = gguf.GGUFReader(TEACHERS["smollm2-package"].locate())
-    field = reader.fields["general.architecture"]
-    arch = bytes(field.parts[field.data[0]]).decode()
-    field = reader.fields[f"{arch}.context_length"]
-    assert (int(field.parts[field.data[0]][0]), arch) == (TEACHERS["smollm2-package"].positions, "llama")
+    fields = gguf.GGUFReader(TEACHERS["smollm2-package"].locate()).fields
+
+    def value(key):
+        f = fields[key]
+        part = f.parts[f.data[0]]
+        return bytes(part).decode() if key == "general.architecture" else int(part[0])
+
+    arch = value("general.architecture")
+    assert {"model_type": arch, "architectures": ["LlamaForCausalLM"], "hidden_size": value(f"{arch}.embedding_length"),
+            "num_hidden_layers": value(f"{arch}.block_count"),
+            "num_attention_heads": value(f"{arch}.attention.head_count"),
+            "intermediate_size": value(f"{arch}.feed_forward_length"),
+            "max_position_embeddings": value(f"{arch}.context_length")} == TEACHERS["smollm2-package"].config
 
 
 def test_a_packaged_teacher_of_the_other_task_is_one_clear_error():

@@ -79,6 +79,22 @@ CASES = [
     # generation by the logits stage after the teacher stage (about 80 s)
     (["teacher.max_length=1024"], "teacher.max_length", True),
     (GEN + ["lm.context_length=9000"], "lm.context_length", True),
+    # found by an audit on 2026-11-27: refused by the data stage, the teacher stage (against the packaged teacher's
+    # shape, now in its registry entry), or the quantize and bundle gates after training
+    (["data.test_fraction=0"], "data.test_fraction", True),
+    (GEN + ["data.test_fraction=0"], "data.test_fraction", True),
+    (["data.max_train=1"], "data.max_train", True),
+    (['data.source="csv"'], "data.train_path", False),
+    (GEN + ['data.source="text"'], "data.train_path", False),
+    (['data.source="hub"'], "data.hub_name", False),
+    (['student.init="teacher-layers"'], "student.init", False),
+    (["student.hidden=512"], "student.init", False),
+    (["distill.layer_map=[1,2,3,7]"], "distill.layer_map", False),
+    (["teacher.fine_tune=false"], "teacher.fine_tune", True),
+    (GEN + ['student.init="teacher-layers"'], "student.init", False),
+    (GEN + ["student.hidden=1024"], "student.init", False),
+    (["data.max_test=80"], "data.max_test", True),
+    (["data.max_test=50", "bundle.min_agreement=0.9"], "data.max_test", True),
     # classification settings a generation run ignored without a word
     (GEN + ["distill.hidden_weight=1.0"], "distill.hidden_weight", True),
     (GEN + ["student.max_length=64"], "student.max_length", True),
@@ -217,6 +233,23 @@ def test_run_until_search_checks_the_request_before_training(tmp_path, capsys, m
     (tmp_path / "c.toml").write_text(f'[run]\nruns_dir = "{tmp_path}"\n')
     assert main(["run", "--config", str(tmp_path / "c.toml"), "--until", "search"]) == 2
     assert "search: no target" in capsys.readouterr().err
+
+
+def test_search_refuses_an_empty_validation_split_before_training(tmp_path, capsys, monkeypatch):
+    from pipeline import stage
+    from pipeline.cli import main
+
+    monkeypatch.setattr(stage, "run", lambda *a, **k: pytest.fail("a stage ran before the request was checked"))
+    (tmp_path / "c.toml").write_text(f'[run]\nruns_dir = "{tmp_path}"\n[data]\nvalidation_fraction = 0.0\n')
+    argv = ["run", "--config", str(tmp_path / "c.toml"), "--until", "search", "--set", 'search.target="host-cpu"',
+            "--set", "search.budget_ms=2"]
+    assert main(argv) == 2
+    assert "search: candidates are scored on the validation split" in capsys.readouterr().err
+    from pipeline.search import request_of
+
+    fixed = load_config(tmp_path / "c.toml", ['search.target="host-cpu"', "search.budget_ms=2",
+                                              "data.validation_fraction=0.1"])
+    assert request_of(fixed).target == "host-cpu"  # the fix the message gives is accepted
 
 
 def test_known_library_noise_is_dropped_and_other_warnings_kept():

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from pipeline.config import student_positions
-from pipeline.config_rules import check_names, local_teacher_problem, set_fix as _set, teacher_positions_problem
+from pipeline.config_rules import (check_names, set_fix as _set, teacher_config, teacher_positions_problem,
+                                   teacher_problem)
 from pipeline.data import paths_problem, source_problem
 from pipeline.errors import PipelineError
 
@@ -25,7 +26,8 @@ def validate(cfg) -> str | None:
                or paths_problem(cfg.data))
     for rule in (_step_budget_is_generation, _columns_differ, _embedding_4bit_width, _npu_device,
                  _layer_map_covers_the_student, _quantize_starts_from_fp32, _bench_lengths, _web_target,
-                 _bundle_choice_is_made, _classification_exports, _student_init_fits_teacher, _length_fits_teacher):
+                 _bundle_choice_is_made, _classification_exports, _student_init_fits_teacher, _length_fits_teacher,
+                 _fine_tune_off_needs_a_classifier, _caps_leave_what_the_stages_need):
         problem = problem or rule(cfg)
     return problem
 
@@ -84,6 +86,11 @@ def _layer_map_covers_the_student(cfg) -> str | None:
     if m and len(m) != layers:
         return (f"'distill.layer_map' has {len(m)} entries but 'student.layers' = {layers}: give one teacher layer "
                 f"per student layer, or leave it empty to spread them uniformly")
+    teacher = teacher_config(cfg) if m else None  # the teacher stage's check, where the teacher is known at load
+    if teacher is not None and (bad := [t for t in m if t > teacher.num_hidden_layers]):
+        return (f"'distill.layer_map' names teacher layer(s) {bad}, but the teacher ({teacher.model_type}) has "
+                f"layers 1..{teacher.num_hidden_layers}; give layers in that range, or leave it empty to spread them "
+                f"uniformly")
     return None
 
 
@@ -190,9 +197,40 @@ def _student_init_fits_teacher(cfg) -> str | None:
     if cfg.student.arch == "npu" and cfg.student.init == "teacher-layers":
         return ("'student.init' = 'teacher-layers' copies BERT layers, which student.arch = 'npu' does not have (its "
                 f"layer norms are decomposed); {_set('student.init', 'teacher-pca')} or 'random'")
-    return local_teacher_problem(cfg, check_init)
+    return teacher_problem(cfg, check_init)
 
 
 def _length_fits_teacher(cfg) -> str | None:
     """The teacher stage's check (teacher.max_length within the teacher's positions), before the data stage runs."""
     return teacher_positions_problem(cfg, "teacher.max_length")
+
+
+def _fine_tune_off_needs_a_classifier(cfg) -> str | None:
+    """teacher.fine_tune = false uses the teacher's own classification head: a model without one (the packaged
+    MiniLM is a sentence encoder) is refused by the teacher stage; refused here where the config is known."""
+    if cfg.teacher.fine_tune or (teacher := teacher_config(cfg)) is None:
+        return None
+    if any(a.endswith("ForSequenceClassification") for a in (teacher.architectures or [])):
+        return None  # whether its labels are the data's, the teacher stage checks
+    return (f"'teacher.fine_tune' = false, but teacher.model '{cfg.teacher.model}' has no classification head "
+            f"({', '.join(teacher.architectures or []) or 'no architecture named'}): {_set('teacher.fine_tune', True)} "
+            f"to train one")
+
+
+def _caps_leave_what_the_stages_need(cfg) -> str | None:
+    """data.max_train keeps two examples at least (two labels); data.max_test keeps as many test texts as the
+    quantize / export checks (quantize.check_samples) and the bundles' agreement gates (bundle.min_agreement)
+    refuse to pass on fewer of, which they would find only after training."""
+    from export.checks import agreement_texts
+
+    d = cfg.data
+    if d.max_train == 1:
+        return (f"'data.max_train' = 1 keeps one example, so one label; classification needs two or more: "
+                f"{_set('data.max_train', 2)}, or 0 for all")
+    need = {"quantize.check_samples": cfg.quantize.check_samples,
+            "bundle.min_agreement": agreement_texts(cfg.bundle.min_agreement)}
+    key, n = max(need.items(), key=lambda kv: kv[1])
+    if 0 < d.max_test < n:
+        return (f"'data.max_test' = {d.max_test} keeps fewer test texts than {key} needs ({n}; the gates refuse to "
+                f"pass on fewer): {_set('data.max_test', n)}, 0 for all, or lower {key}")
+    return None

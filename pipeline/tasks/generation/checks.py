@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pipeline.tasks.generation.data  # noqa: F401  (registers the generation data sources)
-from pipeline.config_rules import check_names, local_teacher_problem, set_fix as _set, teacher_positions_problem
+from pipeline.config_rules import check_names, teacher_problem, set_fix as _set, teacher_positions_problem
 from pipeline.data import paths_problem, source_problem
 
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -99,7 +99,7 @@ def _token_budgets(cfg) -> str | None:
 def _student_init_fits_teacher(cfg) -> str | None:
     from distill.student import check_causal_init
 
-    return local_teacher_problem(cfg, check_causal_init)
+    return teacher_problem(cfg, check_causal_init)
 
 
 def _context_fits_teacher(cfg) -> str | None:
