@@ -244,6 +244,18 @@ def test_generation_bench_on_a_gpu_target_runs_fp32_and_skips_int8(tmp_path, cor
         assert by[(model, "fp32", "onnx")]["prompt_tokens"] == 40  # the test windows run together
     assert by[("student", "int8-dynamic", "onnx")] == {"status": "skipped", "reason": gpu.why_not}
     assert by[("student", "fp32", "ort")]["reason"] == "desktop-gpu runs the .onnx file of this model"
+    # a test split with fewer windows than lm.eval_windows: the prompt would be shorter than the one reported
+    import pipeline.tasks.generation.ship as ship
+
+    held = ship.held_out_windows
+    monkeypatch.setattr(ship, "held_out_windows", lambda ctx, tok: held(ctx, tok)[:1])  # one 17-token window
+    short = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, distill__epochs=0.2, baseline__epochs=0.2,
+                                     lm__teacher_windows=8, bench__targets=["desktop-gpu"],
+                                     lm__bench_prompt_tokens=41), "tiny-gen")
+    with pytest.raises(PipelineError, match=r"lm.bench_prompt_tokens = 41 tokens, but the test split's held-out "
+                                            r"windows hold 17: set lm.bench_prompt_tokens <= 17"):
+        run(short, ["bench"])
+    assert json.loads((cfg.run_dir / "bench" / "results.json").read_text()) == res  # the last bench stays
 
 
 def test_prompt_longer_than_exported_cache_is_refused(tmp_path, corpus, tiny_llama_dir):

@@ -47,7 +47,7 @@ TASK = Task(
                         "export.coreml_min_weight_elements", "lm.check_tokens", "lm.prompts", "lm.max_cache",
                         "lm.context_length")),
         "peer": Step(lazy("pipeline.tasks.classification.bench:skip_peer")),
-        # the prompt is the first held-out test window: lm.eval_windows / context_length pick it
+        # the prompt is cut from the held-out test windows run together: lm.eval_windows / context_length pick them
         "bench": Step(lazy(f"{_HERE}.ship:stage_bench"),
                       ("bench.targets", "bench.npu_device", "lm.bench_prompt_tokens", "lm.bench_decode_tokens",
                        "lm.bench_iterations", "lm.eval_windows", "lm.context_length")),

@@ -88,6 +88,12 @@ def _token_budgets(cfg) -> str | None:
         return (f"'lm.bench_prompt_tokens' ({lm.bench_prompt_tokens}) + 'lm.bench_decode_tokens' "
                 f"({lm.bench_decode_tokens}) + 1 exceeds the students' positions 'lm.max_cache' ({lm.max_cache}); "
                 f"{_set('lm.max_cache', lm.bench_prompt_tokens + lm.bench_decode_tokens + 1)} or shorten the bench")
+    if (held := lm.eval_windows * (lm.context_length + 1)) < lm.bench_prompt_tokens:
+        # the bench's prompt is cut from the held-out windows run together: fewer tokens were timed than reported
+        return (f"'lm.bench_prompt_tokens' = {lm.bench_prompt_tokens} is longer than the held-out text the bench cuts "
+                f"it from: lm.eval_windows ({lm.eval_windows}) windows of lm.context_length + 1 "
+                f"({lm.context_length + 1}) tokens hold {held}; {_set('lm.bench_prompt_tokens', held)} or raise "
+                f"lm.eval_windows")
     for key in ("lm.check_tokens", "lm.sample_tokens"):
         if (n := cfg.value(key)) + 1 > lm.max_cache:
             return (f"'{key}' = {n}: a prompt of even one token + {n} new tokens exceeds the students' positions "

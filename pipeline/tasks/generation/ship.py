@@ -232,6 +232,10 @@ def stage_bench(ctx: StageContext) -> dict:
         # from the test windows run together (as the search's from validation's): one window holds only
         # lm.context_length + 1 tokens, and a longer lm.bench_prompt_tokens was timed on that silently
         prompt_t = np.concatenate(list(held_out_windows(ctx, tok)))[: lmc.bench_prompt_tokens].tolist()
+        if len(prompt_t) < lmc.bench_prompt_tokens:  # a test split with fewer windows than lm.eval_windows
+            raise PipelineError(f"the bench times a prompt of lm.bench_prompt_tokens = {lmc.bench_prompt_tokens} "
+                                f"tokens, but the test split's held-out windows hold {len(prompt_t)}: set "
+                                f"lm.bench_prompt_tokens <= {len(prompt_t)}, or give a larger test split")
         prompt = lm.to_model_ids(torch.tensor(prompt_t)).tolist()
         row = {"model": name, "variant": variant, "format": fmt, "file": str(path.relative_to(ctx.run_dir)),
                "perplexity": src.get("perplexity"), "params": src.get("params"), "size_bytes": src["size_bytes"],
@@ -284,7 +288,7 @@ def stage_bench(ctx: StageContext) -> dict:
                        "sweep_variants": [], "npu_device": cfg.bench.npu_device,
                        # desktop-gpu: one generation of every file per round, in alternating order
                        "gpu_rounds": lmc.bench_iterations,
-                       "inputs": f"the first {lmc.bench_prompt_tokens} tokens of the first held-out test window "
+                       "inputs": f"the first {lmc.bench_prompt_tokens} tokens of the held-out test windows "
                                  f"(latency = time to first token), then {lmc.bench_decode_tokens} greedy decode "
                                  f"steps with the KV cache / LSTM state, batch 1"},
               "seconds": {"total": round(time.time() - started, 1)}, "rows": rows}
