@@ -86,11 +86,13 @@ def _layer_map_covers_the_student(cfg) -> str | None:
     if m and len(m) != layers:
         return (f"'distill.layer_map' has {len(m)} entries but 'student.layers' = {layers}: give one teacher layer "
                 f"per student layer, or leave it empty to spread them uniformly")
-    teacher = teacher_config(cfg) if m else None  # the teacher stage's check, where the teacher is known at load
-    if teacher is not None and (bad := [t for t in m if t > teacher.num_hidden_layers]):
-        return (f"'distill.layer_map' names teacher layer(s) {bad}, but the teacher ({teacher.model_type}) has "
-                f"layers 1..{teacher.num_hidden_layers}; give layers in that range, or leave it empty to spread them "
-                f"uniformly")
+    if m and (teacher := teacher_config(cfg)) is not None:  # the teacher stage's check, where the teacher is known
+        from distill.student import check_layer_map
+
+        try:
+            check_layer_map(m, layers, teacher.num_hidden_layers)
+        except PipelineError as e:
+            return str(e)
     return None
 
 

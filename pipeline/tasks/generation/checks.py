@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pipeline.tasks.generation.data  # noqa: F401  (registers the generation data sources)
-from pipeline.config_rules import check_names, teacher_problem, set_fix as _set, teacher_positions_problem
+from pipeline.config_rules import check_names, set_fix as _set, teacher_positions_problem, teacher_problem
 from pipeline.data import paths_problem, source_problem
 
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
