@@ -106,14 +106,16 @@ def parse_log(log: str) -> dict:
 
 
 def _worker(job: dict, timeout_s: float) -> tuple[dict | None, str]:
-    """Run one pipeline/qnn_worker.py job (its "chip" a CHIPS name, passed on as QNN's ids); (its result or None
-    when the process died, its log)."""
-    c = get_chip(job["chip"])
+    """Run one pipeline/qnn_worker.py job (its "chip" a CHIPS name, or QNN's {"soc_model", "htp_arch"} as a
+    bundle's metadata.json records them); (its result or None when the process died or timed out, its log)."""
+    chip = job["chip"]
+    if isinstance(chip, str):
+        c = get_chip(chip)
+        chip = {"soc_model": c.soc_model, "htp_arch": c.htp_arch}
     # the worker runs from the repository root (where `-m pipeline.qnn_worker` is found): paths go absolute
     paths = {k: str(Path(v).resolve()) for k, v in job.items() if k in ("onnx", "context", "feeds", "logits") and v}
     with tempfile.TemporaryDirectory() as tmp:
-        job = {**job, **paths, "chip": {"soc_model": c.soc_model, "htp_arch": c.htp_arch},
-               "result": str(Path(tmp) / "result.json")}
+        job = {**job, **paths, "chip": chip, "result": str(Path(tmp) / "result.json")}
         (Path(tmp) / "job.json").write_text(json.dumps(job))
         try:
             proc = subprocess.run([sys.executable, "-m", "pipeline.qnn_worker", str(Path(tmp) / "job.json")],
@@ -167,23 +169,34 @@ def compile_htp(onnx_path: Path, chip: str, out_dir: Path, name: str = "", timeo
             "context_files": files, "context_bytes": sum(files.values()) if files else None}
 
 
+def run_emulator(context: Path, onnx_path: Path | None, chip: str | dict, feeds: list[dict[str, np.ndarray]],
+                 timeout_s: float = 600) -> tuple[dict[str, np.ndarray], dict | None, str]:
+    """The compiled context model on the HTP emulator, one feed per call, in a worker process: ({"emulator":
+    logits (N, C), and "cpu": onnx_path's on the CPU provider where one is given}, the worker's result, "") or
+    ({}, None, what its log says went wrong) when the process died, refused the binary or timed out."""
+    with tempfile.TemporaryDirectory() as tmp:
+        arrays = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
+        np.savez(Path(tmp) / "feeds.npz", n=np.array(len(feeds)), **arrays)
+        job = {"kind": "emulate", "context": str(context), "onnx": str(onnx_path) if onnx_path else None,
+               "chip": chip, "feeds": str(Path(tmp) / "feeds.npz"), "logits": str(Path(tmp) / "logits.npz")}
+        result, log = _worker(job, timeout_s)
+        if result is None:
+            lines = parse_log(log)["messages"] or log.strip().splitlines()[:1]
+            return {}, None, "; ".join(lines[:3])[:400]
+        with np.load(job["logits"]) as logits:
+            return {k: logits[k] for k in logits.files}, result, ""
+
+
 def emulate(context: Path, onnx_path: Path, chip: str, feeds: list[dict[str, np.ndarray]],
             timeout_s: float = 600) -> dict:
     """The compiled context model on the HTP emulator against its source file on the CPU provider, on the
     same feeds. Returns {"samples", "argmax_agreement", "max_abs_diff", "emulator_seconds_per_inference",
     "logits", "cpu_logits"} (the last two arrays (N, C), not for JSON), or {"error": ...} when the emulator
     process died."""
-    with tempfile.TemporaryDirectory() as tmp:
-        arrays = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
-        np.savez(Path(tmp) / "feeds.npz", n=np.array(len(feeds)), **arrays)
-        job = {"kind": "emulate", "context": str(context), "onnx": str(onnx_path), "chip": chip,
-               "feeds": str(Path(tmp) / "feeds.npz"), "logits": str(Path(tmp) / "logits.npz")}
-        result, log = _worker(job, timeout_s)
-        if result is None:
-            lines = parse_log(log)["messages"] or log.strip().splitlines()[:1]
-            return {"error": "; ".join(lines[:3])[:400]}
-        logits = np.load(job["logits"])
-        got, want = logits["emulator"], logits["cpu"]
+    logits, result, error = run_emulator(context, onnx_path, chip, feeds, timeout_s)
+    if error:
+        return {"error": error}
+    got, want = logits["emulator"], logits["cpu"]
     return {**summarize(got, want), "emulator_seconds_per_inference": result["emulator_seconds_per_inference"],
             "logits": got, "cpu_logits": want}
 

@@ -105,23 +105,12 @@ if __name__ == "__main__":
 
 def emulator_logits(context: Path, soc_model: str, htp_arch: str, feeds: list[dict[str, np.ndarray]],
                     timeout_s: float = 600) -> np.ndarray:
-    """Logits (N, C) of a compiled context model on the HTP emulator, one feed per call, in a child process
-    (verify-bundle: needs numpy, onnxruntime and onnxruntime-qnn only). Raises RuntimeError with the end of
-    the child's log when it dies or refuses the binary."""
-    import subprocess
-    import tempfile
+    """Logits (N, C) of a compiled context model on the HTP emulator, one feed per call, in this module's worker
+    process (verify-bundle: needs numpy, onnxruntime and onnxruntime-qnn only). Raises RuntimeError with what the
+    worker's log says when it dies, refuses the binary or times out."""
+    from eval.qnn import run_emulator
 
-    with tempfile.TemporaryDirectory() as tmp:
-        arrays = {f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()}
-        np.savez(Path(tmp) / "feeds.npz", n=np.array(len(feeds)), **arrays)
-        # absolute: the worker runs from the repository root, not from where verify-bundle was given the bundle
-        job = {"kind": "emulate", "context": str(Path(context).resolve()), "onnx": None,
-               "chip": {"soc_model": soc_model, "htp_arch": htp_arch}, "feeds": str(Path(tmp) / "feeds.npz"),
-               "logits": str(Path(tmp) / "logits.npz"), "result": str(Path(tmp) / "result.json")}
-        (Path(tmp) / "job.json").write_text(json.dumps(job))
-        proc = subprocess.run([sys.executable, "-m", "pipeline.qnn_worker", str(Path(tmp) / "job.json")],
-                              capture_output=True, text=True, timeout=timeout_s, cwd=Path(__file__).resolve().parents[1])
-        if proc.returncode != 0 or not Path(job["result"]).is_file():
-            tail = [ln for ln in (proc.stderr or proc.stdout or "").strip().splitlines() if ln.strip()][-1:]
-            raise RuntimeError(tail[0][:300] if tail else f"exit code {proc.returncode}")
-        return np.load(job["logits"])["emulator"]
+    logits, _, error = run_emulator(context, None, {"soc_model": soc_model, "htp_arch": htp_arch}, feeds, timeout_s)
+    if error:
+        raise RuntimeError(error)
+    return logits["emulator"]

@@ -118,6 +118,18 @@ def test_a_crashing_compiler_is_a_record_not_a_crash(tmp_path, monkeypatch):
     assert rec["compiled"] is False and rec["message"][0] == "the QNN process died (signal 6)"
 
 
+def test_an_emulator_past_its_time_is_an_error_not_a_traceback(tmp_path):
+    """verify-bundle's emulator replay and the compile stage's share one worker call: a worker past its timeout
+    is a message either way (subprocess.TimeoutExpired reached verify-bundle's user as a traceback before)."""
+    from pipeline.qnn_worker import emulator_logits
+
+    feeds = [{"x": np.zeros((1, 16), np.float32)}]
+    with pytest.raises(RuntimeError, match=r"^timed out after 0 s"):
+        emulator_logits(tmp_path / "x_ctx.onnx", "60", "v75", feeds, timeout_s=0.01)
+    got = qnn.emulate(tmp_path / "x_ctx.onnx", tmp_path / "x.onnx", "8gen3", feeds, timeout_s=0.01)
+    assert got["error"].startswith("timed out after 0 s")
+
+
 def _fixture_run(tmp_path: Path) -> Path:
     """A run folder with what the compile stage reads: data/test.jsonl, quantize/variants.json + one
     tokenizer, and a tiny QDQ file standing in for the student's int8-static (its input is x, fed zeros)."""
