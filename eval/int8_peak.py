@@ -14,6 +14,8 @@ import logging
 import tempfile
 from pathlib import Path
 
+from export.ort_session import ort_session
+
 SIZE = 1024
 
 
@@ -40,22 +42,9 @@ def _quantized_matmul(folder: Path, size: int) -> Path:
     return out
 
 
-def _session(path: Path, threads: int, profile_prefix: str | None = None):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    if profile_prefix:
-        opts.enable_profiling = True
-        opts.profile_file_prefix = profile_prefix
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-
-
 def _kernels_run(path: Path, x, folder: Path) -> list[str]:
     """'op (provider)' of every node ORT's profiler saw run: which fused kernel the int8 graph became."""
-    sess = _session(path, 1, str(folder / "profile"))
+    sess = ort_session(path, 1, inter_threads=1, fix=None, profile=str(folder / "profile"))
     sess.run(None, {"x": x})
     events = json.loads(Path(sess.end_profiling()).read_text())
     return sorted({f"{e['args']['op_name']} ({e['args'].get('provider', '?')})" for e in events
@@ -75,7 +64,7 @@ def int8_matmul_peaks(thread_counts: list[int], size: int = SIZE, seconds: float
         path = _quantized_matmul(Path(tmp), size)
         kernels = _kernels_run(path, x, Path(tmp))
         for t in sorted(set(thread_counts)):
-            sess = _session(path, t)  # warm-up calls: weight prepacking, thread pool start
+            sess = ort_session(path, t, inter_threads=1, fix=None)  # warm-up calls: weight prepacking, thread pool start
             best = best_seconds(lambda: sess.run(None, {"x": x}), seconds)
             peaks[str(t)] = round(2 * size ** 3 / best / 1e9, 1)
     return {"peak_gops_int8": peaks, "kernels": kernels}

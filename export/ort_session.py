@@ -41,12 +41,13 @@ def ort_session(model: Path | str | bytes, threads: int = 0, providers: Sequence
                 inter_threads: int = 0, custom_ops: bool = False, optimize: bool = True, quiet: bool = True,
                 config: dict[str, str] | None = None, disabled_optimizers: Sequence[str] = (),
                 save_to: Path | None = None, fix: str | None = "re-run the stage that wrote it",
-                name: str | None = None):
+                name: str | None = None, profile: str | None = None):
     """A session over model (a path or a serialized graph). threads: intra-op threads (0: ORT's default);
     inter_threads 1 pins the inter-op pool (these graphs have no parallel branches); custom_ops registers
     onnxruntime-extensions (the in-graph tokenizer, as an app does); optimize=False keeps the ops as written;
     quiet hides the CPU provider's expected "some nodes were not assigned" notes; config (session config
-    entries), disabled_optimizers and save_to (the optimized graph's file) serve export/ort_format.py.
+    entries), disabled_optimizers and save_to (the optimized graph's file) serve export/ort_format.py;
+    profile: the file prefix of ORT's profiler, on when given (session.end_profiling() names its file).
     A load failure raises a PipelineError naming `name` (default: the path) and ending with `fix`;
     fix=None lets ORT's own error through."""
     import onnxruntime as ort
@@ -61,6 +62,9 @@ def ort_session(model: Path | str | bytes, threads: int = 0, providers: Sequence
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if save_to is not None:
         opts.optimized_model_filepath = str(save_to)
+    if profile:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile
     for key, value in (config or {}).items():
         opts.add_session_config_entry(key, value)
     if custom_ops:

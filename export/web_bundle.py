@@ -74,10 +74,12 @@ def _node(script: str, args: list[str], inputs: dict[str, object], what: str, ti
         return json.loads(files[-1].read_text())
 
 
-def js_token_ids(vocab: Path, norm: dict, texts: list[str]) -> list[list[int]]:
-    """The ids the page's tokenizer gives each text (run in node, the same module the page imports)."""
-    return _node("tokenize.mjs", [str(vocab)], {"opts": tokenizer_options(norm), "texts": texts},
-                 "the web bundle's tokenizer check")
+def js_token_ids(vocab: Path, norm: dict, texts: list[str], wordpiece: Path | None = None,
+                 what: str = "the web bundle's tokenizer check") -> list[list[int]]:
+    """The ids the page's tokenizer gives each text, run in node: wordpiece (a bundle's own wordpiece.mjs) or the
+    module the bundle stage copies into the page."""
+    opts = {**tokenizer_options(norm), **({"module": str(Path(wordpiece).resolve())} if wordpiece else {})}
+    return _node("tokenize.mjs", [str(vocab)], {"opts": opts, "texts": texts}, what)
 
 
 def tokenizer_check(js: list[list[int]], py: list[list[int]], texts: list[str], minimum: float) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
 import platform
 import sys
 import time
@@ -51,6 +52,14 @@ def list_outputs(folder: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def write_whole(path: Path, text: str) -> None:
+    """text into path through a .partial file renamed over it: readers never see half a file, and a kill
+    mid-write leaves the previous one whole."""
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def write_manifest(folder: Path, *, stage: str, config: dict, config_hash: str, inputs: dict[str, str],
                    summary: dict, started: float, sources: dict[str, str] | None = None,
                    notes: tuple[str, ...] = (), revision: int = 1) -> dict:
@@ -71,9 +80,7 @@ def write_manifest(folder: Path, *, stage: str, config: dict, config_hash: str, 
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 2),
     }
-    tmp = folder / (MANIFEST + ".part")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str))
-    tmp.replace(folder / MANIFEST)
+    write_whole(folder / MANIFEST, json.dumps(manifest, indent=2, default=str))
     return manifest
 
 

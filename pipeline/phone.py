@@ -13,7 +13,7 @@ from pathlib import Path
 from pipeline.config import load_config
 from pipeline.errors import PipelineError
 from pipeline.lock import run_lock
-from pipeline.manifest import MANIFEST, content_key, folder_key, list_outputs, read_manifest
+from pipeline.manifest import MANIFEST, content_key, folder_key, list_outputs, read_manifest, write_whole
 
 
 def phone_bench(cfg, platform_name: str = "android", adb: str | None = None, perf_test: str | None = None,
@@ -55,9 +55,7 @@ def write_results(run_dir: Path, results: dict, new_targets: list[str], keep: di
         raise PipelineError(f"phone rows would break eval/SCHEMA.md ({problems[0]}); nothing was written")
     _write_kept(run_dir / "phone", keep)
     report = run_dir / "report"
-    tmp = report / "results.json.part"
-    tmp.write_text(json.dumps(results, indent=2))
-    tmp.replace(report / "results.json")
+    write_whole(report / "results.json", json.dumps(results, indent=2))
     write_report(results, report)
     manifest = read_manifest(report)
     if manifest is not None:
@@ -67,9 +65,7 @@ def write_results(run_dir: Path, results: dict, new_targets: list[str], keep: di
 def _write_kept(folder: Path, keep: dict[str, dict]) -> None:
     folder.mkdir(exist_ok=True)
     for name, record in keep.items():  # each whole or not at all: a half-written file would fail every report
-        part = folder / (name + ".part")
-        part.write_text(json.dumps(record, indent=2))
-        part.replace(folder / name)
+        write_whole(folder / name, json.dumps(record, indent=2))
 
 
 def _refresh_manifest(run_dir: Path, manifest: dict, new_targets: list[str]) -> None:
@@ -83,9 +79,7 @@ def _refresh_manifest(run_dir: Path, manifest: dict, new_targets: list[str]) -> 
     manifest["outputs"] = list_outputs(report)
     if phone := folder_key(run_dir / "phone"):  # None only when nothing was ever kept (no provider ran)
         manifest["inputs"]["phone"] = phone
-    part = report / (MANIFEST + ".part")
-    part.write_text(json.dumps(manifest, indent=2, default=str))
-    part.replace(report / MANIFEST)
+    write_whole(report / MANIFEST, json.dumps(manifest, indent=2, default=str))
 
 
 def add_cli(subparsers) -> None:

@@ -52,8 +52,9 @@ from pathlib import Path
 
 from pipeline.config import SearchSection
 from pipeline.errors import PipelineError
+from pipeline.manifest import write_whole
 from pipeline.search_checks import DEFAULT_VARIANTS
-from pipeline.search_report import best_config, best_trial, write_outputs, write_whole
+from pipeline.search_report import best_config, best_trial, write_outputs
 
 log = logging.getLogger("pocketformer")
 NEEDS = ["data", "teacher", "logits"]  # the stages whose outputs the search reads (its deps in the graph)

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from pipeline.errors import PipelineError
+from pipeline.manifest import write_whole
 from pipeline.search_checks import DEFAULT_VARIANTS
 
 
@@ -27,14 +28,6 @@ def trial_rows(study, searcher, full: dict[int, float] | None = None) -> list[di
                      "pruned_because": a.get("pruned_because"), "same_as_trial": a.get("same_as_trial"),
                      "worker": a.get("worker"), **({"htp": a["htp"]} if "htp" in a else {})})
     return rows
-
-
-def write_whole(path: Path, text: str) -> None:
-    """text into path through a .partial file renamed over it: readers never see half a file, and a kill
-    mid-write leaves the previous one whole."""
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def best_trial(study, searcher, full: dict[int, float] | None = None, select: str = "best"):

@@ -146,27 +146,31 @@ def _listed(bundle: Path, files: dict, rel: object, where: str) -> None:
           f"{where} = {rel!r} is not in 'files', so its sha256 is unchecked")
 
 
-def load_samples(bundle: Path, meta: dict) -> list[dict]:
-    """samples.json: texts, their token ids, the expected label and each model file's reference logits."""
-    samples = read_json(resolve(bundle, meta["samples_file"], "samples_file"))
+def load_samples(bundle: Path, meta: dict, ids_key: str = "token_ids", refs: list[str] | None = None,
+                 rebuild: str = _REBUILD) -> list[dict]:
+    """samples.json: texts, their token ids (ids_key: the app bundle's "token_ids", the web page's
+    "input_ids"), the expected label and the reference logits of each file in refs (default: the ONNX
+    Runtime files of metadata's "models") and of every other file a sample names (NPU files where it fits)."""
     where = f"{bundle}/{meta['samples_file']}"
+    samples = read_json(resolve(bundle, meta["samples_file"], "samples_file"), where, rebuild)
     if not isinstance(samples, list) or not samples:
-        raise PipelineError(f"{where} holds no samples; {_REBUILD}")
+        raise PipelineError(f"{where} holds no samples; {rebuild}")
     from pipeline.tasks.classification.replay import ORT_FORMATS
 
     n_labels = len(meta["labels"])
-    need_refs = [spec["file"] for spec in meta["models"].values() if spec["format"] in ORT_FORMATS]
+    if refs is None:
+        refs = [spec["file"] for spec in meta["models"].values() if spec["format"] in ORT_FORMATS]
     for n, s in enumerate(samples, 1):
         ok = (isinstance(s, dict) and isinstance(s.get("text"), str) and s.get("expected_label") in meta["labels"]
-              and int_list(s.get("token_ids")) and isinstance(s.get("reference_logits"), dict))
+              and int_list(s.get(ids_key)) and isinstance(s.get("reference_logits"), dict))
         if not ok:
-            raise PipelineError(f"{where}: sample {n} needs 'text', 'token_ids' (integers), 'expected_label' (one of "
-                                f"{meta['labels']}) and 'reference_logits'; {_REBUILD}")
-        for rel in {*need_refs, *s["reference_logits"]}:  # the models' files, and NPU files where a sample fits
+            raise PipelineError(f"{where}: sample {n} needs 'text', '{ids_key}' (integers), 'expected_label' (one of "
+                                f"{meta['labels']}) and 'reference_logits'; {rebuild}")
+        for rel in {*refs, *s["reference_logits"]}:
             row = s["reference_logits"].get(rel)
             if not (isinstance(row, list) and len(row) == n_labels and all(map(is_number, row))):
                 raise PipelineError(f"{where}: sample {n} has no reference logits ({n_labels} numbers) for {rel}; "
-                                    f"{_REBUILD}")
+                                    f"{rebuild}")
     return samples
 
 

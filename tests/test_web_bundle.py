@@ -158,6 +158,9 @@ def test_verify_bundle_passes_on_the_web_bundle(web_run, tmp_path, capsys, monke
     (lambda m, s: s[1]["reference_logits"][m["model"]["file"]].__setitem__(0, 5.0),
      r"the reference logits of sample 2 in samples\.json were edited \(they no longer give the stored "
      r"probabilities\).*samples\.json edited"),
+    # the sample shape check is the app bundle's, with the page's ids key and the one model file
+    (lambda m, s: s[0].pop("input_ids"), r"sample 1 needs 'text', 'input_ids' \(integers\).*make web-bundle"),
+    (lambda m, s: s[2]["reference_logits"].clear(), r"sample 3 has no reference logits \(3 numbers\) for .*\.ort"),
 ])
 def test_verify_bundle_names_edits_of_the_web_bundle(web_run, tmp_path, edit, message):
     from export.bundle import write_metadata

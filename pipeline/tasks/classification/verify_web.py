@@ -12,15 +12,11 @@ Needs no torch, transformers or onnx.
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import tempfile
 from pathlib import Path
 
 from pipeline.errors import PipelineError
 from pipeline.tasks.classification.replay import ORT_FORMATS
-from pipeline.verify_bundle_meta import (cross_check, int_list, is_number, need, need_io, need_labels, read_json,
-                                         require_digest, resolve)
+from pipeline.verify_bundle_meta import cross_check, load_samples, need, need_io, need_labels, require_digest, resolve
 
 PAGE = ("index.html", "app.mjs", "classifier.mjs", "wordpiece.mjs")  # what the page loads, hashed
 _REBUILD = "rebuild the web bundle with `make web-bundle`"
@@ -41,54 +37,18 @@ def check_metadata(bundle: Path, meta: dict) -> dict:
     return meta
 
 
-def load_samples(bundle: Path, meta: dict) -> list[dict]:
-    """samples.json: texts, the ids the page must give, the expected label and the file's reference logits."""
-    where = f"{bundle}/{meta['samples_file']}"
-    samples = read_json(resolve(bundle, meta["samples_file"], "samples_file"), where, _REBUILD)
-    if not isinstance(samples, list) or not samples:
-        raise PipelineError(f"{where} holds no samples; {_REBUILD}")
-    rel, n_labels = meta["model"]["file"], len(meta["labels"])
-    for n, s in enumerate(samples, 1):
-        ok = (isinstance(s, dict) and isinstance(s.get("text"), str) and s.get("expected_label") in meta["labels"]
-              and int_list(s.get("input_ids")))
-        if not ok:
-            raise PipelineError(f"{where}: sample {n} needs 'text', 'input_ids' (integers) and 'expected_label' (one "
-                                f"of {meta['labels']}); {_REBUILD}")
-        row = s.get("reference_logits", {}).get(rel) if isinstance(s.get("reference_logits"), dict) else None
-        if not (isinstance(row, list) and len(row) == n_labels and all(map(is_number, row))):
-            raise PipelineError(f"{where}: sample {n} has no reference logits ({n_labels} numbers) for {rel} (a web "
-                                f"bundle built before they were stored); {_REBUILD}")
-    return samples
-
-
 def page_token_ids(bundle: Path, meta: dict, texts: list[str]) -> list[list[int]] | str:
     """The ids the bundle's own wordpiece.mjs gives each text with metadata's text_normalisation (what the page
     does), or why it cannot run here."""
     from eval.browser import node_path
-    from export.web_bundle import tokenizer_options
+    from export.web_bundle import js_token_ids
 
-    node = node_path()
-    if node is None:
+    if node_path() is None:
         return "node is not installed (Node.js 18+ runs the page's tokenizer)"
-    script = ("import { readFileSync, writeFileSync } from 'node:fs';"
-              "import { pathToFileURL } from 'node:url';"
-              "const [wp, vocab, opts, texts, out] = process.argv.slice(1);"
-              "const { WordPiece } = await import(pathToFileURL(wp).href);"
-              "const t = new WordPiece(readFileSync(vocab, 'utf8'), JSON.parse(readFileSync(opts, 'utf8')));"
-              "writeFileSync(out, JSON.stringify(JSON.parse(readFileSync(texts, 'utf8')).map((x) => t.encode(x))));")
-    norm = {**meta["text_normalisation"], "max_length": meta["max_length"]}
-    with tempfile.TemporaryDirectory(prefix="pocketformer-verify-") as tmp:
-        t = Path(tmp)
-        (t / "opts.json").write_text(json.dumps(tokenizer_options({"strip_accents": None,
-                                                                   "tokenize_chinese_chars": True, **norm})))
-        (t / "texts.json").write_text(json.dumps(texts))
-        proc = subprocess.run([node, "--input-type=module", "-e", script, str((bundle / "wordpiece.mjs").resolve()),
-                               str(bundle / "tokenizer" / "vocab.txt"), str(t / "opts.json"), str(t / "texts.json"),
-                               str(t / "ids.json")], capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            tail = " | ".join(proc.stderr.strip().splitlines()[-2:])[:400]
-            raise PipelineError(f"{bundle}: the page's tokenizer (wordpiece.mjs) failed in node: {tail}; {_REBUILD}")
-        return json.loads((t / "ids.json").read_text())
+    norm = {"strip_accents": None, "tokenize_chinese_chars": True, **meta["text_normalisation"],
+            "max_length": meta["max_length"]}
+    return js_token_ids(bundle / "tokenizer" / "vocab.txt", norm, texts, bundle / "wordpiece.mjs",
+                        f"{bundle}: the page's tokenizer (wordpiece.mjs; {_REBUILD})")
 
 
 def check_token_ids(bundle: Path, meta: dict, samples: list[dict]) -> dict:
@@ -128,7 +88,7 @@ def verify_web(bundle: Path, files: dict) -> dict:
     meta = check_metadata(bundle, files["meta"])
     cross_check(bundle, meta)
     require_digest(bundle, meta)
-    samples = load_samples(bundle, meta)
+    samples = load_samples(bundle, meta, "input_ids", [meta["model"]["file"]], _REBUILD)
     tokens = check_token_ids(bundle, meta, samples)
     spec = meta["model"]
     # the replay feeds stored ids by name, as the app bundle's files are fed
