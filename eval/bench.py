@@ -175,26 +175,13 @@ class Bench:
             entry = {"status": "pending", "reason": "timed after the other targets, in interleaved rounds"}
             self.deferred.append((entry, t, row, point))
             return entry
-        threads = resolved_threads(t)
-        flops = {n: row_flops(self.models.folders, row, n) for n in point.lengths}
-        peak = row_peak(row["variant"], row["format"], t.name, self.machine, threads)
-        out: dict = {}
+        threads, points = resolved_threads(t), self._points(point)
         with L.PeakRSS() as rss:
             bind, provider = self.runner(t, row, threads)
-            for n in point.lengths:
-                entry = L.summarize(L.time_calls(bind(*self.inputs(row["model"], n, 1)), self.plan))
-                add_gflops(entry, flops[n], 1, peak)
-                out[str(n)] = entry
-            if point.throughput:
-                B, n = self.b.throughput_batch, self.b.headline_length
-                entry = L.summarize(L.time_calls(bind(*self.inputs(row["model"], n, B)), self.tplan))
-                entry.update(batch=B, seq_len=n, sequences_per_s=B / (entry["p50_ms"] / 1e3))
-                add_gflops(entry, row_flops(self.models.folders, row, n), B, peak)
-                out[f"throughput_b{B}"] = entry
-        for n, why in point.skipped_lengths.items():
-            out[n] = skip(why)
-        out["session"] = {"provider": provider, "threads": threads, **rss.report()}
-        return out
+            samples = {key: L.time_calls(bind(*self.inputs(row["model"], n, batch)), plan)
+                       for key, (n, batch, plan) in points.items()}
+        return {**self._entries(t, row, point, points, samples, threads),
+                "session": {"provider": provider, "threads": threads, **rss.report()}}
 
     def _points(self, point: Point) -> dict[str, tuple[int, int, L.Plan]]:
         """key -> (tokens, batch, plan) for one row's points on a target."""
@@ -203,6 +190,19 @@ class Bench:
             out[f"throughput_b{self.b.throughput_batch}"] = (self.b.headline_length, self.b.throughput_batch,
                                                              self.tplan)
         return out
+
+    def _entries(self, t: Target, row: dict, point: Point, points: dict, samples: dict, threads: int) -> dict:
+        """One row's entries on a target: each point's summary of its timed calls (samples: key -> call times),
+        with its FLOP rate against the machine's peak, then the lengths skipped and why."""
+        peak = row_peak(row["variant"], row["format"], t.name, self.machine, threads)
+        out: dict = {}
+        for key, (n, batch, _) in points.items():
+            e = L.summarize(samples[key])
+            if key.startswith("throughput"):
+                e.update(batch=batch, seq_len=n, sequences_per_s=batch / (e["p50_ms"] / 1e3))
+            add_gflops(e, row_flops(self.models.folders, row, n), batch, peak)
+            out[key] = e
+        return {**out, **{n: skip(why) for n, why in point.skipped_lengths.items()}}
 
     def time_deferred(self) -> None:
         """Every deferred desktop-gpu entry: its sessions opened one at a time (memory counted for each), then
@@ -233,19 +233,10 @@ class Bench:
             if errors:
                 _fail(entry, row, t, errors[0])
                 continue
-            peak = row_peak(row["variant"], row["format"], t.name, self.machine, session["threads"])
-            out: dict = {}
-            for key, (n, batch, _) in points.items():
-                e = L.summarize(samples[(id(entry), key)])
-                if batch > 1:
-                    e.update(batch=batch, seq_len=n, sequences_per_s=batch / (e["p50_ms"] / 1e3))
-                add_gflops(e, row_flops(self.models.folders, row, n), batch, peak)
-                out[key] = e
-            for n, why in point.skipped_lengths.items():
-                out[n] = skip(why)
-            out["session"] = session
+            timed = {key: samples[(id(entry), key)] for key in points}
+            out = self._entries(t, row, point, points, timed, session["threads"])
             entry.clear()
-            entry.update(out)
+            entry.update(out, session=session)
         log.info("[bench] desktop-gpu: %d files timed in %d interleaved rounds (%.1f s)", len(jobs), GPU_ROUNDS,
                  time.perf_counter() - t0)
         self.deferred.clear()
