@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -108,6 +109,13 @@ def run_node_script(script: str, job: dict, timeout_s: float) -> dict:
         proc = subprocess.run([node_path() or "node", str(WEB_DIR / script), str(job_path), str(out_path)],
                               capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0 or not out_path.is_file():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            raise RuntimeError(f"web/{script} exited with {proc.returncode}: {' | '.join(tail)[:400]}")
+            raise RuntimeError(f"web/{script} exited with {proc.returncode}: {node_failure(proc.stderr or proc.stdout)}")
         return json.loads(out_path.read_text())
+
+
+def node_failure(output: str) -> str:
+    """What a failed node run says: its JavaScript error line ("SyntaxError: ...", "Error [ERR_...]: ...") where
+    it printed one (node prints it between the source excerpt and the stack), else its last lines."""
+    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
+    error = next((ln for ln in lines if re.match(r"[A-Za-z]*Error\b[^:]*: ", ln)), None)
+    return (error or " | ".join(lines[-3:]))[:400]

@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from eval.browser import WEB_DIR, chromium_path, node_path, unavailable_reason
+from eval.browser import WEB_DIR, chromium_path, node_failure, node_path, unavailable_reason
 from pipeline.errors import PipelineError
 
 DEMO_DIR = WEB_DIR / "demo"
@@ -69,8 +69,8 @@ def _node(script: str, args: list[str], inputs: dict[str, object], what: str, ti
         proc = subprocess.run([node_path() or "node", str(WEB_DIR / script), *args, *map(str, files)],
                               capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0:
-            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-            raise PipelineError(f"{what}: web/{script} exited with {proc.returncode}: {tail[:400]}")
+            raise PipelineError(f"{what}: web/{script} exited with {proc.returncode}: "
+                                f"{node_failure(proc.stderr or proc.stdout)}")
         return json.loads(files[-1].read_text())
 
 

@@ -160,7 +160,9 @@ def test_verify_bundle_passes_on_the_web_bundle(web_run, tmp_path, capsys, monke
      r"probabilities\).*samples\.json edited"),
     # the sample shape check is the app bundle's, with the page's ids key and the one model file
     (lambda m, s: s[0].pop("input_ids"), r"sample 1 needs 'text', 'input_ids' \(integers\).*make web-bundle"),
-    (lambda m, s: s[2]["reference_logits"].clear(), r"sample 3 has no reference logits \(3 numbers\) for .*\.ort"),
+    # (the model file is the one the web target timed fastest: .ort or .onnx)
+    (lambda m, s: s[2]["reference_logits"].clear(),
+     r"sample 3 has no reference logits \(3 numbers\) for model/\S+; rebuild the web bundle with `make web-bundle`"),
 ])
 def test_verify_bundle_names_edits_of_the_web_bundle(web_run, tmp_path, edit, message):
     from export.bundle import write_metadata
@@ -177,3 +179,26 @@ def test_verify_bundle_names_edits_of_the_web_bundle(web_run, tmp_path, edit, me
         (dist / "metadata.json").write_text(json.dumps(meta, indent=2))
     with pytest.raises(PipelineError, match=message):
         verify_bundle(dist)
+
+
+@pytest.mark.parametrize("source, said", [
+    ("export class WordPiece { constructor( }", "SyntaxError: Unexpected token '}'"),
+    ("export class WordPiece { constructor() { throw new TypeError('no vocab here'); } }", "TypeError: no vocab here"),
+])
+def test_a_broken_page_tokenizer_is_named_by_its_javascript_error(tmp_path, source, said):
+    """verify-bundle runs the bundle's own wordpiece.mjs in node: where it fails, the error line names node's
+    JavaScript error (not the last lines of its stack) and ends with the fix."""
+    from eval.browser import node_path
+    from pipeline.errors import PipelineError
+    from pipeline.tasks.classification.verify_web import page_token_ids
+
+    if node_path() is None:
+        pytest.skip("node is not installed")
+    (tmp_path / "tokenizer").mkdir()
+    (tmp_path / "tokenizer" / "vocab.txt").write_text("[PAD]\n[UNK]\nhello\n")
+    (tmp_path / "wordpiece.mjs").write_text(source)
+    meta = {"text_normalisation": {"lowercase": True}, "max_length": 8}
+    with pytest.raises(PipelineError) as e:
+        page_token_ids(tmp_path, meta, ["hello"])
+    assert str(e.value) == (f"{tmp_path}: the page's tokenizer (wordpiece.mjs): web/tokenize.mjs exited with 1: "
+                            f"{said}; rebuild the web bundle with `make web-bundle`")

@@ -47,8 +47,11 @@ def page_token_ids(bundle: Path, meta: dict, texts: list[str]) -> list[list[int]
         return "node is not installed (Node.js 18+ runs the page's tokenizer)"
     norm = {"strip_accents": None, "tokenize_chinese_chars": True, **meta["text_normalisation"],
             "max_length": meta["max_length"]}
-    return js_token_ids(bundle / "tokenizer" / "vocab.txt", norm, texts, bundle / "wordpiece.mjs",
-                        f"{bundle}: the page's tokenizer (wordpiece.mjs; {_REBUILD})")
+    try:
+        return js_token_ids(bundle / "tokenizer" / "vocab.txt", norm, texts, bundle / "wordpiece.mjs",
+                            f"{bundle}: the page's tokenizer (wordpiece.mjs)")
+    except PipelineError as e:  # node's error line, then the fix
+        raise PipelineError(f"{e}; {_REBUILD}") from None
 
 
 def check_token_ids(bundle: Path, meta: dict, samples: list[dict]) -> dict:
