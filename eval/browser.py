@@ -106,10 +106,14 @@ def run_node_script(script: str, job: dict, timeout_s: float) -> dict:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
         job_path.write_text(json.dumps(job))
         # argument list, never a shell string: paths come from the run folder and the config
-        proc = subprocess.run([node_path() or "node", str(WEB_DIR / script), str(job_path), str(out_path)],
-                              capture_output=True, text=True, timeout=timeout_s)
+        try:
+            proc = subprocess.run([node_path() or "node", str(WEB_DIR / script), str(job_path), str(out_path)],
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # the callers record the message on every row they were to time
+            raise RuntimeError(f"web/{script} gave no answer in {timeout_s:g} s") from None
         if proc.returncode != 0 or not out_path.is_file():
-            raise RuntimeError(f"web/{script} exited with {proc.returncode}: {node_failure(proc.stderr or proc.stdout)}")
+            said = node_failure(proc.stderr or proc.stdout)
+            raise RuntimeError(f"web/{script} exited with {proc.returncode}: {said}")
         return json.loads(out_path.read_text())
 
 

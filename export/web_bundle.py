@@ -66,8 +66,11 @@ def _node(script: str, args: list[str], inputs: dict[str, object], what: str, ti
         files = [Path(tmp) / f"{name}.json" for name in [*inputs, "out"]]
         for f, value in zip(files, inputs.values()):
             f.write_text(json.dumps(value))
-        proc = subprocess.run([node_path() or "node", str(WEB_DIR / script), *args, *map(str, files)],
-                              capture_output=True, text=True, timeout=timeout_s)
+        try:
+            proc = subprocess.run([node_path() or "node", str(WEB_DIR / script), *args, *map(str, files)],
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # a browser that never answers, a hung node
+            raise PipelineError(f"{what}: web/{script} gave no answer in {timeout_s:g} s") from None
         if proc.returncode != 0:
             raise PipelineError(f"{what}: web/{script} exited with {proc.returncode}: "
                                 f"{node_failure(proc.stderr or proc.stdout)}")

@@ -71,11 +71,17 @@ def read_json(path: Path, where: object = None, rebuild: str = _REBUILD) -> obje
                             f"{rebuild}") from None
 
 
-def fresh_process(bundle: Path, module: str, args: list[str], plan: str | None, what: str, fix: str) -> dict:
+def fresh_process(bundle: Path, module: str, args: list[str], plan: str | None, what: str, fix: str,
+                  timeout_s: float = 300) -> dict:
     """The JSON last line `python -m module args` prints (plan on stdin), run in a fresh process with no training
-    code loaded; a crash (naming what ran and the fix) or the {"error"} it reports is one PipelineError."""
-    proc = subprocess.run([sys.executable, "-m", module, *args], input=plan, capture_output=True, text=True,
-                          timeout=300, cwd=Path(__file__).resolve().parents[1])
+    code loaded; a crash or a process past timeout_s (naming what ran and the fix) or the {"error"} it reports is
+    one PipelineError."""
+    try:
+        proc = subprocess.run([sys.executable, "-m", module, *args], input=plan, capture_output=True, text=True,
+                              timeout=timeout_s, cwd=Path(__file__).resolve().parents[1])
+    except subprocess.TimeoutExpired:
+        raise PipelineError(f"{bundle}: the {what} in a fresh process gave no answer in {timeout_s:g} s; "
+                            f"{fix}") from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:400]
         raise PipelineError(f"{bundle}: running the {what} in a fresh process failed ({last}); {fix}")

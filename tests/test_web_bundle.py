@@ -202,3 +202,23 @@ def test_a_broken_page_tokenizer_is_named_by_its_javascript_error(tmp_path, sour
         page_token_ids(tmp_path, meta, ["hello"])
     assert str(e.value) == (f"{tmp_path}: the page's tokenizer (wordpiece.mjs): web/tokenize.mjs exited with 1: "
                             f"{said}; rebuild the web bundle with `make web-bundle`")
+
+
+def test_node_and_replay_processes_past_their_time_are_error_lines(tmp_path):
+    """A node script (the web bundle's tokenizer and page checks, the browser bench) or verify-bundle's replay
+    process that never answers ends in one message naming what ran and its limit; subprocess.TimeoutExpired
+    reached the user as a traceback before."""
+    from eval.browser import node_path, run_node_script
+    from export.web_bundle import _node
+    from pipeline.errors import PipelineError
+    from pipeline.verify_bundle_meta import fresh_process
+
+    with pytest.raises(PipelineError, match=r"^dist/x: the model replay in a fresh process gave no answer in 0\.001 s; "
+                                            r"rebuild it$"):
+        fresh_process(Path("dist/x"), "this", [], None, "model replay", "rebuild it", timeout_s=0.001)
+    if node_path() is None:
+        pytest.skip("node is not installed")
+    with pytest.raises(PipelineError, match=r"^the demo page: web/page_check\.mjs gave no answer in 0\.001 s$"):
+        _node("page_check.mjs", ["chromium", str(tmp_path)], {"texts": ["a"]}, "the demo page", timeout_s=0.001)
+    with pytest.raises(RuntimeError, match=r"^web/bench\.mjs gave no answer in 0\.001 s$"):
+        run_node_script("bench.mjs", {}, timeout_s=0.001)
