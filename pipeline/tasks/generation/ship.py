@@ -226,7 +226,8 @@ def stage_bench(ctx: StageContext) -> dict:
                      "flops_per_seq": _flops(lm, lmc.bench_prompt_tokens),
                      "latency": {t: skip(why) for t in [*(t.name for t in targets), *skipped]},
                      "generation": {t: skip(why) for t in [*(t.name for t in targets), *skipped]}})
-    for (name, variant, fmt), (path, src) in files.items():
+    @functools.cache  # per model, not per file: its files share the prompt, and the test split is tokenized once
+    def prompt_of(name: str) -> list[int]:
         lm, tok = load(name)
         # prompt + decode tokens fit the students' lm.max_cache positions: checked when the config loaded
         # from the test windows run together (as the search's from validation's): one window holds only
@@ -236,7 +237,10 @@ def stage_bench(ctx: StageContext) -> dict:
             raise PipelineError(f"the bench times a prompt of lm.bench_prompt_tokens = {lmc.bench_prompt_tokens} "
                                 f"tokens, but the test split's held-out windows hold {len(prompt_t)}: set "
                                 f"lm.bench_prompt_tokens <= {len(prompt_t)}, or give a larger test split")
-        prompt = lm.to_model_ids(torch.tensor(prompt_t)).tolist()
+        return lm.to_model_ids(torch.tensor(prompt_t)).tolist()
+
+    for (name, variant, fmt), (path, src) in files.items():
+        lm, prompt = load(name)[0], prompt_of(name)
         row = {"model": name, "variant": variant, "format": fmt, "file": str(path.relative_to(ctx.run_dir)),
                "perplexity": src.get("perplexity"), "params": src.get("params"), "size_bytes": src["size_bytes"],
                "flops_per_seq": _flops(lm, lmc.bench_prompt_tokens), "latency": {}, "generation": {}}
