@@ -116,6 +116,5 @@ def decoder_flops(model, n: int) -> int:
 def lstm_lm_flops(config, n: int) -> int:
     """The LSTM language model's (distill/lstm.py) FLOPs for n tokens: LSTM cell 8 h (d_in + h) per layer
     per token, projection 2 h E, tied output layer 2 V E."""
-    E, H, L, V = config.embed_dim, config.hidden, config.layers, config.vocab_size
-    cells = sum(8 * H * ((E if i == 0 else H) + H) for i in range(L))
-    return int(n * (cells + 2 * H * E + 2 * V * E))
+    E, H, V = config.embed_dim, config.hidden, config.vocab_size
+    return int(rnn_flops(config.layers, E, H, False, n) + n * (2 * H * E + 2 * V * E))
