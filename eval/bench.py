@@ -393,7 +393,7 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
     rounds: eval/paired.py; the seconds each part took: "browser" (the Chromium page and the Node cross-check
     for every browser target), each other target's name (its sweep; desktop-gpu's interleaved rounds), "flops"
     (FLOP counts and graph checks), "head_to_head" and "teacher_rounds"; parts under 0.05 s left out)."""
-    from eval.paired import head_to_head, teacher_rounds
+    from eval.paired import head_to_head, rounds_onto_rows, teacher_rounds
 
     b = cfg.bench
     targets = [get_target(name) for name in b.targets]
@@ -436,6 +436,8 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
     paired = head_to_head(bench, rows, targets, b.head_to_head_rounds)
     lap("head_to_head")
     vs_teacher = teacher_rounds(bench, rows, targets, b.head_to_head_rounds)
+    for entry in vs_teacher:
+        rounds_onto_rows(out, entry)
     lap("teacher_rounds")
     return out, paired, vs_teacher, {k: round(v, 1) for k, v in spent.items() if v >= 0.05}
 

@@ -121,19 +121,25 @@ def head_to_head(bench, rows: list[dict], targets: list[Target], rounds: int, mo
     return out
 
 
-# --- the student against the fp32 teacher on one target, in the same rounds ---------------------------------
+# --- the student's files against the fp32 teacher on one target, in the same rounds -------------------------
 # The "student int8 <= 1/10 of the fp32 teacher" goal divides two files' p50s. Read from the sweep, they were
 # timed minutes apart, and on the 2-core EPYC the speed moves in phases of seconds: the student's int8 .ort read
 # 1.1 and 1.7 ms in back-to-back blocks of 30 calls, four open sessions alike, and the goal's ratio read 0.057,
 # 0.093 and 0.11 in three runs. Timed in 9 interleaved rounds (four runs back to back), the same-round ratios
 # spanned 0.055-0.099 and their medians 0.058-0.075: a phase lands on the files of the same round.
+# The same rounds choose the app bundle's file (export/bundle.py, through the rows' "rounds"): every student .ort
+# the target times at the headline length is in them. On the Zen 4 host (2026-11-28) the sweep read 0.89 ms for the
+# int8-dynamic .ort against 0.83 for int8-static, so the bundle shipped int8-static; in the rounds the same files
+# read 0.61 and 0.83 ms (tight over 9 rounds; 0.60 and 0.85 re-timed on the idle machine): a slow phase had
+# landed on one file's sweep.
 TEACHER_TARGET, TEACHER_FORMAT = "mobile-cpu", "ort"
 
 
 def teacher_rounds(bench, rows: list[dict], targets: list[Target], rounds: int) -> list[dict]:
-    """The teacher's fp32 file and every int8 student file of TEACHER_FORMAT on TEACHER_TARGET, at the headline
-    length, batch 1, timed in `rounds` interleaved rounds: per student, the median of the same-round ratios
-    student / teacher. [] where the target is not benched or a file is missing."""
+    """The teacher's fp32 file and every student file of TEACHER_FORMAT that TEACHER_TARGET times at the headline
+    length (the files the app bundle chooses among), batch 1, timed in `rounds` interleaved rounds: per student,
+    the median of the same-round ratios student / teacher, and every file's p50 per round (round_p50_ms,
+    teacher_round_p50_ms). [] where the target is not benched or a file is missing."""
     t = next((t for t in targets if t.name == TEACHER_TARGET and not unavailable(t)), None)
     if rounds <= 0 or t is None:
         return []
@@ -141,8 +147,7 @@ def teacher_rounds(bench, rows: list[dict], targets: list[Target], rounds: int) 
     teacher = next((r for r in rows if (r["model"], r["variant"], r["format"]) == ("teacher", "fp32", TEACHER_FORMAT)
                     and _on_disk(r)), None)
     # the files the target times (not the browser-only FastGelu ones)
-    students = [r for r in rows if r["model"] == "student" and r["variant"].startswith("int8")
-                and r["format"] == TEACHER_FORMAT and _on_disk(r)
+    students = [r for r in rows if r["model"] == "student" and r["format"] == TEACHER_FORMAT and _on_disk(r)
                 and isinstance(plan_point(t, r, [n], n, list(b.sweep_variants), None), Point)]
     if teacher is None or not students:
         return []
@@ -156,11 +161,24 @@ def teacher_rounds(bench, rows: list[dict], targets: list[Target], rounds: int) 
         p50s = round_p50s(calls, rounds, [plan] * len(calls))
     except Exception as e:  # the goal falls back to the sweep's p50s
         return [{**entry, **failure(e)}]
-    entry["teacher_p50_ms"] = statistics.median(p50s[0])
+    entry["teacher_p50_ms"], entry["teacher_round_p50_ms"] = statistics.median(p50s[0]), p50s[0]
     entry["students"] = [{"variant": r["variant"], "format": r["format"], "file": r.get("file"),
-                          "p50_ms": statistics.median(mine), **ratios_of(mine, p50s[0])}
+                          "p50_ms": statistics.median(mine), "round_p50_ms": mine, **ratios_of(mine, p50s[0])}
                          for r, mine in zip(students, p50s[1:])]
     for s in entry["students"]:
         log.info("[bench] student %s %s vs teacher fp32 on %s in %d interleaved rounds: ratio %.4f (rounds %.4f-%.4f)",
                  s["variant"], TEACHER_FORMAT, t.name, rounds, s["ratio"], s["ratio_min"], s["ratio_max"])
     return [entry]
+
+
+def rounds_onto_rows(rows: list[dict], entry: dict) -> None:
+    """Each file's round p50s of a teacher_rounds entry onto its row's latency entry for the target, as
+    {"rounds": {"length", "round_p50_ms"}}: eval/rows.py pick_p50 reads them where it chooses between files."""
+    if "students" not in entry:
+        return
+    got = {("teacher", entry["teacher"]["variant"], entry["teacher"]["format"]): entry["teacher_round_p50_ms"],
+           **{("student", s["variant"], s["format"]): s["round_p50_ms"] for s in entry["students"]}}
+    for r in rows:
+        lat = r.get("latency", {}).get(entry["target"])
+        if (key := (r["model"], r["variant"], r["format"])) in got and isinstance(lat, dict) and "status" not in lat:
+            lat["rounds"] = {"length": entry["seq_len"], "round_p50_ms": got[key]}

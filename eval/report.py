@@ -212,7 +212,8 @@ def _workloads(res: dict) -> list[Block]:
             if "variant" not in w:
                 rows.append([target, label, "-", "-", "-", w.get("reason", ""), "-"])
                 continue
-            measured = (f"{w['p50_ms']:.3f} ms p50" if key == "batch1" else
+            rounds = " (interleaved rounds)" if w.get("p50_from") == "interleaved rounds" else ""
+            measured = (f"{w['p50_ms']:.3f} ms p50{rounds}" if key == "batch1" else
                         f"{w['sequences_per_s']:.1f} seq/s ({w['p50_ms']:.1f} ms per batch)")
             second = w.get("runner_up")
             lead = "-" if not second else (

@@ -71,9 +71,10 @@ def _teacher_goal(rows: list[dict], length: int, teacher_rounds: list[dict]) -> 
     same-round ratios where the bench timed them in interleaved rounds (eval/paired.py teacher_rounds), else
     the ratio of the sweep's p50s (timed minutes apart)."""
     text = f"student int8 p50 <= 1/10 of the fp32 teacher on mobile-cpu at {length} tokens"
-    entry = next((e for e in teacher_rounds if e.get("target") == "mobile-cpu" and e.get("students")), None)
-    if entry:
-        best = min(entry["students"], key=lambda s: s["ratio"])
+    entry = next((e for e in teacher_rounds if e.get("target") == "mobile-cpu"
+                  and any(s["variant"].startswith("int8") for s in e.get("students", []))), None)
+    if entry:  # the rounds hold every student file the bundle chooses among; the goal is about the int8 ones
+        best = min((s for s in entry["students"] if s["variant"].startswith("int8")), key=lambda s: s["ratio"])
         return goal(text, best["ratio"], 0.1, f"student {best['variant']} .ort vs teacher fp32 .ort: median of "
                     f"{entry['rounds']} interleaved-round p50 ratios (rounds {best['ratio_min']:.4f}-"
                     f"{best['ratio_max']:.4f}; {best['p50_ms']:.2f} vs {entry['teacher_p50_ms']:.2f} ms)")
@@ -216,13 +217,13 @@ def validate_results(doc: dict) -> list[str]:
             if "status" in entry:
                 _check_point(where, entry, problems)
                 continue
-            for key, point in entry.items():
-                if key in ("session", "cross_check", "chromium_rounds"):
+            for key, at in entry.items():
+                if key in ("session", "cross_check", "chromium_rounds", "rounds"):
                     continue
                 if not (key.isdigit() or key.startswith("throughput_b")):
                     problems.append(f"{where}: unexpected key '{key}'")
                 else:
-                    _check_point(f"{where}.{key}", point, problems)
+                    _check_point(f"{where}.{key}", at, problems)
     for i, h in enumerate(doc.get("head_to_head", [])):
         where = f"head_to_head[{i}]"
         if not {"model", "target", "seq_len", "ours", "peer"} <= h.keys():

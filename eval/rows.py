@@ -20,7 +20,8 @@ def p50(row: dict, target: str, length: int | str) -> float | None:
 
 def _rounds(row: dict, target: str, length: int | str) -> list[float] | None:
     entry = row.get("latency", {}).get(target, {})
-    rounds = entry.get("chromium_rounds", {}) if isinstance(entry, dict) else {}
+    # native targets: "rounds" (eval/paired.py rounds_onto_rows); browser-wasm: "chromium_rounds"
+    rounds = (entry.get("rounds") or entry.get("chromium_rounds") or {}) if isinstance(entry, dict) else {}
     return rounds.get("round_p50_ms") if str(rounds.get("length")) == str(length) else None
 
 
@@ -33,10 +34,10 @@ def _round_levels(rows: Sequence[dict], target: str, length: int | str) -> list[
 
 
 def pick_p50(row: dict, target: str, length: int | str, rows: Sequence[dict] = ()) -> float | None:
-    """The p50 that chooses between files: where the file was also timed in interleaved rounds in one page at
-    this length (browser-wasm's `chromium_rounds`, eval/browser_cross.py), the median over rounds of its p50
-    over that round's level (the median of every file in `rows` timed in it), times the median level; without
-    other files' rounds, the median of its own; else the sweep's p50.
+    """The p50 that chooses between files: where the file was also timed in interleaved rounds at this length
+    (mobile-cpu's `rounds`, eval/paired.py; browser-wasm's `chromium_rounds`, eval/browser_cross.py), the
+    median over rounds of its p50 over that round's level (the median of every file in `rows` timed in it),
+    times the median level; without other files' rounds, the median of its own; else the sweep's p50.
     Why: a sweep point is one stretch of time (on a shared machine one read 4.25 ms for a file whose nine
     rounds read 2.30-2.51 ms), and the machine's speed can switch between rounds: on 2026-11-27 the rounds
     read either 3-4 or 5-7 ms, and a file that was faster in 7 of 9 rounds had the higher median of its own

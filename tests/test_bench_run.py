@@ -198,7 +198,7 @@ def test_every_row_has_every_target_measured_or_with_reason(benched):
                 assert entry["reason"], (r["model"], r["variant"], target)
                 continue
             for key, point in entry.items():
-                if key == "session" or "status" in point:
+                if key in ("session", "rounds") or "status" in point:
                     continue
                 assert 0 < point["min_ms"] <= point["p50_ms"] <= point["p90_ms"] <= point["p99_ms"]
                 assert 3 <= point["iterations"] <= 6
@@ -343,7 +343,14 @@ def test_results_follow_the_schema_and_ratios(benched):
     assert vs["teacher"]["file"] == "export/teacher/fp32.ort" and vs["rounds"] == 9 and vs["teacher_p50_ms"] > 0
     assert {s["variant"] for s in vs["students"]} >= {"int8-dynamic"} and all(
         s["format"] == "ort" and len(s["round_ratios"]) == 9 for s in vs["students"])
-    best = min(vs["students"], key=lambda s: s["ratio"])
+    int8 = [s for s in vs["students"] if s["variant"].startswith("int8")]
+    best = min(int8, key=lambda s: s["ratio"])
+    # every student .ort the bundle chooses among is in the rounds, and each file's round p50s are on its row
+    assert {s["variant"] for s in vs["students"]} >= {"fp32", "int8-dynamic"}
+    for s in vs["students"] + [{"model": "teacher", **vs["teacher"]}]:
+        row = _rows(res, s.get("model", "student"), s["variant"], "ort")
+        assert row["latency"]["mobile-cpu"]["rounds"]["length"] == vs["seq_len"]
+        assert len(row["latency"]["mobile-cpu"]["rounds"]["round_p50_ms"]) == 9
     goal = next(g for g in res["goals"] if g["goal"].startswith("student int8 p50 <= 1/10"))
     assert goal["value"] == best["ratio"] and "interleaved-round" in goal["detail"]
     assert res["quality_metric"] == "accuracy" and res["threads"]["mobile-cpu"] == 1

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from pipeline.manifest import read_manifest
-from pipeline.stage import STAGES, run
+from pipeline.stage import run
 
 pytestmark = pytest.mark.e2e
 

@@ -164,7 +164,7 @@ def test_students_and_teacher_share_rounds_and_a_phase_moves_them_alike(monkeypa
     import eval.targets as T
 
     calls = [0]
-    per_round = 3  # teacher, int8-dynamic, int8-static
+    per_round = 4  # teacher, int8-dynamic, int8-static, fp32
 
     def fake_time_calls(fn, plan):
         slow = 1.6 if (calls[0] // per_round) % 4 >= 2 else 1.0
@@ -175,10 +175,14 @@ def test_students_and_teacher_share_rounds_and_a_phase_moves_them_alike(monkeypa
     bench = _FakeBench({"fp32": 20.0, "int8-dynamic": 1.1, "int8-static": 1.5}.get)
     [entry] = P.teacher_rounds(bench, _teacher_rows(), [T.get_target("mobile-cpu")], 8)
     assert [o[:3] for o in bench.opened] == [("teacher", "fp32", "ort"), ("student", "int8-dynamic", "ort"),
-                                             ("student", "int8-static", "ort")]  # not the browser-only file
+                                             ("student", "int8-static", "ort"),
+                                             ("student", "fp32", "ort")]  # not the browser-only file
     assert all(o[3] == 1 for o in bench.opened)  # mobile-cpu's one thread
     assert entry["rounds"] == 8 and entry["teacher"]["file"] == "x/fp32.ort"
-    dyn, static = entry["students"]
+    assert entry["teacher_round_p50_ms"] == [20.0, 20.0, 32.0, 32.0] * 2
+    dyn, static, fp32 = entry["students"]
+    assert fp32["variant"] == "fp32" and fp32["ratio"] == pytest.approx(1.0)  # timed, but not the goal's file
+    assert dyn["round_p50_ms"] == pytest.approx([1.1, 1.1, 1.76, 1.76] * 2)
     assert dyn["variant"] == "int8-dynamic" and dyn["ratio"] == pytest.approx(0.055)
     assert dyn["ratio_min"] == pytest.approx(dyn["ratio_max"])  # the phase hit every file of its rounds
     assert static["ratio"] == pytest.approx(0.075) and len(static["round_ratios"]) == 8
@@ -187,6 +191,46 @@ def test_students_and_teacher_share_rounds_and_a_phase_moves_them_alike(monkeypa
     g = next(g for g in res["goals"] if g["goal"].startswith("student int8 p50 <= 1/10"))
     assert g["value"] == pytest.approx(0.055) and g["met"] is True
     assert "student int8-dynamic .ort vs teacher fp32 .ort: median of 8 interleaved-round p50 ratios" in g["detail"]
+
+
+def test_the_bundle_file_is_chosen_by_the_rounds_not_by_a_slow_sweep_point(monkeypatch):
+    """The demo run of 2026-11-28 on the Zen 4 host: the sweep read 0.89 ms for the student's int8-dynamic .ort
+    (a slow phase of the machine) against 0.83 for int8-static, so the bundle shipped int8-static; timed in the
+    same interleaved rounds they read 0.61 and 0.83 ms. The rounds go onto the rows; the app bundle's choice and
+    the batch-1 workload pick read them, and say so."""
+    import eval.targets as T
+    from eval.workloads import choose_workloads
+    from export.bundle import choose
+
+    monkeypatch.setattr(P.L, "time_calls", lambda fn, plan: [fn()] * 3)
+    speed = {"fp32": 14.66, "optimized": 1.40, "int8-dynamic": 0.61, "int8-static": 0.825}
+    sweep = {"fp32": 1.24, "optimized": 1.40, "int8-dynamic": 0.89, "int8-static": 0.83}
+    bench = _FakeBench(lambda v: speed[v] if v != "fp32" else 1.24)
+    rows = [dict(_r("fp32", "ort"), model="teacher")] + [_r(v, "ort") for v in sweep]
+    [entry] = P.teacher_rounds(bench, rows, [T.get_target("mobile-cpu")], 5)
+    entry["teacher_round_p50_ms"] = [14.66] * 5  # the fake ran the teacher at the student's fp32 speed
+    doc_rows = [{"model": r["model"], "variant": r["variant"], "format": "ort", "file": r["file"],
+                 "accuracy": {"int8-dynamic": 0.7500}.get(r["variant"], 0.7545), "size_bytes": 1,
+                 "latency": {"mobile-cpu": {"64": {"p50_ms": 14.66 if r["model"] == "teacher" else sweep[r["variant"]]}}}}
+                for r in rows]
+    P.rounds_onto_rows(doc_rows, entry)
+    assert all(r["latency"]["mobile-cpu"]["rounds"]["length"] == 64 for r in doc_rows)
+    results = {"plan": {"headline_length": 64}, "targets": {"mobile-cpu": {"proxy": "host"}}, "rows": doc_rows}
+    students = [dict(r, status="passed") for r in doc_rows if r["model"] == "student"]
+    row = choose(students, results, "auto", "auto", 0.01, "c.toml")
+    assert row["variant"] == "int8-dynamic"  # by the sweep's p50s it would be int8-static
+    assert "interleaved rounds" in row["choice"]["rule"] and "length sweep" not in row["choice"]["rule"]
+    picked = {c["variant"]: c for c in row["choice"]["candidates"]}
+    assert picked["int8-dynamic"]["mobile-cpu_p50_from"] == "interleaved rounds"
+    assert picked["int8-dynamic"]["mobile-cpu_p50_ms"] < picked["int8-static"]["mobile-cpu_p50_ms"]
+    w = choose_workloads(doc_rows, "mobile-cpu", 0.01, 64, 32)["batch1"]
+    assert (w["variant"], w["p50_from"]) == ("int8-dynamic", "interleaved rounds")
+    assert w["runner_up"]["variant"] == "int8-static"
+    # a skipped entry gets no rounds; the sweep stays the source there
+    skipped = {"model": "student", "variant": "fp32", "format": "ort",
+               "latency": {"mobile-cpu": {"status": "skipped", "reason": "x"}}}
+    P.rounds_onto_rows([skipped], entry)
+    assert "rounds" not in skipped["latency"]["mobile-cpu"]
 
 
 def test_without_rounds_the_teacher_goal_reads_the_sweep(monkeypatch):

@@ -26,7 +26,6 @@ KERNEL_FUSED, KERNEL_UNFUSED = "SkipLayerNormalization", "Add + Add + LayerNorma
 
 def _layer_norm_model(hidden: int, fused: bool) -> bytes:
     """x + bias + residual, layer-normalized: as ORT's one fused op, or as the three ops it replaces."""
-    import onnx
     from onnx import TensorProto as T
     from onnx import helper as h
     from onnx import numpy_helper as nh
