@@ -203,6 +203,26 @@ def _head_to_head(res: dict) -> list[Block]:
              rows)]
 
 
+def _teacher_rounds(res: dict) -> list[Block]:
+    """The student's files against the fp32 teacher in interleaved rounds (eval/paired.py teacher_rounds): what
+    the app bundle's choice and the 1/10 goal read, which a sweep table (one stretch of calls per file) can
+    contradict when a slow phase of the machine lands on one file."""
+    done = [e for e in res.get("teacher_rounds") or [] if e.get("students")]
+    if not done:
+        return []
+    rows = [[e["target"], f"{s['variant']} {s['format']}", _ms(s["p50_ms"]), f"{s['ratio']:.4f}",
+             f"{s['ratio_min']:.4f}-{s['ratio_max']:.4f}"]
+            for e in done for s in sorted(e["students"], key=lambda s: s["ratio"])]
+    e = done[0]
+    return [("h2", "Student files against the fp32 teacher, in interleaved rounds"),
+            ("p", f"The teacher's fp32 .{e['teacher']['format']} ({_ms(e['teacher_p50_ms'])} ms) and every student "
+                  f".{e['teacher']['format']} file timed at {e['seq_len']} tokens, batch 1, in {e['rounds']} interleaved "
+                  f"rounds on {e['target']}: p50 = the median over rounds; ratio = the median of the same-round p50 "
+                  "ratios student / teacher. The app bundle's file and the batch-1 workload pick are chosen by these "
+                  "rounds, so where a sweep point below landed in a slow phase of the machine they disagree with it."),
+            ("table", ["target", "student file", "p50 ms (rounds)", "/ teacher fp32", "rounds range"], rows)]
+
+
 def _workloads(res: dict) -> list[Block]:
     """Which file for which workload, per target (eval/workloads.py; the app bundle names the same files)."""
     rows, rules = [], {}
@@ -546,7 +566,7 @@ def blocks(res: dict, plots: dict[str, Path], out: Path | None = None) -> list[B
                 "latency_vs_length": "Latency vs sequence length: transformers vs LSTMs.",
                 "size_vs_quality": "File size vs quality, every model and variant." + caveat}
     imgs: list[Block] = [("h2", "Plots")] + [("img", p, captions[k]) for k, p in plots.items()]
-    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _workloads(res) + _head_to_head(res)
+    return (_header(res) + _targets(res) + _goals(res) + _failed(res) + _workloads(res) + _head_to_head(res) + _teacher_rounds(res)
             + _peer_caveat(res) + _browser_cross(res) + _summary(res) + _sweeps(res) + _npu(res) + _generation(res)
             + (imgs if plots else []) + _search(res, out) + _skipped(res))
 

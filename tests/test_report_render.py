@@ -65,6 +65,28 @@ def test_classification_ratios_and_goals():
     assert len(res["goals"]) == 10  # the four peer goals at batch 1 and again at the throughput batch (32)
 
 
+def test_teacher_rounds_are_a_table_of_every_student_file():
+    """The report shows the rounds the bundle's choice reads, fastest first, next to the sweep that can disagree."""
+    rows = [_row("teacher", "fp32", "ort", "accuracy", 0.80, 8100, None, {64: 14.7}),
+            _row("student", "int8-dynamic", "ort", "accuracy", 0.75, 1000, None, {64: 0.892}),
+            _row("student", "int8-static", "ort", "accuracy", 0.7545, 1300, None, {64: 0.831})]
+    f = {"format": "ort"}
+    vs = [{"target": "mobile-cpu", "seq_len": 64, "batch": 1, "threads": 1, "rounds": 9, "teacher_p50_ms": 14.66,
+           "teacher": {"variant": "fp32", "file": "export/teacher/fp32.ort", **f},
+           "students": [{"variant": "int8-static", "p50_ms": 0.825, "ratio": 0.0564, "ratio_min": 0.0551,
+                         "ratio_max": 0.058, "round_ratios": [0.0564] * 9, **f},
+                        {"variant": "int8-dynamic", "p50_ms": 0.611, "ratio": 0.0417, "ratio_min": 0.0408,
+                         "ratio_max": 0.0422, "round_ratios": [0.0417] * 9, **f}]}]
+    md = to_markdown(blocks(build_results({**_doc(rows), "teacher_rounds": vs}), {}))
+    section = md.split("## Student files against the fp32 teacher, in interleaved rounds")[1].split("##")[0]
+    assert "fp32 .ort (14.66 ms)" in section and "9 interleaved rounds on mobile-cpu" in section
+    lines = [ln for ln in section.splitlines() if ln.startswith("| mobile-cpu")]
+    assert lines == ["| mobile-cpu | int8-dynamic ort | 0.611 | 0.0417 | 0.0408-0.0422 |",
+                     "| mobile-cpu | int8-static ort | 0.825 | 0.0564 | 0.0551-0.0580 |"]
+    failed = [{"target": "mobile-cpu", "seq_len": 64, "status": "failed", "reason": "RuntimeError: x"}]
+    assert "## Student files against" not in to_markdown(blocks(build_results({**_doc(rows), "teacher_rounds": failed}), {}))
+
+
 def test_generation_rows_render_perplexity_and_generation_table(tmp_path):
     rows = [_row("teacher", "fp32", "pytorch", "perplexity", 20.0, 8000, {16: 30.0, 64: 90.0}, None,
                  generation={"host-cpu": {"ttft_ms": 95.0, "decode_tokens_per_s": 12.5}}),
