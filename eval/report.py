@@ -232,7 +232,8 @@ def _workloads(res: dict) -> list[Block]:
             if "variant" not in w:
                 rows.append([target, label, "-", "-", "-", w.get("reason", ""), "-"])
                 continue
-            rounds = " (interleaved rounds)" if w.get("p50_from") == "interleaved rounds" else ""
+            # pick_p50: each round's level divided out, so not quite the median of the rounds table below
+            rounds = " (interleaved rounds, drift-adjusted)" if w.get("p50_from") == "interleaved rounds" else ""
             measured = (f"{w['p50_ms']:.3f} ms p50{rounds}" if key == "batch1" else
                         f"{w['sequences_per_s']:.1f} seq/s ({w['p50_ms']:.1f} ms per batch)")
             second = w.get("runner_up")
