@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from eval.rows import find
+from export.hashing import sha256_file
 from pipeline.errors import PipelineError
 
 NOT_ON_PHONE = ("phone-bench runs only the bundled model on the phone (and, for NPU providers, its fixed-shape "
@@ -87,8 +88,7 @@ def file_digest(path: Path | None) -> str | None:
     if path.is_dir():
         files = {p.relative_to(path).as_posix(): file_digest(p) for p in sorted(path.rglob("*")) if p.is_file()}
         return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    return sha256_file(path)
 
 
 def row_file_digest(run_dir: Path, row: dict) -> str | None:
