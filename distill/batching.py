@@ -90,8 +90,18 @@ def bucketed_batches(lengths: Sequence[int], batch_size: int, rng: random.Random
 
 
 def _passes(one_pass: Callable[[], Iterable], total: int) -> Iterator:
-    """The first `total` batches of one_pass(), one_pass(), ... (each call one pass over the data)."""
-    return itertools.islice(itertools.chain.from_iterable(one_pass() for _ in itertools.count()), total)
+    """The first `total` batches of one_pass(), one_pass(), ... (each call one pass over the data); fewer when a
+    pass is empty (no data: the trainer then reports that no step ran, instead of waiting forever for a batch)."""
+    def stream() -> Iterator:
+        while True:
+            empty = True
+            for batch in one_pass():
+                empty = False
+                yield batch
+            if empty:
+                return
+
+    return itertools.islice(stream(), total)
 
 
 def epoch_stream(n_items: int, lengths: Sequence[int], batch_size: int, epochs: float, seed: int) -> Iterator[list[int]]:

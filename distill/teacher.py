@@ -28,7 +28,7 @@ def load_for_classification(spec: str, labels: list[str], fine_tune: bool, max_l
     Everything else must come from the checkpoint: a file that is missing, unreadable or does not fit the
     config is an error (transformers would re-initialise those weights with a warning)."""
     from safetensors import SafetensorError
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
     path = resolve(spec, "classification")
@@ -44,11 +44,7 @@ def load_for_classification(spec: str, labels: list[str], fine_tune: bool, max_l
             raise PipelineError(f"teacher.fine_tune = false, but {path} is not a classifier for the data's labels "
                                 f"{labels} (it has {have if is_classifier else 'no classification head'}). "
                                 f"Set teacher.fine_tune = true, or relabel the data")
-    try:
-        tok = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError, TypeError) as e:  # TypeError: a folder without tokenizer files
-        raise PipelineError(f"teacher.model: cannot load a tokenizer from {path} ({str(e).splitlines()[0]}). "
-                            f"Save it there with tokenizer.save_pretrained(folder)") from None
+    tok = _load_tokenizer(path)
     id2label = dict(enumerate(labels))
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # its "newly initialized" warning is replaced by check_loading_info
@@ -57,14 +53,30 @@ def load_for_classification(spec: str, labels: list[str], fine_tune: bool, max_l
             path, num_labels=len(labels), id2label=id2label, label2id={v: k for k, v in id2label.items()},
             ignore_mismatched_sizes=True, output_loading_info=True)
     except (OSError, ValueError, RuntimeError, SafetensorError) as e:  # the file does not hold these weights
-        raise PipelineError(f"teacher.model: cannot load the weights in {path} ({type(e).__name__}: "
-                            f"{str(e).splitlines()[0]}). Copy or download the model again") from None
+        raise _weights_error(path, e) from None
     finally:
         hf_logging.set_verbosity(verbosity)
     new = check_loading_info(info, hf, path, fine_tune)
     if new:
         print(f"[teacher] new classification head for {len(labels)} labels: {', '.join(new)}")
     return HFLogits(hf), tok
+
+
+def _load_tokenizer(path: str):
+    """The teacher's tokenizer, or one error naming the folder. Any exception: a folder without the files this
+    model's tokenizer needs raises TypeError, a truncated tokenizer.json the tokenizers library's bare Exception."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as e:
+        raise PipelineError(f"teacher.model: cannot load a tokenizer from {path} ({str(e).splitlines()[0]}). "
+                            f"Save it there with tokenizer.save_pretrained(folder)") from None
+
+
+def _weights_error(path: str, e: Exception) -> PipelineError:
+    return PipelineError(f"teacher.model: cannot load the weights in {path} ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0]}). Copy or download the model again")
 
 
 def fine_tune(model: HFLogits, tok, texts: list[str], label_ids: list[int], t: TeacherSection, seed: int,
@@ -144,7 +156,8 @@ def gguf_tokenizer(tok, fields: dict):
 
 def load_causal_teacher(source: str):
     """(model, tokenizer) for the generation teacher.model: a packaged GGUF, a local folder or a hub id."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from safetensors import SafetensorError
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     path = resolve(source, "generation")
     if path.endswith(".gguf"):
@@ -153,11 +166,18 @@ def load_causal_teacher(source: str):
         try:
             config = AutoConfig.from_pretrained(path)
         except (OSError, ValueError) as e:
+            if Path(path).is_dir():  # a local folder with an unreadable config.json: no hub or offline question
+                raise PipelineError(f"teacher.model: cannot read the model config in {path} ({str(e).splitlines()[0]})."
+                                    f" Save the model there again with save_pretrained(), or copy it again") from None
             raise PipelineError(f"teacher.model = '{source}' is neither a local model folder nor a reachable hub id "
                                 f"({e}). Use 'smollm2-package' offline") from None
         check_causal(config, source)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        check_folder_files(path)  # a local folder's weights and tokenizer files, as for classification
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        except (OSError, ValueError, RuntimeError, SafetensorError) as e:
+            raise _weights_error(path, e) from None
+        tokenizer = _load_tokenizer(path)
     check_causal(model.config, source)
     return model.eval(), tokenizer
 
@@ -178,7 +198,7 @@ def load_causal_folder(folder: Path, name: str = "teacher"):
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(folder)
-    except (OSError, ValueError, RuntimeError) as e:
+    except Exception as e:  # safetensors, torch, transformers and tokenizers each raise their own types (as load_model)
         raise PipelineError(f"{name}: the checkpoint in {folder} is missing or corrupt ({e}); re-run its stage") from None
     return model.eval(), tokenizer
 

@@ -9,7 +9,10 @@ from pipeline.errors import PipelineError
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "sentencepiece.bpe.model", "spiece.model", "vocab.json")
+# tokenizer.model: the sentencepiece file of Llama-family decoders (the generation teacher) saved without a
+# tokenizer.json
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "sentencepiece.bpe.model", "spiece.model", "vocab.json",
+                   "tokenizer.model")
 # Encoders whose sequence-classification head transformers provides and our exporters handle.
 ENCODER_TYPES = ("bert", "distilbert", "roberta", "xlm-roberta", "camembert", "electra", "albert", "mpnet",
                  "deberta", "deberta-v2", "mobilebert")
@@ -28,8 +31,10 @@ def check_model_type(path: str) -> str:
     try:
         cfg = AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as e:
+        fix = ("Save the model there again with save_pretrained(), or copy it again" if Path(path).is_dir()
+               else "Offline? Use a local folder or 'minilm-package'")  # a local config.json that does not parse
         raise PipelineError(f"teacher.model: cannot read a model config from {path!r} ({str(e).splitlines()[0]}). "
-                            f"Offline? Use a local folder or 'minilm-package'") from None
+                            f"{fix}") from None
     mt = cfg.model_type
     if mt in DECODER_TYPES:
         raise PipelineError(f"teacher.model: {path} is a '{mt}' decoder (causal LM); this config's task is "

@@ -150,12 +150,25 @@ def load_devices(path: str | Path = "") -> dict[str, dict]:
     if not p.is_file():
         raise PipelineError(f"NPU device profiles file {p} does not exist; set bench.devices_file to a TOML "
                             f"file like configs/devices.toml")
-    devices = tomllib.loads(p.read_text())
+    like = f"each device a [table] like those of {DEFAULT_DEVICES.relative_to(DEFAULT_DEVICES.parents[1])}"
+    try:
+        devices = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:  # a traceback from deep in the config checks
+        raise PipelineError(f"NPU device profiles file {p} (bench.devices_file) is not valid TOML ({e}); fix it: "
+                            f"{like}") from None
     need = {"name", "peak_int8_tops", "peak_fp16_tops", "memory_gb_s", "source"}
     for key, d in devices.items():
+        if not isinstance(d, dict):
+            raise PipelineError(f"{p}: '{key}' is not a device [table] but {d!r}; {like}")
         missing = need - d.keys()
         if missing:
-            raise PipelineError(f"{p}: device [{key}] lacks {', '.join(sorted(missing))}")
+            raise PipelineError(f"{p}: device [{key}] lacks {', '.join(sorted(missing))}; add them ({like})")
+        # the bench's roofline estimate divides by them (roofline_ms): a string there failed after training
+        bad = [k for k in ("peak_int8_tops", "peak_fp16_tops", "memory_gb_s")
+               if isinstance(d[k], bool) or not isinstance(d[k], (int, float)) or not d[k] > 0]
+        if bad:
+            raise PipelineError(f"{p}: device [{key}] {bad[0]} = {d[bad[0]]!r}: give a positive number "
+                                f"(e.g. {bad[0]} = 35.0)")
     return devices
 
 

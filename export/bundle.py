@@ -53,14 +53,29 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
     mine = [r for r in ort if r["model"] == want_model]
     if not mine and (want_model, variant) not in failed:
         made = sorted({r["model"] for r in ort}) or ["none"]
+        lost = [why for (m, _), why in failed.items() if m == want_model]
+        if lost:  # the model is in quantize.models: its files were made and failed their checks
+            raise PipelineError(f"no {kinds} file of '{want_model}' passed its check ({'; '.join(lost)}); add 'fp32' "
+                                f"(lossless) to export.ort_variants, lower quantize.min_argmax_agreement, or set "
+                                f"bundle.model to another model (files of: {', '.join(made)}), and run `python -m "
+                                f"pipeline export --config {cfg_source}`")
         raise PipelineError(f"no {kinds} file for model '{want_model}' in the quantize/export variants (they have: "
-                            f"{', '.join(made)}); add it to quantize.models and run `python -m pipeline export "
+                            f"{', '.join(made)}); add it to quantize.models, and to export.ort_variants a variant "
+                            f"it can have (an LSTM has no 'optimized'), and run `python -m pipeline export "
                             f"--config {cfg_source}`")
     if variant != "auto":
         pick = [r for r in mine if r["variant"] == variant]
         if (want_model, variant) in failed:
             raise PipelineError(f"bundle.variant = '{variant}': {want_model} {variant} failed its check and is never "
                                 f"shipped ({failed[(want_model, variant)]}); choose another variant or 'auto'")
+        # the quantize stage skips what a model cannot have (a teacher type ORT has no fusions for); the report
+        # carries its reason (results.json not_made)
+        skip = next((s.get("reason") for s in results.get("not_made", [])
+                     if (s.get("model"), s.get("variant")) == (want_model, variant)), None)
+        if not pick and skip:
+            raise PipelineError(f"bundle.variant = '{variant}': the quantize stage made no {variant} file of "
+                                f"{want_model} ({skip}); choose one it made ({', '.join(r['variant'] for r in mine)}) "
+                                f"or 'auto'")
         if not pick:
             raise PipelineError(f"bundle.variant = '{variant}' has no {kinds} file for {want_model} (made: "
                                 f"{', '.join(r['variant'] for r in mine)}); add it to export.ort_variants (and "

@@ -106,12 +106,38 @@ def export_decoder(model_folder: Path, out_dir: Path, opset: int) -> Path:
         main_export(str(model_folder), output=str(out_dir), task="text-generation-with-past",
                     opset=max(opset, MIN_DECODER_OPSET), do_validation=False, device="cpu")
     except Exception as e:  # optimum raises many types; the message names the op or config at fault
+        if model_type := _no_decoder_export(model_folder):  # no opset helps: Optimum has no export for the type
+            raise PipelineError(f"ONNX export of the decoder in {model_folder} failed: Optimum's ONNX exporter has no "
+                                f"KV-cache export (text-generation-with-past) for model type '{model_type}'. Leave "
+                                f"this model out of quantize.models (a teacher: quantize.models = [\"student\", "
+                                f"\"lstm\"]), or use a teacher of a type Optimum exports (llama, qwen2, gpt2, ...)"
+                                ) from None
         raise PipelineError(f"ONNX export of the decoder in {model_folder} failed ({type(e).__name__}: {e}); "
                             f"try a higher quantize.opset") from None
     for extra in out_dir.iterdir():  # optimum copies the tokenizer and config next to the graph
         if extra.name != "model.onnx" and not extra.name.startswith("model.onnx"):
             extra.unlink()
     return out_dir / "model.onnx"
+
+
+def _no_decoder_export(model_folder: Path) -> str | None:
+    """The folder's model type when Optimum's ONNX exporter has no text-generation-with-past export for it, else
+    None (also when that cannot be told: the caller keeps the exporter's own message)."""
+    import optimum.exporters.onnx  # noqa: F401  (registers the ONNX export configs TasksManager lists)
+    from optimum.exporters.tasks import TasksManager
+    from transformers import AutoConfig
+
+    try:
+        model_type = AutoConfig.from_pretrained(model_folder).model_type
+    except Exception:
+        return None
+    for name in dict.fromkeys((model_type, model_type.replace("_", "-"))):
+        try:
+            tasks = TasksManager.get_supported_tasks_for_model_type(name, exporter="onnx", library_name="transformers")
+        except KeyError:  # a type the registry does not know
+            continue
+        return None if "text-generation-with-past" in tasks else model_type
+    return model_type
 
 
 def export_lstm_lm(model: nn.Module, path: Path, opset: int) -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import tomllib
 import typing
@@ -505,6 +506,8 @@ def _check_value(where: str, value: Any, hint: Any) -> Any:
             quote = f' (a name: write it in quotes, "{str(value).lower() if isinstance(value, bool) else value}")' \
                 if hint is str and isinstance(value, (int, float)) else ""
             raise PipelineError(f"{where}: expected {what}, got {value!r}{quote}")
+        if hint is float and not math.isfinite(value):  # TOML's nan / inf: no setting here means "unbounded" by it
+            raise PipelineError(f"{where} = {value!r}; give a finite number")
         return float(value) if hint is float else value
     raise TypeError(f"unsupported config type {hint} at {where}")
 
@@ -623,8 +626,9 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     for text in overrides:
         section, key, value = _parse_override(text)
         _check_override(section, key, value, text)
-        if not isinstance(raw.setdefault(section, {}), dict):
-            raise PipelineError(f"--set {text!r}: [{section}] is not a table")
+        if not isinstance(raw.setdefault(section, {}), dict):  # the file's mistake, not the --set item's
+            raise PipelineError(f"{source}: [{section}] must be a table of keys, got {raw[section]!r} (so --set "
+                                f"{text!r} has no [{section}] to set a key in): write it as a [{section}] section")
         raw[section][key] = value
     try:
         return config_from_dict(raw, source)
@@ -671,10 +675,17 @@ def validate(cfg: Config) -> None:
     if (delim := cfg.data.delimiter) != "auto" and (len(delim) != 1 or delim in "\"\r\n"):
         raise PipelineError(f"{cfg.source}: 'data.delimiter' = {delim!r}: give one character (\",\", \";\", \"\\t\") "
                             f"other than a quote or a line break, or \"auto\"")
-    bad = [n for n in cfg.quantize.npu_lengths if not 3 <= n <= cfg.student.max_length]
+    lengths, longest = cfg.quantize.npu_lengths, cfg.student.max_length
+    bad = [n for n in lengths if not 3 <= n <= longest]
     if bad and cfg.student.arch == "npu" and cfg.quantize.npu_variants:
+        # the default lengths run to 128: a shorter student.max_length needs a list of its own
+        from pipeline.config_rules import set_fix
+
+        fits = [n for n in lengths if 3 <= n <= longest] or ([longest] if longest >= 3 else [])
+        fix = (set_fix("quantize.npu_lengths", fits) + (", or raise student.max_length" if max(bad) > longest else "")
+               if fits else "raise student.max_length to 3 or more")
         raise PipelineError(f"{cfg.source}: 'quantize.npu_lengths' has {bad}: every length must lie in "
-                            f"3..student.max_length ({cfg.student.max_length})")
+                            f"3..student.max_length ({longest}): {fix}")
 
 
 def _validate_sizes(cfg: Config) -> None:

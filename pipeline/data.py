@@ -169,6 +169,10 @@ def hub_split(d: DataSection, split: str, example_name: str = "sst2"):
         dsd = datasets.load_dataset(d.hub_name, d.hub_config or None)
     except Exception as e:  # network, missing name, bad config: the library's message says which
         raise PipelineError(f"could not load dataset '{d.hub_name}': {e}") from None
+    if split == "train" and split not in dsd:  # the other splits may be held out of it; the training data may not
+        raise PipelineError(f"dataset '{d.hub_name}' has no 'train' split (its splits: {', '.join(dsd) or 'none'}), "
+                            f"which the training data is read from. Give the dataset a 'train' split (in a local "
+                            f"folder: name the training file train.<ext>, or put it in a train/ folder)")
     return dsd[split] if split in dsd else None
 
 
@@ -281,7 +285,11 @@ def build_splits(cfg: Config) -> dict:
     for s in splits:
         splits[s], dropped[s] = clean(splits[s], d, f"{d.source} {s} data")
     if not splits["train"]:
-        raise PipelineError(f"the training data from data.source '{d.source}' is empty after cleaning")
+        # every training text was empty and dropped: the column is the likely mistake
+        why = (f": all {dropped['train']} training text(s) in column '{d.text_column}' (data.text_column) are empty "
+               f"(dropped: data.on_empty_text = \"drop\"). Point data.text_column at the column that holds the texts"
+               if dropped["train"] else "")
+        raise PipelineError(f"the training data from data.source '{d.source}' is empty after cleaning{why}")
     merges = merge_label_variants(splits, d.label_variants)
     seed = cfg.run.seed
     total = sum(len(v) for v in splits.values())

@@ -1,11 +1,13 @@
 """CSV rows with the checks csv.DictReader leaves out: the delimiter (data.delimiter, "auto" sniffs it), a
 duplicate header column, a row with more fields than the header (an unquoted comma inside a text would
-otherwise shift the fields and turn a piece of text into a label), and a file that is not CSV at all.
+otherwise shift the fields and turn a piece of text into a label), a quote that never closes (the rest of the
+file would be one text), and a file that is not CSV at all.
 """
 from __future__ import annotations
 
 import csv
 import io
+import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -54,8 +56,9 @@ def read_rows(text: str, path: Path, delimiter: str) -> list[dict]:
                              for name in dupes)
             raise PipelineError(f"{path}: the header names a column twice: {cols}; the later one would silently win. "
                                 f"Rename or remove the duplicate")
-        rows = []
+        rows, before, last = [], reader.line_num, reader.line_num
         for n, row in enumerate(reader, 1):
+            before, last = last, reader.line_num  # the row runs from line before + 1 to line last
             extra = row.get(None)
             if extra is not None:  # DictReader's restkey: fields past the header
                 raise PipelineError(f"{path}: row {n} (line {reader.line_num}) has {len(header) + len(extra)} fields, "
@@ -64,4 +67,27 @@ def read_rows(text: str, path: Path, delimiter: str) -> list[dict]:
             rows.append(row)
     except csv.Error as e:
         raise PipelineError(f"{path}: malformed CSV ({e})") from None
+    if last > before:  # the last row (where a quote that never closes ends up)
+        _unclosed_quote(text, before, last, path, delim)
     return rows
+
+
+def _unclosed_quote(text: str, before: int, end: int, path: Path, delimiter: str) -> None:
+    """The csv module (not strict) reads an opening quote that is never closed as one field running to the end
+    of the file: the rest of the file became one text, and the errors that followed (a row without a label, one
+    huge text) named the wrong problem. The last row, read strictly, tells."""
+    buf = io.StringIO(text, newline="")  # lines split as the reader counts its line_num
+    for _ in itertools.islice(buf, before):
+        pass
+    lines = buf.readlines()  # the last row's (and empty lines before it)
+    skipped = next((i for i, line in enumerate(lines) if line.strip("\r\n")), 0)  # empty lines the reader skips
+    try:
+        for _ in csv.reader(io.StringIO("".join(lines), newline=""), delimiter=delimiter, strict=True):
+            pass
+    except csv.Error as e:
+        if "end of data" in str(e):  # EOF inside a quoted field
+            start = before + skipped + 1
+            span = f"lines {start}-{end} (the rest of the file) would be read" if end > start else "it is read"
+            raise PipelineError(f"{path}: the row on line {start} opens a quote that is never closed, so {span} as "
+                                f"one field. Close that quote, or write a quote inside a quoted text as two (\"\")") \
+                from None

@@ -21,7 +21,13 @@ def phone_bench(cfg, platform_name: str = "android", adb: str | None = None, per
     """Measure on the device, merge into report/results.json and re-render the report; returns device,
     targets, runs and seq_len."""
     from eval.phone import measure_phone
+    from pipeline.tasks import task_of
 
+    if not task_of(cfg).phone_bench:  # before the staleness check: such a bundle has no .ort or Core ML classifier
+        raise PipelineError(f"phone-bench times a text-classification bundle (its .ort on Android, its Core ML "
+                            f"package on a Mac); run.task = '{cfg.run.task}' ({cfg.source}) makes a bundle it does "
+                            f"not time: that model's latency is in the bench stage's rows (`make bench`). Give "
+                            f"phone-bench a classification run's config, e.g. --config configs/demo.toml")
     _refuse_stale_bundle(cfg)
     out = measure_phone(cfg, platform_name, adb, perf_test, serial)
     write_results(cfg.run_dir, out.pop("results"), out["targets"], out.pop("keep"))

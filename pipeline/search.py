@@ -29,7 +29,8 @@ pipeline/tasks/classification/search.py, generation's in pipeline/tasks/generati
   apply_best(data, shape, variant)  the best shape (and the file it ships) written into the config dict of
                            best-<target>.toml
   Candidates(cfg, target, cache_path) with sample(trial, space) -> a config section, shape_of(s) -> dict,
-  section(s) -> its config section's name, measure(s, shape, variant) -> {MEASURED...} of that quantized file
+  section(s) -> its config section's name, check_init(student, teacher_config) the teacher stage's check that
+  the student's init fits the teacher, measure(s, shape, variant) -> {MEASURED...} of that quantized file
   before any training and distill(s, fraction, report, score_variant) -> the score after the short schedule
   (report(rung, score) per rung; score_variant None: the trained model's, else that quantized file's);
   for search.npu_compile (classification only) npu_gate(s, shape) -> ({chip: verdict}, prune reason or None);
@@ -310,7 +311,6 @@ def _objective(cfg, r: SearchSection, space, study, cands):
     from transformers import AutoConfig
 
     from distill.search_space import config_keys
-    from distill.student import check_causal_init, check_init
     from pipeline.config import config_from_dict
 
     worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -332,7 +332,7 @@ def _objective(cfg, r: SearchSection, space, study, cands):
             run = config_from_dict({**cfg.to_dict(), section: {**cfg.section_dict(section), **config_keys(shape)}},
                                    "search")
             if section == "student":
-                (check_init if cfg.run.task == "classification" else check_causal_init)(run.student, teacher)
+                cands.check_init(run.student, teacher)
         except PipelineError as e:
             trial.set_user_attr("pruned_because", f"invalid student: {e}")
             _constrain(trial, 1.0, 1.0)
@@ -479,8 +479,10 @@ def run_search(cfg, force: bool = False) -> dict:
     from pipeline.manifest import read_manifest
     from pipeline.stage import run
 
-    searcher_of(cfg)  # a task without a search fails first
-    check_npu(request_of(cfg))  # a missing target, budget or HTP compiler fails before data, teacher and logits run
+    searcher = searcher_of(cfg)  # a task without a search fails first
+    r = request_of(cfg)
+    check_npu(r)  # a missing target, budget or HTP compiler fails before data, teacher and logits run
+    searcher.space(r.space)  # so does a search space written wrong (get_space's checks)
     run(cfg, ["search"], force=("search",) if force else ())
     return read_manifest(cfg.run_dir / "search")["summary"]
 

@@ -212,8 +212,12 @@ def _run_stage(cfg: Config, name: str) -> dict | None:
         run_dir.mkdir(parents=True, exist_ok=True)
     for dep in stage.deps:
         if read_manifest(run_dir / dep) is None:
-            raise PipelineError(f"stage '{name}' needs stage '{dep}' first: run `python -m pipeline {dep} "
-                                f"--config {cfg.source}`")
+            # run_stage runs one stage; run() (and the CLI) run what it needs first. The command line helps only
+            # where cfg came from a file, and only with the same --set items (a <defaults> source is no file)
+            cli = (f", or `python -m pipeline {dep} --config {cfg.source}` (with the same --set items) before it"
+                   if cfg.source and Path(cfg.source).is_file() else "")
+            raise PipelineError(f"stage '{name}' needs stage '{dep}' first: run_stage runs one stage; run "
+                                f"pipeline.stage.run(cfg, ['{name}']) instead, which runs what it needs first{cli}")
     relevant, chash = config_hash(cfg, stage)
     inputs = stage_inputs(run_dir, stage)
     sources = source_digests(cfg, name)

@@ -124,6 +124,9 @@ class Task:
     # the student search's task side (pipeline/search.py runs the study): () -> the task's candidates class
     # (see pipeline/search.py, "The per-task interface"); None: the task has no search
     search: Callable[[], type] | None = None
+    # what phone-bench times on a phone (eval/phone.py): the bundle's .ort and Core ML package of a classifier;
+    # False: this task's bundles are timed by the bench stage only, and phone-bench says so
+    phone_bench: bool = False
 
     def step(self, stage: str) -> Step:
         if stage not in self.steps:

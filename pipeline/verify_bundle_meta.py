@@ -101,6 +101,13 @@ def load_metadata(bundle: Path) -> dict:
         folder = bundle.parent if (bundle.parent / METADATA).is_file() else f"the one holding {METADATA}"
         raise PipelineError(f"{bundle} is a file, not a bundle; pass the bundle folder ({folder})")
     if not path.is_file():
+        # the folder above the bundles (dist/, a run folder) is the usual slip: name the bundles it holds
+        inside = sorted(str(p.parent) for p in bundle.glob(f"*/{METADATA}") if p.is_file())
+        if inside:
+            which = ", ".join(inside[:3]) + (", ..." if len(inside) > 3 else "")
+            held = "one" if len(inside) == 1 else "some"
+            raise PipelineError(f"{bundle} is not a bundle (no {METADATA}), it holds {held}: pass the bundle folder "
+                                f"itself ({which})")
         raise PipelineError(f"{bundle} is not a bundle (no {METADATA}); build one with `make bundle` "
                             f"(python -m pipeline bundle --config ...)")
     meta = read_json(path)
@@ -246,8 +253,11 @@ def cross_check(bundle: Path, meta: dict) -> None:
                                  f"do_lower_case = {lower}")
         limit = tc.get("model_max_length")
         if is_int(limit) and limit < max_length:
-            raise edited(bundle, f"max_length is {max_length}, beyond the tokenizer's model_max_length {limit} "
-                                 f"({conf})")
+            # both files are hashed and pass: a lowered model_max_length in tokenizer_config.json is as likely an
+            # edit as a raised max_length (which pocketformer.json above already names)
+            raise PipelineError(f"{bundle}/{METADATA}: max_length is {max_length}, beyond the tokenizer's "
+                                f"model_max_length {limit} ({conf}): one of the two was edited; restore them from "
+                                f"the build's runs/<run>/ folder or {_REBUILD}")
 
 
 def check_workloads(bundle: Path, meta: dict) -> None:

@@ -83,3 +83,14 @@ def test_the_search_schedules_a_share_of_the_step_budget():
 
     assert rungs({"steps": 940}, 7512, 0.34) == rungs({"epochs": 2.0}, 7512, 0.34) == [0.68]
     assert rungs({"steps": 940}, 3760, 0.5) == pytest.approx([1.0, 1.0])  # half the windows: twice the passes
+
+
+
+@pytest.mark.parametrize("stream", ["epochs", "windows"])
+def test_no_data_gives_no_batches_instead_of_waiting_forever(stream):
+    """A pass over no data is empty: the stream used to start pass after pass, forever, so a trainer given no
+    data hung instead of reporting that no training step ran."""
+    from distill.batching import epoch_stream, window_batches
+
+    batches = epoch_stream(0, [], 8, 3.0, seed=1) if stream == "epochs" else window_batches(0, 8, 3.0, 1, steps=5)[0]
+    assert list(batches) == []

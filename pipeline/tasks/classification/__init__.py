@@ -71,4 +71,5 @@ TASK = Task(
     verify=lazy(f"{_HERE}.verify:verify"),
     validate=lazy(f"{_HERE}.checks:validate"),
     search=lazy(f"{_HERE}.search:searcher"),
+    phone_bench=True,
 )

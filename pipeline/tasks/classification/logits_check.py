@@ -26,6 +26,12 @@ LOGIT_ATOL = 5e-3
 LOGIT_RTOL = 1e-3
 
 
+def rebuild(meta: dict) -> str:
+    """The fix that rebuilds this bundle: the web bundle is published by its own stage (`make web-bundle`)."""
+    return ("rebuild the web bundle with `make web-bundle`" if meta.get("kind") == "web" else
+            "rebuild the bundle with `make bundle`")
+
+
 def predict_in_fresh_process(bundle: Path, models: dict, samples: list[dict],
                              npu: dict | None = None) -> tuple[dict, dict]:
     """({model key: logits rows}, {NPU file: rows, None where a sample does not fit}) from `python -m
@@ -65,13 +71,12 @@ def diagnose(meta: dict, samples: list[dict], rel: str, got: np.ndarray, ref: np
                     f"{meta['samples_file']} were edited ("
                     + ("another file's reference of that sample agrees with the file" if witness else
                        "they no longer give the stored probabilities")
-                    + "): samples.json edited: restore it from the build's runs/<run>/ folder or rebuild the "
-                      "bundle with `make bundle`")
+                    + f"): samples.json edited: restore it from the build's runs/<run>/ folder or {rebuild(meta)}")
     if off.sum() > n / 2 and float((np.abs(got - ref) / allowed).max()) > 10:
         return (f"the file is intact (sha256 matches metadata.json) but misses its reference logits on "
                 f"{int(off.sum())} of {n} samples, by up to {float(np.abs(got - ref).max()):.3g}: it is not the model "
                 f"these references were made with (a file from another run, with metadata.json's hashes "
-                f"rewritten?); restore it from the build's runs/<run>/ folder or rebuild the bundle with `make bundle`")
+                f"rewritten?); restore it from the build's runs/<run>/ folder or {rebuild(meta)}")
     built = meta.get("versions", {}).get("onnxruntime", "?")
     try:
         here = importlib.metadata.version("onnxruntime")
@@ -92,8 +97,11 @@ def compare(bundle: Path, meta: dict, samples: list[dict], rel: str, rows: list[
     got = np.asarray(rows, dtype=np.float64)  # (N, C)
     ref = np.asarray([s["reference_logits"][rel] for s in samples], dtype=np.float64)  # (N, C)
     if got.shape != ref.shape:
+        # the references have one logit per label (load_samples): the file is not a model of these labels
         raise PipelineError(f"{bundle}: {rel} gives logits of shape {got.shape[1:]}, its reference in samples.json "
-                            f"has {ref.shape[1:]}; rebuild the bundle with `make bundle`")
+                            f"has {ref.shape[1:]} (one per label of {meta['labels']}): it is not the model this "
+                            f"bundle was built with (a file from another run, with metadata.json's hashes "
+                            f"rewritten?); restore it from the build's runs/<run>/ folder or {rebuild(meta)}")
     allowed = LOGIT_ATOL + LOGIT_RTOL * np.abs(ref)  # (N, C)
     # a NaN on either side is off by any measure (a plain comparison with NaN is False: it would pass)
     excess = np.where(np.isfinite(got) & np.isfinite(ref), np.abs(got - ref) - allowed, np.inf)
@@ -111,6 +119,6 @@ def compare(bundle: Path, meta: dict, samples: list[dict], rel: str, rows: list[
             p = labels[int(got[n].argmax())]
             raise PipelineError(f"{bundle}: {rel} labels sample {n + 1} ({s['text'][:60]!r}) {p}, samples.json "
                                 f"expects {s['expected_label']} (logits {np.array2string(got[n], precision=5)}); "
-                                f"samples.json was edited: restore it or rebuild the bundle with `make bundle`")
+                                f"samples.json was edited: restore it or {rebuild(meta)}")
     checked = {"labels_match": len(samples)} if labels_check else {"samples_compared": len(samples)}
     return {"file": rel, **checked, "max_abs_logit_diff": worst}

@@ -37,8 +37,12 @@ def _token_feed(spec: dict, ids: list[int]) -> dict:
     for i in spec["inputs"]:
         name, dtype = i["name"], np.int32 if i.get("type") == "tensor(int32)" else np.int64
         if name not in TOKEN_INPUTS:
+            # the bundle stage stores references through this same feed, so a built bundle never lists one:
+            # metadata.json's entry was rewritten (an edit by hand fails its digest first)
             raise PipelineError(f"{spec['file']}: input '{name}' is not one of {', '.join(TOKEN_INPUTS)}, so "
-                                f"verify-bundle cannot feed it; list the model's inputs in metadata.json")
+                                f"verify-bundle cannot feed it: metadata.json's entry for this file does not match "
+                                f"the build's; restore metadata.json from the build's runs/<run>/ folder or rebuild "
+                                f"the bundle with `make bundle`")
         x = np.asarray([ids], dtype=dtype)  # (1, T)
         feed[name] = x if name == "input_ids" else (np.ones_like(x) if name == "attention_mask" else np.zeros_like(x))
     return feed
@@ -132,8 +136,11 @@ def npu_logits(bundle: Path, npu: dict, samples: list[dict]) -> dict[str, list[l
                         lx, _ = padded(ids, int(n), pad, _dtype(lookup, "input_ids"))
                         feed[i["name"]] = look.run(None, {lookup["inputs"][0]["name"]: lx})[0]
                     else:
+                        # the bundle stage names it (export/npu_bundle.py): metadata.json's entry was rewritten
                         raise PipelineError(f"{spec['file']}: input '{i['name']}' needs the variant's lookup file, "
-                                            f"which npu.{name} does not name; {fix}")
+                                            f"which npu.{name} in metadata.json does not name: that entry does not "
+                                            f"match the build's; restore metadata.json from the build's runs/<run>/ "
+                                            f"folder or rebuild the bundle with `make bundle`")
                 got = _run(sess, spec, feed)
                 rows.append(np.asarray(got, dtype=np.float32).reshape(-1).tolist())  # (C,)
             out[spec["file"]] = rows

@@ -50,6 +50,13 @@ class Candidates(MeasurementCache):
     shape_of = staticmethod(search_space.shape_of)
 
     @staticmethod
+    def check_init(student, teacher_config) -> None:
+        """The teacher stage's check that student.init fits the teacher (distill/student.py)."""
+        from distill.student import check_init
+
+        check_init(student, teacher_config)
+
+    @staticmethod
     def basis(cfg) -> dict:
         return {}  # the shared basis in pipeline/search.py's study_name is classification's whole one
 

@@ -91,7 +91,8 @@ def load_hub_text(d: DataSection, split: str) -> list[Doc]:
         return []
     if d.text_column not in ds.column_names:
         raise PipelineError(f"dataset {d.hub_name}[{split}] has no column '{d.text_column}' (data.text_column). "
-                            f"Columns: {', '.join(ds.column_names)}")
+                            f"Columns: {', '.join(ds.column_names)}. Set data.text_column to the one that holds the "
+                            f"text")
     return [{"name": f"{split}-{i}", "text": str(t or "")} for i, t in enumerate(ds[d.text_column])]
 
 

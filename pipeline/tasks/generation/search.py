@@ -50,6 +50,13 @@ class Candidates(MeasurementCache):
     space = staticmethod(partial(search_space.get_space, task="generation"))
 
     @staticmethod
+    def check_init(student, teacher_config) -> None:
+        """The teacher stage's check that student.init fits the teacher (distill/student.py)."""
+        from distill.student import check_causal_init
+
+        check_causal_init(student, teacher_config)
+
+    @staticmethod
     def basis(cfg) -> dict:
         """[lm] decides the windows, the vocabulary, the positions and the timed prompt and decode."""
         return {"lm": cfg.section_dict("lm")}
@@ -91,9 +98,12 @@ class Candidates(MeasurementCache):
         self.windows, self.topk_ids, self.topk_logits = _student_targets(run / "logits", self.vmap)
         tokens = stream(self.tok, run / "data", "validation", eos_id(self.tok))
         if len(tokens) <= lm.context_length:
+            d = cfg.data  # a validation file is the split as given: data.validation_fraction holds nothing out then
+            more = (f"give data.validation_path ({d.validation_path}) more text" if d.validation_path else
+                    f"raise data.validation_fraction (now {d.validation_fraction:g}; it holds out whole documents)")
             raise PipelineError(f"the search scores candidates on the validation split, which holds {len(tokens)} "
                                 f"tokens, fewer than one window of lm.context_length + 1 = {lm.context_length + 1}: "
-                                f"raise data.validation_fraction (e.g. 0.1) or lower lm.context_length")
+                                f"{more} or lower lm.context_length")
         # (N, T + 1) teacher ids, each window starting as the tokenizer starts a text
         self.val = windows(tokens, lm.context_length, "validation split", lm.eval_windows, start_ids(self.tok))
         # the timed prompt: the bench stage's length, from the validation text (the bench takes the test split's)
