@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from pipeline.errors import PipelineError
+from test_gpt_pipeline import _tokenizer
 
 LABELS = ["a", "b"]
 WORDS = ["[UNK]", "[EOS]", "to", "be", "or", "not", "that", "is", "the", "question"]
@@ -118,17 +119,6 @@ def test_teacher_weights_that_do_not_load(tmp_path, tiny_bert_dir, damage, names
 
 # --- the generation teacher ----------------------------------------------------------------------------------
 
-def _save_tokenizer(folder: Path):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="[EOS]")
-    fast.save_pretrained(folder)
-    return fast
-
-
 @pytest.fixture(scope="module")
 def tiny_llama_dir(tmp_path_factory) -> Path:
     """A 'pretrained' causal LM folder: a 1-layer Llama with random weights and a word-level tokenizer."""
@@ -136,10 +126,10 @@ def tiny_llama_dir(tmp_path_factory) -> Path:
 
     folder = tmp_path_factory.mktemp("llama")
     torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+    tok = _tokenizer(folder)  # test_gpt_pipeline's word-level tokenizer, saved in the folder
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512)
                      ).save_pretrained(folder, safe_serialization=True)
-    _save_tokenizer(folder)
     return folder
 
 
@@ -273,7 +263,7 @@ def test_the_optimum_peer_of_a_damaged_folder_is_one_error(tmp_path):
     from transformers import BertForSequenceClassification
 
     from eval.peer import export_peer
-    from tests.conftest import tiny_bert_config, write_tokenizer
+    from conftest import tiny_bert_config, write_tokenizer
 
     folder = tmp_path / "student"
     BertForSequenceClassification(tiny_bert_config(num_labels=3)).save_pretrained(folder, safe_serialization=True)
