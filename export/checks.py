@@ -152,12 +152,14 @@ def predict(fn, tokenizer, texts: Sequence[str], max_length: int, batch_size: in
     return np.stack([out[i] for i in range(len(ids))])  # (N, C)
 
 
-def check_greedy(torch_tokens: list[int], ort_tokens: list[int], name: str, must_match: bool) -> dict:
-    """Compare two greedy decodes (generation); an fp32 export that diverges fails the stage."""
+def check_greedy(torch_tokens: list[int], ort_tokens: list[int], name: str, must_match: bool,
+                 sides: tuple[str, str] = ("PyTorch", "ONNX"), fix: str = "the export is wrong - try another quantize.opset") -> dict:
+    """Compare two greedy decodes (generation); a file that must match and diverges fails the stage. sides names
+    the reference and the checked decode, fix the remedy the error offers (the opset only helps an ONNX export)."""
     same = next((i for i, (a, b) in enumerate(zip(torch_tokens, ort_tokens)) if a != b), len(torch_tokens))
     result = {"tokens": len(torch_tokens), "matching_prefix": same, "match": same == len(torch_tokens)}
     if must_match and not result["match"]:
-        raise PipelineError(f"{name}: the ONNX greedy decode diverges from PyTorch at token {same + 1} of "
-                            f"{len(torch_tokens)} (PyTorch {torch_tokens[same]}, ONNX {ort_tokens[same]}); the export "
-                            f"is wrong - try another quantize.opset")
+        ref, got = sides
+        raise PipelineError(f"{name}: the {got} greedy decode diverges from {ref} at token {same + 1} of "
+                            f"{len(torch_tokens)} ({ref} {torch_tokens[same]}, {got} {ort_tokens[same]}); {fix}")
     return result

@@ -173,6 +173,8 @@ def special_ids(tokenizer, config) -> dict:
     """eos / bos / pad ids in teacher ids; pad falls back to eos (batch 1 never pads, but both runtimes
     want a value)."""
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else config.eos_token_id
+    if isinstance(eos, list) and eos and all(isinstance(i, int) for i in eos):
+        eos = eos[0]  # a Llama-3 style list: the first is end-of-text; the bundle's runtimes stop on one id
     if not isinstance(eos, int):
         raise PipelineError("the student's tokenizer and config name no eos token; the generation bundle needs one "
                             "to stop (set eos_token in the teacher's tokenizer_config.json)")

@@ -552,8 +552,20 @@ def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(out - dropped))
 
 
+def _owners(key: str) -> list[str]:
+    """The sections that have a key of this name (for a key given without its section)."""
+    return [s for s, cls in SECTIONS.items() if key in typing.get_type_hints(cls)]
+
+
 def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
     for name, values in raw.items():
+        if name not in SECTIONS and not isinstance(values, dict):  # a key above every [section] header
+            owners = _owners(name)
+            where = (f"put it under {' or '.join(f'[{o}]' for o in owners)} (the "
+                     f"section{'s' if len(owners) > 1 else ''} with a '{name}' key)" if owners else
+                     f"no section has a '{name}' key (docs/configuration.md lists them all)")
+            raise PipelineError(f"{source}: '{name}' comes before any [section] header, but every key belongs to a "
+                                f"section: {where}")
         if name not in SECTIONS:
             raise PipelineError(f"{source}: unknown section [{name}]. Known sections: {', '.join(SECTIONS)}")
         if not isinstance(values, dict):
@@ -580,7 +592,9 @@ def _parse_override(text: str) -> tuple[str, str, Any]:
         raise PipelineError(f"--set {text!r}: expected section.key=value, e.g. --set distill.epochs=2")
     dotted, raw_value = text.split("=", 1)
     if dotted.count(".") != 1:
-        raise PipelineError(f"--set {text!r}: the key must be section.key, e.g. distill.epochs")
+        key = dotted.strip()
+        like = " or ".join(f"{o}.{key}" for o in _owners(key)) if "." not in key else ""
+        raise PipelineError(f"--set {text!r}: the key must be section.key, e.g. {like or 'distill.epochs'}")
     section, key = dotted.strip().split(".")
     try:  # TOML literal syntax: 2, 0.5, true, "text", [1, 2]
         parsed = tomllib.loads(f"v = {raw_value}")

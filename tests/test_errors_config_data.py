@@ -48,7 +48,19 @@ def lm_cfg(**data):
     ('run = "demo"\n', [], ["c.toml: [run] must be a table of keys, got 'demo'"]),
     ("[run]\ntask = 1\n", [], ["c.toml: 'run.task' must be a string, got 1"]),
     # --set keys that are not section.key
-    ("", ["epochs=2"], ["--set 'epochs=2': the key must be section.key, e.g. distill.epochs"]),
+    # a key without its section: the sections that have it (was always "e.g. distill.epochs")
+    ("", ["epochs=2"], ["--set 'epochs=2': the key must be section.key, e.g. teacher.epochs or distill.epochs or "
+                        "baseline.epochs"]),
+    ("", ["seed=3"], ["--set 'seed=3': the key must be section.key, e.g. run.seed or search.seed"]),
+    ("", ["zzz=3"], ["--set 'zzz=3': the key must be section.key, e.g. distill.epochs"]),
+    # a key above every [section] header (was "unknown section [seed]", naming a section nobody wrote)
+    ("seed = 3\n[run]\nname = 'x'\n", [],
+     ["c.toml: 'seed' comes before any [section] header, but every key belongs to a section: put it under [run] or "
+      "[search] (the sections with a 'seed' key)"]),
+    ('task = "generation"\n', [], ["c.toml: 'task' comes before any [section] header, but every key belongs to a "
+                                   "section: put it under [run] (the section with a 'task' key)"]),
+    ("zzz = 1\n", [], ["c.toml: 'zzz' comes before any [section] header, but every key belongs to a section: no "
+                       "section has a 'zzz' key (docs/configuration.md lists them all)"]),
     ("", ["distill.epochs.max=2"], ["--set 'distill.epochs.max=2': the key must be section.key"]),
     ("", ["distil.epochs=2"], ["--set 'distil.epochs=2': unknown section [distil]. Known sections: run, data,",
                                "distill"]),

@@ -251,6 +251,39 @@ def test_special_ids_without_eos_names_where_to_set_it(tmp_path):
     assert special_ids(fixed, config)["eos_token_id"] == fixed.convert_tokens_to_ids("[SEP]")
 
 
+def test_special_ids_take_the_first_of_a_config_eos_list(tmp_path):
+    """A config with a Llama-3 style eos list and a tokenizer without eos_token: the first id (end-of-text) is the
+    bundle's eos, not an error saying there is none."""
+    from transformers import LlamaConfig
+
+    from export.hf_layout import special_ids
+
+    tok = write_tokenizer(tmp_path / "teacher")
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32, bos_token_id=1, eos_token_id=[2, 3], pad_token_id=0)
+    assert tok.eos_token_id is None
+    assert special_ids(tok, config) == {"eos_token_id": 2, "bos_token_id": 1, "pad_token_id": tok.pad_token_id}
+
+
+def test_greedy_check_names_the_two_sides_and_the_fix_that_applies():
+    """A diverging greedy decode names what was compared and a fix for that file: another opset for an ONNX
+    export (the default), but not for a .ort conversion or the bundle, where the opset plays no part."""
+    from export.checks import check_greedy
+
+    assert check_greedy([5, 6, 7], [5, 6, 9], "student int8-dynamic ONNX", must_match=False) == {
+        "tokens": 3, "matching_prefix": 2, "match": False}
+    with pytest.raises(PipelineError, match=r"^student fp32 ONNX: the ONNX greedy decode diverges from PyTorch at "
+                                            r"token 3 of 3 \(PyTorch 7, ONNX 9\); the export is wrong - try "
+                                            r"another quantize.opset$"):
+        check_greedy([5, 6, 7], [5, 6, 9], "student fp32 ONNX", must_match=True)
+    from pipeline.tasks.generation.ship import ORT_FIX
+    with pytest.raises(PipelineError, match=r"the .ort greedy decode diverges from .onnx at token 1 of 2 "
+                                            r"\(.onnx 5, .ort 4\); leave this variant out of export.ort_variants, "
+                                            r"or name the fusion at fault in export.ort_disabled_optimizers$") as e:
+        check_greedy([5, 6], [4, 6], "student fp32 .ort", must_match=True, sides=(".onnx", ".ort"), fix=ORT_FIX)
+    assert "opset" not in str(e.value)
+
+
 # --- export/string_model.py ---
 
 def test_string_model_refuses_a_classifier_without_the_mask_input(bert, tmp_path):

@@ -71,7 +71,9 @@ def stage_bundle(ctx: StageContext) -> dict:
     shipped = OrtLM(graph, max_positions=context)
     prompt = check_prompt(ctx, tok)
     want = reference_continuations(source_runner, lm, [prompt], lmc.check_tokens)[0]
-    check = check_greedy(want, shipped.generate(prompt, lmc.check_tokens), f"bundle {graph_rel}", must_match=True)
+    check = check_greedy(want, shipped.generate(prompt, lmc.check_tokens), f"bundle {graph_rel}", must_match=True,
+                         sides=("quantize stage's graph", "bundle's graph"),
+                         fix=f"nothing is published; ship another file with bundle.variant (now {variant!r})")
     prompts = [encode_prompt(tok, p) for p in lmc.prompts]
     conts = reference_continuations(source_runner, lm, prompts, lmc.sample_tokens)
     samples = []
