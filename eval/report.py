@@ -194,6 +194,10 @@ def _head_to_head(res: dict) -> list[Block]:
                             "the plain fp32 file is Optimum's torch.onnx export but for its last layer")
         note += (" Our files' last layer computes the [CLS] position only (quantize.cls_only_last_layer: the "
                  "classifier reads nothing else), so part of each ratio is that work saved, not faster kernels.")
+    if any(r.get("folded_embedding") for r in res.get("rows", []) if r["model"] == "student"):
+        note += (" Optimum cannot load our compact input embedding (restricted rows, factorized), so its export was "
+                 "given the same embedding folded into a stock table of every tokenizer id (eval/peer.py "
+                 "plain_folder): the same function in the layout Optimum knows.")
     return [("h2", "Our student against Optimum's, head to head"),
             ("p", f"Both files loaded side by side and timed at {first['seq_len']} tokens, at batch 1 and at the "
                   f"throughput batch, in {first.get('rounds', '?')} rounds whose order alternates (calls per round: "

@@ -321,36 +321,47 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
 
 
-def test_optimum_peer_export_keeps_transformers_loading_advice_off_the_console(tmp_path, capfd):
-    """A restricted-vocabulary student loads into Optimum's exporter with unused and new embedding weights;
-    transformers' "You should probably TRAIN this model" is no advice for the user there (the peer is scored,
-    and the report's caveat explains its accuracy). The library's verbosity is restored afterwards."""
+def test_optimum_peer_of_a_compact_embedding_student_computes_what_ours_does(tmp_path, capfd):
+    """A restricted-vocabulary, factorized student is no layout transformers knows: Optimum's exporter loaded it
+    with random word embeddings, and its files scored 0.394 on the demo. The peer now gets the embedding folded
+    into a stock table: Optimum's fp32 file gives our logits, its row scores our accuracy and counts the folded
+    table's parameters, and the folded folder is not left in the peer stage's output."""
+    import numpy as np
     import torch
-    from safetensors.torch import load_file, save_file
     from transformers import BertForSequenceClassification
-    from transformers.utils import logging as hf_logging
 
-    from eval.peer import export_peer
-    from tests.conftest import tiny_bert_config, write_tokenizer
+    from distill.embeddings import compact_embeddings
+    from distill.models import HFLogits, count_params, load_model, save_model
+    from distill.vocab import training_vocab
+    from eval.peer import onnx_logits, peer_rows
+    from tests.conftest import make_texts, tiny_bert_config, write_tokenizer
 
+    torch.manual_seed(0)
+    tok = write_tokenizer(tmp_path / "tok")
+    data = make_texts(40)
+    texts, gold = [t for t, _ in data], np.array([["negative", "neutral", "positive"].index(y) for _, y in data])
+    hf = BertForSequenceClassification(tiny_bert_config(num_labels=3))
+    vmap, _ = training_vocab(tok, texts[:10], 32, cap=12)  # a few rows kept, the rest "other"
+    compact_embeddings(hf, vmap, 8, tok.pad_token_id)  # factorized: 8 -> 32
     folder = tmp_path / "student"
-    BertForSequenceClassification(tiny_bert_config(num_labels=3)).save_pretrained(folder, safe_serialization=True)
-    write_tokenizer(folder)
-    weights = load_file(folder / "model.safetensors")
-    weights["bert.embeddings.word_embeddings.table.weight"] = weights.pop("bert.embeddings.word_embeddings.weight")
-    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
-    before = hf_logging.get_verbosity()
-    torch.manual_seed(1)  # the caller's own random state, which the export must leave as it was
-    state = torch.random.get_rng_state()
-    files = export_peer(folder, tmp_path / "peer", 17)
-    assert torch.equal(torch.random.get_rng_state(), state)
-    assert files["optimum-fp32"].is_file() and files["optimum-int8-dynamic"].is_file()
-    err = capfd.readouterr().err
-    assert "newly initialized" not in err and "TRAIN this model" not in err
-    assert hf_logging.get_verbosity() == before
-    # the newly initialized rows are seeded: the same folder gives the same files
-    again = export_peer(folder, tmp_path / "peer-again", 17)
-    assert all(files[k].read_bytes() == again[k].read_bytes() for k in files)
+    save_model(folder, HFLogits(hf), tok, ["negative", "neutral", "positive"], "hf", 32)
+    ours = load_model(folder)
+    with torch.no_grad():
+        enc = tok(texts, padding=True, truncation=True, max_length=32, return_tensors="pt")
+        want = ours.model(enc["input_ids"], enc["attention_mask"]).numpy()
+    out = tmp_path / "peer"
+    out.mkdir()
+    rows = peer_rows({"student": folder}, out, "peer", 17, texts, gold, 3, 1,
+                     {"student": count_params(ours.model)})
+    fp32 = next(r for r in rows if r["variant"] == "optimum-fp32")
+    got = onnx_logits(fp32["_path"], tok, texts, 32, 1)
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    assert fp32["accuracy"] == float(np.mean(want.argmax(1) == gold)) and fp32["folded_embedding"] is True
+    mine = count_params(ours.model)  # the folded table replaces ours: every tokenizer id x hidden
+    assert fp32["params"] == mine["non_embedding_params"] + (len(tok) + 128 + 2) * 32  # word, position, type rows
+    assert fp32["non_embedding_params"] == mine["non_embedding_params"]
+    assert sorted(p.name for p in out.iterdir()) == ["student"]
+    assert "newly initialized" not in capfd.readouterr().err  # every weight of the folded folder loads
 
 
 def test_a_teacher_path_that_is_no_model_folder_is_refused_at_load_and_a_missing_one_left_to_its_stage(tmp_path):
