@@ -79,8 +79,8 @@ def _models(rows: list[dict]) -> list[str]:
     return [m for m in COLORS if m in names] + sorted(names - set(COLORS))
 
 
-# A peer row whose quality is this far from our file of the same model is not a working model (e.g. Optimum's
-# export of a restricted-vocabulary student reads the wrong embedding rows): it is timed, but its quality would
+# A peer row whose quality is this far from our file of the same model is not a working model (e.g. a folder whose
+# layout Optimum's loader does not know, so weights come up random): it is timed, but its quality would
 # stretch the axis, so it is drawn at the axis' edge with a note instead. int8 moves accuracy by ~0.003.
 PEER_GAP = {"accuracy": 0.05}  # absolute; lower-is-better metrics (perplexity): a ratio
 PEER_RATIO = 1.25

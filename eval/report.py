@@ -272,10 +272,10 @@ def _peer_caveat(res: dict) -> list[Block]:
     models = sorted({r["model"] for r in off})
     ref = ", ".join(f"{m} {ours[m]:.3f}" for m in models if m in ours)
     return [("p", f"Caveat on Optimum's rows: their {metric} is {' / '.join(vals)} ({', '.join(models)}; ours: "
-                  f"{ref or 'see the summary'}), so their files do not compute what ours do. One known cause, a "
-                  "restricted-vocabulary student (student.vocab = \"training\"): Optimum's exporter writes the "
-                  "transformers model without the in-graph id -> row table, so its files read the wrong embedding "
-                  "rows. They are the same architecture, so the timings compare; their quality does not, and the plots draw them off scale.")]
+                  f"{ref or 'see the summary'}), so their files do not compute what ours do: check that Optimum's "
+                  "exporter loads every weight of the folder (a layout transformers does not know comes up with "
+                  "random weights). Their timings are of the same architecture; their quality is not comparable, "
+                  "and the plots draw them off scale.")]
 
 
 def _browser_cross(res: dict) -> list[Block]:

@@ -221,3 +221,17 @@ def test_header_states_the_browser_warm_up_only_when_a_browser_target_was_timed(
     assert ("Browser targets: Chromium with V8 flags --no-liftoff (V8 compiles the WASM module optimized when it "
             "loads; left to tier it up while files were timed, files read up to 3x slow)") in md
     assert "each file run untimed for 0.15 s, then 2 warm-up calls per length and up to 10 timed calls." in md
+
+
+def test_head_to_head_says_when_optimum_was_given_the_folded_embedding():
+    """The peer of a compact-embedding student is exported from the folded table (eval/peer.py plain_folder):
+    the head-to-head says so, and says nothing of it for a stock student."""
+    from eval.report import _head_to_head
+
+    pair = {"target": "mobile-cpu", "batch": 1, "ours": {"variant": "int8-dynamic", "format": "ort"},
+            "peer": {"variant": "optimum-int8-dynamic", "format": "onnx"}, "ours_p50_ms": 0.6, "peer_p50_ms": 0.9,
+            "ratio": 0.667, "ratio_min": 0.6, "ratio_max": 0.7, "rounds": 9, "iterations_per_round": 100, "seq_len": 64}
+    peer = {"model": "student", "variant": "optimum-int8-dynamic", "format": "onnx", "source": "optimum"}
+    text = lambda rows: to_markdown(_head_to_head({"head_to_head": [pair], "rows": rows}))  # noqa: E731
+    assert "folded into a stock table of every tokenizer id" in text([{**peer, "folded_embedding": True}])
+    assert "folded" not in text([peer])
