@@ -171,6 +171,23 @@ def _failed(res: dict) -> list[Block]:
                                "max abs logit diff"], rows))
 
 
+def _table_bits_note(rows: list[dict]) -> str:
+    """Why our int8-dynamic student can score below Optimum's: its word table in 4 bits (quantize.embedding_bits),
+    where Optimum's int8 file keeps the table in fp32; "" when that is not the case or a number is missing."""
+    def one(variant: str, optimum: bool) -> dict | None:
+        return next((r for r in rows if r["model"] == "student" and r["variant"] == variant and r["format"] == "onnx"
+                     and (r.get("source") == "optimum") == optimum and r.get("accuracy") is not None), None)
+
+    ours, peer = one("int8-dynamic", False), one("optimum-int8-dynamic", True)
+    bits = ((ours or {}).get("details") or {}).get("embedding_4bit")
+    if not (ours and peer and isinstance(bits, dict) and bits.get("bits") == 4):
+        return ""
+    mib = lambda r: f"{r['size_bytes'] / 2**20:.2f} MiB"  # noqa: E731
+    return (f" Our int8-dynamic file keeps its word table in 4 bits (quantize.embedding_bits = 4): {mib(ours)} at "
+            f"accuracy {ours['accuracy']:.4f}, against Optimum's {mib(peer)} at {peer['accuracy']:.4f}, whose table "
+            "stays fp32.")
+
+
 def _head_to_head(res: dict) -> list[Block]:
     pairs = res.get("head_to_head") or []
     if not pairs:
@@ -198,6 +215,7 @@ def _head_to_head(res: dict) -> list[Block]:
         note += (" Optimum cannot load our compact input embedding (restricted rows, factorized), so its export was "
                  "given the same embedding folded into a stock table of every tokenizer id (eval/peer.py "
                  "plain_folder): the same function in the layout Optimum knows.")
+    note += _table_bits_note(res["rows"])
     return [("h2", "Our student against Optimum's, head to head"),
             ("p", f"Both files loaded side by side and timed at {first['seq_len']} tokens, at batch 1 and at the "
                   f"throughput batch, in {first.get('rounds', '?')} rounds whose order alternates (calls per round: "

@@ -235,3 +235,17 @@ def test_head_to_head_says_when_optimum_was_given_the_folded_embedding():
     text = lambda rows: to_markdown(_head_to_head({"head_to_head": [pair], "rows": rows}))  # noqa: E731
     assert "folded into a stock table of every tokenizer id" in text([{**peer, "folded_embedding": True}])
     assert "folded" not in text([peer])
+
+
+def test_head_to_head_explains_a_4bit_word_table_against_optimums_fp32_one():
+    from eval.report import _table_bits_note
+
+    ours = {"model": "student", "variant": "int8-dynamic", "format": "onnx", "accuracy": 0.75,
+            "size_bytes": 1.39 * 2**20, "details": {"embedding_4bit": {"bits": 4, "rows": 10964, "dim": 64}}}
+    peer = {"model": "student", "variant": "optimum-int8-dynamic", "format": "onnx", "source": "optimum",
+            "accuracy": 0.7542, "size_bytes": 4.68 * 2**20}
+    assert _table_bits_note([ours, peer]) == (
+        " Our int8-dynamic file keeps its word table in 4 bits (quantize.embedding_bits = 4): 1.39 MiB at accuracy "
+        "0.7500, against Optimum's 4.68 MiB at 0.7542, whose table stays fp32.")
+    assert _table_bits_note([{**ours, "details": {}}, peer]) == ""  # an int8 table: nothing to explain
+    assert _table_bits_note([ours]) == ""  # no peer
