@@ -50,7 +50,8 @@ def plain_folder(folder: Path, out: Path) -> tuple[Path, int | None]:
         return folder, None
     from transformers import AutoTokenizer
 
-    hf = load_compact_hf(folder, meta[EMBEDDING_KEY]).eval()
+    with torch.random.fork_rng():  # built at random, then loaded: the caller's random state stays as it was
+        hf = load_compact_hf(folder, meta[EMBEDDING_KEY]).eval()
     compact = hf.get_input_embeddings()
     with torch.no_grad():
         table = compact(torch.arange(compact.row_of_id.numel()))  # (V, H): every id's input vector
@@ -67,14 +68,18 @@ def plain_folder(folder: Path, out: Path) -> tuple[Path, int | None]:
 def export_peer(hf_folder: Path, out: Path, opset: int) -> dict[str, Path]:
     """Optimum's fp32 export and its dynamic int8 quantization of one HF classifier folder (plain_folder's).
     Returns variant -> ONNX file."""
+    import torch
     from optimum.exporters.onnx import main_export
     from optimum.onnxruntime import ORTQuantizer
     from optimum.onnxruntime.configuration import AutoQuantizationConfig
 
     fp32_dir, int8_dir = out / "fp32", out / "int8-dynamic"
     try:
-        main_export(str(hf_folder), output=str(fp32_dir), task="text-classification", opset=opset,
-                    do_validation=False)
+        # transformers draws initial weights before it loads the folder's: fork_rng keeps that off the random
+        # state of the stages after this one in the same process
+        with torch.random.fork_rng():
+            main_export(str(hf_folder), output=str(fp32_dir), task="text-classification", opset=opset,
+                        do_validation=False)
     except Exception as e:  # optimum raises bare ValueError/KeyError for unsupported models
         raise PipelineError(f"Optimum could not export {hf_folder} ({type(e).__name__}: {str(e)[:200]}); set "
                             f"bench.optimum_peer = false to benchmark without the peer") from None

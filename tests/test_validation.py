@@ -351,8 +351,10 @@ def test_optimum_peer_of_a_compact_embedding_student_computes_what_ours_does(tmp
         want = ours.model(enc["input_ids"], enc["attention_mask"]).numpy()
     out = tmp_path / "peer"
     out.mkdir()
+    state = torch.random.get_rng_state()  # the caller's random state, which the export must leave as it was
     rows = peer_rows({"student": folder}, out, "peer", 17, texts, gold, 3, 1,
                      {"student": count_params(ours.model)})
+    assert torch.equal(torch.random.get_rng_state(), state)
     fp32 = next(r for r in rows if r["variant"] == "optimum-fp32")
     got = onnx_logits(fp32["_path"], tok, texts, 32, 1)
     np.testing.assert_allclose(got, want, atol=1e-4)
