@@ -50,13 +50,12 @@ def plain_folder(folder: Path, out: Path) -> tuple[Path, int | None]:
         return folder, None
     from transformers import AutoTokenizer
 
-    with torch.random.fork_rng():  # built at random, then loaded: the caller's random state stays as it was
+    # modules are built at random, then filled: fork_rng leaves the caller's random state as it was
+    with torch.random.fork_rng(), torch.no_grad():
         hf = load_compact_hf(folder, meta[EMBEDDING_KEY]).eval()
-    compact = hf.get_input_embeddings()
-    with torch.no_grad():
+        compact = hf.get_input_embeddings()
         table = compact(torch.arange(compact.row_of_id.numel()))  # (V, H): every id's input vector
-    plain = torch.nn.Embedding(*table.shape, padding_idx=hf.config.pad_token_id)
-    with torch.no_grad():
+        plain = torch.nn.Embedding(*table.shape, padding_idx=hf.config.pad_token_id)
         plain.weight.copy_(table)
     hf.set_input_embeddings(plain)
     hf.config.vocab_size = table.shape[0]
