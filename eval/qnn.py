@@ -201,8 +201,30 @@ def emulate(context: Path, onnx_path: Path, chip: str, feeds: list[dict[str, np.
             "logits": got, "cpu_logits": want}
 
 
+# An argmax flip where the CPU's top class leads the emulator's pick by no more than twice the largest logit
+# difference on that text is a near tie: a difference of d moves a margin by at most 2d, so such a flip says
+# nothing the max abs diff does not. It counts as agreeing only while that difference is small against the
+# logits' spread (TIE_SPREAD of the median per-text range), so a graph that computes something else cannot pass
+# as ties. Why (2026-11-28): the demo student's int8-static file at 32 tokens failed on every chip on 1 flip in 8
+# texts, a text whose three logits span 0.08, CPU margin 0.0127 against a difference of 0.0164; on 40 texts its
+# agreement was 97.5%, every other text within 0.02 of the CPU.
+TIE_SPREAD = 0.05
+
+
+def near_ties(got: np.ndarray, want: np.ndarray) -> int:
+    """How many of the argmax flips between emulator (got) and CPU (want) logits (N, C) are near ties."""
+    if not len(got):
+        return 0
+    pick = got.argmax(-1)
+    margin = want.max(-1) - want[np.arange(len(got)), pick]  # 0 where the two agree
+    diff = np.abs(got - want).max(-1)
+    spread = float(np.median(want.max(-1) - want.min(-1)))
+    return int(np.sum((pick != want.argmax(-1)) & (margin <= 2 * diff) & (diff <= TIE_SPREAD * spread)))
+
+
 def summarize(got: np.ndarray, want: np.ndarray) -> dict:
     """Emulator logits against the CPU provider's on the same texts: {"samples", "argmax_agreement",
-    "max_abs_diff"}."""
+    "near_ties" (flips among them that are near ties, see TIE_SPREAD), "max_abs_diff"}."""
     return {"samples": len(got), "argmax_agreement": float(np.mean(got.argmax(-1) == want.argmax(-1))),
+            "near_ties": near_ties(got, want),
             "max_abs_diff": float(np.max(np.abs(got - want))) if len(got) else 0.0}

@@ -10,6 +10,7 @@ from pathlib import Path
 from eval.browser_goals import TARGET as BROWSER, node_p50
 from eval.machine import is_busy
 from eval.plots import all_plots, off_peers
+from eval.qnn import TIE_SPREAD
 from eval.rows import p50
 
 Block = tuple  # ("h1"|"h2"|"p", text) | ("list", [str]) | ("table", headers, rows) | ("img", Path, alt)
@@ -450,6 +451,16 @@ def _npu(res: dict) -> list[Block]:
     return out if len(out) > 1 else []
 
 
+def _worst_agreement(emu: list[dict]) -> str:
+    """The lowest emulator argmax agreement over a file's chips and lengths, with its near ties (eval/qnn.py)."""
+    if not emu:
+        return ""
+    worst = min(emu, key=lambda e: (e["argmax_agreement"], -e.get("near_ties", 0)))
+    ties = worst.get("near_ties", 0)
+    return (f"{worst['argmax_agreement']:.1%} (of {emu[0]['samples']} each"
+            + (f"; {ties} near tie{'s' if ties > 1 else ''}, counted as agreeing)" if ties else ")"))
+
+
 def _qnn_htp(res: dict) -> list[Block]:
     """Qualcomm's HTP compiler per chip (compile/qnn.json via the bench): the verdict that leads the section.
     One row per model and variant; per chip the lengths that compiled whole and agreed on the emulator."""
@@ -484,7 +495,7 @@ def _qnn_htp(res: dict) -> list[Block]:
                      f"{top['nodes_on_htp']}/{top['nodes_total']}" if top.get("nodes_total") else "",
                      ops or "none",
                      (f"{min(sizes):,}-{max(sizes):,}" if min(sizes) != max(sizes) else f"{sizes[0]:,}") if sizes else "",
-                     f"{min(e['argmax_agreement'] for e in emu):.1%} (of {emu[0]['samples']} each)" if emu else "",
+                     _worst_agreement(emu),
                      f"{max(e['max_abs_diff'] for e in emu):.3g}" if emu else ""])
     names = [(doc.get("chips") or {}).get(c, c) for c in chips]
     versions = ", ".join(f"{k} {v}" for k, v in (doc.get("compiler") or {}).items() if v)
@@ -492,7 +503,9 @@ def _qnn_htp(res: dict) -> list[Block]:
                   f"chip and length: a length is listed when the whole graph compiled for that chip (CPU fallback "
                   f"disabled: every node on the Hexagon NPU) and its logits on QAIRT's x86 HTP emulator agreed "
                   f"with the same file on the CPU ({doc.get('numerics', '')}; below "
-                  f"{doc.get('min_argmax_agreement', 0):.0%} argmax agreement it fails and is never shipped). Nodes "
+                  f"{doc.get('min_argmax_agreement', 0):.0%} argmax agreement it fails and is never shipped; a flip "
+                  f"where the CPU's top two logits are closer than twice the emulator's difference on that text, "
+                  f"itself under {TIE_SPREAD:.0%} of the logits' spread, is a near tie and counts as agreeing). Nodes "
                   f"on the HTP / all come from a session allowed to fall back, at the longest length compiled; refused ops "
                   f"are the compiler's, with every node named in compile/qnn.json. Emulator: "
                   f"{doc.get('emulator_note', '')}."),

@@ -283,3 +283,35 @@ def test_other_chips_reuse_the_first_chips_numerics_only_where_their_probe_logit
     calls.clear()
     C.emulate_compiled(recs, {}, Path("src.onnx"), ["t1", "t2", "t3"], every_chip=True, workers=1)
     assert sorted(calls) == [("a", 3), ("b", 3), ("c", 3)]
+
+
+def test_a_flip_within_the_emulators_own_logit_difference_is_a_near_tie():
+    """The demo student's int8-static file at 32 tokens failed on every chip on one flip in 8 texts: a text whose
+    logits span 0.08, CPU margin 0.0127 against a difference of 0.0164. Such a flip is a near tie and counts as
+    agreeing; a flip with a wider margin, or one whose difference is large against the logits' spread, does not."""
+    from eval.report import _worst_agreement
+    from pipeline.tasks.classification.compile import _row
+
+    want = np.array([[2.0, -1.0, 0.5]] * 7 + [[0.01, 0.0227, -0.05]], dtype=np.float32)
+    got = want.copy()
+    got[7] = [0.0264, 0.0227, -0.05]  # +0.0164 on class 0: the emulator picks it, the CPU led with 1 by 0.0127
+    num = qnn.summarize(got, want)
+    assert num["argmax_agreement"] == 7 / 8 and num["near_ties"] == 1
+    far = got.copy()
+    far[7] = [0.5, 0.0227, -0.05]  # the same flip from a difference of 0.49: 16% of the logits' spread (3.0)
+    assert qnn.summarize(far, want)["near_ties"] == 0
+    wide = want.copy()
+    wide[6] = [-1.0, 2.0, 0.5]  # a confident text whose label changes: margin 3.0, no tie
+    assert qnn.summarize(wide, want)["near_ties"] == 0
+    assert qnn.near_ties(got[:0], want[:0]) == 0
+
+    base = {"model": "student", "variant": "int8-static", "length": 32}
+    rec = {"chip": "8gen2", "compiled": True, "context": None, "nodes_on_htp": 9, "nodes_total": 9, "unsupported": []}
+    assert _row(base, rec, num, str, 0.9)["status"] == "passed"  # 7/8 + 1 near tie
+    failed = _row(base, rec, {**num, "near_ties": 0}, str, 0.9)
+    assert failed["status"] == "failed: disagrees" and "87.5% of 8 test texts; the minimum is 90.0%" in failed["reason"]
+    two = _row(base, rec, {**num, "argmax_agreement": 0.75, "near_ties": 1}, str, 0.9)
+    assert "75.0% of 8 test texts (87.5% with its 1 near tie(s)); the minimum" in two["reason"]
+    assert _worst_agreement([{**num}, {"argmax_agreement": 1.0, "samples": 8}]) == \
+        "87.5% (of 8 each; 1 near tie, counted as agreeing)"
+    assert _worst_agreement([{"argmax_agreement": 1.0, "samples": 8}]) == "100.0% (of 8 each)"
