@@ -216,7 +216,7 @@ def _head_to_head(res: dict) -> list[Block]:
         note += (" Optimum cannot load our compact input embedding (restricted rows, factorized), so its export was "
                  "given the same embedding folded into a stock table of every tokenizer id (eval/peer.py "
                  "plain_folder): the same function in the layout Optimum knows.")
-    note += _table_bits_note(res["rows"])
+    note += _table_bits_note(res.get("rows", []))
     return [("h2", "Our student against Optimum's, head to head"),
             ("p", f"Both files loaded side by side and timed at {first['seq_len']} tokens, at batch 1 and at the "
                   f"throughput batch, in {first.get('rounds', '?')} rounds whose order alternates (calls per round: "
