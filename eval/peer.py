@@ -43,16 +43,17 @@ def plain_folder(folder: Path, out: Path) -> tuple[Path, int | None]:
 
     import torch
 
-    from distill.embeddings import EMBEDDING_KEY, load_compact_hf
+    from distill.embeddings import EMBEDDING_KEY
+    from distill.models import load_model
 
     meta = json.loads((folder / "pocketformer.json").read_text())
     if EMBEDDING_KEY not in meta:
         return folder, None
-    from transformers import AutoTokenizer
-
-    # modules are built at random, then filled: fork_rng leaves the caller's random state as it was
+    # modules are built at random, then filled: fork_rng leaves the caller's random state as it was.
+    # load_model: a damaged folder is one error naming it, as for every stage that reads it
     with torch.random.fork_rng(), torch.no_grad():
-        hf = load_compact_hf(folder, meta[EMBEDDING_KEY]).eval()
+        loaded = load_model(folder, folder.name)
+        hf = loaded.model.hf
         compact = hf.get_input_embeddings()
         table = compact(torch.arange(compact.row_of_id.numel()))  # (V, H): every id's input vector
         plain = torch.nn.Embedding(*table.shape, padding_idx=hf.config.pad_token_id)
@@ -60,7 +61,7 @@ def plain_folder(folder: Path, out: Path) -> tuple[Path, int | None]:
     hf.set_input_embeddings(plain)
     hf.config.vocab_size = table.shape[0]
     hf.save_pretrained(out, safe_serialization=True)
-    AutoTokenizer.from_pretrained(folder).save_pretrained(out)
+    loaded.tokenizer.save_pretrained(out)
     return out, sum(p.numel() for p in hf.parameters())
 
 

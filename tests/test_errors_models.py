@@ -20,6 +20,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -271,6 +272,31 @@ def test_the_optimum_peer_of_a_damaged_folder_is_one_error(tmp_path):
     _truncate(folder / "model.safetensors")
     _raises(lambda: export_peer(folder, tmp_path / "peer", 17), f"Optimum could not export {folder} (SafetensorError",
             "set bench.optimum_peer = false to benchmark without the peer")
+
+
+def test_the_optimum_peer_of_a_damaged_compact_embedding_student_is_one_error(tmp_path):
+    """A restricted-vocabulary student is folded into a stock folder before Optimum sees it (eval/peer.py
+    plain_folder): a damaged one is the same one error every stage gives it (was a raw SafetensorError), and the
+    peer stage's folder keeps no half-written fold."""
+    from transformers import BertForSequenceClassification
+
+    from conftest import make_texts, tiny_bert_config, write_tokenizer
+    from distill.embeddings import compact_embeddings
+    from distill.models import HFLogits, save_model
+    from distill.vocab import training_vocab
+    from eval.peer import peer_rows
+
+    tok = write_tokenizer(tmp_path / "tok")
+    hf = BertForSequenceClassification(tiny_bert_config(num_labels=3))
+    compact_embeddings(hf, training_vocab(tok, [t for t, _ in make_texts(10)], 32, cap=12)[0], 8, tok.pad_token_id)
+    folder = tmp_path / "student"
+    save_model(folder, HFLogits(hf), tok, ["negative", "neutral", "positive"], "hf", 32)
+    _truncate(folder / "model.safetensors")
+    out = tmp_path / "peer"
+    out.mkdir()
+    _raises(lambda: peer_rows({"student": folder}, out, "peer", 17, ["a"], np.array([0]), 3, 1, {}),
+            f"student: the checkpoint in {folder} is missing or corrupt", "re-run its stage")
+    assert list(out.iterdir()) == []
 
 
 def test_a_decoder_type_optimum_cannot_export_names_the_fix_that_works(tmp_path):
