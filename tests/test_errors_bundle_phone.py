@@ -47,6 +47,15 @@ def _samples(bundle: Path) -> list[dict]:
     return json.loads((bundle / "samples.json").read_text())
 
 
+def _refusal(bundle: Path) -> str:
+    """verify_bundle's one error on an edited bundle, as text."""
+    from pipeline.verify import verify_bundle
+
+    with pytest.raises(PipelineError) as e:
+        verify_bundle(bundle)
+    return str(e.value)
+
+
 def _one_error_line(err: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
@@ -272,37 +281,29 @@ def test_a_tokenizer_json_the_tokenizers_library_cannot_parse(copy):  # noqa: F8
 def test_a_tokenizer_model_max_length_below_max_length_blames_both_files(copy):  # noqa: F811
     """tokenizer_config.json's model_max_length lowered (an app would truncate there): the message said
     "metadata.json was edited; restore it", which was the file that had not changed."""
-    from pipeline.verify import verify_bundle
-
     meta = _meta(copy)
     conf = copy / "tokenizer" / "tokenizer_config.json"
     tc = json.loads(conf.read_text())
     tc["model_max_length"] = 16
     conf.write_text(json.dumps(tc))
     _rehash(copy, meta)
-    with pytest.raises(PipelineError) as e:
-        verify_bundle(copy)
-    assert str(e.value) == (f"{copy}/metadata.json: max_length is 32, beyond the tokenizer's model_max_length 16 "
-                            f"(tokenizer/tokenizer_config.json): one of the two was edited; restore them from the "
-                            f"build's runs/<run>/ folder or rebuild the bundle with `make bundle` (a web bundle: "
-                            f"`make web-bundle`)")
+    assert _refusal(copy) == (f"{copy}/metadata.json: max_length is 32, beyond the tokenizer's model_max_length 16 "
+                              f"(tokenizer/tokenizer_config.json): one of the two was edited; restore them from the "
+                              f"build's runs/<run>/ folder or rebuild the bundle with `make bundle` (a web bundle: "
+                              f"`make web-bundle`)")
 
 
 def test_a_model_input_the_replay_cannot_feed_points_at_the_metadata(copy):  # noqa: F811
     """The message said "list the model's inputs in metadata.json": an edit there fails its digest, and a bundle
     stage never writes an input its own replay cannot feed, so the entry was rewritten."""
-    from pipeline.verify import verify_bundle
-
     meta = _meta(copy)
     meta["models"]["onnx"]["inputs"][1]["name"] = "mask"
     _rehash(copy, meta)
     rel = meta["models"]["onnx"]["file"]
-    with pytest.raises(PipelineError) as e:
-        verify_bundle(copy)
-    assert str(e.value) == (f"{copy}: {rel}: input 'mask' is not one of input_ids, attention_mask, token_type_ids, "
-                            f"so verify-bundle cannot feed it: metadata.json's entry for this file does not match the "
-                            f"build's; restore metadata.json from the build's runs/<run>/ folder or rebuild the "
-                            f"bundle with `make bundle`")
+    assert _refusal(copy) == (f"{copy}: {rel}: input 'mask' is not one of input_ids, attention_mask, token_type_ids, "
+                              f"so verify-bundle cannot feed it: metadata.json's entry for this file does not match "
+                              f"the build's; restore metadata.json from the build's runs/<run>/ folder or rebuild the "
+                              f"bundle with `make bundle`")
 
 
 def _two_class_model(path: Path) -> None:
@@ -324,19 +325,16 @@ def test_a_model_file_of_another_label_count_is_named_as_such(copy):  # noqa: F8
     """Another run's 2-class model under the shipped name (hashes rewritten): the message said only "rebuild the
     bundle with `make bundle`", also for a web bundle, which `make web-bundle` rebuilds."""
     from pipeline.tasks.classification.logits_check import compare
-    from pipeline.verify import verify_bundle
 
     meta = _meta(copy)
     rel = meta["models"]["onnx"]["file"]
     _two_class_model(copy / rel)
     _rehash(copy, meta)
-    with pytest.raises(PipelineError) as e:
-        verify_bundle(copy)
     labels = meta["labels"]
-    assert str(e.value) == (f"{copy}: {rel} gives logits of shape (2,), its reference in samples.json has (3,) (one "
-                            f"per label of {labels}): it is not the model this bundle was built with (a file from "
-                            f"another run, with metadata.json's hashes rewritten?); restore it from the build's "
-                            f"runs/<run>/ folder or rebuild the bundle with `make bundle`")
+    assert _refusal(copy) == (f"{copy}: {rel} gives logits of shape (2,), its reference in samples.json has (3,) (one "
+                              f"per label of {labels}): it is not the model this bundle was built with (a file from "
+                              f"another run, with metadata.json's hashes rewritten?); restore it from the build's "
+                              f"runs/<run>/ folder or rebuild the bundle with `make bundle`")
     # the web bundle's verify compares through the same function: its fix is its own make target
     samples = _samples(copy)
     with pytest.raises(PipelineError, match=r"restore it from the build's runs/<run>/ folder or rebuild the web "
