@@ -11,7 +11,7 @@ from eval.browser_goals import TARGET as BROWSER, node_p50
 from eval.machine import is_busy
 from eval.plots import all_plots, off_peers
 from eval.qnn import TIE_SPREAD
-from eval.rows import p50
+from eval.rows import find, p50, pick_source, shown_p50
 
 Block = tuple  # ("h1"|"h2"|"p", text) | ("list", [str]) | ("table", headers, rows) | ("img", Path, alt)
 
@@ -44,13 +44,23 @@ def _num(v, digits: int = 4) -> str:
     return "-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.{digits}f}"
 
 
-def _cell(row: dict, target: str, length: int) -> str:
+# marks a summary cell read from the file's interleaved rounds (eval/rows.py shown_p50), not its sweep point
+ROUNDS_MARK = "\u2020"
+
+
+def _cell(row: dict, target: str, length: int, rounds: bool = False) -> str:
+    """row's p50 on target at length: the sweep's point, or with rounds the median of its interleaved rounds
+    where it has them (marked)."""
     entry = row.get("latency", {}).get(target, {})
     if "status" in entry and str(length) not in entry:
         return "est. " + _ms(entry["estimate"]["by_length"].get(str(length), {}).get("estimate_ms")) + "*" \
             if "estimate" in entry else "-"
     point = entry.get(str(length), {})
-    return _ms(point.get("p50_ms")) if "p50_ms" in point else ("failed" if point.get("status") == "failed" else "-")
+    if "p50_ms" not in point:
+        return "failed" if point.get("status") == "failed" else "-"
+    if rounds and pick_source(row, target, length) == "interleaved rounds":
+        return _ms(shown_p50(row, target, length)) + " " + ROUNDS_MARK
+    return _ms(point["p50_ms"])
 
 
 def _section(*blocks: Block) -> list[Block]:
@@ -233,17 +243,24 @@ def _teacher_rounds(res: dict) -> list[Block]:
     done = [e for e in res.get("teacher_rounds") or [] if e.get("students")]
     if not done:
         return []
+
+    def sweep(e: dict, model: str, f: dict) -> str:  # the same file's point in the length sweep
+        return _ms(p50(find(res["rows"], model, f["variant"], f["format"]) or {}, e["target"], e["seq_len"]))
+
     rows = [[e["target"], f"{s['variant']} {s['format']}", _ms(s["p50_ms"]), f"{s['ratio']:.4f}",
-             f"{s['ratio_min']:.4f}-{s['ratio_max']:.4f}"]
+             f"{s['ratio_min']:.4f}-{s['ratio_max']:.4f}", sweep(e, "student", s)]
             for e in done for s in sorted(e["students"], key=lambda s: s["ratio"])]
     e = done[0]
     return [("h2", "Student files against the fp32 teacher, in interleaved rounds"),
-            ("p", f"The teacher's fp32 .{e['teacher']['format']} ({_ms(e['teacher_p50_ms'])} ms) and every student "
+            ("p", f"The teacher's fp32 .{e['teacher']['format']} ({_ms(e['teacher_p50_ms'])} ms; "
+                  f"{sweep(e, 'teacher', e['teacher'])} ms in the sweep) and every student "
                   f".{e['teacher']['format']} file timed at {e['seq_len']} tokens, batch 1, in {e['rounds']} interleaved "
                   f"rounds on {e['target']}: p50 = the median over rounds; ratio = the median of the same-round p50 "
                   "ratios student / teacher. The app bundle's file and the batch-1 workload pick are chosen by these "
-                  "rounds, so where a sweep point below landed in a slow phase of the machine they disagree with it."),
-            ("table", ["target", "student file", "p50 ms (rounds)", "/ teacher fp32", "rounds range"], rows)]
+                  "rounds, and the summary below shows them; where the sweep point (last column) landed in a slow "
+                  "phase of the machine, the two disagree."),
+            ("table", ["target", "student file", "p50 ms (rounds)", "/ teacher fp32", "rounds range",
+                       "sweep p50 ms"], rows)]
 
 
 def _workloads(res: dict) -> list[Block]:
@@ -305,9 +322,12 @@ def _browser_cross(res: dict) -> list[Block]:
         if t != BROWSER:
             continue
         versions = check.get("versions", versions)
-        chrome, wasm, native = p50(r, BROWSER, L), node_p50(r), node_p50(r, "node-native")
+        # Node times its files in rounds: read Chromium's rounds too where the file has them, like with like
+        chrome, wasm, native = shown_p50(r, BROWSER, L), node_p50(r), node_p50(r, "node-native")
         err = next((check[k]["error"] for k in ("node-wasm", "node-native") if "error" in check.get(k, {})), "")
-        rows.append(_name(r)[:1] + [r["variant"], r["format"], _ms(chrome), _ms(wasm),
+        shown = _cell(r, BROWSER, L, rounds=True)
+        shown += f" (sweep {_ms(p50(r, BROWSER, L))})" if ROUNDS_MARK in shown else ""
+        rows.append(_name(r)[:1] + [r["variant"], r["format"], shown, _ms(wasm),
                                     f"{wasm / chrome:.2f}" if wasm and chrome else "-", _ms(native), err[:120]])
     used = ", ".join(f"{k} {v}" for k, v in versions.items())
     return _section(("h2", f"Browser rows cross-checked outside the browser ({L} tokens, 1 thread)"),
@@ -315,7 +335,9 @@ def _browser_cross(res: dict) -> list[Block]:
                           "build without Chromium, and onnxruntime-node (ONNX Runtime's native CPU build, what a "
                           "desktop or Electron app runs), the files interleaved in rounds. Chromium and Node-WASM "
                           "should agree to within the machine's noise; the goals above also give their ratio in "
-                          f"Node-WASM (the median of the same-round ratios). Versions: {used or 'n/a'}."),
+                          "Node-WASM (the median of the same-round ratios). Chromium's column is the median of "
+                          f"the file's interleaved rounds where its page timed it in them ({ROUNDS_MARK}), else "
+                          f"its sweep point. Versions: {used or 'n/a'}."),
                     ("table", ["model", "variant", "format", "Chromium WASM p50 ms", "Node WASM p50 ms",
                                "Node / Chromium", "onnxruntime-node p50 ms", "error"], rows))
 
@@ -346,7 +368,7 @@ def _summary(res: dict) -> list[Block]:
                             *([_num(r.get("macro_f1"))] if acc else []), _num(r.get("params")),
                             f"{r['size_bytes'] / 2**20:.2f}" if r.get("size_bytes") else "-", _x(vs.get("size_ratio"))]
         for t, measured in targets:
-            cells += [_cell(r, t, L), _x(vs.get("speedup", {}).get(t))] if measured else [_cell(r, t, L)]
+            cells += [_cell(r, t, L, rounds=True), _x(vs.get("speedup", {}).get(t))] if measured else [_cell(r, t, L)]
         cells += [_gflops_cell(point(r)) if "gflops" in point(r) else "-"] if rates else []
         rows.append(cells)
     return [("h2", f"Summary at {L} tokens, batch 1"),
@@ -354,6 +376,11 @@ def _summary(res: dict) -> list[Block]:
                   f"the fp32 teacher in the same format on the same target). Retention = {metric} / the teacher's"
                   f"{'' if acc else ' (perplexity: teacher / row)'}. '-' = not run on that target "
                   f"(reasons under Skipped). "
+                  + (f"{ROUNDS_MARK} = the median p50 of the file's interleaved rounds (timed again after the "
+                     "sweep, alternating with the other files: the numbers the goals and the bundle's picks read); "
+                     "its sweep point, one stretch of calls that can land in a slow phase of the machine, is "
+                     "beside it in the rounds tables above. " if any(ROUNDS_MARK in c for cells in rows for c in cells)
+                     else "")
                   + ("GFLOP/s = formula FLOPs / p50 (GOP/s for int8 rows), as a share of the matmul peak of the "
                      "row's own arithmetic, named in the cell: fp32 and fp16 rows (no fp16 units) against the fp32 "
                      "peak, int8 rows against the int8 peak (both under Machine); '-' = no peak measured for it. "

@@ -79,10 +79,10 @@ def test_teacher_rounds_are_a_table_of_every_student_file():
                          "ratio_max": 0.0422, "round_ratios": [0.0417] * 9, **f}]}]
     md = to_markdown(blocks(build_results({**_doc(rows), "teacher_rounds": vs}), {}))
     section = md.split("## Student files against the fp32 teacher, in interleaved rounds")[1].split("##")[0]
-    assert "fp32 .ort (14.66 ms)" in section and "9 interleaved rounds on mobile-cpu" in section
+    assert "fp32 .ort (14.66 ms; 14.70 ms in the sweep)" in section and "9 interleaved rounds on mobile-cpu" in section
     lines = [ln for ln in section.splitlines() if ln.startswith("| mobile-cpu")]
-    assert lines == ["| mobile-cpu | int8-dynamic ort | 0.611 | 0.0417 | 0.0408-0.0422 |",
-                     "| mobile-cpu | int8-static ort | 0.825 | 0.0564 | 0.0551-0.0580 |"]
+    assert lines == ["| mobile-cpu | int8-dynamic ort | 0.611 | 0.0417 | 0.0408-0.0422 | 0.892 |",
+                     "| mobile-cpu | int8-static ort | 0.825 | 0.0564 | 0.0551-0.0580 | 0.831 |"]
     failed = [{"target": "mobile-cpu", "seq_len": 64, "status": "failed", "reason": "RuntimeError: x"}]
     assert "## Student files against" not in to_markdown(blocks(build_results({**_doc(rows), "teacher_rounds": failed}), {}))
 
@@ -189,6 +189,48 @@ def test_generation_goals_read_decode_speed_on_mobile_cpu():
     assert goals["student perplexity below the LSTM's"]["met"] is False  # 50 > 45
 
 
+def test_summary_ratios_and_plot_read_a_files_rounds_over_its_sweep_point(tmp_path, monkeypatch):
+    """A file timed again in interleaved rounds shows their median (marked) in the summary, its ratio to the
+    teacher and the quality-vs-latency plot: on the 2026-11-28 demo the web bundle's file read 3.73 ms in the
+    Chromium sweep and 2.34-2.49 ms in its nine rounds, and the summary showed the file the bundle picked as
+    slower than the one it beat. The length tables keep the sweep; a file without rounds keeps its sweep point."""
+    from eval.rows import shown_p50
+
+    rows = [_row("teacher", "fp32", "ort", "accuracy", 0.80, 8100, None, {16: 5.0, 64: 15.0}),
+            _row("student", "int8-dynamic", "ort", "accuracy", 0.76, 1000, None, {16: 0.4, 64: 1.2}),
+            _row("student", "fp32", "ort", "accuracy", 0.77, 4000, None, {16: 0.5, 64: 1.0})]
+    rounds = {"teacher": [14.0, 14.5, 14.2], "int8-dynamic": [0.62, 0.60, 0.61]}
+    for r, got in zip(rows, (rounds["teacher"], rounds["int8-dynamic"])):
+        r["latency"]["mobile-cpu"]["rounds"] = {"length": 64, "round_p50_ms": got}
+    assert shown_p50(rows[1], "mobile-cpu", 64) == pytest.approx(0.61)
+    assert shown_p50(rows[1], "mobile-cpu", 16) == pytest.approx(0.4)  # rounds at 64 only
+    assert shown_p50(rows[2], "mobile-cpu", 64) == pytest.approx(1.0)
+    res = build_results(_doc(rows))
+    i8 = next(r for r in res["rows"] if r["variant"] == "int8-dynamic")
+    assert i8["vs_teacher"]["speedup"]["mobile-cpu"] == pytest.approx(14.2 / 0.61)
+    fp = next(r for r in res["rows"] if r["variant"] == "fp32" and r["model"] == "student")
+    assert fp["vs_teacher"]["speedup"]["mobile-cpu"] == pytest.approx(14.2 / 1.0)
+    md = to_markdown(blocks(res, {}))
+    summary = md.split("## Summary at 64 tokens, batch 1")[1].split("##")[0]
+    assert "| student | int8-dynamic | ort | 0.7600 |" in summary and "| 0.610 \u2020 | 23.3x |" in summary
+    assert "| 1.00 | 14.2x |" in summary and "| 14.20 \u2020 | 1.0x |" in summary
+    assert "\u2020 = the median p50 of the file's interleaved rounds" in summary
+    sweep = md.split("## Latency vs sequence length (p50 ms, batch 1)")[1].split("##")[0]
+    assert "| student | int8-dynamic | ort | 0.400 | 1.20 |" in sweep  # the sweep's own point
+    plain = [_row("student", "fp32", "ort", "accuracy", 0.77, 4000, None, {16: 0.5, 64: 1.0})]
+    assert "\u2020" not in to_markdown(blocks(build_results(_doc(plain)), {}))
+    import eval.plots as plots
+
+    drawn, scatter = {}, plots._scatter
+    def spy(ax, pts, *a, **k):  # noqa: E306
+        drawn.update({(r["model"], r["variant"]): x for x, _, r in pts})
+        return scatter(ax, pts, *a, **k)
+    monkeypatch.setattr(plots, "_scatter", spy)
+    assert plots.quality_vs_latency(res, tmp_path).exists()
+    assert drawn == {("teacher", "fp32"): pytest.approx(14.2), ("student", "int8-dynamic"): pytest.approx(0.61),
+                     ("student", "fp32"): pytest.approx(1.0)}
+
+
 def test_browser_cross_check_section():
     """Rows whose browser-wasm entry carries a Node cross-check get a table with both runtimes and their ratio."""
     rows = [_row("student", "int8-dynamic", "ort", "accuracy", 0.8, 1000, None, {64: 2.0})]
@@ -202,6 +244,10 @@ def test_browser_cross_check_section():
     section = md.split("## Browser rows cross-checked outside the browser (64 tokens, 1 thread)")[1].split("##")[0]
     assert "| student | int8-dynamic | ort | 6.00 | 4.50 | 0.75 | - | no binary |" in section
     assert "onnxruntime-web 1.30.0" in section
+    # Node times in rounds: where Chromium's page timed the file in rounds too, the ratio reads those
+    rows[0]["latency"]["browser-wasm"]["chromium_rounds"] = {"length": 64, "round_p50_ms": [4.4, 4.6, 4.5]}
+    section = to_markdown(blocks(build_results(_doc(rows)), {})).split("1 thread)")[1].split("##")[0]
+    assert "| student | int8-dynamic | ort | 4.50 \u2020 (sweep 6.00) | 4.50 | 1.00 | - | no binary |" in section
     plain = [_row("student", "int8-dynamic", "ort", "accuracy", 0.8, 1000, None, {64: 2.0})]
     assert "cross-checked" not in to_markdown(blocks(build_results(_doc(plain)), {}))
 
