@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 
 from eval import latency as L
 from eval.plan import Point, plan_point
@@ -56,13 +57,30 @@ def pair_rows(rows: list[dict], target: str, model: str = "student") -> list[tup
     return out
 
 
-def round_p50s(calls: list, rounds: int, plans: list[L.Plan]) -> list[list[float]]:
+# A session run on more than one thread leaves its ONNX Runtime workers spinning for a while after its last call
+# (intra-op spinning, on by default): on the 2-core host the next file's first calls share a core with them. On
+# the Zen 4 host (2026-11-28; two int8 files, batch 32, 2 threads) the first call after the switch read 1.5-1.7x
+# its steady time with 0-20 ms between the files and its steady time from 50 ms on. Without a pause the file
+# timed second in a round was the slow one: the batch-32 int8 pair's same-round ratios alternated about 0.6 and
+# 1.0 with the order, and their median moved the goal across its limit from run to run.
+SETTLE_S = 0.05
+
+
+def settle_for(threads: int) -> float:
+    """The pause before each file's turn in a round: only multi-threaded sessions leave spinning workers."""
+    return SETTLE_S if threads > 1 else 0.0
+
+
+def round_p50s(calls: list, rounds: int, plans: list[L.Plan], settle_s: float = 0.0) -> list[list[float]]:
     """Each call's p50 in each of `rounds` rounds, the order forward one round and backward the next (for two
-    calls: swapping which goes first), so drift on the machine hits every call alike."""
+    calls: swapping which goes first), so drift on the machine hits every call alike; settle_s of idle before
+    each call's turn (settle_for)."""
     out: list[list[float]] = [[] for _ in calls]
     for r in range(rounds):
         order = range(len(calls)) if r % 2 == 0 else reversed(range(len(calls)))
         for i in order:
+            if settle_s:
+                time.sleep(settle_s)
             out[i].append(L.summarize(L.time_calls(calls[i], plans[i]))["p50_ms"])
     return out
 
@@ -74,9 +92,9 @@ def ratios_of(mine: list[float], ref: list[float]) -> dict:
             "round_ratios": ratios}
 
 
-def alternate(call_a, call_b, rounds: int, plan: L.Plan) -> dict:
+def alternate(call_a, call_b, rounds: int, plan: L.Plan, settle_s: float = 0.0) -> dict:
     """Time call_a and call_b in `rounds` rounds, swapping which goes first each round."""
-    pa, pb = round_p50s([call_a, call_b], rounds, [plan, plan])
+    pa, pb = round_p50s([call_a, call_b], rounds, [plan, plan], settle_s)
     return {"rounds": rounds, "ours_p50_ms": statistics.median(pa), "peer_p50_ms": statistics.median(pb),
             **ratios_of(pa, pb)}
 
@@ -111,7 +129,8 @@ def head_to_head(bench, rows: list[dict], targets: list[Target], rounds: int, mo
                     if calls is None:  # one session per file, both workloads
                         calls = (bench.runner(t, a, resolved_threads(t))[0], bench.runner(t, b, resolved_threads(t))[0])
                     inputs = bench.inputs(model, n, batch)
-                    entry.update(alternate(calls[0](*inputs), calls[1](*inputs), rounds, plan))
+                    entry.update(alternate(calls[0](*inputs), calls[1](*inputs), rounds, plan,
+                                           settle_for(resolved_threads(t))))
                     log.info("[bench] head to head %s %s %s vs %s on %s, batch %d: ratio %.3f (rounds %.3f-%.3f)",
                              model, a["variant"], a["format"], b["variant"], t.name, batch, entry["ratio"],
                              entry["ratio_min"], entry["ratio_max"])
@@ -132,43 +151,49 @@ def head_to_head(bench, rows: list[dict], targets: list[Target], rounds: int, mo
 # int8-dynamic .ort against 0.83 for int8-static, so the bundle shipped int8-static; in the rounds the same files
 # read 0.61 and 0.83 ms (tight over 9 rounds; 0.60 and 0.85 re-timed on the idle machine): a slow phase had
 # landed on one file's sweep.
-TEACHER_TARGET, TEACHER_FORMAT = "mobile-cpu", "ort"
+# host-cpu's .onnx files get the same rounds (since 2026-11-28): its batch-1 workload pick had read the sweep, where
+# two files 0.1% apart could swap between runs. The teacher goal reads mobile-cpu's entry only.
+ROUNDS_FORMATS = {"mobile-cpu": "ort", "host-cpu": "onnx"}  # the format each runs (eval/workloads.py FORMATS)
 
 
 def teacher_rounds(bench, rows: list[dict], targets: list[Target], rounds: int) -> list[dict]:
-    """The teacher's fp32 file and every student file of TEACHER_FORMAT that TEACHER_TARGET times at the headline
-    length (the files the app bundle chooses among), batch 1, timed in `rounds` interleaved rounds: per student,
-    the median of the same-round ratios student / teacher, and every file's p50 per round (round_p50_ms,
-    teacher_round_p50_ms). [] where the target is not benched or a file is missing."""
-    t = next((t for t in targets if t.name == TEACHER_TARGET and not unavailable(t)), None)
-    if rounds <= 0 or t is None:
-        return []
+    """Per target of ROUNDS_FORMATS that is benched: the teacher's fp32 file and every student file of the
+    target's format that it times at the headline length (the files the app bundle and the batch-1 workload
+    pick choose among), batch 1, timed in `rounds` interleaved rounds: per student, the median of the
+    same-round ratios student / teacher, and every file's p50 per round (round_p50_ms, teacher_round_p50_ms).
+    No entry for a target whose teacher or student files are missing; none at all with rounds <= 0."""
+    return [e for t in targets if t.name in ROUNDS_FORMATS and not unavailable(t) and rounds > 0
+            if (e := _target_rounds(bench, rows, t, ROUNDS_FORMATS[t.name], rounds))]
+
+
+def _target_rounds(bench, rows: list[dict], t: Target, fmt: str, rounds: int) -> dict | None:
     b, n = bench.b, bench.b.headline_length
-    teacher = next((r for r in rows if (r["model"], r["variant"], r["format"]) == ("teacher", "fp32", TEACHER_FORMAT)
+    teacher = next((r for r in rows if (r["model"], r["variant"], r["format"]) == ("teacher", "fp32", fmt)
                     and _on_disk(r)), None)
-    # the files the target times (not the browser-only FastGelu ones)
-    students = [r for r in rows if r["model"] == "student" and r["format"] == TEACHER_FORMAT and _on_disk(r)
+    # our files the target times (not the browser-only FastGelu ones; Optimum's .onnx files have the head to head)
+    students = [r for r in rows if r["model"] == "student" and r["format"] == fmt and _on_disk(r)
+                and r.get("source") != "optimum" and not r["variant"].startswith("optimum-")
                 and isinstance(plan_point(t, r, [n], n, list(b.sweep_variants), None), Point)]
     if teacher is None or not students:
-        return []
+        return None
     # about a third of a point's time per file and round: ~25 teacher calls, 100 of the student's
     plan = L.Plan(b.warmup, max(100, b.iterations), b.max_seconds_per_point / 3, b.min_iterations)
     entry = {"target": t.name, "seq_len": n, "batch": 1, "threads": resolved_threads(t), "rounds": rounds,
-             "teacher": {"variant": "fp32", "format": TEACHER_FORMAT, "file": teacher.get("file")}}
+             "teacher": {"variant": "fp32", "format": fmt, "file": teacher.get("file")}}
     try:
         calls = [bench.runner(t, r, resolved_threads(t))[0](*bench.inputs(r["model"], n, 1))
                  for r in (teacher, *students)]
-        p50s = round_p50s(calls, rounds, [plan] * len(calls))
-    except Exception as e:  # the goal falls back to the sweep's p50s
-        return [{**entry, **failure(e)}]
+        p50s = round_p50s(calls, rounds, [plan] * len(calls), settle_for(resolved_threads(t)))
+    except Exception as e:  # the goal and the picks fall back to the sweep's p50s
+        return {**entry, **failure(e)}
     entry["teacher_p50_ms"], entry["teacher_round_p50_ms"] = statistics.median(p50s[0]), p50s[0]
     entry["students"] = [{"variant": r["variant"], "format": r["format"], "file": r.get("file"),
                           "p50_ms": statistics.median(mine), "round_p50_ms": mine, **ratios_of(mine, p50s[0])}
                          for r, mine in zip(students, p50s[1:])]
     for s in entry["students"]:
         log.info("[bench] student %s %s vs teacher fp32 on %s in %d interleaved rounds: ratio %.4f (rounds %.4f-%.4f)",
-                 s["variant"], TEACHER_FORMAT, t.name, rounds, s["ratio"], s["ratio_min"], s["ratio_max"])
-    return [entry]
+                 s["variant"], fmt, t.name, rounds, s["ratio"], s["ratio_min"], s["ratio_max"])
+    return entry
 
 
 def rounds_onto_rows(rows: list[dict], entry: dict) -> None:

@@ -238,8 +238,8 @@ def _head_to_head(res: dict) -> list[Block]:
 
 def _teacher_rounds(res: dict) -> list[Block]:
     """The student's files against the fp32 teacher in interleaved rounds (eval/paired.py teacher_rounds): what
-    the app bundle's choice and the 1/10 goal read, which a sweep table (one stretch of calls per file) can
-    contradict when a slow phase of the machine lands on one file."""
+    the app bundle's choice, the batch-1 workload picks and the 1/10 goal read, which a sweep table (one
+    stretch of calls per file) can contradict when a slow phase of the machine lands on one file."""
     done = [e for e in res.get("teacher_rounds") or [] if e.get("students")]
     if not done:
         return []
@@ -250,15 +250,16 @@ def _teacher_rounds(res: dict) -> list[Block]:
     rows = [[e["target"], f"{s['variant']} {s['format']}", _ms(s["p50_ms"]), f"{s['ratio']:.4f}",
              f"{s['ratio_min']:.4f}-{s['ratio_max']:.4f}", sweep(e, "student", s)]
             for e in done for s in sorted(e["students"], key=lambda s: s["ratio"])]
+    teachers = "; ".join(f"{e['target']}: the teacher's fp32 .{e['teacher']['format']} {_ms(e['teacher_p50_ms'])} "
+                         f"ms, {sweep(e, 'teacher', e['teacher'])} ms in the sweep" for e in done)
     e = done[0]
     return [("h2", "Student files against the fp32 teacher, in interleaved rounds"),
-            ("p", f"The teacher's fp32 .{e['teacher']['format']} ({_ms(e['teacher_p50_ms'])} ms; "
-                  f"{sweep(e, 'teacher', e['teacher'])} ms in the sweep) and every student "
-                  f".{e['teacher']['format']} file timed at {e['seq_len']} tokens, batch 1, in {e['rounds']} interleaved "
-                  f"rounds on {e['target']}: p50 = the median over rounds; ratio = the median of the same-round p50 "
-                  "ratios student / teacher. The app bundle's file and the batch-1 workload pick are chosen by these "
-                  "rounds, and the summary below shows them; where the sweep point (last column) landed in a slow "
-                  "phase of the machine, the two disagree."),
+            ("p", f"Per target, the teacher's fp32 file and every student file in the format the target runs, timed "
+                  f"at {e['seq_len']} tokens, batch 1, in {e['rounds']} interleaved rounds ({teachers}): p50 = the "
+                  "median over rounds; ratio = the median of the same-round p50 ratios student / teacher. The "
+                  "batch-1 workload picks and the app bundle's file (mobile-cpu) are chosen by these rounds, and "
+                  "the summary below shows them; where the sweep point (last column) landed in a slow phase of "
+                  "the machine, the two disagree."),
             ("table", ["target", "student file", "p50 ms (rounds)", "/ teacher fp32", "rounds range",
                        "sweep p50 ms"], rows)]
 

@@ -134,6 +134,29 @@ def test_rounds_of_several_files_go_forward_then_backward(monkeypatch):
     assert p50s == [[1.0] * 3] * 3
 
 
+def test_a_pause_before_each_turn_keeps_the_last_sessions_spinning_workers_off_the_next_file(monkeypatch):
+    """A multi-threaded ONNX Runtime session keeps its workers spinning for a while after its last call, so the
+    file timed right after a switch reads slow (1.5-1.7x on the 2-core host, batch 32) and the same-round
+    ratios alternate with the order. A pause before each turn (settle_for(threads > 1)) lets them stop."""
+    state = {"last": None, "slept": False}
+
+    def fake_time_calls(fn, plan):
+        name, ms = fn()
+        slow = 1.6 if state["last"] not in (None, name) and not state["slept"] else 1.0
+        state.update(last=name, slept=False)
+        return [ms * slow] * 3
+
+    monkeypatch.setattr(P.L, "time_calls", fake_time_calls)
+    monkeypatch.setattr(P.time, "sleep", lambda s: state.update(slept=s == P.SETTLE_S))
+    ours, peer, plan = (lambda: ("ours", 10.0)), (lambda: ("peer", 14.0)), Plan(1, 6, 1.5, 3)
+    raw = P.alternate(ours, peer, 9, plan)
+    assert raw["round_ratios"][:2] == pytest.approx([10 / 22.4, 16 / 14])  # the second file of a round pays
+    state["last"] = None
+    settled = P.alternate(ours, peer, 9, plan, P.settle_for(2))
+    assert settled["round_ratios"] == pytest.approx([10 / 14] * 9)
+    assert P.settle_for(1) == 0.0  # one thread: no workers to wait for
+
+
 class _FakeBench:
     """What teacher_rounds uses of eval.bench.Bench: the plan, inputs and a runner per row."""
 
@@ -193,6 +216,32 @@ def test_students_and_teacher_share_rounds_and_a_phase_moves_them_alike(monkeypa
     assert "student int8-dynamic .ort vs teacher fp32 .ort: median of 8 interleaved-round p50 ratios" in g["detail"]
 
 
+def test_host_cpu_times_its_onnx_files_in_rounds_of_their_own(monkeypatch):
+    """host-cpu's batch-1 pick reads rounds too: the teacher's fp32 .onnx and the student .onnx files it times, on
+    its threads, in an entry of their own; mobile-cpu's entry (the goal's) is unchanged beside it, and a target
+    without its teacher file gets no entry."""
+    import eval.targets as T
+
+    monkeypatch.setattr(P.L, "time_calls", lambda fn, plan: [fn()] * 3)
+    sleeps = []
+    monkeypatch.setattr(P.time, "sleep", sleeps.append)
+    bench = _FakeBench({"fp32": 8.0, "int8-dynamic": 0.6, "int8-static": 0.9}.get)
+    host, mobile = T.get_target("host-cpu"), T.get_target("mobile-cpu")
+    peer = _r("optimum-int8-dynamic", "onnx", source="optimum")  # compared in the head to head, not here
+    got = P.teacher_rounds(bench, _teacher_rows() + [peer], [host, mobile], 4)
+    assert [(e["target"], e["teacher"]["format"], e["threads"]) for e in got] == [("host-cpu", "onnx", 2),
+                                                                               ("mobile-cpu", "ort", 1)]
+    assert [(s["variant"], s["format"]) for s in got[0]["students"]] == [("int8-dynamic", "onnx")]
+    assert got[0]["students"][0]["ratio"] == pytest.approx(0.075)
+    assert ("teacher", "fp32", "onnx", 2) in bench.opened
+    assert sleeps == [P.SETTLE_S] * 4 * 2  # host-cpu's 2 threads: before each of its 2 files' turns; mobile-cpu none
+    res = build_results({**_doc([]), "teacher_rounds": got})
+    g = next(g for g in res["goals"] if g["goal"].startswith("student int8 p50 <= 1/10"))
+    assert g["value"] == pytest.approx(0.6 / 8.0) and ".ort vs teacher fp32 .ort" in g["detail"]
+    no_onnx_teacher = [r for r in _teacher_rows() if (r["model"], r["format"]) != ("teacher", "onnx")]
+    assert [e["target"] for e in P.teacher_rounds(bench, no_onnx_teacher, [host, mobile], 4)] == ["mobile-cpu"]
+
+
 def test_the_bundle_file_is_chosen_by_the_rounds_not_by_a_slow_sweep_point(monkeypatch):
     """The demo run of 2026-11-28 on the Zen 4 host: the sweep read 0.89 ms for the student's int8-dynamic .ort
     (a slow phase of the machine) against 0.83 for int8-static, so the bundle shipped int8-static; timed in the
@@ -237,10 +286,10 @@ def test_without_rounds_the_teacher_goal_reads_the_sweep(monkeypatch):
     import eval.targets as T
 
     bench = _FakeBench({"fp32": 20.0, "int8-dynamic": 1.1}.get)
-    assert P.teacher_rounds(bench, _teacher_rows(), [T.get_target("host-cpu")], 8) == []  # mobile-cpu not benched
+    assert P.teacher_rounds(bench, _teacher_rows(), [T.get_target("browser-wasm")], 8) == []  # none of its kind
     assert P.teacher_rounds(bench, _teacher_rows(), [T.get_target("mobile-cpu")], 0) == []  # rounds off
     no_teacher = [r for r in _teacher_rows() if r["model"] != "teacher"]
-    assert P.teacher_rounds(bench, no_teacher, [T.get_target("mobile-cpu")], 8) == []
+    assert P.teacher_rounds(bench, no_teacher, [T.get_target("mobile-cpu"), T.get_target("host-cpu")], 8) == []
     assert bench.opened == []
 
     def lat(ms):

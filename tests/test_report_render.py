@@ -79,7 +79,7 @@ def test_teacher_rounds_are_a_table_of_every_student_file():
                          "ratio_max": 0.0422, "round_ratios": [0.0417] * 9, **f}]}]
     md = to_markdown(blocks(build_results({**_doc(rows), "teacher_rounds": vs}), {}))
     section = md.split("## Student files against the fp32 teacher, in interleaved rounds")[1].split("##")[0]
-    assert "fp32 .ort (14.66 ms; 14.70 ms in the sweep)" in section and "9 interleaved rounds on mobile-cpu" in section
+    assert "in 9 interleaved rounds (mobile-cpu: the teacher's fp32 .ort 14.66 ms, 14.70 ms in the sweep)" in section
     lines = [ln for ln in section.splitlines() if ln.startswith("| mobile-cpu")]
     assert lines == ["| mobile-cpu | int8-dynamic ort | 0.611 | 0.0417 | 0.0408-0.0422 | 0.892 |",
                      "| mobile-cpu | int8-static ort | 0.825 | 0.0564 | 0.0551-0.0580 | 0.831 |"]

@@ -48,9 +48,11 @@ TASK = Task(
         # revision 2: the browser pages run with V8 --no-liftoff (eval/browser.py V8_FLAGS); 3: the int8 students
         # and the fp32 teacher timed in interleaved rounds (latency.json teacher_rounds, eval/paired.py); 4: the
         # browser targets sweep the teacher's fp32 files only (eval/plan.py), and seconds.parts is written; 5: the
-        # Chromium rounds run in the 1-thread sweep page, with its V8 flags (eval/browser_cross.py chromium_rounds)
+        # Chromium rounds run in the 1-thread sweep page, with its V8 flags (eval/browser_cross.py chromium_rounds);
+        # 6: host-cpu's .onnx files are timed in interleaved rounds too (eval/paired.py teacher_rounds), and rounds
+        # on more than one thread pause before each file's turn (eval/paired.py SETTLE_S)
         "bench": Step(lazy(f"{_HERE}.bench:stage_bench"), ("bench.*", "-bench.optimum_peer", "-bench.peer_eval_texts"),
-                      revision=5),
+                      revision=6),
         # bundle.accuracy_window: the report's "which file for which workload" table picks as the bundle does
         "report": Step(lazy("pipeline.tasks.common:report"), ("bundle.accuracy_window",)),
         # data.* / teacher.model: the model card names the dataset and the teacher; export.coreml_lengths:
