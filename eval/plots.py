@@ -6,7 +6,7 @@ import math
 import textwrap
 from pathlib import Path
 
-from eval.rows import p50, pick_source, shown_p50
+from eval.rows import p50
 
 COLORS = {"teacher": "#1f77b4", "student": "#d62728", "lstm": "#2ca02c", "lstm_distilled": "#9467bd"}
 # marker = variant (the Optimum peer shares its counterpart's marker, with a black edge); PyTorch eager is hollow
@@ -265,14 +265,12 @@ def quality_vs_latency(results: dict, out: Path) -> Path | None:
         return None
     off = {id(r) for r in off_peers(rows, metric)}
     shown = [r for r in rows if r.get(metric) is not None and any(p50(r, t, length) for t in targets)]
-    # the report's summary numbers: a file timed in interleaved rounds sits at their median (eval/rows.py)
-    rounds = any(pick_source(r, t, length) == "interleaved rounds" for r in shown for t in targets)
     # every panel shares the y-range of the rows that matter, so panels compare at a glance
     lo, hi = _y_range([r[metric] for r in shown if id(r) not in off] or [r[metric] for r in shown])
     plt = _plt()
     fig, axes = _grid(plt, len(targets), 6.4, 4.3)
     for ax, t in zip(axes, targets):
-        pts = [(shown_p50(r, t, length), r[metric], r) for r in shown if p50(r, t, length)]
+        pts = [(p50(r, t, length), r[metric], r) for r in shown if p50(r, t, length)]
         inside = _scatter(ax, pts, lo, hi, metric, 1.35)
         # the front of the working models: a peer with an unusable quality is not a choice
         cand = [(x, y, r) for x, y, r in inside if id(r) not in off]
@@ -296,8 +294,6 @@ def quality_vs_latency(results: dict, out: Path) -> Path | None:
                     label="Pareto front (circled, numbered)")]
     _fig_legend(fig, shown, extra)
     title = f"{metric} vs latency per target; the Pareto front is circled and numbered"
-    if rounds:
-        title += "; files timed in interleaved rounds are placed at their rounds' median p50"
     if off:
         title += ("\nOptimum's rows in the grey band are off scale: their files are timed, but their "
                   f"{metric} is not a working model's (see caveat)")

@@ -11,7 +11,7 @@ from eval.browser_goals import TARGET as BROWSER, node_p50
 from eval.machine import is_busy
 from eval.plots import all_plots, off_peers
 from eval.qnn import TIE_SPREAD
-from eval.rows import find, p50, pick_source, shown_p50
+from eval.rows import find, p50, rounds_p50
 
 Block = tuple  # ("h1"|"h2"|"p", text) | ("list", [str]) | ("table", headers, rows) | ("img", Path, alt)
 
@@ -44,13 +44,17 @@ def _num(v, digits: int = 4) -> str:
     return "-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:.{digits}f}"
 
 
-# marks a summary cell read from the file's interleaved rounds (eval/rows.py shown_p50), not its sweep point
+# marks the median of a file's interleaved rounds, shown beside its sweep point where the two disagree
 ROUNDS_MARK = "\u2020"
+# how far (as a fraction) the rounds' median may sit from the sweep point before the cell shows both: the
+# rounds of one file spread by a few percent on a quiet machine; the web bundle's file read 3.73 ms in one
+# Chromium sweep and 2.39 ms in its rounds (2026-11-28), host-cpu's rounds once read 1.4-2.1x every sweep point
+DISAGREE = 0.15
 
 
 def _cell(row: dict, target: str, length: int, rounds: bool = False) -> str:
-    """row's p50 on target at length: the sweep's point, or with rounds the median of its interleaved rounds
-    where it has them (marked)."""
+    """row's p50 on target at length: the sweep's point; with rounds, also the median of the file's interleaved
+    rounds where it has them and it disagrees with the sweep by more than DISAGREE (marked)."""
     entry = row.get("latency", {}).get(target, {})
     if "status" in entry and str(length) not in entry:
         return "est. " + _ms(entry["estimate"]["by_length"].get(str(length), {}).get("estimate_ms")) + "*" \
@@ -58,8 +62,9 @@ def _cell(row: dict, target: str, length: int, rounds: bool = False) -> str:
     point = entry.get(str(length), {})
     if "p50_ms" not in point:
         return "failed" if point.get("status") == "failed" else "-"
-    if rounds and pick_source(row, target, length) == "interleaved rounds":
-        return _ms(shown_p50(row, target, length)) + " " + ROUNDS_MARK
+    got = rounds_p50(row, target, length) if rounds else None
+    if got and abs(got / point["p50_ms"] - 1) > DISAGREE:
+        return f"{_ms(point['p50_ms'])} ({ROUNDS_MARK} {_ms(got)})"
     return _ms(point["p50_ms"])
 
 
@@ -257,9 +262,9 @@ def _teacher_rounds(res: dict) -> list[Block]:
             ("p", f"Per target, the teacher's fp32 file and every student file in the format the target runs, timed "
                   f"at {e['seq_len']} tokens, batch 1, in {e['rounds']} interleaved rounds ({teachers}): p50 = the "
                   "median over rounds; ratio = the median of the same-round p50 ratios student / teacher. The "
-                  "batch-1 workload picks and the app bundle's file (mobile-cpu) are chosen by these rounds, and "
-                  "the summary below shows them; where the sweep point (last column) landed in a slow phase of "
-                  "the machine, the two disagree."),
+                  "batch-1 workload picks and the app bundle's file (mobile-cpu) are chosen by these rounds. Where "
+                  "the sweep point (last column) or the rounds landed in a slow phase of the machine, the two "
+                  "disagree, and the summary below shows both."),
             ("table", ["target", "student file", "p50 ms (rounds)", "/ teacher fp32", "rounds range",
                        "sweep p50 ms"], rows)]
 
@@ -324,10 +329,10 @@ def _browser_cross(res: dict) -> list[Block]:
             continue
         versions = check.get("versions", versions)
         # Node times its files in rounds: read Chromium's rounds too where the file has them, like with like
-        chrome, wasm, native = shown_p50(r, BROWSER, L), node_p50(r), node_p50(r, "node-native")
+        chrome, wasm, native = rounds_p50(r, BROWSER, L) or p50(r, BROWSER, L), node_p50(r), node_p50(r, "node-native")
         err = next((check[k]["error"] for k in ("node-wasm", "node-native") if "error" in check.get(k, {})), "")
-        shown = _cell(r, BROWSER, L, rounds=True)
-        shown += f" (sweep {_ms(p50(r, BROWSER, L))})" if ROUNDS_MARK in shown else ""
+        got = rounds_p50(r, BROWSER, L)
+        shown = f"{_ms(got)} {ROUNDS_MARK} (sweep {_ms(p50(r, BROWSER, L))})" if got else _cell(r, BROWSER, L)
         rows.append(_name(r)[:1] + [r["variant"], r["format"], shown, _ms(wasm),
                                     f"{wasm / chrome:.2f}" if wasm and chrome else "-", _ms(native), err[:120]])
     used = ", ".join(f"{k} {v}" for k, v in versions.items())
@@ -336,9 +341,9 @@ def _browser_cross(res: dict) -> list[Block]:
                           "build without Chromium, and onnxruntime-node (ONNX Runtime's native CPU build, what a "
                           "desktop or Electron app runs), the files interleaved in rounds. Chromium and Node-WASM "
                           "should agree to within the machine's noise; the goals above also give their ratio in "
-                          "Node-WASM (the median of the same-round ratios). Chromium's column is the median of "
-                          f"the file's interleaved rounds where its page timed it in them ({ROUNDS_MARK}), else "
-                          f"its sweep point. Versions: {used or 'n/a'}."),
+                          "Node-WASM (the median of the same-round ratios). Chromium's column is the median of the "
+                          f"file's interleaved rounds where its page timed it in them ({ROUNDS_MARK}, its sweep point "
+                          f"beside it), else its sweep point. Versions: {used or 'n/a'}."),
                     ("table", ["model", "variant", "format", "Chromium WASM p50 ms", "Node WASM p50 ms",
                                "Node / Chromium", "onnxruntime-node p50 ms", "error"], rows))
 
@@ -377,10 +382,12 @@ def _summary(res: dict) -> list[Block]:
                   f"the fp32 teacher in the same format on the same target). Retention = {metric} / the teacher's"
                   f"{'' if acc else ' (perplexity: teacher / row)'}. '-' = not run on that target "
                   f"(reasons under Skipped). "
-                  + (f"{ROUNDS_MARK} = the median p50 of the file's interleaved rounds (timed again after the "
-                     "sweep, alternating with the other files: the numbers the goals and the bundle's picks read); "
-                     "its sweep point, one stretch of calls that can land in a slow phase of the machine, is "
-                     "beside it in the rounds tables above. " if any(ROUNDS_MARK in c for cells in rows for c in cells)
+                  + (f"p50 and 'faster' are the length sweep's (one stretch of calls per file); '({ROUNDS_MARK} x)' = "
+                     "the median of the same file's interleaved rounds (timed again after the sweep, "
+                     "alternating with the other files; what the goals and the bundles' picks read), shown where "
+                     f"it differs from the sweep point by more than {DISAGREE:.0%}: one of the two landed in a "
+                     "slow phase of the machine (the rounds tables above give the ratios between files, timed in "
+                     "the same phases). " if any(ROUNDS_MARK in c for cells in rows for c in cells)
                      else "")
                   + ("GFLOP/s = formula FLOPs / p50 (GOP/s for int8 rows), as a share of the matmul peak of the "
                      "row's own arithmetic, named in the cell: fp32 and fp16 rows (no fp16 units) against the fp32 "

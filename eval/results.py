@@ -7,7 +7,7 @@ from typing import Any
 
 from eval.browser_goals import browser_goals
 from eval.paired import PAIRS, our_row
-from eval.rows import find, goal, p50, point, shown_p50
+from eval.rows import find, goal, p50, point
 from eval.workloads import workloads
 from pipeline.config import BundleSection
 
@@ -22,12 +22,11 @@ def quality_key(rows: list[dict]) -> str:
 
 
 def teacher_reference(rows: list[dict], target: str, fmt: str, length: int) -> float | None:
-    """p50 of the fp32 teacher on target (eval/rows.py shown_p50): the same format when measured there, else
-    any exported one."""
+    """p50 of the fp32 teacher on target: the same format when measured there, else any exported one."""
     for f in (fmt, "onnx", "ort", "pytorch"):
         r = find(rows, "teacher", "fp32", f)
-        if r and (got := shown_p50(r, target, length)):
-            return got
+        if r and p50(r, target, length):
+            return p50(r, target, length)
     return None
 
 
@@ -43,7 +42,7 @@ def _ratios(rows: list[dict], metric: str, targets: list[str], length: int) -> N
             vs["quality_retention"] = r[metric] / t_q if metric == "accuracy" else t_q / r[metric]
         speed = {}
         for t in targets:
-            ref, mine = teacher_reference(rows, t, r["format"], length), shown_p50(r, t, length)
+            ref, mine = teacher_reference(rows, t, r["format"], length), p50(r, t, length)
             if ref and mine:
                 speed[t] = ref / mine  # > 1: faster than the fp32 teacher on the same target
         vs["speedup"] = speed

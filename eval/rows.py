@@ -51,14 +51,10 @@ def pick_p50(row: dict, target: str, length: int | str, rows: Sequence[dict] = (
     return statistics.median(g / level for g, level in zip(got, levels)) * statistics.median(levels)
 
 
-def shown_p50(row: dict, target: str, length: int | str) -> float | None:
-    """The p50 the report's summary, its ratios to the teacher and the quality-vs-latency plot show for one
-    file: the median of its own interleaved rounds where it was timed in them at this length, else the sweep's
-    p50. The rounds hold more calls, spread over the whole stretch; a sweep point that landed in a slow phase
-    (the web bundle's file read 3.73 ms in a sweep whose nine Chromium rounds read 2.34-2.49 ms) would
-    otherwise show the file the bundle picked as the slower one. The length sweep tables keep the sweep."""
+def rounds_p50(row: dict, target: str, length: int | str) -> float | None:
+    """The median of the file's own interleaved-round p50s at length; None where it was not timed in rounds."""
     got = _rounds(row, target, length)
-    return statistics.median(got) if got else p50(row, target, length)
+    return statistics.median(got) if got else None
 
 
 def pick_source(row: dict, target: str, length: int | str) -> str:

@@ -147,10 +147,10 @@ def coreml_row(export_rows: list[dict], model: str, variant: str) -> dict | None
 
 
 def latency_for(results: dict, model: str, variant: str, fmt: str) -> dict:
-    """The report's p50 per target at the headline length for one row: the median of the file's interleaved rounds
-    where it was timed in them (eval/rows.py shown_p50; the sweep's point beside it), else the sweep's; p90 is
-    the sweep's. Skips keep their reason."""
-    from eval.rows import find, pick_source, shown_p50
+    """The report's p50 / p90 per target at the headline length for one row (the length sweep's), with the median
+    of the file's interleaved rounds where the bench timed it in them (rounds_p50_ms; the goals and the picks
+    read those). Skips keep their reason."""
+    from eval.rows import find, rounds_p50
 
     length = str(results.get("plan", {}).get("headline_length", 64))
     row = find(results.get("rows", []), model, variant, fmt)
@@ -160,10 +160,9 @@ def latency_for(results: dict, model: str, variant: str, fmt: str) -> dict:
     for target, entry in row.get("latency", {}).items():
         point = entry.get(length) if isinstance(entry, dict) else None
         if isinstance(point, dict) and "p50_ms" in point:
-            src = pick_source(row, target, length)
-            out[target] = {"seq_len": int(length), "p50_ms": shown_p50(row, target, length), "p50_from": src,
-                           **({"sweep_p50_ms": point["p50_ms"]} if src == "interleaved rounds" else {}),
-                           "p90_ms": point.get("p90_ms"),
+            got = rounds_p50(row, target, length)
+            out[target] = {"seq_len": int(length), "p50_ms": point["p50_ms"], "p90_ms": point.get("p90_ms"),
+                           **({"rounds_p50_ms": got} if got else {}),
                            "proxy": results.get("targets", {}).get(target, {}).get("proxy", "")}
         elif isinstance(entry, dict) and entry.get("status"):
             out[target] = {"status": entry["status"], "reason": entry.get("reason", "")}

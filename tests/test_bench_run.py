@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -376,9 +375,8 @@ def test_results_follow_the_schema_and_ratios(benched):
     assert st["vs_teacher"]["size_ratio"] == pytest.approx(te["size_bytes"] / st["size_bytes"])
     assert st["vs_teacher"]["quality_retention"] == pytest.approx(0.85 / 0.9)
     s_onnx, t_onnx = _rows(res, "student", "fp32", "onnx"), _rows(res, "teacher", "fp32", "onnx")
-    # both timed in host-cpu's interleaved rounds: the ratio reads their medians, not the sweep (eval/rows.py)
-    med = lambda r: statistics.median(r["latency"]["host-cpu"]["rounds"]["round_p50_ms"])  # noqa: E731
-    assert s_onnx["vs_teacher"]["speedup"]["host-cpu"] == pytest.approx(med(t_onnx) / med(s_onnx))
+    assert s_onnx["vs_teacher"]["speedup"]["host-cpu"] == pytest.approx(
+        t_onnx["latency"]["host-cpu"]["16"]["p50_ms"] / s_onnx["latency"]["host-cpu"]["16"]["p50_ms"])
     goals = {g["goal"]: g for g in res["goals"]}
     assert any("1/10" in g for g in goals) and all(g["met"] in (True, False, None) for g in res["goals"])
     # our student against Optimum's, side by side: the .ort that ships on mobile-cpu, the .onnx on host-cpu

@@ -189,12 +189,14 @@ def test_generation_goals_read_decode_speed_on_mobile_cpu():
     assert goals["student perplexity below the LSTM's"]["met"] is False  # 50 > 45
 
 
-def test_summary_ratios_and_plot_read_a_files_rounds_over_its_sweep_point(tmp_path, monkeypatch):
-    """A file timed again in interleaved rounds shows their median (marked) in the summary, its ratio to the
-    teacher and the quality-vs-latency plot: on the 2026-11-28 demo the web bundle's file read 3.73 ms in the
-    Chromium sweep and 2.34-2.49 ms in its nine rounds, and the summary showed the file the bundle picked as
-    slower than the one it beat. The length tables keep the sweep; a file without rounds keeps its sweep point."""
-    from eval.rows import shown_p50
+def test_summary_shows_a_files_rounds_beside_a_sweep_point_they_disagree_with():
+    """On the 2026-11-28 demo the web bundle's file read 3.73 ms in the Chromium sweep and 2.34-2.49 ms in its
+    nine rounds, so the summary showed the file the bundle picked as slower than the one it beat; in a later run
+    host-cpu's rounds read every file 1.4-2.1x its sweep point. Neither measurement is always the right one, so a
+    cell whose file has rounds that differ from its sweep point by more than DISAGREE shows both; within it
+    the sweep alone (the frame of every other row), and a file without rounds its sweep point."""
+    from eval.report import DISAGREE
+    from eval.rows import rounds_p50
 
     rows = [_row("teacher", "fp32", "ort", "accuracy", 0.80, 8100, None, {16: 5.0, 64: 15.0}),
             _row("student", "int8-dynamic", "ort", "accuracy", 0.76, 1000, None, {16: 0.4, 64: 1.2}),
@@ -202,33 +204,21 @@ def test_summary_ratios_and_plot_read_a_files_rounds_over_its_sweep_point(tmp_pa
     rounds = {"teacher": [14.0, 14.5, 14.2], "int8-dynamic": [0.62, 0.60, 0.61]}
     for r, got in zip(rows, (rounds["teacher"], rounds["int8-dynamic"])):
         r["latency"]["mobile-cpu"]["rounds"] = {"length": 64, "round_p50_ms": got}
-    assert shown_p50(rows[1], "mobile-cpu", 64) == pytest.approx(0.61)
-    assert shown_p50(rows[1], "mobile-cpu", 16) == pytest.approx(0.4)  # rounds at 64 only
-    assert shown_p50(rows[2], "mobile-cpu", 64) == pytest.approx(1.0)
+    assert rounds_p50(rows[1], "mobile-cpu", 64) == pytest.approx(0.61)
+    assert rounds_p50(rows[1], "mobile-cpu", 16) is None and rounds_p50(rows[2], "mobile-cpu", 64) is None
+    assert abs(14.2 / 15.0 - 1) < DISAGREE < abs(0.61 / 1.2 - 1)
     res = build_results(_doc(rows))
     i8 = next(r for r in res["rows"] if r["variant"] == "int8-dynamic")
-    assert i8["vs_teacher"]["speedup"]["mobile-cpu"] == pytest.approx(14.2 / 0.61)
-    fp = next(r for r in res["rows"] if r["variant"] == "fp32" and r["model"] == "student")
-    assert fp["vs_teacher"]["speedup"]["mobile-cpu"] == pytest.approx(14.2 / 1.0)
+    assert i8["vs_teacher"]["speedup"]["mobile-cpu"] == pytest.approx(15.0 / 1.2)  # the sweep's, like every row's
     md = to_markdown(blocks(res, {}))
     summary = md.split("## Summary at 64 tokens, batch 1")[1].split("##")[0]
-    assert "| student | int8-dynamic | ort | 0.7600 |" in summary and "| 0.610 \u2020 | 23.3x |" in summary
-    assert "| 1.00 | 14.2x |" in summary and "| 14.20 \u2020 | 1.0x |" in summary
-    assert "\u2020 = the median p50 of the file's interleaved rounds" in summary
+    assert "| student | int8-dynamic | ort | 0.7600 |" in summary and "| 1.20 (\u2020 0.610) | 12.5x |" in summary
+    assert "| 15.00 | 1.0x |" in summary and "| 1.00 | 15.0x |" in summary
+    assert "the median of the same file's interleaved rounds" in summary
     sweep = md.split("## Latency vs sequence length (p50 ms, batch 1)")[1].split("##")[0]
-    assert "| student | int8-dynamic | ort | 0.400 | 1.20 |" in sweep  # the sweep's own point
-    plain = [_row("student", "fp32", "ort", "accuracy", 0.77, 4000, None, {16: 0.5, 64: 1.0})]
-    assert "\u2020" not in to_markdown(blocks(build_results(_doc(plain)), {}))
-    import eval.plots as plots
-
-    drawn, scatter = {}, plots._scatter
-    def spy(ax, pts, *a, **k):  # noqa: E306
-        drawn.update({(r["model"], r["variant"]): x for x, _, r in pts})
-        return scatter(ax, pts, *a, **k)
-    monkeypatch.setattr(plots, "_scatter", spy)
-    assert plots.quality_vs_latency(res, tmp_path).exists()
-    assert drawn == {("teacher", "fp32"): pytest.approx(14.2), ("student", "int8-dynamic"): pytest.approx(0.61),
-                     ("student", "fp32"): pytest.approx(1.0)}
+    assert "| student | int8-dynamic | ort | 0.400 | 1.20 |" in sweep  # the length tables: the sweep alone
+    rows[1]["latency"]["mobile-cpu"]["rounds"]["round_p50_ms"] = [1.15, 1.2, 1.1]  # agrees: no second number
+    assert "\u2020" not in to_markdown(blocks(build_results(_doc(rows)), {})).split("## Summary")[1]
 
 
 def test_browser_cross_check_section():
