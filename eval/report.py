@@ -329,9 +329,9 @@ def _browser_cross(res: dict) -> list[Block]:
             continue
         versions = check.get("versions", versions)
         # Node times its files in rounds: read Chromium's rounds too where the file has them, like with like
-        chrome, wasm, native = rounds_p50(r, BROWSER, L) or p50(r, BROWSER, L), node_p50(r), node_p50(r, "node-native")
-        err = next((check[k]["error"] for k in ("node-wasm", "node-native") if "error" in check.get(k, {})), "")
         got = rounds_p50(r, BROWSER, L)
+        chrome, wasm, native = got or p50(r, BROWSER, L), node_p50(r), node_p50(r, "node-native")
+        err = next((check[k]["error"] for k in ("node-wasm", "node-native") if "error" in check.get(k, {})), "")
         shown = f"{_ms(got)} {ROUNDS_MARK} (sweep {_ms(p50(r, BROWSER, L))})" if got else _cell(r, BROWSER, L)
         rows.append(_name(r)[:1] + [r["variant"], r["format"], shown, _ms(wasm),
                                     f"{wasm / chrome:.2f}" if wasm and chrome else "-", _ms(native), err[:120]])
