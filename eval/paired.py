@@ -172,7 +172,7 @@ def _target_rounds(bench, rows: list[dict], t: Target, fmt: str, rounds: int) ->
                     and _on_disk(r)), None)
     # our files the target times (not the browser-only FastGelu ones; Optimum's .onnx files have the head to head)
     students = [r for r in rows if r["model"] == "student" and r["format"] == fmt and _on_disk(r)
-                and r.get("source") != "optimum" and not r["variant"].startswith("optimum-")
+                and r.get("source") != "optimum"
                 and isinstance(plan_point(t, r, [n], n, list(b.sweep_variants), None), Point)]
     if teacher is None or not students:
         return None
