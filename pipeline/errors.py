@@ -62,11 +62,11 @@ def free_bytes(path) -> int | None:
 def human_bytes(n: int | None) -> str:
     if n is None:
         return "an unknown amount"
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
+    for unit in ("bytes", "KB", "MB"):
+        if n < 1024:
             return f"{n:,} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} TB"  # unreachable
+    return f"{n:.1f} GB"
 
 
 def disk_error(exc: BaseException, folder, setting: str, needed: int | None = None,
