@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from pipeline.cli_args import DEFAULT_CONFIG, ENV_CONFIG, apply_env, common_options
-from pipeline.errors import PipelineError, permission_message
+from pipeline.errors import PipelineError, error_line
 
 if TYPE_CHECKING:
     from pipeline.config import Config
@@ -172,11 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             targets = [args.command]
         run(cfg, targets, force=tuple(targets) if args.force else ())  # --force re-runs the named stages
         return 0
-    except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except PermissionError as e:  # a file or folder of the user's this process may not read or write
-        print(f"error: {permission_message(e)}", file=sys.stderr)
+    except (PipelineError, PermissionError) as e:  # or a file or folder this process may not read or write
+        print(error_line(e), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: the unfinished stage left nothing behind; run the same command again to resume",

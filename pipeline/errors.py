@@ -62,11 +62,11 @@ def free_bytes(path) -> int | None:
 def human_bytes(n: int | None) -> str:
     if n is None:
         return "an unknown amount"
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
+    for unit in ("bytes", "KB", "MB"):
+        if n < 1024:
             return f"{n:,} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} TB"  # unreachable
+    return f"{n:.1f} GB"
 
 
 def disk_error(exc: BaseException, folder, setting: str, needed: int | None = None,
@@ -117,8 +117,11 @@ def writing(folder, setting: str = "run.runs_dir"):
         raise err from e
 
 
-def permission_message(e: PermissionError) -> str:
-    """One line for a file or folder this process may not read or write (the CLI's last word on it)."""
+def error_line(e: PipelineError | PermissionError) -> str:
+    """The CLI's last word on a problem the user can fix: a PipelineError's message, or one line for a file or
+    folder this process may not read or write (a PermissionError)."""
+    if isinstance(e, PipelineError):
+        return f"error: {e}"
     what = f" {e.filename}" if e.filename else ""
-    return (f"permission denied on{what} ({e.strerror or e}): give this user read (and, for a run folder, write) "
-            f"access, or point the setting at a folder it owns")
+    return (f"error: permission denied on{what} ({e.strerror or e}): give this user read (and, for a run folder, "
+            f"write) access, or point the setting at a folder it owns")

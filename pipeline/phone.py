@@ -59,19 +59,15 @@ def write_results(run_dir: Path, results: dict, new_targets: list[str], keep: di
     problems = validate_results(results)
     if problems:
         raise PipelineError(f"phone rows would break eval/SCHEMA.md ({problems[0]}); nothing was written")
-    _write_kept(run_dir / "phone", keep)
+    (run_dir / "phone").mkdir(exist_ok=True)
+    for name, record in keep.items():  # each whole or not at all: a half-written file would fail every report
+        write_whole(run_dir / "phone" / name, json.dumps(record, indent=2))
     report = run_dir / "report"
     write_whole(report / "results.json", json.dumps(results, indent=2))
     write_report(results, report)
     manifest = read_manifest(report)
     if manifest is not None:
         _refresh_manifest(run_dir, manifest, new_targets)
-
-
-def _write_kept(folder: Path, keep: dict[str, dict]) -> None:
-    folder.mkdir(exist_ok=True)
-    for name, record in keep.items():  # each whole or not at all: a half-written file would fail every report
-        write_whole(folder / name, json.dumps(record, indent=2))
 
 
 def _refresh_manifest(run_dir: Path, manifest: dict, new_targets: list[str]) -> None:

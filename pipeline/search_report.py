@@ -117,8 +117,7 @@ def write_outputs(study, out: Path, request, searcher, full: dict[int, float] | 
     return doc
 
 
-def pareto_plot(rows: list[dict], path: Path, request, searcher, best: int | None = None,
-                ref: dict | None = None) -> Path:
+def pareto_plot(rows: list[dict], path: Path, request, searcher, best: int | None, ref: dict | None) -> None:
     """Trained trials as points (area ~ int8 file size; the Pareto front edged in black and joined by a step
     line), trials stopped by successive halving hollow at their last rung's score, trials over budget as grey
     crosses on a band below the trained scores (above them for a lower-is-better score such as perplexity),
@@ -134,7 +133,6 @@ def pareto_plot(rows: list[dict], path: Path, request, searcher, best: int | Non
     fig.savefig(tmp, dpi=120)
     _plt().close(fig)
     os.replace(tmp, path)
-    return path
 
 
 def pareto_figure(rows: list[dict], request, searcher, best: int | None = None, ref: dict | None = None):

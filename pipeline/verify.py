@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.errors import PipelineError, permission_message
+from pipeline.errors import PipelineError, error_line
 from pipeline.verify_bundle_meta import METADATA, bundle_kind, load_metadata, resolve
 
 
@@ -109,11 +109,8 @@ def run_cli(args: argparse.Namespace) -> int:
             if s["unlisted_files"]:
                 print(f"  note: files not in metadata.json (not checked): {', '.join(s['unlisted_files'][:5])}")
             print(f"bundle OK: {s['bundle']} ({s['files_checked']} files, sha256 match)")
-    except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except PermissionError as e:
-        print(f"error: {permission_message(e)}", file=sys.stderr)
+    except (PipelineError, PermissionError) as e:
+        print(error_line(e), file=sys.stderr)
         return 2
     return 0
 

