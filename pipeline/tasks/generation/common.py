@@ -43,7 +43,7 @@ def held_out_windows(ctx: StageContext, tok, split: str = "test") -> np.ndarray:
 
 
 def check_prompt(ctx: StageContext, tok) -> list[int]:
-    return encode_prompt(tok, ctx.cfg.lm.prompts[0]) if ctx.cfg.lm.prompts else [0]
+    return encode_prompt(tok, ctx.cfg.lm.prompts[0])  # lm.prompts is never empty: checked when the config loaded
 
 
 def ort_lm(path: Path, lm, threads: int = 0, providers: tuple[str, ...] = ("CPUExecutionProvider",),
