@@ -54,14 +54,14 @@ def threads(cfg: Config) -> None:
         torch.set_num_threads(cfg.run.threads)
 
 
-def train_options(ctx: StageContext, phase: str = ""):
+def train_options(ctx: StageContext):
     """The [train] settings plus where this stage keeps resumable checkpoints."""
     from distill.precision import choose_precision
     from distill.train import TrainOptions
 
     t = ctx.cfg.train
-    return TrainOptions(grad_accum=t.grad_accum, precision=choose_precision(t.precision, "train.precision").precision, checkpoint_every=t.checkpoint_every,
-                        checkpoint_dir=ctx.resume_dir / phase if phase else ctx.resume_dir, key=ctx.key)
+    return TrainOptions(grad_accum=t.grad_accum, precision=choose_precision(t.precision, "train.precision").precision,
+                        checkpoint_every=t.checkpoint_every, checkpoint_dir=ctx.resume_dir, key=ctx.key)
 
 
 def search_summary(folder, out) -> dict | None:

@@ -60,13 +60,23 @@ def ort_row(q: dict, variant: str, file: str, size: int, check: dict, sc: dict, 
                         "disabled_optimizers": list(e.ort_disabled_optimizers)}}
 
 
+def shipped_tokenizer(ctx, model: str, check_texts: list[str]) -> tuple:
+    """(check inputs, tokenizer, max_length) of the tokenizer copy the quantize stage shipped with a model's files."""
+    from transformers import AutoTokenizer
+
+    from export.checks import check_inputs
+
+    tok_dir = ctx.input("quantize") / model / "tokenizer"
+    max_len = json.loads((tok_dir / "pocketformer.json").read_text())["max_length"]
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    return check_inputs(tok, check_texts, max_len, wanted=ctx.cfg.quantize.check_samples), tok, max_len
+
+
 def export_fast_gelu(ctx, qrows: list[dict], check_texts: list[str]) -> tuple[list[dict], list[dict]]:
     """(rows for export/variants.json, skips). Reads quantize/<model>/<variant>.onnx and its tokenizer copy,
     data/test.jsonl; writes export/<model>/<variant>-fastgelu.ort."""
-    from transformers import AutoTokenizer
-
     from eval.metrics import scores
-    from export.checks import check_inputs, ort_runner, predict
+    from export.checks import ort_runner, predict
     from export.ort_session import ort_session
     from export.registry import ExportJob, get_exporter
     from export.web_model import variant_name
@@ -98,10 +108,7 @@ def export_fast_gelu(ctx, qrows: list[dict], check_texts: list[str]) -> tuple[li
             log.warning("[export] %s", reason)
             skipped.append({"model": model, "variant": variant, "format": "ort", "reason": reason})
             continue
-        tok_dir = ctx.input("quantize") / model / "tokenizer"
-        max_len = json.loads((tok_dir / "pocketformer.json").read_text())["max_length"]
-        tok = AutoTokenizer.from_pretrained(tok_dir)
-        inputs = check_inputs(tok, check_texts, max_len, wanted=cfg.quantize.check_samples)
+        inputs, tok, max_len = shipped_tokenizer(ctx, model, check_texts)
         got, want = ort_runner(ort_session(out, cfg.run.threads)), ort_runner(ort_session(src, cfg.run.threads))
         batch = cfg.teacher.eval_batch_size
         new_logits = predict(got, tok, test_texts, max_len, batch)

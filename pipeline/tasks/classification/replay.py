@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from export.padding import pad
 from pipeline.errors import PipelineError
 
 ORT_FORMATS = ("onnx", "ort")  # formats onnxruntime runs; others (Core ML, ...) are handled below or skipped
@@ -79,8 +80,6 @@ def coreml_logits(path: Path, spec: dict, samples: list[dict]) -> list[list[floa
     with enumerated shapes accepts nothing else."""
     import coremltools as ct
 
-    from export.padding import pad
-
     model = ct.models.MLModel(str(path))
     ids_name, mask_name = (i["name"] for i in spec["inputs"][:2])
     rows = []
@@ -92,11 +91,9 @@ def coreml_logits(path: Path, spec: dict, samples: list[dict]) -> list[list[floa
 
 
 def padded(ids: list[int], n: int, pad_id: int, dtype) -> tuple[np.ndarray, np.ndarray]:
-    x = np.full((1, n), pad_id, dtype=dtype)  # (1, n)
-    x[0, :len(ids)] = ids
-    m = np.zeros((1, n), dtype=dtype)  # (1, n): 1 on the ids, 0 on the padding
-    m[0, :len(ids)] = 1
-    return x, m
+    """export.padding's rule at one length n (every caller's ids fit it), in the file's dtype."""
+    x, m = pad(ids, [n], pad_id)  # (1, n) each: m is 1 on the ids, 0 on the padding
+    return x.astype(dtype), m.astype(dtype)
 
 
 def _dtype(spec: dict, name: str):

@@ -286,13 +286,9 @@ class Candidates(MeasurementCache):
     @cached_property
     def calibration(self) -> list[str]:
         """The quantize stage's calibration texts (quantize.calibration_samples of the shuffled training split)."""
-        import random
+        from pipeline.tasks.classification.ship import calibration_texts
 
-        from pipeline.data import read_split
-
-        texts = [r["text"] for r in read_split(self.cfg.run_dir / "data", "train")]
-        random.Random(self.cfg.run.seed).shuffle(texts)
-        return texts[: self.cfg.quantize.calibration_samples]
+        return calibration_texts(self.cfg, self.cfg.run_dir / "data")
 
     def _export(self, student, folder: Path, max_length: int, chain: list[str], **job_kw) -> Path:
         """The export registry's variants in chain order (each reads the ones before it); the last one's file."""

@@ -39,6 +39,14 @@ def _check_texts(ctx: StageContext, n: int) -> list[str]:
     return texts[:n] if n > 0 else texts
 
 
+def calibration_texts(cfg, data_dir: Path) -> list[str]:
+    """quantize.calibration_samples training texts, shuffled with run.seed: a sample across labels, not the file's
+    first rows (the quantize stage's, and the search's for its candidates' static files)."""
+    texts = [r["text"] for r in read_split(data_dir, "train")]
+    random.Random(cfg.run.seed).shuffle(texts)
+    return texts[: cfg.quantize.calibration_samples]
+
+
 def _rel(ctx: StageContext, path: Path) -> str:
     return f"{ctx.name}/{path.relative_to(ctx.out).as_posix()}"
 
@@ -69,9 +77,7 @@ def stage_quantize(ctx: StageContext) -> dict:
     labels = read_labels(ctx.input("data"))
     test_texts, y = _xy(ctx.input("data"), "test", labels)
     check_texts = _check_texts(ctx, q.check_samples)
-    calibration = [r["text"] for r in read_split(ctx.input("data"), "train")]
-    random.Random(cfg.run.seed).shuffle(calibration)  # a sample across labels, not the file's first rows
-    calibration = calibration[: q.calibration_samples]
+    calibration = calibration_texts(cfg, ctx.input("data"))
     eval_rows = json.loads((ctx.input("eval") / "accuracy.json").read_text())
     fp32_acc = {r["model"]: r["accuracy"] for r in eval_rows}
     teacher_acc = fp32_acc.get("teacher")
@@ -190,14 +196,12 @@ def stage_export(ctx: StageContext) -> dict:
 
 
 def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) -> list[dict]:
-    from transformers import AutoTokenizer
-
     from eval.metrics import scores
-    from export.checks import argmax_check, check_inputs, max_abs_diff_check, ort_runner, predict
+    from export.checks import argmax_check, max_abs_diff_check, ort_runner, predict
     from export.ort_format import convert_to_ort
     from export.ort_session import ort_session
     from export.registry import for_variant
-    from pipeline.tasks.classification.fast_gelu import ort_row
+    from pipeline.tasks.classification.fast_gelu import ort_row, shipped_tokenizer
 
     cfg, e = ctx.cfg, ctx.cfg.export
     by_key = {(r["model"], r["variant"]): r for r in qrows}
@@ -211,11 +215,7 @@ def _export_ort(ctx: StageContext, qrows: list[dict], check_texts: list[str]) ->
     test_texts, y = _xy(ctx.input("data"), "test", labels)
     for model, src, out in jobs:
         if model not in inputs_for:  # the tokenizer copy the quantize stage shipped with the ONNX files
-            tok_dir = ctx.input("quantize") / model / "tokenizer"
-            max_len = json.loads((tok_dir / "pocketformer.json").read_text())["max_length"]
-            tok = AutoTokenizer.from_pretrained(tok_dir)
-            inputs = check_inputs(tok, check_texts, max_len, wanted=cfg.quantize.check_samples)
-            inputs_for[model] = (inputs, tok, max_len)
+            inputs_for[model] = shipped_tokenizer(ctx, model, check_texts)
         inputs, tok, max_len = inputs_for[model]
         got = ort_runner(ort_session(out, cfg.run.threads))
         want = ort_runner(ort_session(src, cfg.run.threads))

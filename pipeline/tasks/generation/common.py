@@ -7,14 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.data import read_split
 from pipeline.errors import PipelineError
 from pipeline.task import StageContext
 from pipeline.tasks.generation.data import encode_prompt, start_ids, token_stream, windows
-
-
-def stream(tokenizer, data_dir: Path, split: str, sep: int) -> np.ndarray:
-    return token_stream(tokenizer, read_split(data_dir, split), sep)
 
 
 def load_lm(folder: Path, name: str):
@@ -43,16 +38,12 @@ def held_out_windows(ctx: StageContext, tok, split: str = "test") -> np.ndarray:
     from distill.teacher import eos_id
 
     lm = ctx.cfg.lm
-    tokens = stream(tok, ctx.upstream("data"), split, eos_id(tok))
+    tokens = token_stream(tok, ctx.upstream("data"), split, eos_id(tok))
     return windows(tokens, lm.context_length, f"{split} split", lm.eval_windows, start_ids(tok))
 
 
-def checkpoint_size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
-
-
 def check_prompt(ctx: StageContext, tok) -> list[int]:
-    return encode_prompt(tok, ctx.cfg.lm.prompts[0]) if ctx.cfg.lm.prompts else [0]
+    return encode_prompt(tok, ctx.cfg.lm.prompts[0])  # lm.prompts is never empty: checked when the config loaded
 
 
 def ort_lm(path: Path, lm, threads: int = 0, providers: tuple[str, ...] = ("CPUExecutionProvider",),

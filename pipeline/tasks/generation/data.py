@@ -20,7 +20,7 @@ import numpy as np
 
 from pipeline.config import Config, DataSection
 from pipeline.errors import PipelineError
-from pipeline.data import SOURCES, file_source, hold_out, hub_split, source, too_small
+from pipeline.data import SOURCES, file_source, hold_out, hub_split, read_split, source, too_small
 from pipeline.data_files import check_file, decoding_notes, read_text
 
 log = logging.getLogger(__name__)
@@ -158,10 +158,11 @@ def build_lm_splits(cfg: Config) -> dict:
     return {**splits, "info": info}
 
 
-def token_stream(tokenizer, docs: list[Doc], sep_id: int) -> np.ndarray:
-    """Every document tokenized (no special tokens) and joined with sep_id after each.  (N_tokens,) int64."""
+def token_stream(tokenizer, data_dir: Path, split: str, sep_id: int) -> np.ndarray:
+    """Every document of the data stage's split tokenized (no special tokens) and joined with sep_id after each.
+    (N_tokens,) int64."""
     out: list[int] = []
-    for doc in docs:
+    for doc in read_split(data_dir, split):
         # verbose=False: the "longer than the specified maximum sequence length" warning is a false alarm here,
         # the stream is cut into lm.context_length windows
         out += tokenizer(doc["text"], add_special_tokens=False, verbose=False)["input_ids"] + [sep_id]

@@ -86,8 +86,7 @@ class Candidates(MeasurementCache):
         from distill.vocab import VocabMap
         from eval.bench import DECODE_TARGETS
         from pipeline.search_checks import check_target
-        from pipeline.tasks.generation.common import stream
-        from pipeline.tasks.generation.data import start_ids, windows
+        from pipeline.tasks.generation.data import start_ids, token_stream, windows
         from pipeline.tasks.generation.train import _student_targets
 
         self._load_cache(cfg, cache_path)
@@ -96,7 +95,7 @@ class Candidates(MeasurementCache):
         self.teacher, self.tok = load_causal_folder(run / "teacher" / "model")
         self.vmap = VocabMap.load(run / "logits")
         self.windows, self.topk_ids, self.topk_logits = _student_targets(run / "logits", self.vmap)
-        tokens = stream(self.tok, run / "data", "validation", eos_id(self.tok))
+        tokens = token_stream(self.tok, run / "data", "validation", eos_id(self.tok))
         if len(tokens) <= lm.context_length:
             d = cfg.data  # a validation file is the split as given: data.validation_fraction holds nothing out then
             more = (f"give data.validation_path ({d.validation_path}) more text" if d.validation_path else

@@ -17,7 +17,6 @@ from pipeline.tasks.generation.common import check_prompt, held_out_windows, loa
 from pipeline.tasks.common import threads
 from pipeline.task import StageContext
 
-LM_VARIANTS = ("fp32", "int8-dynamic")
 log = logging.getLogger("pocketformer")
 
 
@@ -62,9 +61,7 @@ def stage_quantize(ctx: StageContext) -> dict:
     cfg, q = ctx.cfg, ctx.cfg.quantize
     threads(cfg)
     eval_rows = {r["model"]: r for r in json.loads((ctx.upstream("eval") / "perplexity.json").read_text())}
-    skipped = [{"variant": v, "reason": f"'{v}' is not built for generation models (built: {', '.join(LM_VARIANTS)})"}
-               for v in q.variants if v not in LM_VARIANTS]
-    rows, win = [], None
+    rows, win, skipped = [], None, []
     for name in q.models:
         folder = lm_folder(ctx, name)
         lm, tok = load_lm(folder, name)
@@ -78,7 +75,7 @@ def stage_quantize(ctx: StageContext) -> dict:
             export_lstm_lm(lm.model, fp32, q.opset)
         else:
             export_decoder(folder, fp32.parent, q.opset)
-        variants = [v for v in q.variants if v in LM_VARIANTS]
+        variants = q.variants  # each a graph the stages build (fp32, int8-dynamic): checked when the config loaded
         if name == "teacher" and not cfg.lm.quantize_teacher:
             skipped += [{"model": name, "variant": v, "reason": "the teacher is the fp32 reference (set "
                          "lm.quantize_teacher = true to build its int8 graph)"} for v in variants if v != "fp32"]
@@ -102,7 +99,7 @@ def stage_quantize(ctx: StageContext) -> dict:
 
 
 def variant_graph(variant: str, fp32: Path, folder: Path, model_name: str, q) -> Path:
-    """The graph of one LM_VARIANTS variant: fp32 as exported, int8-dynamic through the quantizer every task
+    """The graph of one quantize variant: fp32 as exported, int8-dynamic through the quantizer every task
     uses (export/quantize.py), honouring quantize.per_channel."""
     if variant == "fp32":
         return fp32
@@ -152,10 +149,7 @@ def stage_export(ctx: StageContext) -> dict:
                      "check_vs_onnx": check_greedy(want, got, f"{name} {variant} .ort", must_match=True,
                                                       sides=(".onnx", ".ort"), fix=ORT_FIX)})
     ok, why = can_predict()
-    for name in e.coreml_models:
-        if name not in ("student", "lstm"):
-            coreml.append({"model": name, "status": "skipped", "reason": "Core ML is built for student and lstm"})
-            continue
+    for name in e.coreml_models:  # student and lstm only: checked when the config loaded
         lm, tok = load(name)
         coreml += _coreml_model(ctx, lm, tok, e, ok, why)
     (ctx.out / "exports.json").write_text(json.dumps({"ort": rows, "coreml": coreml}, indent=2))

@@ -17,7 +17,7 @@ from pipeline.config import Config
 from pipeline.data import write_jsonl
 from pipeline.errors import PipelineError
 from pipeline.tasks.generation import LM_FOLDERS
-from pipeline.tasks.generation.common import checkpoint_size, encode_prompt, held_out_windows, load_lm, stream
+from pipeline.tasks.generation.common import encode_prompt, held_out_windows, load_lm
 from pipeline.task import StageContext
 from pipeline.tasks.common import threads, train_options
 
@@ -62,7 +62,7 @@ def stage_logits(ctx: StageContext) -> dict:
     from distill.vocab import VocabMap
     from distill.precision import choose_precision
     from distill.train import device
-    from pipeline.tasks.generation.data import shifted_windows, split_windows, start_ids, windows
+    from pipeline.tasks.generation.data import shifted_windows, split_windows, start_ids, token_stream, windows
     from tqdm.auto import tqdm
 
     cfg, lm = ctx.cfg, ctx.cfg.lm
@@ -70,7 +70,7 @@ def stage_logits(ctx: StageContext) -> dict:
     teacher, tok = load_causal_folder(ctx.input("teacher") / "model")
     check_context(lm.context_length, teacher.config)
     sep = eos_id(tok, teacher)
-    tokens = stream(tok, ctx.input("data"), "train", sep)
+    tokens = token_stream(tok, ctx.input("data"), "train", sep)
     start = start_ids(tok)  # the tokenizer's <bos>, if it adds one
     vmap = VocabMap.build(tokens, teacher.config.vocab_size, lm.restrict_vocab, always=(sep, *start))
     win, extra = split_windows(windows(tokens, lm.context_length, "training split", 0, start), lm.teacher_windows,
@@ -254,7 +254,7 @@ def stage_eval(ctx: StageContext) -> dict:
             tok, win = t, held_out_windows(ctx, t)
         ppl = perplexity(lm, win, cfg.lm.eval_batch_size)
         rows.append({"model": name, "variant": "fp32", "format": "pytorch", **ppl, **count_params(lm.model),
-                     "size_bytes": checkpoint_size(folder)})
+                     "size_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors"))})
         prompts = [encode_prompt(tok, p) for p in cfg.lm.prompts]
         cont[name] = [greedy(lm, p, cfg.lm.sample_tokens) for p in prompts]
     base = rows[0]["perplexity"]
