@@ -15,10 +15,9 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from export.hashing import sha256_file
+from export.hashing import METADATA, sha256_file
 from pipeline.errors import PipelineError
 
-METADATA = "metadata.json"
 # 2: samples.json holds token ids and reference logits per model file; 3: metadata.json says its "kind" (app /
 # web) and carries metadata_sha256, a digest of itself, so an edited max_length or label list fails verify
 SCHEMA_VERSION = 3
