@@ -283,7 +283,8 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
 
 
 def _kt_inputs(long: bool, x: str, session: str) -> str:
-    """Kotlin that runs session on ids x and mask m (IntArrays) as int32 or int64 tensors; returns logits[0]."""
+    """Kotlin that runs session on ids x and mask m (IntArrays) as int32 or int64 tensors; returns logits[0].
+    m and shape are locals of both calling functions; the code sits in their body (8 spaces)."""
     pad = " " * 8
     wrap = "LongBuffer.wrap(LongArray({0}.size) {{ {0}[it].toLong() }})" if long else "IntBuffer.wrap({0})"
     make = "".join(f"{pad}val {t} = OnnxTensor.createTensor(env, {wrap.format(a)}, shape)\n"
