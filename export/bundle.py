@@ -15,10 +15,9 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from export.hashing import sha256_file
+from export.hashing import METADATA, sha256_file
 from pipeline.errors import PipelineError
 
-METADATA = "metadata.json"
 # 2: samples.json holds token ids and reference logits per model file; 3: metadata.json says its "kind" (app /
 # web) and carries metadata_sha256, a digest of itself, so an edited max_length or label list fails verify
 SCHEMA_VERSION = 3
@@ -150,7 +149,7 @@ def latency_for(results: dict, model: str, variant: str, fmt: str) -> dict:
     """The report's p50 / p90 per target at the headline length for one row (the length sweep's), with the median
     of the file's interleaved rounds where the bench timed it in them (rounds_p50_ms; the goals and the picks
     read those). Skips keep their reason."""
-    from eval.rows import find, rounds_p50
+    from eval.rows import find, point, rounds_p50
 
     length = str(results.get("plan", {}).get("headline_length", 64))
     row = find(results.get("rows", []), model, variant, fmt)
@@ -158,10 +157,10 @@ def latency_for(results: dict, model: str, variant: str, fmt: str) -> dict:
         return {}
     out = {}
     for target, entry in row.get("latency", {}).items():
-        point = entry.get(length) if isinstance(entry, dict) else None
-        if isinstance(point, dict) and "p50_ms" in point:
+        at = point(row, target, length)
+        if "p50_ms" in at:
             got = rounds_p50(row, target, length)
-            out[target] = {"seq_len": int(length), "p50_ms": point["p50_ms"], "p90_ms": point.get("p90_ms"),
+            out[target] = {"seq_len": int(length), "p50_ms": at["p50_ms"], "p90_ms": at.get("p90_ms"),
                            **({"rounds_p50_ms": got} if got else {}),
                            "proxy": results.get("targets", {}).get(target, {}).get("proxy", "")}
         elif isinstance(entry, dict) and entry.get("status"):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+METADATA = "metadata.json"  # a bundle's file that lists every other file's sha256 (bundle.py, publish.py)
+
 
 def sha256_file(path: Path) -> str:
     with open(path, "rb") as f:

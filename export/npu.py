@@ -176,7 +176,7 @@ def int8_weights(src: Path, out: Path, min_elements: int = 1024) -> int:
 
 
 def quantize_qdq(src: Path, out: Path, calib_ids: list[list[int]], length: int, pad_id: int, model_name: str,
-                 variant: NpuVariant = NPU_VARIANTS["nnapi-int8"]) -> None:
+                 variant: NpuVariant) -> None:
     """QDQ of a static file with the variant's types (nnapi-int8: uint8 activations, int8 per-channel weights)
     over the ops of export/quantize.py's STATIC_OPS: weights and data movement; the mask Add and Softmax
     stay float."""

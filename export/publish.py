@@ -9,10 +9,8 @@ import re
 import shutil
 from pathlib import Path
 
-from export.hashing import sha256_file
+from export.hashing import METADATA, sha256_file
 from pipeline.errors import PipelineError, disk_error, make_folder, tree_bytes
-
-METADATA = "metadata.json"
 
 
 def _temp_name(dest: Path, kind: str) -> str:

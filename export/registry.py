@@ -183,7 +183,7 @@ def _ort_fastgelu(job: ExportJob) -> dict:
     approximated by FastGelu. Written through a temporary file; a graph with no GELU to approximate (the
     result would be the plain .ort again) is refused."""
     from export.optimize import op_counts
-    from export.web_model import fast_gelu_file
+    from export.web_model import FORM, GELU_APPROXIMATION, fast_gelu_file
 
     src_name, src = _source(job, job.variant)
     tmp = job.out.with_name(f".{job.out.name}.partial")
@@ -201,8 +201,8 @@ def _ort_fastgelu(job: ExportJob) -> dict:
         tmp.replace(job.out)
     finally:
         tmp.unlink(missing_ok=True)
-    return {"source": src_name, "gelu": "FastGelu (tanh approximation)", "fast_gelu_ops": ops["FastGelu"],
-            "session_config": {"optimization.enable_gelu_approximation": "1"},
+    return {"source": src_name, "gelu": FORM, "fast_gelu_ops": ops["FastGelu"],
+            "session_config": dict(GELU_APPROXIMATION),
             "graph_trim": trim}  # export/web_graph.py: mask / token-type bookkeeping dropped, or why not
 
 

@@ -54,12 +54,6 @@ def copy_page(out: Path) -> None:
         shutil.copy2(ORT_DIST / name, out / "ort" / name)
 
 
-def tokenizer_options(norm: dict) -> dict:
-    """WordPiece constructor options (web/demo/wordpiece.mjs) from metadata's text_normalisation."""
-    return {"lowercase": norm["lowercase"], "stripAccents": norm["strip_accents"],
-            "tokenizeChineseChars": norm["tokenize_chinese_chars"], "maxLength": norm["max_length"]}
-
-
 def _node(script: str, args: list[str], inputs: dict[str, object], what: str, timeout_s: float = 600):
     """Run web/<script> on args, then a JSON file per entry of inputs, then the file it writes; its JSON."""
     with tempfile.TemporaryDirectory(prefix="pocketformer-node-") as tmp:
@@ -81,7 +75,10 @@ def js_token_ids(vocab: Path, norm: dict, texts: list[str], wordpiece: Path | No
                  what: str = "the web bundle's tokenizer check") -> list[list[int]]:
     """The ids the page's tokenizer gives each text, run in node: wordpiece (a bundle's own wordpiece.mjs) or the
     module the bundle stage copies into the page."""
-    opts = {**tokenizer_options(norm), **({"module": str(Path(wordpiece).resolve())} if wordpiece else {})}
+    # the WordPiece constructor options (web/demo/wordpiece.mjs) from metadata's text_normalisation
+    opts = {"lowercase": norm["lowercase"], "stripAccents": norm["strip_accents"],
+            "tokenizeChineseChars": norm["tokenize_chinese_chars"], "maxLength": norm["max_length"],
+            **({"module": str(Path(wordpiece).resolve())} if wordpiece else {})}
     return _node("tokenize.mjs", [str(vocab)], {"opts": opts, "texts": texts}, what)
 
 

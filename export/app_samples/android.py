@@ -219,7 +219,7 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
         }}
         cpu = if (npu.isEmpty()) {{
             Log.i("pocketformer", "NPU path off, running {ort_asset} on the CPU: $why")
-            env.createSession(context.assets.open("{ort_model['file'].split('/')[-1]}").readBytes(), OrtSession.SessionOptions())
+            env.createSession(context.assets.open("{ort_asset}").readBytes(), OrtSession.SessionOptions())
         }} else {{
             Log.i("pocketformer", "NPU path on: ${{chip!!.variant}} for $soc at lengths $lengths")
             null
@@ -248,13 +248,13 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
         val x = IntArray(n) {{ if (it < ids.size) ids[it] else PAD_ID }}
         val m = IntArray(n) {{ if (it < ids.size) 1 else 0 }}
         val shape = longArrayOf(1, n.toLong())
-{_kt_inputs(ctx_long, "x", "m", "shape", "npu[n]!!", 8)}
+{_kt_inputs(ctx_long, "x", "npu[n]!!")}
     }}
 
     private fun runCpu(ids: IntArray): FloatArray {{
         val shape = longArrayOf(1, ids.size.toLong())
         val m = IntArray(ids.size) {{ 1 }}
-{_kt_inputs(ort_long, "ids", "m", "shape", "cpu!!", 8)}
+{_kt_inputs(ort_long, "ids", "cpu!!")}
     }}
 
     override fun close() {{
@@ -282,12 +282,13 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
 """
 
 
-def _kt_inputs(long: bool, x: str, m: str, shape: str, session: str, indent: int) -> str:
-    """Kotlin that runs session on ids x and mask m (IntArrays) as int32 or int64 tensors; returns logits[0]."""
-    pad = " " * indent
+def _kt_inputs(long: bool, x: str, session: str) -> str:
+    """Kotlin that runs session on ids x and mask m (IntArrays) as int32 or int64 tensors; returns logits[0].
+    m and shape are locals of both calling functions; the code sits in their body (8 spaces)."""
+    pad = " " * 8
     wrap = "LongBuffer.wrap(LongArray({0}.size) {{ {0}[it].toLong() }})" if long else "IntBuffer.wrap({0})"
-    make = "".join(f"{pad}val {t} = OnnxTensor.createTensor(env, {wrap.format(a)}, {shape})\n"
-                   for t, a in (("xt", x), ("mt", m)))
+    make = "".join(f"{pad}val {t} = OnnxTensor.createTensor(env, {wrap.format(a)}, shape)\n"
+                   for t, a in (("xt", x), ("mt", "m")))
     return (make + f"{pad}try {{\n"
             f"{pad}    {session}.run(mapOf(\"input_ids\" to xt, \"attention_mask\" to mt)).use {{ r ->\n"
             f"{pad}        @Suppress(\"UNCHECKED_CAST\")\n"
