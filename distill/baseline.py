@@ -12,7 +12,6 @@ from distill.losses import distill_loss, next_token_ce
 from distill.lstm import LSTMLM, LSTMLMConfig, RNNClassifier, RNNConfig
 from distill.train import TrainOptions, fit, fit_texts, tail_mean
 from pipeline.config import BaselineSection
-from pipeline.errors import PipelineError
 
 
 def build_rnn(b: BaselineSection, vocab_size: int, num_labels: int, pad_id: int) -> RNNClassifier:
@@ -45,9 +44,7 @@ def train_rnn(model: RNNClassifier, tok, texts: list[str], labels: list[int], b:
 
 
 def build_lstm_lm(b: BaselineSection, vocab_size: int) -> LSTMLM:
-    if b.cell != "lstm":
-        raise PipelineError(f"baseline.cell = '{b.cell}': the generation baseline is an LSTM language model; "
-                            f"set baseline.cell = \"lstm\"")
+    """baseline.cell is "lstm" here: config load refuses any other cell for run.task = "generation"."""
     return LSTMLM(LSTMLMConfig(vocab_size, b.embed_dim, b.hidden, b.layers, b.dropout))
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from distill.batching import bucketed_batches, encode, pad
+from distill.batching import bucketed_batches, encode, pad, param_device
 from distill.embeddings import EMBEDDING_KEY, CompactEmbedding, find_compact, load_compact_hf
 from distill.lstm import RNNClassifier
 from pipeline.errors import PipelineError
@@ -120,17 +120,16 @@ def predict_logits(model: nn.Module, tokenizer, texts: Sequence[str], max_length
     from distill import distributed as D
 
     model.eval()
-    dev = next(model.parameters()).device
+    dev = param_device(model)
     ids, _ = encode(tokenizer, texts, max_length, where=desc or "scored texts")
-    pad_id = tokenizer.pad_token_id or 0
     batches = bucketed_batches([len(s) for s in ids], batch_size, None)
     if shard and D.enabled():
         D.init()
-        batches = batches[D.rank()::D.world_size()]
+        batches = D.shard(batches)
     part: dict[int, np.ndarray] = {}
     show = desc is not None and D.is_main()
     for b in tqdm(batches, desc=desc, unit="batch", disable=not show, dynamic_ncols=True, mininterval=2.0):
-        x, m = pad([ids[i] for i in b], pad_id, device=dev)
+        x, m = pad([ids[i] for i in b], tokenizer.pad_token_id or 0, device=dev)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
             logits = model(x, m).float().cpu().numpy()
         part.update({i: logits[j] for j, i in enumerate(b)})

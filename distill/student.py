@@ -100,11 +100,9 @@ def check_pca(s: StudentSection, tcfg) -> None:
 def check_init(s: StudentSection, tcfg) -> None:
     """Fail before any training when student.init cannot work with this BERT-family teacher."""
     check_pca(s, tcfg)
-    if s.init == "teacher-layers":
-        problem = teacher_layers_problem(s, tcfg)
-        if problem:
-            raise PipelineError(f"student.init = 'teacher-layers' copies teacher weights as they are and needs "
-                                f"{problem}. Change that setting, or use student.init = 'teacher-pca' or 'random'")
+    if s.init == "teacher-layers" and (problem := teacher_layers_problem(s, tcfg)):
+        raise PipelineError(f"student.init = 'teacher-layers' copies teacher weights as they are and needs "
+                            f"{problem}. Change that setting, or use student.init = 'teacher-pca' or 'random'")
 
 
 def _copy_bert_layers(student, teacher: HFLogits, layer_map: list[int]) -> None:
@@ -124,12 +122,10 @@ def _copy_bert_layers(student, teacher: HFLogits, layer_map: list[int]) -> None:
 def build_npu(s: StudentSection, teacher: HFLogits, labels: list[str], layer_map: list[int],
               attn_eager: bool = False):
     """The NPU-friendly student (distill/npu_student.py), initialised like the BERT student: word embeddings
-    from the teacher's by PCA ('teacher-pca') or random. Its attention maps are always available."""
+    from the teacher's by PCA ('teacher-pca') or random (config load refuses 'teacher-layers' for it: it has no
+    BERT layers to copy into). Its attention maps are always available."""
     from distill.npu_student import NpuStudent, NpuStudentConfig
 
-    if s.init == "teacher-layers":
-        raise PipelineError("student.init = 'teacher-layers' copies BERT layers, which the 'npu' student does not "
-                            "have (its layer norms are decomposed); use 'teacher-pca' or 'random'")
     tcfg = teacher.hf.config
     student = NpuStudent(NpuStudentConfig(
         vocab_size=tcfg.vocab_size, num_labels=len(labels), hidden_size=s.hidden, num_hidden_layers=s.layers,

@@ -28,13 +28,12 @@ def load_for_classification(spec: str, labels: list[str], fine_tune: bool, max_l
     Everything else must come from the checkpoint: a file that is missing, unreadable or does not fit the
     config is an error (transformers would re-initialise those weights with a warning)."""
     from safetensors import SafetensorError
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
     path = resolve(spec, "classification")
-    check_model_type(path)
+    cfg = check_model_type(path)
     check_folder_files(path)
-    cfg = AutoConfig.from_pretrained(path)
     if max_length is not None:
         check_max_length(cfg, max_length)
     if not fine_tune:  # the checkpoint must already be a classifier for exactly these labels

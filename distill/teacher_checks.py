@@ -24,8 +24,8 @@ NOT_CAUSAL = ENCODER_TYPES + ("t5", "bart", "mt5", "marian", "vit", "clip")
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "mpnet")
 
 
-def check_model_type(path: str) -> str:
-    """The classification teacher's model type, which must be an encoder."""
+def check_model_type(path: str):
+    """The classification teacher's Hugging Face config, whose model type must be an encoder."""
     from transformers import AutoConfig
 
     try:
@@ -42,7 +42,7 @@ def check_model_type(path: str) -> str:
     if mt not in ENCODER_TYPES:
         raise PipelineError(f"teacher.model: model type '{mt}' is not supported for classification. "
                             f"Supported: {', '.join(ENCODER_TYPES)}")
-    return mt
+    return cfg
 
 
 def check_causal(config, source: str) -> None:

@@ -67,12 +67,11 @@ def spec_problem(spec: str, task: str = "classification", missing_ok: bool = Fal
     p = Path(spec)
     if spec.startswith((".", "/", "~")) or p.exists():
         p = p.expanduser()
+        give = f"Give a Hugging Face model folder (config.json + weights), a hub id, or one of: {', '.join(named)}"
         if not p.exists():
-            return None if missing_ok else (f"teacher.model = '{spec}' does not exist. Give a Hugging Face model "
-                                            f"folder (config.json + weights), a hub id, or one of: {', '.join(named)}")
+            return None if missing_ok else f"teacher.model = '{spec}' does not exist. {give}"
         if not p.is_dir():
-            return (f"teacher.model = '{spec}' is not a folder. Give a Hugging Face model folder (config.json + "
-                    f"weights), a hub id, or one of: {', '.join(named)}")
+            return f"teacher.model = '{spec}' is not a folder. {give}"
         if not (p / "config.json").is_file():
             return (f"teacher.model = '{spec}' has no config.json, so it is not a Hugging Face model folder. Save the "
                     f"model with save_pretrained() or pick a hub id")
