@@ -80,7 +80,5 @@ def goal(text: str, value: float | None, limit: float | None, detail: str, ok=op
 
 
 def find(rows: list[dict], model: str, variant: str, fmt: str | None = None) -> dict | None:
-    for r in rows:
-        if r["model"] == model and r["variant"] == variant and (fmt is None or r["format"] == fmt):
-            return r
-    return None
+    return next((r for r in rows if r["model"] == model and r["variant"] == variant
+                 and (fmt is None or r["format"] == fmt)), None)
