@@ -22,10 +22,10 @@ from pathlib import Path
 
 from eval import latency as L
 from eval.browser import WEB_DIR, node_path, pinned_node, row_key, run_node_script
+from eval.browser_goals import TARGET
 from eval.targets import resolved_threads
 
 log = logging.getLogger("pocketformer")
-TARGET = "browser-wasm"
 RUNTIMES = ("node-wasm", "node-native")
 
 
