@@ -480,8 +480,7 @@ DECODE_SKIPPED = {
 def decode_missing(name: str) -> str | None:
     """Why a decode target cannot run on this machine (None: it can). desktop-gpu decodes through ONNX
     Runtime only: a GPU that only PyTorch can reach is not enough."""
-    backend = cuda_backend() if name == "desktop-gpu" else None
-    if name != "desktop-gpu" or backend == "ort-cuda":
+    if name != "desktop-gpu" or (backend := cuda_backend()) == "ort-cuda":
         return None
     if backend == "torch-cuda":
         return ("onnxruntime-gpu is not installed (PyTorch sees a GPU, but generation is timed through ONNX "
