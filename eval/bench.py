@@ -26,7 +26,7 @@ from eval.flops import row_flops
 from eval.npu import check_onnx, coreml_readiness, fix_shapes, get_device, load_devices, roofline_ms
 from eval.peaks import add_gflops, row_peak
 from eval.plan import Point, plan_point
-from eval.rows import failure, p50, skip
+from eval.rows import failure, p50, row_key, skip
 from eval.targets import TARGETS, Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
     resolved_threads, unavailable
 from pipeline.errors import PipelineError, lookup
@@ -332,7 +332,7 @@ class Bench:
     def row_target(self, t: Target, row: dict) -> tuple[dict, dict | None]:
         """(latency[target] for row, npu readiness or None)."""
         if is_browser(t):
-            return self.browser[(t.name, (row["model"], row["variant"], row["format"]))], None
+            return self.browser[(t.name, row_key(row))], None
         if row.get("missing"):
             return skip(row["_reason"] if t.name in row["_targets"] else
                         f"{t.name} does not take this file (and it was not made)"), None

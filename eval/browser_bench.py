@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 from eval import latency as L
-from eval.browser import chromium_path, is_browser, row_key, run_job, unavailable_reason
+from eval.browser import chromium_path, is_browser, run_job, unavailable_reason
 from eval.browser_cross import chromium_rounds, cross_check, round_job
 from eval.flops import row_flops
 from eval.peaks import add_gflops, row_peak
 from eval.plan import plan_point
-from eval.rows import failure, skip
+from eval.rows import failure, row_key, skip
 from eval.targets import Target, resolved_threads
 
 log = logging.getLogger("pocketformer")

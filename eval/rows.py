@@ -79,6 +79,11 @@ def goal(text: str, value: float | None, limit: float | None, detail: str, ok=op
     return {"goal": text, "value": value, "limit": limit, "met": met, "detail": detail}
 
 
+def row_key(row: dict) -> tuple[str, str, str]:
+    """A row's (model, variant, format): what names it, and the key of its entries in a browser run's results."""
+    return row["model"], row["variant"], row["format"]
+
+
 def find(rows: list[dict], model: str, variant: str, fmt: str | None = None) -> dict | None:
     return next((r for r in rows if r["model"] == model and r["variant"] == variant
                  and (fmt is None or r["format"] == fmt)), None)
