@@ -16,6 +16,7 @@ import re
 import shutil
 from pathlib import Path
 
+from eval.latency import token_stream
 from eval.rows import find
 from export.hashing import sha256_file
 from pipeline.errors import PipelineError
@@ -27,13 +28,8 @@ NPU_VARIANT = "int8-static"  # the quantize variant NPU providers run: QDQ with 
 
 def bench_ids(tokenizer, texts: list[str], length: int) -> list[int]:
     """length real token ids: [CLS] + the sample texts' word pieces (repeated as needed) + [SEP]."""
-    body: list[int] = []
-    for t in texts or ["a short text"]:
-        body += tokenizer(t, add_special_tokens=False)["input_ids"]
-    body = body or [tokenizer.unk_token_id or 0]
-    while len(body) < length - 2:
-        body += body
-    return [tokenizer.cls_token_id, *body[: length - 2], tokenizer.sep_token_id]
+    body = token_stream(tokenizer, texts or ["a short text"], length - 2)[: length - 2]
+    return [tokenizer.cls_token_id, *body.tolist(), tokenizer.sep_token_id]
 
 
 def _safe(name: str) -> str:
