@@ -338,10 +338,10 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
         ax.set_xlabel("sequence length (tokens, batch 1)")
         ax.set_ylabel("p50 latency (ms, log scale)")
         ax.set_title(_panel_title(results, t, threads=False))
-    order = {m: i for i, m in enumerate(_models([r for _, lines in sweeps for r, _, _ in lines]))}
+    drawn = [r for _, lines in sweeps for r, _, _ in lines]
+    order = {m: i for i, m in enumerate(_models(drawn))}
     keys = sorted(labels, key=lambda k: (order.get(k.split()[0], 99), k.split()[-1], "optimum" in k, k))
     _bottom_legend(fig, [labels[k] for k in keys], keys, 7.5, 4)
-    drawn = [r for _, lines in sweeps for r, _, _ in lines]
     note = [f"{v} {name}" for v, (_, name) in styles.items()
             if any(r["variant"] == v and r.get("source") != "optimum" for r in drawn)]
     note += ["Optimum dash-dot"] if any(r.get("source") == "optimum" for r in drawn) else []
