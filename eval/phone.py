@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from eval.latency import token_stream
-from eval.rows import find
+from eval.rows import find, row_key
 from export.hashing import sha256_file
 from pipeline.errors import PipelineError
 
@@ -94,7 +94,7 @@ def row_file_digest(run_dir: Path, row: dict) -> str | None:
 
 def _stale(run_dir: Path, results: dict, saved: dict) -> str | None:
     """Why a kept phone row no longer describes this run's file, or None while it does."""
-    key = (saved["model"], saved["variant"], saved["format"])
+    key = row_key(saved)
     row = find(results["rows"], *key)
     if row is None:
         return f"the report has no {' '.join(key)} row any more"
@@ -121,7 +121,7 @@ def merge_saved(run_dir: Path, results: dict) -> list[str]:
                 f"{saved.get('target', path.stem)}: left out ({why}); run `make phone-bench` again to time the "
                 f"current file")
             continue
-        key = (saved["model"], saved["variant"], saved["format"])
+        key = row_key(saved)
         run = {k: saved[k] for k in ("provider", "threads", "entry", "status", "reason", "model_file",
                                      "session_config") if k in saved}
         names += merge(results, *key, [run], saved["device"], saved["prefix"], saved["seq_len"], saved["runtime"])
