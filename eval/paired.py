@@ -168,9 +168,8 @@ def _target_rounds(bench, rows: list[dict], t: Target, fmt: str, rounds: int) ->
     b, n = bench.b, bench.b.headline_length
     teacher = next((r for r in rows if row_key(r) == ("teacher", "fp32", fmt) and _on_disk(r)), None)
     # our files the target times (not the browser-only FastGelu ones; Optimum's .onnx files have the head to head)
-    students = [r for r in rows if r["model"] == "student" and r["format"] == fmt and _on_disk(r)
-                and r.get("source") != "optimum"
-                and isinstance(plan_point(t, r, [n], n, list(b.sweep_variants), None), Point)]
+    students = [r for r in rows if r["model"] == "student" and r["format"] == fmt and r.get("source") != "optimum"
+                and _on_disk(r) and isinstance(plan_point(t, r, [n], n, list(b.sweep_variants), None), Point)]
     if teacher is None or not students:
         return None
     # about a third of a point's time per file and round: ~25 teacher calls, 100 of the student's
