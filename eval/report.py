@@ -250,7 +250,7 @@ def _teacher_rounds(res: dict) -> list[Block]:
         return []
 
     def sweep(e: dict, model: str, f: dict) -> str:  # the same file's point in the length sweep
-        return _ms(p50(find(res["rows"], model, f["variant"], f["format"]) or {}, e["target"], e["seq_len"]))
+        return _ms(p50(find(res["rows"], model, f["variant"], f["format"]), e["target"], e["seq_len"]))
 
     rows = [[e["target"], f"{s['variant']} {s['format']}", _ms(s["p50_ms"]), f"{s['ratio']:.4f}",
              f"{s['ratio_min']:.4f}-{s['ratio_max']:.4f}", sweep(e, "student", s)]

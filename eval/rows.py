@@ -14,7 +14,7 @@ def point(row: dict | None, target: str, key: int | str) -> dict:
     return got if isinstance(got, dict) else {}
 
 
-def p50(row: dict, target: str, length: int | str) -> float | None:
+def p50(row: dict | None, target: str, length: int | str) -> float | None:
     return point(row, target, length).get("p50_ms")
 
 
