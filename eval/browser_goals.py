@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from eval.rows import find, goal, p50, pick_p50
+from eval.rows import find, goal, p50, pick_p50, point
 
 TARGET = "browser-wasm"
 WINDOW = 0.01  # bundle.accuracy_window's default: the report has no bundle settings
@@ -31,8 +31,7 @@ def _ours(rows: list[dict], length: int) -> tuple[dict, float] | None:
 
 def _cross(row: dict | None, key: str) -> dict:
     """The `key` part (a runtime, or "versions") of row's browser-wasm cross-check; {} when none."""
-    entry = row.get("latency", {}).get(TARGET, {}) if row else {}
-    return (entry.get("cross_check", {}) if isinstance(entry, dict) else {}).get(key, {})
+    return point(row, TARGET, "cross_check").get(key, {})
 
 
 def node_p50(row: dict | None, runtime: str = "node-wasm") -> float | None:
@@ -62,8 +61,8 @@ def node_ratio(ours: dict | None, other: dict | None) -> tuple[float, str] | Non
 def chromium_ratio(ours: dict | None, other: dict | None) -> tuple[float, str] | None:
     """(ratio, how) of two files timed in the same Chromium page in interleaved rounds (eval/browser_cross.py
     chromium_rounds): the median of their same-round p50 ratios; None when either has no rounds."""
-    get = lambda row: (row or {}).get("latency", {}).get(TARGET, {}).get("chromium_rounds", {})  # noqa: E731
-    return _round_ratio(get(ours).get("round_p50_ms") or [], get(other).get("round_p50_ms") or [], " in one page")
+    rounds = [point(row, TARGET, "chromium_rounds").get("round_p50_ms") or [] for row in (ours, other)]
+    return _round_ratio(*rounds, " in one page")
 
 
 def _again(ours: dict | None, other: dict | None) -> str:

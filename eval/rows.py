@@ -19,9 +19,8 @@ def p50(row: dict | None, target: str, length: int | str) -> float | None:
 
 
 def _rounds(row: dict, target: str, length: int | str) -> list[float] | None:
-    entry = row.get("latency", {}).get(target, {})
     # native targets: "rounds" (eval/paired.py rounds_onto_rows); browser-wasm: "chromium_rounds"
-    rounds = (entry.get("rounds") or entry.get("chromium_rounds") or {}) if isinstance(entry, dict) else {}
+    rounds = point(row, target, "rounds") or point(row, target, "chromium_rounds")
     return rounds.get("round_p50_ms") if str(rounds.get("length")) == str(length) else None
 
 
