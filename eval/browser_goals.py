@@ -8,8 +8,7 @@ they ran: eval/browser_cross.py chromium_rounds); the Optimum ratio again on the
 same-round ratios of its interleaved rounds (as eval/paired.py), or the p50s' ratio for an entry without them."""
 from __future__ import annotations
 
-import statistics
-
+from eval.paired import ratios_of
 from eval.rows import find, goal, p50, pick_p50, point
 
 TARGET = "browser-wasm"
@@ -43,9 +42,9 @@ def _round_ratio(ra: list[float], rb: list[float], where: str = "") -> tuple[flo
     """(median of the same-round ratios a / b, how) when both carry the same number of rounds, else None."""
     if not ra or len(ra) != len(rb) or not all(rb):
         return None
-    r = [a / b for a, b in zip(ra, rb)]
-    how = f"median of {len(r)} interleaved-round ratios{where} (rounds {min(r):.3f}-{max(r):.3f})"
-    return statistics.median(r), how
+    r = ratios_of(ra, rb)  # as the native head to head
+    how = f"median of {len(ra)} interleaved-round ratios{where} (rounds {r['ratio_min']:.3f}-{r['ratio_max']:.3f})"
+    return r["ratio"], how
 
 
 def node_ratio(ours: dict | None, other: dict | None) -> tuple[float, str] | None:
