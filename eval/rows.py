@@ -8,7 +8,8 @@ from typing import Sequence
 
 
 def point(row: dict | None, target: str, key: int | str) -> dict:
-    """The measurement under key (a length, or "throughput_b32") of row's entry on target; {} when none."""
+    """The part under key (a length, "throughput_b32", or "rounds", "cross_check"...) of row's entry on target;
+    {} when none."""
     entry = (row or {}).get("latency", {}).get(target)
     got = entry.get(str(key)) if isinstance(entry, dict) else None
     return got if isinstance(got, dict) else {}
