@@ -26,7 +26,7 @@ from eval.flops import row_flops
 from eval.npu import check_onnx, coreml_readiness, fix_shapes, get_device, load_devices, roofline_ms
 from eval.peaks import add_gflops, row_peak
 from eval.plan import Point, plan_point
-from eval.rows import failure, p50, skip
+from eval.rows import failure, p50, row_key, skip
 from eval.targets import TARGETS, Target, coreml_runtime, cuda_backend, get_target, mobile_provider, ort_providers, \
     resolved_threads, unavailable
 from pipeline.errors import PipelineError, lookup
@@ -175,15 +175,15 @@ class Bench:
             entry = {"status": "pending", "reason": "timed after the other targets, in interleaved rounds"}
             self.deferred.append((entry, t, row, point))
             return entry
-        threads, points = resolved_threads(t), self._points(point)
+        threads, points = resolved_threads(t), self.plan_points(point)
         with L.PeakRSS() as rss:
             bind, provider = self.runner(t, row, threads)
             samples = {key: L.time_calls(bind(*self.inputs(row["model"], n, batch)), plan)
                        for key, (n, batch, plan) in points.items()}
-        return {**self._entries(t, row, point, points, samples, threads),
+        return {**self.entries(t, row, point, points, samples, threads),
                 "session": {"provider": provider, "threads": threads, **rss.report()}}
 
-    def _points(self, point: Point) -> dict[str, tuple[int, int, L.Plan]]:
+    def plan_points(self, point: Point) -> dict[str, tuple[int, int, L.Plan]]:
         """key -> (tokens, batch, plan) for one row's points on a target."""
         out = {str(n): (n, 1, self.plan) for n in point.lengths}
         if point.throughput:
@@ -191,7 +191,7 @@ class Bench:
                                                              self.tplan)
         return out
 
-    def _entries(self, t: Target, row: dict, point: Point, points: dict, samples: dict, threads: int) -> dict:
+    def entries(self, t: Target, row: dict, point: Point, points: dict, samples: dict, threads: int) -> dict:
         """One row's entries on a target: each point's summary of its timed calls (samples: key -> call times),
         with its FLOP rate against the machine's peak, then the lengths skipped and why."""
         peak = row_peak(row["variant"], row["format"], t.name, self.machine, threads)
@@ -212,7 +212,7 @@ class Bench:
         t0 = time.perf_counter()
         calls, jobs = {}, []
         for entry, t, row, point in self.deferred:
-            threads, points = resolved_threads(t), self._points(point)
+            threads, points = resolved_threads(t), self.plan_points(point)
             mine = {}
             try:
                 with L.PeakRSS() as rss:
@@ -234,7 +234,7 @@ class Bench:
                 _fail(entry, row, t, errors[0])
                 continue
             timed = {key: samples[(id(entry), key)] for key in points}
-            out = self._entries(t, row, point, points, timed, session["threads"])
+            out = self.entries(t, row, point, points, timed, session["threads"])
             entry.clear()
             entry.update(out, session=session)
         log.info("[bench] desktop-gpu: %d files timed in %d interleaved rounds (%.1f s)", len(jobs), GPU_ROUNDS,
@@ -332,7 +332,7 @@ class Bench:
     def row_target(self, t: Target, row: dict) -> tuple[dict, dict | None]:
         """(latency[target] for row, npu readiness or None)."""
         if is_browser(t):
-            return self.browser[(t.name, (row["model"], row["variant"], row["format"]))], None
+            return self.browser[(t.name, row_key(row))], None
         if row.get("missing"):
             return skip(row["_reason"] if t.name in row["_targets"] else
                         f"{t.name} does not take this file (and it was not made)"), None
@@ -480,8 +480,7 @@ DECODE_SKIPPED = {
 def decode_missing(name: str) -> str | None:
     """Why a decode target cannot run on this machine (None: it can). desktop-gpu decodes through ONNX
     Runtime only: a GPU that only PyTorch can reach is not enough."""
-    backend = cuda_backend() if name == "desktop-gpu" else None
-    if name != "desktop-gpu" or backend == "ort-cuda":
+    if name != "desktop-gpu" or (backend := cuda_backend()) == "ort-cuda":
         return None
     if backend == "torch-cuda":
         return ("onnxruntime-gpu is not installed (PyTorch sees a GPU, but generation is timed through ONNX "

@@ -55,11 +55,6 @@ def is_browser(target) -> bool:
     return target.runtime.startswith(BROWSER_RUNTIME)
 
 
-def row_key(row: dict) -> tuple[str, str, str]:
-    """A row's (model, variant, format): the key of its entries in a browser run's results."""
-    return row["model"], row["variant"], row["format"]
-
-
 def chromium_path(configured: str = "") -> str | None:
     """The Chromium to drive: the configured path, else the first known name on PATH."""
     if configured:

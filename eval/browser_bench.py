@@ -11,13 +11,10 @@ import logging
 import time
 from pathlib import Path
 
-from eval import latency as L
-from eval.browser import chromium_path, is_browser, row_key, run_job, unavailable_reason
+from eval.browser import chromium_path, is_browser, run_job, unavailable_reason
 from eval.browser_cross import chromium_rounds, cross_check, round_job
-from eval.flops import row_flops
-from eval.peaks import add_gflops, row_peak
 from eval.plan import plan_point
-from eval.rows import failure, skip
+from eval.rows import failure, row_key, skip
 from eval.targets import Target, resolved_threads
 
 log = logging.getLogger("pocketformer")
@@ -86,14 +83,9 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
         if "error" in timed:
             out[k] = {"status": "failed", "reason": f"onnxruntime-web: {timed['error']}"}
             continue
-        # native peaks of the row's arithmetic: WASM reaches a fraction of them
-        peak = row_peak(row["variant"], row["format"], t.name, bench.machine, n_threads)
-        entry: dict = {}
-        for n in p.lengths:
-            entry[str(n)] = L.summarize(timed[str(n)])
-            add_gflops(entry[str(n)], row_flops(bench.models.folders, row, n), 1, peak)
-        for n, reason in p.skipped_lengths.items():
-            entry[n] = skip(reason)
+        # the entry the other targets write (Bench.entries): each length's summary with its FLOP rate against the
+        # native peak of the row's arithmetic (WASM reaches a fraction of it), then the lengths skipped
+        entry = bench.entries(t, row, p, bench.plan_points(p), timed, n_threads)
         entry["session"] = {"provider": "onnxruntime-web wasm", "threads": n_threads, "runtime": runtime,
                             "cross_origin_isolated": run.get("isolated"), "chromium": chromium_path(b.browser_executable),
                             # the V8 flags the page ran with; the seconds the page took to fetch the file and

@@ -21,18 +21,19 @@ import time
 from pathlib import Path
 
 from eval import latency as L
-from eval.browser import WEB_DIR, node_path, pinned_node, row_key, run_node_script
+from eval.browser import WEB_DIR, node_path, pinned_node, run_node_script
+from eval.browser_goals import TARGET
+from eval.rows import row_key
 from eval.targets import resolved_threads
 
 log = logging.getLogger("pocketformer")
-TARGET = "browser-wasm"
 RUNTIMES = ("node-wasm", "node-native")
 
 
 def wanted(row: dict) -> bool:
     """The rows the browser goals read: the fp32 teacher .onnx and every student .onnx / .ort."""
     return row["format"] in ("onnx", "ort") and (
-        (row["model"], row["variant"], row["format"]) == ("teacher", "fp32", "onnx") or row["model"] == "student")
+        row_key(row) == ("teacher", "fp32", "onnx") or row["model"] == "student")
 
 
 def unavailable() -> str | None:

@@ -8,9 +8,8 @@ they ran: eval/browser_cross.py chromium_rounds); the Optimum ratio again on the
 same-round ratios of its interleaved rounds (as eval/paired.py), or the p50s' ratio for an entry without them."""
 from __future__ import annotations
 
-import statistics
-
-from eval.rows import find, goal, p50, pick_p50
+from eval.paired import ratios_of
+from eval.rows import find, goal, p50, pick_p50, point
 
 TARGET = "browser-wasm"
 WINDOW = 0.01  # bundle.accuracy_window's default: the report has no bundle settings
@@ -29,9 +28,9 @@ def _ours(rows: list[dict], length: int) -> tuple[dict, float] | None:
     return min(timed, key=lambda x: x[1]) if timed else None
 
 
-def _cross(row: dict | None, runtime: str) -> dict:
-    entry = row.get("latency", {}).get(TARGET, {}) if row else {}
-    return (entry.get("cross_check", {}) if isinstance(entry, dict) else {}).get(runtime, {})
+def _cross(row: dict | None, key: str) -> dict:
+    """The `key` part (a runtime, or "versions") of row's browser-wasm cross-check; {} when none."""
+    return point(row, TARGET, "cross_check").get(key, {})
 
 
 def node_p50(row: dict | None, runtime: str = "node-wasm") -> float | None:
@@ -43,9 +42,9 @@ def _round_ratio(ra: list[float], rb: list[float], where: str = "") -> tuple[flo
     """(median of the same-round ratios a / b, how) when both carry the same number of rounds, else None."""
     if not ra or len(ra) != len(rb) or not all(rb):
         return None
-    r = [a / b for a, b in zip(ra, rb)]
-    how = f"median of {len(r)} interleaved-round ratios{where} (rounds {min(r):.3f}-{max(r):.3f})"
-    return statistics.median(r), how
+    r = ratios_of(ra, rb)  # as the native head to head
+    how = f"median of {len(ra)} interleaved-round ratios{where} (rounds {r['ratio_min']:.3f}-{r['ratio_max']:.3f})"
+    return r["ratio"], how
 
 
 def node_ratio(ours: dict | None, other: dict | None) -> tuple[float, str] | None:
@@ -61,8 +60,8 @@ def node_ratio(ours: dict | None, other: dict | None) -> tuple[float, str] | Non
 def chromium_ratio(ours: dict | None, other: dict | None) -> tuple[float, str] | None:
     """(ratio, how) of two files timed in the same Chromium page in interleaved rounds (eval/browser_cross.py
     chromium_rounds): the median of their same-round p50 ratios; None when either has no rounds."""
-    get = lambda row: (row or {}).get("latency", {}).get(TARGET, {}).get("chromium_rounds", {})  # noqa: E731
-    return _round_ratio(get(ours).get("round_p50_ms") or [], get(other).get("round_p50_ms") or [], " in one page")
+    rounds = [point(row, TARGET, "chromium_rounds").get("round_p50_ms") or [] for row in (ours, other)]
+    return _round_ratio(*rounds, " in one page")
 
 
 def _again(ours: dict | None, other: dict | None) -> str:
@@ -81,8 +80,8 @@ def browser_goals(rows: list[dict], length: int, targets: list[str]) -> list[dic
     timed = [(r, t) for fmt in ("onnx", "ort")
              if (r := find(rows, "teacher", "fp32", fmt)) and (t := p50(r, TARGET, length))]
     teacher, t = min(timed, key=lambda x: x[1]) if timed else (None, None)
-    peers = [(r["variant"], v) for r in rows if r["model"] == "student" and r["variant"].startswith("optimum-")
-             and (v := p50(r, TARGET, length))]
+    optimum = [r for r in rows if r["model"] == "student" and r["variant"].startswith("optimum-")]
+    peers = [(r["variant"], v) for r in optimum if (v := p50(r, TARGET, length))]
     peer = min(peers, key=lambda x: x[1]) if peers else None
     peer_row = find(rows, "student", peer[0]) if peer else None
     name = f"student {ours[0]['variant']} .{ours[0]['format']}" if ours else "student"
@@ -90,8 +89,7 @@ def browser_goals(rows: list[dict], length: int, targets: list[str]) -> list[dic
     vs_peer = ours[1] / peer[1] if ours and peer else None
     how = "sweep p50s, not alternating rounds"
     if ours and peer:  # Optimum's faster file by the same rounds, and the ratio from them, where they ran
-        paired = [(r, x) for r in rows if r["model"] == "student" and r["variant"].startswith("optimum-")
-                  and (x := chromium_ratio(ours[0], r))]
+        paired = [(r, x) for r in optimum if (x := chromium_ratio(ours[0], r))]
         if paired:
             peer_row, (vs_peer, how) = max(paired, key=lambda p: p[1][0])
             peer = (peer_row["variant"], p50(peer_row, TARGET, length))
@@ -111,8 +109,7 @@ def _node_goal(ours: tuple[dict, float] | None, peer_row: dict | None, name: str
     r = node_ratio(ours[0] if ours else None, peer_row)
     value = r[0] if r else None
     # the engine decides this ratio (Node 20 and 24 differ by 0.07 on the same files), so the goal names it
-    version = ((ours[0].get("latency", {}).get(TARGET, {}).get("cross_check") or {}).get("versions") or {}).get(
-        "node") if ours else None
+    version = _cross(ours[0], "versions").get("node") if ours else None
     return goal(f"web bundle's student p50 <= {PEER_LIMIT:g}x Optimum's export in the Node cross-check "
                 f"(same WASM build) at {length} tokens", value, PEER_LIMIT,
                 f"{name} vs Optimum's {peer_row['variant']} .onnx (the files of the goal above), "

@@ -34,8 +34,7 @@ def folder_flops(folder: Path, n: int, cls_only: bool = False) -> int | None:
     path = Path(folder) / "config.json"
     if not path.is_file():
         return None
-    c = json.loads(path.read_text())
-    base = _arch_flops(c, n, cls_only)
+    base = _arch_flops(json.loads(path.read_text()), n, cls_only)
     return None if base is None else base + n * _projection_flops(Path(folder))
 
 

@@ -164,5 +164,4 @@ def int8_peak_info(thread_counts: list[int]) -> dict:
 def peak_for(peaks: dict[str, float], threads: int) -> float | None:
     """The matmul peak for `threads`: the best probe on at most that many threads (t threads can always do
     what fewer do; a probe disturbed by other load must not make the peak look lower)."""
-    fit = [g for t, g in peaks.items() if int(t) <= threads]
-    return max(fit) if fit else None
+    return max((g for t, g in peaks.items() if int(t) <= threads), default=None)

@@ -14,7 +14,7 @@ import time
 
 from eval import latency as L
 from eval.plan import Point, plan_point
-from eval.rows import failure
+from eval.rows import failure, row_key
 from eval.targets import Target, resolved_threads, unavailable
 
 log = logging.getLogger("pocketformer")
@@ -34,8 +34,7 @@ def our_row(rows: list[dict], variants: tuple[str, ...], target: str, model: str
     optional). The bench passes usable = "the file is on disk"; the report's goals take any row. On mobile-cpu
     ours is the .ort file (what ships to a phone); Optimum writes no .ort, so its .onnx runs there."""
     fmt = "ort" if target == "mobile-cpu" else "onnx"
-    return next((r for v in variants for r in rows
-                 if (r["model"], r["variant"], r["format"]) == (model, v, fmt) and usable(r)), None)
+    return next((r for v in variants for r in rows if row_key(r) == (model, v, fmt) and usable(r)), None)
 
 
 def _on_disk(r: dict) -> bool:
@@ -50,8 +49,7 @@ def pair_rows(rows: list[dict], target: str, model: str = "student") -> list[tup
         if target not in targets:
             continue
         a = our_row(rows, ours, target, model, _on_disk)
-        b = next((r for r in rows if (r["model"], r["variant"], r["format"]) == (model, peer, "onnx")
-                  and _on_disk(r)), None)
+        b = next((r for r in rows if row_key(r) == (model, peer, "onnx") and _on_disk(r)), None)
         if a is not None and b is not None:
             out.append((a, b))
     return out
@@ -168,12 +166,10 @@ def teacher_rounds(bench, rows: list[dict], targets: list[Target], rounds: int) 
 
 def _target_rounds(bench, rows: list[dict], t: Target, fmt: str, rounds: int) -> dict | None:
     b, n = bench.b, bench.b.headline_length
-    teacher = next((r for r in rows if (r["model"], r["variant"], r["format"]) == ("teacher", "fp32", fmt)
-                    and _on_disk(r)), None)
+    teacher = next((r for r in rows if row_key(r) == ("teacher", "fp32", fmt) and _on_disk(r)), None)
     # our files the target times (not the browser-only FastGelu ones; Optimum's .onnx files have the head to head)
-    students = [r for r in rows if r["model"] == "student" and r["format"] == fmt and _on_disk(r)
-                and r.get("source") != "optimum"
-                and isinstance(plan_point(t, r, [n], n, list(b.sweep_variants), None), Point)]
+    students = [r for r in rows if r["model"] == "student" and r["format"] == fmt and r.get("source") != "optimum"
+                and _on_disk(r) and isinstance(plan_point(t, r, [n], n, list(b.sweep_variants), None), Point)]
     if teacher is None or not students:
         return None
     # about a third of a point's time per file and round: ~25 teacher calls, 100 of the student's
@@ -205,5 +201,5 @@ def rounds_onto_rows(rows: list[dict], entry: dict) -> None:
            **{("student", s["variant"], s["format"]): s["round_p50_ms"] for s in entry["students"]}}
     for r in rows:
         lat = r.get("latency", {}).get(entry["target"])
-        if (key := (r["model"], r["variant"], r["format"])) in got and isinstance(lat, dict) and "status" not in lat:
+        if (key := row_key(r)) in got and isinstance(lat, dict) and "status" not in lat:
             lat["rounds"] = {"length": entry["seq_len"], "round_p50_ms": got[key]}

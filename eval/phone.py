@@ -16,7 +16,8 @@ import re
 import shutil
 from pathlib import Path
 
-from eval.rows import find
+from eval.latency import token_stream
+from eval.rows import find, row_key
 from export.hashing import sha256_file
 from pipeline.errors import PipelineError
 
@@ -27,13 +28,8 @@ NPU_VARIANT = "int8-static"  # the quantize variant NPU providers run: QDQ with 
 
 def bench_ids(tokenizer, texts: list[str], length: int) -> list[int]:
     """length real token ids: [CLS] + the sample texts' word pieces (repeated as needed) + [SEP]."""
-    body: list[int] = []
-    for t in texts or ["a short text"]:
-        body += tokenizer(t, add_special_tokens=False)["input_ids"]
-    body = body or [tokenizer.unk_token_id or 0]
-    while len(body) < length - 2:
-        body += body
-    return [tokenizer.cls_token_id, *body[: length - 2], tokenizer.sep_token_id]
+    body = token_stream(tokenizer, texts or ["a short text"], length - 2)[: length - 2]
+    return [tokenizer.cls_token_id, *body.tolist(), tokenizer.sep_token_id]
 
 
 def _safe(name: str) -> str:
@@ -98,7 +94,7 @@ def row_file_digest(run_dir: Path, row: dict) -> str | None:
 
 def _stale(run_dir: Path, results: dict, saved: dict) -> str | None:
     """Why a kept phone row no longer describes this run's file, or None while it does."""
-    key = (saved["model"], saved["variant"], saved["format"])
+    key = row_key(saved)
     row = find(results["rows"], *key)
     if row is None:
         return f"the report has no {' '.join(key)} row any more"
@@ -125,7 +121,7 @@ def merge_saved(run_dir: Path, results: dict) -> list[str]:
                 f"{saved.get('target', path.stem)}: left out ({why}); run `make phone-bench` again to time the "
                 f"current file")
             continue
-        key = (saved["model"], saved["variant"], saved["format"])
+        key = row_key(saved)
         run = {k: saved[k] for k in ("provider", "threads", "entry", "status", "reason", "model_file",
                                      "session_config") if k in saved}
         names += merge(results, *key, [run], saved["device"], saved["prefix"], saved["seq_len"], saved["runtime"])

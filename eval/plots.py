@@ -6,7 +6,7 @@ import math
 import textwrap
 from pathlib import Path
 
-from eval.rows import p50
+from eval.rows import p50, row_key
 
 COLORS = {"teacher": "#1f77b4", "student": "#d62728", "lstm": "#2ca02c", "lstm_distilled": "#9467bd"}
 # marker = variant (the Optimum peer shares its counterpart's marker, with a black edge); PyTorch eager is hollow
@@ -326,22 +326,23 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
     for ax, (t, lines) in zip(axes, sweeps):
         for r, xs, ys in lines:
             peer = r.get("source") == "optimum"
+            label = " ".join(row_key(r))  # one legend entry per file, whichever panels it is in
             (h,) = ax.plot(xs, ys, color=_color(r["model"]), marker=_marker(r), ms=4,
                            fillstyle=ORT_FILL if r["format"] == "ort" else "full",
                            mec="black" if peer else None, mew=0.6,
                            ls="-." if peer else styles.get(r["variant"], ((0, (1, 2)), ""))[0],
-                           lw=1.6 if r["model"] not in RNN_MODELS else 1.2, label=_line_label(r))
-            labels.setdefault(_line_label(r), h)
+                           lw=1.6 if r["model"] not in RNN_MODELS else 1.2, label=label)
+            labels.setdefault(label, h)
         ax.set_xscale("log", base=2)
         log_axis(ax.yaxis)
         ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.set_xlabel("sequence length (tokens, batch 1)")
         ax.set_ylabel("p50 latency (ms, log scale)")
         ax.set_title(_panel_title(results, t, threads=False))
-    order = {m: i for i, m in enumerate(_models([r for _, lines in sweeps for r, _, _ in lines]))}
+    drawn = [r for _, lines in sweeps for r, _, _ in lines]
+    order = {m: i for i, m in enumerate(_models(drawn))}
     keys = sorted(labels, key=lambda k: (order.get(k.split()[0], 99), k.split()[-1], "optimum" in k, k))
     _bottom_legend(fig, [labels[k] for k in keys], keys, 7.5, 4)
-    drawn = [r for _, lines in sweeps for r, _, _ in lines]
     note = [f"{v} {name}" for v, (_, name) in styles.items()
             if any(r["variant"] == v and r.get("source") != "optimum" for r in drawn)]
     note += ["Optimum dash-dot"] if any(r.get("source") == "optimum" for r in drawn) else []
@@ -349,10 +350,6 @@ def latency_vs_length(results: dict, out: Path) -> Path | None:
     fig.suptitle(_wrapped("p50 latency vs sequence length (attention grows ~n\u00b2 and an LSTM ~n once the "
                           f"sequence, not fixed costs, dominates; line style: {', '.join(note)})", fig), fontsize=10)
     return _finish(fig, out / "latency_vs_length.png")
-
-
-def _line_label(r: dict) -> str:
-    return f"{r['model']} {r['variant']} {r['format']}"
 
 
 def size_vs_quality(results: dict, out: Path) -> Path | None:

@@ -125,9 +125,10 @@ def _header(res: dict) -> list[Block]:
     ]
 
 
-def _measured_on(res: dict, target: str) -> bool:
-    return any(isinstance(p, dict) and "p50_ms" in p for r in res["rows"]
-               for p in (r["latency"].get(target) or {}).values())
+def _measured_on(res: dict, target: str) -> int:
+    """How many rows have a measurement on target (at any length)."""
+    return sum(any(isinstance(p, dict) and "p50_ms" in p for p in (r["latency"].get(target) or {}).values())
+               for r in res["rows"])
 
 
 def gpu_line(gpu: dict | None) -> str:
@@ -144,8 +145,7 @@ def gpu_line(gpu: dict | None) -> str:
 def _targets(res: dict) -> list[Block]:
     rows = []
     for t, d in res["targets"].items():
-        measured = sum(1 for r in res["rows"] if any("p50_ms" in p for p in r["latency"].get(t, {}).values()
-                                                     if isinstance(p, dict)))
+        measured = _measured_on(res, t)
         entries = [r["latency"].get(t, {}) for r in res["rows"] if not r.get("missing")]
         reasons = {e.get("reason") for e in entries if e.get("status") == "skipped"}
         notes = [d.get("proxy", "")]
@@ -250,7 +250,7 @@ def _teacher_rounds(res: dict) -> list[Block]:
         return []
 
     def sweep(e: dict, model: str, f: dict) -> str:  # the same file's point in the length sweep
-        return _ms(p50(find(res["rows"], model, f["variant"], f["format"]) or {}, e["target"], e["seq_len"]))
+        return _ms(p50(find(res["rows"], model, f["variant"], f["format"]), e["target"], e["seq_len"]))
 
     rows = [[e["target"], f"{s['variant']} {s['format']}", _ms(s["p50_ms"]), f"{s['ratio']:.4f}",
              f"{s['ratio_min']:.4f}-{s['ratio_max']:.4f}", sweep(e, "student", s)]

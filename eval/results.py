@@ -24,9 +24,8 @@ def quality_key(rows: list[dict]) -> str:
 def teacher_reference(rows: list[dict], target: str, fmt: str, length: int) -> float | None:
     """p50 of the fp32 teacher on target: the same format when measured there, else any exported one."""
     for f in (fmt, "onnx", "ort", "pytorch"):
-        r = find(rows, "teacher", "fp32", f)
-        if r and p50(r, target, length):
-            return p50(r, target, length)
+        if got := p50(find(rows, "teacher", "fp32", f), target, length):  # p50 of no row: None
+            return got
     return None
 
 
@@ -132,7 +131,7 @@ def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int, batch: 
                     detail = (f"ours {h['ours']['format']} / Optimum {h['peer']['format']}: median of {h['rounds']} "
                               f"alternating-round p50 ratios (rounds {h['ratio_min']:.3f}-{h['ratio_max']:.3f})")
                 elif B == 1:
-                    fa, fb = (p50(a, target, length) if a else None), (p50(b, target, length) if b else None)
+                    fa, fb = p50(a, target, length), p50(b, target, length)
                     ratio = fa / fb if fa and fb else None
                     detail = "p50 ratio ours / Optimum (sweep)"
                 else:  # time per batch ours / Optimum = Optimum's sequences/s / ours

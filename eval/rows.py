@@ -8,20 +8,20 @@ from typing import Sequence
 
 
 def point(row: dict | None, target: str, key: int | str) -> dict:
-    """The measurement under key (a length, or "throughput_b32") of row's entry on target; {} when none."""
+    """The part under key (a length, "throughput_b32", or "rounds", "cross_check"...) of row's entry on target;
+    {} when none."""
     entry = (row or {}).get("latency", {}).get(target)
     got = entry.get(str(key)) if isinstance(entry, dict) else None
     return got if isinstance(got, dict) else {}
 
 
-def p50(row: dict, target: str, length: int | str) -> float | None:
+def p50(row: dict | None, target: str, length: int | str) -> float | None:
     return point(row, target, length).get("p50_ms")
 
 
 def _rounds(row: dict, target: str, length: int | str) -> list[float] | None:
-    entry = row.get("latency", {}).get(target, {})
     # native targets: "rounds" (eval/paired.py rounds_onto_rows); browser-wasm: "chromium_rounds"
-    rounds = (entry.get("rounds") or entry.get("chromium_rounds") or {}) if isinstance(entry, dict) else {}
+    rounds = point(row, target, "rounds") or point(row, target, "chromium_rounds")
     return rounds.get("round_p50_ms") if str(rounds.get("length")) == str(length) else None
 
 
@@ -79,8 +79,11 @@ def goal(text: str, value: float | None, limit: float | None, detail: str, ok=op
     return {"goal": text, "value": value, "limit": limit, "met": met, "detail": detail}
 
 
+def row_key(row: dict) -> tuple[str, str, str]:
+    """A row's (model, variant, format): what names it, and the key of its entries in a browser run's results."""
+    return row["model"], row["variant"], row["format"]
+
+
 def find(rows: list[dict], model: str, variant: str, fmt: str | None = None) -> dict | None:
-    for r in rows:
-        if r["model"] == model and r["variant"] == variant and (fmt is None or r["format"] == fmt):
-            return r
-    return None
+    return next((r for r in rows if r["model"] == model and r["variant"] == variant
+                 and (fmt is None or r["format"] == fmt)), None)
