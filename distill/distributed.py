@@ -48,6 +48,15 @@ def barrier() -> None:
         dist.barrier()
 
 
+def finish() -> None:
+    """Leave the process group once every rank is done. A rank that exits with the group still up can abort
+    in its teardown ("terminate called without an active exception", SIGABRT) while another rank is still
+    writing, which fails the whole torchrun."""
+    if enabled() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def shard(batch: Sequence[int]) -> list[int]:
     """This rank's rows of a global batch."""
     return list(batch[rank()::world_size()]) if enabled() else list(batch)

@@ -283,7 +283,9 @@ def run(cfg: Config, targets: list[str], *, force: tuple[str, ...] = ()) -> list
     names = order(targets)  # an unknown stage fails before the lock is taken
     what = targets[0] if len(targets) == 1 else f"run until {targets[-1]}"
     with run_lock(cfg.run_dir, f"{what} of {cfg.source or 'a config'}") if D.is_main() else nullcontext():
-        return _run(cfg, names, force)
+        ran = _run(cfg, names, force)
+    D.finish()  # every rank leaves the process group before it exits (not on an error: the others may be gone)
+    return ran
 
 
 def _drop_leftover(run_dir: Path, name: str) -> None:

@@ -93,3 +93,4 @@ if __name__ == "__main__":
         out.mkdir(parents=True, exist_ok=True)
         torch.save(weights, out / "weights.pt")
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    D.finish()

@@ -79,10 +79,10 @@ def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tiny_cfg_di
     run(killed, ["logits"])
     real = stages.train_options
 
-    def dying(ctx, phase=""):
+    def dying(ctx):
         from dataclasses import replace
 
-        return replace(real(ctx, phase), fail_at_step=20)
+        return replace(real(ctx), fail_at_step=20)
 
     monkeypatch.setattr(stages, "train_options", dying)
     with pytest.raises(KeyboardInterrupt):

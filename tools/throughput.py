@@ -75,6 +75,7 @@ def main() -> None:
         out = run_dir / "ddp_throughput.json"
         old = json.loads(out.read_text()) if out.is_file() else []
         out.write_text(json.dumps([r for r in old if r["processes"] != result["processes"]] + [result], indent=2))
+    D.finish()
 
 
 if __name__ == "__main__":
