@@ -383,3 +383,17 @@ def test_rows_are_not_kept_when_validation_fails(fake_adb, run_copy, tmp_path, m
         phone_bench(run_copy, "android", perf_test=str(_perf_binary(tmp_path)))
     assert list((run_copy.run_dir / "phone").glob("*")) == []  # no folder, or an empty one
     assert (run_copy.run_dir / "report" / "results.json").read_bytes() == results
+
+
+def test_bench_ids_are_exactly_the_length_real_word_pieces_between_cls_and_sep(tmp_path):
+    from conftest import write_tokenizer
+    from eval.phone import bench_ids
+
+    tok = write_tokenizer(tmp_path / "tok")
+    pieces = tok("good movie", add_special_tokens=False)["input_ids"]
+    assert len(pieces) == 2 and tok.unk_token_id not in pieces
+    ids = bench_ids(tok, ["good movie"], 9)  # the two pieces repeated to fill 7 places
+    assert ids == [tok.cls_token_id, *(pieces * 4)[:7], tok.sep_token_id]
+    assert bench_ids(tok, ["good movie"], 3) == [tok.cls_token_id, pieces[0], tok.sep_token_id]
+    assert bench_ids(tok, ["good movie"], 2) == [tok.cls_token_id, tok.sep_token_id]
+    assert bench_ids(tok, [], 5)[1:-1] == (tok("a short text", add_special_tokens=False)["input_ids"] * 3)[:3]
