@@ -39,14 +39,14 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
     ties and rows without a time there fall back to the smallest file. An explicit model / variant must exist.
     A variant that failed its check (here or in `failed`: (model, variant) -> why) is never a candidate."""
     # function-level: verify-bundle imports this module without eval/
-    from eval.rows import pick_p50 as row_p50, pick_source
+    from eval.rows import pick_p50 as row_p50, pick_source, row_key
 
     length = results.get("plan", {}).get("headline_length", 64)
     kinds = " / ".join(f".{f}" for f in formats)
     failed = {**(failed or {}), **{(r["model"], r["variant"]): r.get("check", {}).get("reason", "its check failed")
                                    for r in export_rows if r["format"] in formats and r.get("status") == "failed"}}
     ort = [r for r in export_rows if r["format"] in formats and (r["model"], r["variant"]) not in failed]
-    latency = {(r["model"], r["variant"], r["format"]): r for r in results.get("rows", [])}
+    latency = {row_key(r): r for r in results.get("rows", [])}
     proxy = results.get("targets", {}).get(target, {}).get("proxy", "")
     want_model = "student" if model == "auto" else model
     mine = [r for r in ort if r["model"] == want_model]
@@ -89,11 +89,11 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
     within = [r for r in scored if r["accuracy"] >= best - window - 1e-12]
 
     def p50(r):
-        return row_p50(latency.get((r["model"], r["variant"], r["format"]), {}), target, length,
+        return row_p50(latency.get(row_key(r), {}), target, length,
                        results.get("rows", []))
 
     def source(r):
-        return pick_source(latency.get((r["model"], r["variant"], r["format"]), {}), target, length)
+        return pick_source(latency.get(row_key(r), {}), target, length)
 
     timed = [(p, r) for r in within if (p := p50(r))]
     if timed:

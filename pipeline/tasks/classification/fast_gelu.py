@@ -17,12 +17,13 @@ log = logging.getLogger("pocketformer")
 def fast_gelu_jobs(qrows: list[dict], variants: list[str]) -> tuple[list[dict], list[dict]]:
     """(source rows to make a FastGelu file from, skips with their reason). qrows: quantize/variants.json
     (failed rows included: a source that failed its check gets no FastGelu file either)."""
+    from eval.rows import find
     from export.web_model import FAST_GELU_MODELS, variant_name
 
     jobs, skipped = [], []
     for model in FAST_GELU_MODELS:
         for v in variants:
-            src = next((r for r in qrows if (r["model"], r["variant"], r["format"]) == (model, v, "onnx")), None)
+            src = find(qrows, model, v, "onnx")
             why = ("the quantize stage did not make it" if src is None else
                    "it failed its check in the quantize stage" if src.get("status") == "failed" else "")
             if why:
