@@ -143,7 +143,7 @@ RANGES: dict[str, Rule] = {
     "bundle.min_agreement": FRACTION,
     "bundle.sample_texts": at_least(1),  # verify-bundle replays them: a bundle without one cannot be checked
     "phone.threads": each(positive),
-    "phone.seq_length": positive,
+    "phone.seq_length": at_least(3),  # [CLS], one word piece, [SEP]: as bench.seq_lengths
     "phone.repeats": positive,
 }
 

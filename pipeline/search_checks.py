@@ -74,42 +74,15 @@ def check(cfg) -> str | None:
     if s.storage.startswith("sqlite") and s.storage.split("://", 1)[1] in ("", "/", "/:memory:"):
         return (f"'search.storage' = {s.storage!r} is an in-memory database: the study would vanish with the process "
                 f"and no worker could join it; give a file, e.g. \"sqlite:////shared/study.db\", or \"\"")
-    return variants_problem(cfg) or npu_problem(cfg)
+    return variants_problem(cfg)
 
 
 def variants_problem(cfg) -> str | None:
-    """search.variants: known, shippable (the quantize stage writes them) and, for generation, int8-dynamic
-    (the decoder search times its int8-dynamic KV-cache graph only)."""
+    """search.variants: given and known. Which of them a task's search can ship is the task's own rule
+    (pipeline/tasks/<task>/checks.py)."""
     v = cfg.search.variants
     if not v:
         return "'search.variants' is empty: name the quantized files a candidate may ship, e.g. [\"int8-dynamic\"]"
     if bad := [x for x in v if x not in SEARCH_VARIANTS]:
         return f"'search.variants' has {bad}: the search can time {', '.join(SEARCH_VARIANTS)}"
-    if cfg.run.task != "classification" and tuple(v) != DEFAULT_VARIANTS:
-        return (f"'search.variants' = {list(v)}: run.task = '{cfg.run.task}' searches its int8-dynamic decoder only; "
-                f"set search.variants = [\"int8-dynamic\"]")
-    # only a searched file is shipped through bundle.variant: int8-dynamic alone (the default) sets nothing,
-    # so a config whose quantize.variants leaves it out still loads (its search times a file it never ships)
-    if tuple(v) == DEFAULT_VARIANTS or cfg.run.task != "classification":
-        return None
-    # the bundle ships the .ort of bundle.variant: the export stage must make it too
-    for key, made in (("quantize.variants", cfg.quantize.variants), ("export.ort_variants", cfg.export.ort_variants)):
-        if missing := [x for x in v if x not in made]:
-            return (f"'search.variants' has {missing}, which {key} {list(made)} does not make, so the best candidate "
-                    f"could not be built or shipped: add them to {key} or drop them from search.variants")
-    return None
-
-
-def npu_problem(cfg) -> str | None:
-    """search.npu_compile's load-time rules (whether the compiler is installed is checked when the search
-    starts, pipeline/search.py check_npu: a config stays loadable on a host without onnxruntime-qnn)."""
-    s = cfg.search
-    if not s.npu_compile:
-        return None
-    if cfg.run.task != "classification":
-        return (f"'search.npu_compile' = true: run.task = '{cfg.run.task}' has no HTP compile (a growing KV cache has "
-                f"dynamic shapes); set search.npu_compile = false")
-    if not cfg.npu.chips:
-        return ("'search.npu_compile' = true but npu.chips is empty: name the Snapdragon chips every candidate must "
-                "compile whole for (e.g. [\"8gen2\"]), or set search.npu_compile = false")
     return None

@@ -146,3 +146,37 @@ def test_lower_packages_import_only_errors_and_config_sections_from_pipeline():
     bad = layer_violations(graph())
     assert not bad, ("distill/, export/ and eval/ may import from pipeline/ only pipeline.errors and the "
                      "XxxSection dataclasses / pure helpers of pipeline.config:\n" + "\n".join(bad))
+
+
+def task_branches(modules: dict[str, Path]) -> list[str]:
+    """`<x>.task == "name"` / `!= "name"` / `in (...)` outside the tasks' own packages: a shared module
+    deciding by task name, which a third task would fall through."""
+    out = []
+    for name, path in modules.items():
+        if name.startswith("pipeline.tasks."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            names = [s for s in sides if isinstance(s, ast.Attribute) and s.attr == "task"]
+            consts = [c for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+            if names and consts:
+                out.append(f"{name}:{node.lineno} compares .task with {consts[0].value!r}")
+    return out
+
+
+def test_the_scan_finds_a_branch_on_a_task_name(tmp_path):
+    (tmp_path / "probe.py").write_text('def f(cfg):\n    if cfg.run.task != "classification":\n        return 1\n'
+                                       '    return cfg.run.task in ("generation",)\n')
+    (tmp_path / "ok.py").write_text('def f(cfg):\n    return cfg.run.task == cfg.other.task\n')
+    found = task_branches({"eval.probe": tmp_path / "probe.py", "eval.ok": tmp_path / "ok.py"})
+    assert found == ["eval.probe:2 compares .task with 'classification'",
+                     "eval.probe:4 compares .task with 'generation'"]
+
+
+def test_only_the_tasks_branch_on_a_task_name():
+    """run.task picks a Task in pipeline/tasks/__init__.py; what differs by task lives in that task's package
+    (its steps, checks, search), so a shared module never asks which task it is in."""
+    bad = task_branches(project_modules())
+    assert not bad, "move the task-specific rule into pipeline/tasks/<task>/:\n" + "\n".join(bad)

@@ -56,6 +56,8 @@ CASES = [
     (['bench.sweep_variants=["int4"]'], "bench.sweep_variants", False),
     (['phone.providers=["gpu"]'], "phone.providers", False),
     (['phone.remote_dir="x y"'], "phone.remote_dir", True),
+    (["phone.seq_length=2"], "phone.seq_length", False),  # [CLS] [SEP] and no word piece to time
+    (GEN + ['search.variants=["int8-static"]'], "search.variants", False),  # the generation task's own rule
     (["run.seed=4294967296"], "run.seed", False),
     (['teacher.model=""'], "teacher.model", False),
     (['data.text_column="label"', 'data.label_column="label"'], "data.text_column", False),

@@ -24,12 +24,39 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 def validate(cfg) -> str | None:
     problem = (check_names(cfg, NAMES) or source_problem(cfg.data.source, "classification")
                or paths_problem(cfg.data))
-    for rule in (_step_budget_is_generation, _columns_differ, _embedding_4bit_width, _npu_device,
-                 _layer_map_covers_the_student, _quantize_starts_from_fp32, _bench_lengths, _web_target,
-                 _bundle_choice_is_made, _classification_exports, _student_init_fits_teacher, _length_fits_teacher,
-                 _fine_tune_off_needs_a_classifier, _caps_leave_what_the_stages_need):
+    for rule in (_search_ships_what_is_made, _search_npu_chips, _step_budget_is_generation, _columns_differ,
+                 _embedding_4bit_width, _npu_device, _layer_map_covers_the_student, _quantize_starts_from_fp32,
+                 _bench_lengths, _web_target, _bundle_choice_is_made, _classification_exports,
+                 _student_init_fits_teacher, _length_fits_teacher, _fine_tune_off_needs_a_classifier,
+                 _caps_leave_what_the_stages_need):
         problem = problem or rule(cfg)
     return problem
+
+
+def _search_ships_what_is_made(cfg) -> str | None:
+    """search.variants beyond the default: the best candidate ships the .ort of its variant through
+    bundle.variant, so the quantize and export stages must make every one of them."""
+    from pipeline.search_checks import DEFAULT_VARIANTS
+
+    v = cfg.search.variants
+    # int8-dynamic alone (the default) sets nothing, so a config whose quantize.variants leaves it out still
+    # loads (its search times a file it never ships)
+    if tuple(v) == DEFAULT_VARIANTS:
+        return None
+    for key, made in (("quantize.variants", cfg.quantize.variants), ("export.ort_variants", cfg.export.ort_variants)):
+        if missing := [x for x in v if x not in made]:
+            return (f"'search.variants' has {missing}, which {key} {list(made)} does not make, so the best candidate "
+                    f"could not be built or shipped: add them to {key} or drop them from search.variants")
+    return None
+
+
+def _search_npu_chips(cfg) -> str | None:
+    """search.npu_compile's load-time rule (whether the compiler is installed is checked when the search
+    starts, pipeline/search.py check_npu: a config stays loadable on a host without onnxruntime-qnn)."""
+    if cfg.search.npu_compile and not cfg.npu.chips:
+        return ("'search.npu_compile' = true but npu.chips is empty: name the Snapdragon chips every candidate must "
+                "compile whole for (e.g. [\"8gen2\"]), or set search.npu_compile = false")
+    return None
 
 
 def _columns_differ(cfg) -> str | None:

@@ -29,10 +29,24 @@ CLASSIFICATION_ONLY = {
 
 def validate(cfg) -> str | None:
     problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation") or paths_problem(cfg.data)
-    for rule in (_prompts_given, _classification_only, _generation_settings, _token_budgets, _lm_exports,
-                 _lm_bundle_choice_is_made, _student_init_fits_teacher, _context_fits_teacher):
+    for rule in (_search_decoder, _prompts_given, _classification_only, _generation_settings, _token_budgets,
+                 _lm_exports, _lm_bundle_choice_is_made, _student_init_fits_teacher, _context_fits_teacher):
         problem = problem or rule(cfg)
     return problem
+
+
+def _search_decoder(cfg) -> str | None:
+    """The decoder search times the int8-dynamic KV-cache graph only, and has no HTP compile."""
+    from pipeline.search_checks import DEFAULT_VARIANTS
+
+    s = cfg.search
+    if tuple(s.variants) != DEFAULT_VARIANTS:
+        return (f"'search.variants' = {list(s.variants)}: run.task = 'generation' searches its int8-dynamic decoder "
+                f"only; set search.variants = [\"int8-dynamic\"]")
+    if s.npu_compile:
+        return ("'search.npu_compile' = true: run.task = 'generation' has no HTP compile (a growing KV cache has "
+                "dynamic shapes); set search.npu_compile = false")
+    return None
 
 
 def _prompts_given(cfg) -> str | None:
