@@ -1,5 +1,5 @@
 """Teachers for both tasks, from a model that ships inside a package (distill/teachers.py, a registry of named
-teachers, each serving one run.task), a local Hugging Face folder or a hub id.
+teachers, each naming the run.task values it serves), a local Hugging Face folder or a hub id.
 
 - Classification: a BERT-family encoder, fine-tuned into a classifier for the run's labels.
 - Generation: a pretrained causal LM used as it is (the packaged SmolLM2 GGUF, a folder or a hub id),

@@ -1,5 +1,5 @@
-"""The teacher registry: teachers that ship inside packages (each serving one run.task), and what
-teacher.model may name otherwise (a local Hugging Face folder or a hub id). Light on purpose: the config
+"""The teacher registry: teachers that ship inside packages (each naming the run.task values it serves), and
+what teacher.model may name otherwise (a local Hugging Face folder or a hub id). Light on purpose: the config
 checks read it when a config loads (pipeline/config_rules.py), before torch or transformers are needed."""
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _smollm_package() -> str:
 @dataclass(frozen=True)
 class PackagedTeacher:
     locate: Callable[[], str]  # its Hugging Face folder, or its .gguf file
-    task: str
+    tasks: tuple[str, ...]  # the run.task values it serves: an encoder is no teacher for a decoder's task
     # the Hugging Face config fields that settings are checked against when a config loads (lengths, student.init,
     # distill.layer_map, teacher.fine_tune), known without reading the model: a GGUF's metadata takes seconds to
     # parse. tests/test_teacher.py compares them with the packaged files.
@@ -44,10 +44,10 @@ class PackagedTeacher:
 
 # Named teachers that ship inside packages (offline); anything else is a local folder or a hub id.
 TEACHERS: dict[str, PackagedTeacher] = {
-    "minilm-package": PackagedTeacher(_minilm_package, "classification", {
+    "minilm-package": PackagedTeacher(_minilm_package, ("classification",), {
         "model_type": "bert", "architectures": ["BertModel"], "hidden_size": 384, "num_hidden_layers": 6,
         "num_attention_heads": 12, "intermediate_size": 1536, "max_position_embeddings": 512}),
-    "smollm2-package": PackagedTeacher(_smollm_package, "generation", {
+    "smollm2-package": PackagedTeacher(_smollm_package, ("generation",), {
         "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 576, "num_hidden_layers": 30,
         "num_attention_heads": 9, "intermediate_size": 1536, "max_position_embeddings": 8192}),
 }
@@ -58,16 +58,17 @@ def spec_problem(spec: str, task: str = "classification", missing_ok: bool = Fal
     of the other task, or a local path that is missing (unless missing_ok) or no Hugging Face folder. The config
     load passes missing_ok (pipeline/config_rules.py): a teacher folder moved after training must not stop
     status, report, bundle or phone-bench, which never read it; the teacher stage refuses it when it runs."""
-    named = [name for name, t in TEACHERS.items() if t.task == task]
+    named = [name for name, t in TEACHERS.items() if task in t.tasks]
+    one_of = f" or one of: {', '.join(named)}" if named else " (no packaged teacher serves it)"
     if spec in TEACHERS:
-        if TEACHERS[spec].task != task:
-            return (f"teacher.model = '{spec}' is a {TEACHERS[spec].task} teacher; run.task = '{task}' takes a model "
-                    f"folder, a hub id or one of: {', '.join(named)}")
+        if task not in TEACHERS[spec].tasks:
+            return (f"teacher.model = '{spec}' is a {' / '.join(TEACHERS[spec].tasks)} teacher; run.task = '{task}' "
+                    f"takes a model folder, a hub id{one_of}")
         return None
     p = Path(spec)
     if spec.startswith((".", "/", "~")) or p.exists():
         p = p.expanduser()
-        give = f"Give a Hugging Face model folder (config.json + weights), a hub id, or one of: {', '.join(named)}"
+        give = f"Give a Hugging Face model folder (config.json + weights), a hub id{one_of}"
         if not p.exists():
             return None if missing_ok else f"teacher.model = '{spec}' does not exist. {give}"
         if not p.is_dir():

@@ -274,7 +274,7 @@ def too_small(splits: dict, d: DataSection, total: int, unit: str) -> None:
 def build_splits(cfg: Config) -> dict:
     """Load, clean, split and cap. Returns {"train": [...], "validation": [...], "test": [...], "info": {...}}."""
     d = cfg.data
-    load = SOURCES[d.source]["classification"]  # data.source is checked when the config loads
+    load = SOURCES[d.source][cfg.run.task]  # data.source is checked for the task when the config loads
     with decoding_notes() as undecodable:
         splits = {s: load(d, s) for s in ("train", "validation", "test")}
     dropped = {}

@@ -281,6 +281,8 @@ def run(cfg: Config, targets: list[str], *, force: tuple[str, ...] = ()) -> list
 
     D.init()
     names = order(targets)  # an unknown stage fails before the lock is taken
+    for name in names:  # and a stage the run's task binds no step for, before any stage before it has run
+        task_of(cfg).step(name)
     what = targets[0] if len(targets) == 1 else f"run until {targets[-1]}"
     with run_lock(cfg.run_dir, f"{what} of {cfg.source or 'a config'}") if D.is_main() else nullcontext():
         ran = _run(cfg, names, force)
