@@ -19,6 +19,11 @@ from pipeline.errors import PipelineError
 if TYPE_CHECKING:  # torch is imported where the generation metrics run
     import torch
 
+# The quality columns a task may declare (pipeline.task.Task.quality) -> whether a higher value is better. The
+# retention ratios, the plots' axes and their peer-gap marks read the direction here, so a task with another
+# metric adds one entry, not a branch in each of them.
+HIGHER_IS_BETTER = {"accuracy": True, "perplexity": False}
+
 # --- classification ---------------------------------------------------------------------------------
 
 

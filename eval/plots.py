@@ -6,6 +6,7 @@ import math
 import textwrap
 from pathlib import Path
 
+from eval.metrics import HIGHER_IS_BETTER
 from eval.rows import p50, row_key
 
 COLORS = {"teacher": "#1f77b4", "student": "#d62728", "lstm": "#2ca02c", "lstm_distilled": "#9467bd"}
@@ -97,7 +98,7 @@ def off_peers(rows: list[dict], metric: str) -> list[dict]:
                 and o.get(metric) is not None]
         if not ours:
             continue
-        ref = max(ours) if metric == "accuracy" else min(ours)
+        ref = max(ours) if HIGHER_IS_BETTER[metric] else min(ours)
         far = (ref - r[metric] > PEER_GAP[metric]) if metric in PEER_GAP else (r[metric] > ref * PEER_RATIO)
         if far:
             out.append(r)
@@ -153,7 +154,7 @@ def _scatter(ax, pts: list[tuple[float, float, dict]], lo: float, hi: float, met
     for x, y, r in inside:
         _point(ax, x, y, r)
     ax.set_ylim(lo, hi)
-    ax.set_ylabel(metric + ("" if metric == "accuracy" else " (lower is better)"))
+    ax.set_ylabel(metric + ("" if HIGHER_IS_BETTER[metric] else " (lower is better)"))
     log_axis(ax.xaxis)
     xs = [x for x, _, _ in pts]
     ax.set_xlim(min(xs) / margin, max(xs) * margin)
@@ -258,7 +259,7 @@ def _panel_title(results: dict, t: str, threads: bool) -> str:
 def quality_vs_latency(results: dict, out: Path) -> Path | None:
     metric = results["quality_metric"]
     length = results["plan"]["headline_length"]
-    higher = metric == "accuracy"
+    higher = HIGHER_IS_BETTER[metric]
     rows = results["rows"]
     targets = [t for t in results["targets"] if any(p50(r, t, length) for r in rows)]
     if not targets:

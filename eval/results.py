@@ -6,6 +6,7 @@ import operator
 from typing import Any
 
 from eval.browser_goals import browser_goals
+from eval.metrics import HIGHER_IS_BETTER
 from eval.paired import PAIRS, our_row
 from eval.rows import find, goal, p50, point
 from eval.workloads import workloads
@@ -38,7 +39,7 @@ def _ratios(rows: list[dict], metric: str, targets: list[str], length: int) -> N
             vs["size_ratio"] = t_size / r["size_bytes"]  # > 1: smaller than the teacher
         if t_q and r.get(metric) is not None:
             # accuracy: share of the teacher's kept; perplexity: teacher / row, so 1.0 = as good either way
-            vs["quality_retention"] = r[metric] / t_q if metric == "accuracy" else t_q / r[metric]
+            vs["quality_retention"] = r[metric] / t_q if HIGHER_IS_BETTER[metric] else t_q / r[metric]
         speed = {}
         for t in targets:
             ref, mine = teacher_reference(rows, t, r["format"], length), p50(r, t, length)

@@ -112,7 +112,9 @@ class Task:
     # model name -> (stage, sub-folder) of its PyTorch checkpoint; eval, quantize, bench and the report use
     # these names everywhere
     models: Mapping[str, tuple[str, str]]
-    quality: str  # the quality column eval writes and the report ranks by: "accuracy" | "perplexity"
+    # the quality column eval writes and the report ranks by: a key of eval.metrics.HIGHER_IS_BETTER ("accuracy",
+    # "perplexity"), which says which way is better
+    quality: str
     steps: Mapping[str, Step]
     # verify-bundle's replay for this task's bundles: (bundle folder, check_files' result) -> summary with the
     # "lines" it prints; chosen by metadata.json's "task"

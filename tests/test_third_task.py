@@ -377,3 +377,19 @@ def test_the_shared_split_builder_reads_the_source_the_toy_registers(toy, tmp_pa
     assert splits["labels"] == ["even", "odd"]
     texts = [ex["text"] for s in ("train", "validation", "test") for ex in splits[s]]
     assert len(texts) == 40 and all(t.startswith("toy line ") for t in texts)
+
+
+def test_every_tasks_quality_metric_says_which_way_is_better(toy):
+    """Task.quality is a key of eval.metrics.HIGHER_IS_BETTER: the retention ratio is 1.0 at the teacher's quality
+    and below it for a worse model, whichever way the metric runs."""
+    from eval.metrics import HIGHER_IS_BETTER
+    from eval.results import _ratios
+
+    assert {t.quality for t in TASKS.values()} <= HIGHER_IS_BETTER.keys()
+    assert (HIGHER_IS_BETTER["accuracy"], HIGHER_IS_BETTER["perplexity"]) == (True, False)
+    for metric, teacher, worse in (("accuracy", 0.8, 0.6), ("perplexity", 20.0, 40.0)):
+        rows = [{"model": m, "variant": "fp32", "format": "pytorch", metric: q, "latency": {}}
+                for m, q in (("teacher", teacher), ("student", worse))]
+        _ratios(rows, metric, [], 64)
+        assert [r["vs_teacher"]["quality_retention"] for r in rows] == pytest.approx([1.0, 0.75 if metric == "accuracy"
+                                                                                      else 0.5])
