@@ -3,7 +3,7 @@ the issue's goals checked on this run's numbers. Schema: eval/SCHEMA.md."""
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Callable
 
 from eval.browser_goals import browser_goals
 from eval.metrics import HIGHER_IS_BETTER
@@ -49,21 +49,34 @@ def _ratios(rows: list[dict], metric: str, targets: list[str], length: int) -> N
         r["vs_teacher"] = vs
 
 
-def _goals(rows: list[dict], length: int, seconds: dict, metric: str,
-           head_to_head: list[dict], batch: int = 0, teacher_rounds: list[dict] = ()) -> list[dict]:
-    """The issue's targets, checked on this run (None = could not be measured here). The latency goals are
-    the classification demo's; a generation run has its own (perplexity and decode speed)."""
+def _budget(seconds: dict) -> dict:
+    """The bench's own time limit, a goal of every task."""
     peer = seconds.get("peer_export")
     # the three largest parts (eval/bench.py run_bench), so a miss says where the time went
     parts = sorted((seconds.get("parts") or {}).items(), key=lambda kv: -kv[1])
-    budget = goal("benchmark of the models completes within 5 minutes", seconds.get("total"), 300.0,
-                  "bench stage seconds"
-                  + (" (" + ", ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in parts[:3])
-                     + (", ..." if len(parts) > 3 else "") + ")" if parts else "")
-                  + (f"; Optimum's export and scoring ran before it, in the peer stage: {peer:.0f} s" if peer else ""))
-    if metric != "accuracy":
-        return _generation_goals(rows) + [budget]
-    return [_teacher_goal(rows, length, teacher_rounds), *_peer_goals(rows, head_to_head, length, batch), budget]
+    return goal("benchmark of the models completes within 5 minutes", seconds.get("total"), 300.0,
+                "bench stage seconds"
+                + (" (" + ", ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in parts[:3])
+                   + (", ..." if len(parts) > 3 else "") + ")" if parts else "")
+                + (f"; Optimum's export and scoring ran before it, in the peer stage: {peer:.0f} s" if peer else ""))
+
+
+def classification_results(res: dict, accuracy_window: float) -> dict:
+    """The classification task's part of results.json (its Task.results): the demo's latency goals (the student
+    against the fp32 teacher, against Optimum's export, in the browser) and which file serves which workload
+    per target within accuracy_window, as the bundle picks (eval/workloads.py)."""
+    rows, length, plan, targets = res["rows"], res["plan"]["headline_length"], res["plan"], list(res["targets"])
+    goals = [_teacher_goal(rows, length, res["teacher_rounds"]),
+             *_peer_goals(rows, res["head_to_head"], length, plan.get("throughput_batch", 0)),
+             _budget(res["bench_seconds"]), *browser_goals(rows, length, targets)]
+    return {"goals": goals,
+            "workloads": workloads(rows, targets, accuracy_window, length, plan.get("throughput_batch", 1))}
+
+
+def generation_results(res: dict, accuracy_window: float) -> dict:
+    """The generation task's part: its perplexity and decode-speed goals; no workload table (the bundle ships
+    its one decoder)."""
+    return {"goals": [*_generation_goals(res["rows"]), _budget(res["bench_seconds"])], "workloads": {}}
 
 
 def _teacher_goal(rows: list[dict], length: int, teacher_rounds: list[dict]) -> dict:
@@ -145,15 +158,17 @@ def _peer_goals(rows: list[dict], head_to_head: list[dict], length: int, batch: 
     return goals
 
 
-def build_results(doc: dict, accuracy_window: float = BundleSection.accuracy_window) -> dict:
-    """bench/latency.json -> results.json (adds vs_teacher ratios, the goals, the quality metric and, for
-    classification, which file serves which workload per target within accuracy_window: eval/workloads.py)."""
+def build_results(doc: dict, part: Callable[[dict, float], dict] | None = None,
+                  accuracy_window: float = BundleSection.accuracy_window) -> dict:
+    """bench/latency.json -> results.json: the vs_teacher ratios and the quality metric every task has, then the
+    task's own part (its Task.results: classification_results, generation_results): its goals and sections.
+    part None: the shared goal (the bench's time) alone."""
     rows = [dict(r) for r in doc["rows"]]
     length = doc["plan"]["headline_length"]
     metric = doc.get("quality_metric") or quality_key(rows)  # the task's metric (pipeline/tasks/<task>/)
     targets = list(doc.get("targets", {}))
     _ratios(rows, metric, targets, length)
-    return {
+    res = {
         "schema_version": SCHEMA_VERSION,
         "machine": doc["machine"],
         "versions": doc["versions"],
@@ -162,17 +177,16 @@ def build_results(doc: dict, accuracy_window: float = BundleSection.accuracy_win
         "plan": doc["plan"],
         "bench_seconds": doc.get("seconds", {}),
         "quality_metric": metric,
-        "goals": _goals(rows, length, doc.get("seconds", {}), metric, doc.get("head_to_head", []),
-                        doc["plan"].get("throughput_batch", 0), doc.get("teacher_rounds", []))
-        + (browser_goals(rows, length, targets) if metric == "accuracy" else []),
+        "goals": [],  # the task's part fills these two in place, so results.json keeps its key order
         "head_to_head": doc.get("head_to_head", []),
         "teacher_rounds": doc.get("teacher_rounds", []),
-        "workloads": workloads(rows, targets, accuracy_window, length, doc["plan"].get("throughput_batch", 1))
-        if metric == "accuracy" else {},
+        "workloads": {},
         # Qualcomm's HTP compiler per chip (compile/qnn.json through the bench): the NPU section leads with it
         "qnn_htp": doc.get("qnn_htp"),
         "rows": rows,
     }
+    res.update(part(res, accuracy_window) if part else {"goals": [_budget(res["bench_seconds"])]})
+    return res
 
 
 ROW_KEYS = {"model": str, "variant": str, "format": str, "latency": dict}

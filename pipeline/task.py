@@ -126,6 +126,9 @@ class Task:
     # the student search's task side (pipeline/search.py runs the study): () -> the task's candidates class
     # (see pipeline/search.py, "The per-task interface"); None: the task has no search
     search: Callable[[], type] | None = None
+    # the task's part of the report's results.json (eval/results.py): (results so far, bundle.accuracy_window) ->
+    # its "goals" and "workloads"; None: the bench's time limit is its only goal
+    results: Callable[[dict, float], dict] | None = None
     # what phone-bench times on a phone (eval/phone.py): the bundle's .ort and Core ML package of a classifier;
     # False: this task's bundles are timed by the bench stage only, and phone-bench says so
     phone_bench: bool = False

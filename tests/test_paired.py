@@ -6,7 +6,8 @@ import pytest
 
 import eval.paired as P
 from eval.latency import Plan
-from eval.results import build_results, validate_results
+from eval.results import validate_results
+from tests.test_report_render import classified
 
 
 def _r(variant, fmt, **extra):
@@ -77,29 +78,29 @@ def _h2h(ratio, lo, hi, **extra):
 
 def test_goal_reads_the_head_to_head_ratio_over_the_sweep():
     # _doc has no optimized row: the fp32 goal is the plain file's
-    res = build_results(_doc([_h2h(0.75, 0.7, 0.81)]))
+    res = classified(_doc([_h2h(0.75, 0.7, 0.81)]))
     assert validate_results(res) == []
     goal = next(g for g in res["goals"] if g["goal"].startswith("our student fp32") and "host-cpu" in g["goal"])
     assert goal["value"] == 0.75 and goal["met"] is True and "alternating-round" in goal["detail"]
     # without a head-to-head entry the goal falls back to the sweep's p50s (2.0 / 2.0)
-    res = build_results(_doc([]))
+    res = classified(_doc([]))
     goal = next(g for g in res["goals"] if g["goal"].startswith("our student fp32") and "host-cpu" in g["goal"])
     assert goal["value"] == 1.0 and goal["met"] is False and "sweep" in goal["detail"]  # a tie is no win
 
 
 def test_schema_rejects_broken_comparisons():
-    assert any("outside its rounds' range" in p for p in validate_results(build_results(_doc([_h2h(1.2, 0.9, 1.1)]))))
+    assert any("outside its rounds' range" in p for p in validate_results(classified(_doc([_h2h(1.2, 0.9, 1.1)]))))
     bad = _h2h(None, None, None)
-    assert any("needs ratio" in p for p in validate_results(build_results(_doc([bad]))))
+    assert any("needs ratio" in p for p in validate_results(classified(_doc([bad]))))
     failed = {k: v for k, v in _h2h(1.0, 1.0, 1.0).items() if not k.startswith("ratio")}
-    assert validate_results(build_results(_doc([dict(failed, status="failed", reason="boom")]))) == []
-    assert any("needs its reason" in p for p in validate_results(build_results(_doc([dict(failed, status="failed")]))))
+    assert validate_results(classified(_doc([dict(failed, status="failed", reason="boom")]))) == []
+    assert any("needs its reason" in p for p in validate_results(classified(_doc([dict(failed, status="failed")]))))
 
 
 def test_fp32_goal_is_the_optimized_file_when_there_is_one():
     doc = _doc([_h2h(1.03, 0.99, 1.08), _h2h(0.9, 0.85, 0.95, ours={"variant": "optimized", "format": "onnx"})])
     doc["rows"].append(dict(doc["rows"][0], variant="optimized"))
-    goals = [g for g in build_results(doc)["goals"] if "Optimum" in g["goal"] and "host-cpu" in g["goal"]]
+    goals = [g for g in classified(doc)["goals"] if "Optimum" in g["goal"] and "host-cpu" in g["goal"]]
     assert [g["goal"].split(" at most")[0] for g in goals] == ["our student optimized", "our student int8-dynamic"]
     assert goals[0]["value"] == 0.9 and goals[0]["met"] is False  # faster, but not by the 0.8 margin
     assert goals[1]["value"] is None and goals[1]["met"] is None  # no int8 rows: listed, not measured
@@ -209,7 +210,7 @@ def test_students_and_teacher_share_rounds_and_a_phase_moves_them_alike(monkeypa
     assert dyn["variant"] == "int8-dynamic" and dyn["ratio"] == pytest.approx(0.055)
     assert dyn["ratio_min"] == pytest.approx(dyn["ratio_max"])  # the phase hit every file of its rounds
     assert static["ratio"] == pytest.approx(0.075) and len(static["round_ratios"]) == 8
-    res = build_results({**_doc([]), "teacher_rounds": [entry]})
+    res = classified({**_doc([]), "teacher_rounds": [entry]})
     assert validate_results(res) == [] and res["teacher_rounds"] == [entry]
     g = next(g for g in res["goals"] if g["goal"].startswith("student int8 p50 <= 1/10"))
     assert g["value"] == pytest.approx(0.055) and g["met"] is True
@@ -235,7 +236,7 @@ def test_host_cpu_times_its_onnx_files_in_rounds_of_their_own(monkeypatch):
     assert got[0]["students"][0]["ratio"] == pytest.approx(0.075)
     assert ("teacher", "fp32", "onnx", 2) in bench.opened
     assert sleeps == [P.SETTLE_S] * 4 * 2  # host-cpu's 2 threads: before each of its 2 files' turns; mobile-cpu none
-    res = build_results({**_doc([]), "teacher_rounds": got})
+    res = classified({**_doc([]), "teacher_rounds": got})
     g = next(g for g in res["goals"] if g["goal"].startswith("student int8 p50 <= 1/10"))
     assert g["value"] == pytest.approx(0.6 / 8.0) and ".ort vs teacher fp32 .ort" in g["detail"]
     no_onnx_teacher = [r for r in _teacher_rows() if (r["model"], r["format"]) != ("teacher", "onnx")]
@@ -303,7 +304,7 @@ def test_without_rounds_the_teacher_goal_reads_the_sweep(monkeypatch):
     doc["rows"] += [{"model": m, "variant": v, "format": "ort", "accuracy": 0.8, "size_bytes": 1, "flops_per_seq": 1,
                      "latency": {"host-cpu": {"status": "skipped", "reason": "ort"}, **lat(ms)}}
                     for m, v, ms in (("teacher", "fp32", 20.0), ("student", "int8-dynamic", 2.4))]
-    res = build_results(doc)
+    res = classified(doc)
     assert validate_results(res) == []
     g = next(g for g in res["goals"] if g["goal"].startswith("student int8 p50 <= 1/10"))
     assert g["value"] == pytest.approx(0.12) and g["met"] is False and "(sweep p50s)" in g["detail"]

@@ -8,7 +8,7 @@ import pytest
 
 from eval.plots import latency_vs_length, off_peers, quality_vs_latency, size_vs_quality
 from eval.report import blocks, to_markdown
-from eval.results import build_results
+from tests.test_report_render import classified
 
 TARGETS = ["host-cpu", "mobile-cpu", "browser-wasm", "edge-npu"]
 LENGTHS = [16, 64, 128]
@@ -48,7 +48,7 @@ def _results():
                     "min_iterations": 10, "max_seconds_per_point": 1.5, "throughput_batch": 8,
                     "sweep_variants": ["fp32"], "inputs": "t", "npu_device": "x"},
            "seconds": {"total": 100.0}, "rows": rows}
-    return build_results(doc)
+    return classified(doc)
 
 
 @pytest.fixture

@@ -6,7 +6,9 @@ import pytest
 
 from eval.plots import pareto
 from eval.report import blocks, to_markdown, write_report
-from eval.results import build_results, quality_key, validate_results
+from eval.results import (build_results, classification_results, generation_results, quality_key,
+                          validate_results)
+from pipeline.config import BundleSection
 
 TARGETS = {"host-cpu": {"runtime": "onnxruntime", "provider": "CPU", "threads": 2, "precision": "fp32",
                         "formats": ["onnx"], "proxy": "", "description": ""},
@@ -32,6 +34,11 @@ def _row(model, variant, fmt, metric, value, size, host, mobile, **extra):
                         "desktop-gpu": gpu}, **extra}
 
 
+def classified(doc: dict, accuracy_window: float = BundleSection.accuracy_window) -> dict:
+    """results.json as the report step builds it for a classification run (its Task.results)."""
+    return build_results(doc, classification_results, accuracy_window)
+
+
 def _doc(rows):
     return {"machine": {"cpu": "test cpu", "machine": "x86_64", "system": "Linux", "logical_cores": 2,
                         "usable_cores": 2, "cpu_flags": ["avx2"], "load_average_1m": 0.1,
@@ -50,7 +57,7 @@ def test_classification_ratios_and_goals():
             _row("student", "int8-dynamic", "ort", "accuracy", 0.76, 1000, None, {16: 1.0, 64: 3.0}),
             _row("student", "fp32", "onnx", "accuracy", 0.77, 4000, {64: 2.0}, None),
             _row("student", "optimum-fp32", "onnx", "accuracy", 0.77, 4000, {64: 2.5}, {64: 3.5}, source="optimum")]
-    res = build_results(_doc(rows))
+    res = classified(_doc(rows))
     assert validate_results(res) == []
     st = next(r for r in res["rows"] if r["variant"] == "int8-dynamic")
     assert st["vs_teacher"]["size_ratio"] == pytest.approx(8.0)
@@ -77,14 +84,14 @@ def test_teacher_rounds_are_a_table_of_every_student_file():
                          "ratio_max": 0.058, "round_ratios": [0.0564] * 9, **f},
                         {"variant": "int8-dynamic", "p50_ms": 0.611, "ratio": 0.0417, "ratio_min": 0.0408,
                          "ratio_max": 0.0422, "round_ratios": [0.0417] * 9, **f}]}]
-    md = to_markdown(blocks(build_results({**_doc(rows), "teacher_rounds": vs}), {}))
+    md = to_markdown(blocks(classified({**_doc(rows), "teacher_rounds": vs}), {}))
     section = md.split("## Student files against the fp32 teacher, in interleaved rounds")[1].split("##")[0]
     assert "in 9 interleaved rounds (mobile-cpu: the teacher's fp32 .ort 14.66 ms, 14.70 ms in the sweep)" in section
     lines = [ln for ln in section.splitlines() if ln.startswith("| mobile-cpu")]
     assert lines == ["| mobile-cpu | int8-dynamic ort | 0.611 | 0.0417 | 0.0408-0.0422 | 0.892 |",
                      "| mobile-cpu | int8-static ort | 0.825 | 0.0564 | 0.0551-0.0580 | 0.831 |"]
     failed = [{"target": "mobile-cpu", "seq_len": 64, "status": "failed", "reason": "RuntimeError: x"}]
-    assert "## Student files against" not in to_markdown(blocks(build_results({**_doc(rows), "teacher_rounds": failed}), {}))
+    assert "## Student files against" not in to_markdown(blocks(classified({**_doc(rows), "teacher_rounds": failed}), {}))
 
 
 def test_generation_rows_render_perplexity_and_generation_table(tmp_path):
@@ -96,7 +103,7 @@ def test_generation_rows_render_perplexity_and_generation_table(tmp_path):
                  generation={"host-cpu": {"status": "skipped", "reason": "runs the .ort file"}})]
     doc = _doc(rows)
     doc["plan"]["max_seconds_per_point"] = None  # the generation bench times whole generations
-    res = build_results(doc)
+    res = build_results(doc, generation_results)
     goals = {g["goal"]: g for g in res["goals"]}
     assert list(goals)[-1] == "benchmark of the models completes within 5 minutes"
     assert goals["student perplexity within 2x of the teacher's"]["value"] == pytest.approx(1.25)
@@ -127,11 +134,11 @@ def test_generation_rows_render_perplexity_and_generation_table(tmp_path):
 def test_skipped_targets_and_lengths_are_listed_with_reasons(tmp_path):
     rows = [_row("teacher", "fp32", "onnx", "accuracy", 0.8, 8000, {64: 40.0}, None)]
     rows[0]["latency"]["host-cpu"]["16"] = {"status": "skipped", "reason": "sweep budget"}
-    md = to_markdown(blocks(build_results(_doc(rows)), {}))
+    md = to_markdown(blocks(classified(_doc(rows)), {}))
     assert "| desktop-gpu: skipped: no CUDA device on this machine | teacher fp32 onnx |" in md
     assert "| host-cpu: skipped: sweep budget | teacher fp32 onnx (at 16) |" in md
     # a variant the quantize stage could not make has no row to time: listed once, for every target
-    res = build_results(_doc(rows))
+    res = classified(_doc(rows))
     res["not_made"] = [{"model": "teacher", "variant": "optimized", "reason": "no fusion patterns for 'deberta'"}]
     assert validate_results(res) == []
     assert "| all targets: not made: no fusion patterns for 'deberta' | teacher optimized |" in \
@@ -144,11 +151,11 @@ def test_skipped_targets_and_lengths_are_listed_with_reasons(tmp_path):
 def test_proxy_line_names_the_proxies_or_says_there_are_none():
     rows = [_row("teacher", "fp32", "onnx", "accuracy", 0.8, 8000, {64: 40.0}, None)]
     doc = _doc(rows)
-    md = to_markdown(blocks(build_results(doc), {}))
+    md = to_markdown(blocks(classified(doc), {}))
     assert "Host proxies: mobile-cpu - measured on this machine as a stand-in;" in md
     for t in doc["targets"].values():
         t["proxy"] = ""
-    md = to_markdown(blocks(build_results(doc), {}))
+    md = to_markdown(blocks(classified(doc), {}))
     assert "Host proxies: none - every target was measured on the hardware it names. Numbers marked" in md
     assert "stand-in" not in md.split("Host proxies")[1].split("\n")[0]
     assert "## Latency vs sequence length" not in md  # one length timed (as generation): no empty section
@@ -156,12 +163,12 @@ def test_proxy_line_names_the_proxies_or_says_there_are_none():
     assert "interleaved rounds" not in md  # a document from before desktop-gpu was timed in rounds
     doc["plan"]["gpu_rounds"] = 10
     rounds = "desktop-gpu: every row's points are timed together in 10 interleaved rounds"
-    assert rounds not in to_markdown(blocks(build_results(doc), {}))  # configured, but nothing timed there
+    assert rounds not in to_markdown(blocks(classified(doc), {}))  # configured, but nothing timed there
     doc["rows"][0]["latency"]["desktop-gpu"] = _lat({64: 1.0})
-    assert rounds in to_markdown(blocks(build_results(doc), {}))
+    assert rounds in to_markdown(blocks(classified(doc), {}))
     doc["machine"]["gpu"] = {"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "compute_capability": "9.0",
                              "cuda_runtime": "13.0", "driver": "580.159.04", "count": 1}
-    machine_line = next(line for line in to_markdown(blocks(build_results(doc), {})).splitlines()
+    machine_line = next(line for line in to_markdown(blocks(classified(doc), {})).splitlines()
                         if line.startswith("Machine:"))
     assert machine_line.endswith("GPU: NVIDIA H100 80GB HBM3 (81,559 MiB, compute capability 9.0, driver 580.159.04, "
                                  "CUDA 13.0 (PyTorch's)).")
@@ -182,7 +189,7 @@ def test_generation_goals_read_decode_speed_on_mobile_cpu():
             _row("student", "fp32", "pytorch", "perplexity", 50.0, 2000, None, None),
             _row("student", "int8-dynamic", "ort", "perplexity", 51.0, 500, None, None, generation=gen(90.0)),
             _row("lstm", "fp32", "pytorch", "perplexity", 45.0, 1000, None, None)]
-    goals = {g["goal"]: g for g in build_results(_doc(rows))["goals"]}
+    goals = {g["goal"]: g for g in build_results(_doc(rows), generation_results)["goals"]}
     assert goals["student int8 decode >= 5x the teacher's tokens/s on mobile-cpu"]["value"] == pytest.approx(4.5)
     assert goals["student int8 decode >= 5x the teacher's tokens/s on mobile-cpu"]["met"] is False
     assert goals["student perplexity within 2x of the teacher's"]["met"] is False  # 2.5x
@@ -207,7 +214,7 @@ def test_summary_shows_a_files_rounds_beside_a_sweep_point_they_disagree_with():
     assert rounds_p50(rows[1], "mobile-cpu", 64) == pytest.approx(0.61)
     assert rounds_p50(rows[1], "mobile-cpu", 16) is None and rounds_p50(rows[2], "mobile-cpu", 64) is None
     assert abs(14.2 / 15.0 - 1) < DISAGREE < abs(0.61 / 1.2 - 1)
-    res = build_results(_doc(rows))
+    res = classified(_doc(rows))
     i8 = next(r for r in res["rows"] if r["variant"] == "int8-dynamic")
     assert i8["vs_teacher"]["speedup"]["mobile-cpu"] == pytest.approx(15.0 / 1.2)  # the sweep's, like every row's
     md = to_markdown(blocks(res, {}))
@@ -218,7 +225,7 @@ def test_summary_shows_a_files_rounds_beside_a_sweep_point_they_disagree_with():
     sweep = md.split("## Latency vs sequence length (p50 ms, batch 1)")[1].split("##")[0]
     assert "| student | int8-dynamic | ort | 0.400 | 1.20 |" in sweep  # the length tables: the sweep alone
     rows[1]["latency"]["mobile-cpu"]["rounds"]["round_p50_ms"] = [1.15, 1.2, 1.1]  # agrees: no second number
-    assert "\u2020" not in to_markdown(blocks(build_results(_doc(rows)), {})).split("## Summary")[1]
+    assert "\u2020" not in to_markdown(blocks(classified(_doc(rows)), {})).split("## Summary")[1]
 
 
 def test_browser_cross_check_section():
@@ -228,7 +235,7 @@ def test_browser_cross_check_section():
         "64": {"p50_ms": 6.0, "p90_ms": 6.5, "p99_ms": 7.0, "mean_ms": 6.1, "min_ms": 5.9, "iterations": 10},
         "cross_check": {"length": 64, "node-wasm": {"p50_ms": 4.5}, "node-native": {"error": "no binary"},
                         "versions": {"node": "20.20.2", "onnxruntime-web": "1.30.0"}}}
-    res = build_results(_doc(rows))
+    res = classified(_doc(rows))
     assert validate_results(res) == []  # eval/SCHEMA.md knows the key
     md = to_markdown(blocks(res, {}))
     section = md.split("## Browser rows cross-checked outside the browser (64 tokens, 1 thread)")[1].split("##")[0]
@@ -236,10 +243,10 @@ def test_browser_cross_check_section():
     assert "onnxruntime-web 1.30.0" in section
     # Node times in rounds: where Chromium's page timed the file in rounds too, the ratio reads those
     rows[0]["latency"]["browser-wasm"]["chromium_rounds"] = {"length": 64, "round_p50_ms": [4.4, 4.6, 4.5]}
-    section = to_markdown(blocks(build_results(_doc(rows)), {})).split("1 thread)")[1].split("##")[0]
+    section = to_markdown(blocks(classified(_doc(rows)), {})).split("1 thread)")[1].split("##")[0]
     assert "| student | int8-dynamic | ort | 4.50 \u2020 (sweep 6.00) | 4.50 | 1.00 | - | no binary |" in section
     plain = [_row("student", "int8-dynamic", "ort", "accuracy", 0.8, 1000, None, {64: 2.0})]
-    assert "cross-checked" not in to_markdown(blocks(build_results(_doc(plain)), {}))
+    assert "cross-checked" not in to_markdown(blocks(classified(_doc(plain)), {}))
 
 
 def test_header_states_the_browser_warm_up_only_when_a_browser_target_was_timed():
@@ -247,13 +254,13 @@ def test_header_states_the_browser_warm_up_only_when_a_browser_target_was_timed(
     doc = _doc(rows)
     doc["plan"].update(browser_warmup=2, browser_iterations=10, browser_v8_flags="--no-liftoff",
                        browser_file_warmup_s=0.15)
-    assert "Browser targets:" not in to_markdown(blocks(build_results(doc), {}))  # none timed
+    assert "Browser targets:" not in to_markdown(blocks(classified(doc), {}))  # none timed
     doc["targets"] = dict(TARGETS, **{"browser-wasm": {"runtime": "onnxruntime-web", "provider": "wasm", "threads": 1,
                                                        "precision": "fp32", "formats": ["onnx", "ort"], "proxy": "",
                                                        "description": ""}})
     doc["threads"]["browser-wasm"] = 1
     rows[0]["latency"]["browser-wasm"] = _lat({64: 5.0})
-    md = to_markdown(blocks(build_results(doc), {}))
+    md = to_markdown(blocks(classified(doc), {}))
     assert ("Browser targets: Chromium with V8 flags --no-liftoff (V8 compiles the WASM module optimized when it "
             "loads; left to tier it up while files were timed, files read up to 3x slow)") in md
     assert "each file run untimed for 0.15 s, then 2 warm-up calls per length and up to 10 timed calls." in md

@@ -467,10 +467,9 @@ def test_a_finished_search_is_in_the_report(search_cfg, tmp_path):
     assert len(s["trials"]) == 2 and s["best_trial"] == summary["best_trial"] and s["metric"] == "validation_accuracy"
     assert s["best"]["number"] == s["best_trial"] and s["config"] == "search/best-host-cpu.toml"
     assert (tmp_path / s["plot"]).read_bytes() == (cfg.run_dir / "search" / "pareto.png").read_bytes()
-    from eval.results import build_results
-    from tests.test_report_render import _doc, _row
+    from tests.test_report_render import _doc, _row, classified
 
-    res = build_results(_doc([_row("teacher", "fp32", "onnx", "accuracy", 0.8, 4000, {64: 10.0}, {64: 20.0}),
+    res = classified(_doc([_row("teacher", "fp32", "onnx", "accuracy", 0.8, 4000, {64: 10.0}, {64: 20.0}),
                               _row("student", "fp32", "onnx", "accuracy", 0.78, 1000, {64: 2.0}, {64: 4.0})]))
     res["search"] = s
     bl = blocks(res, {}, tmp_path)

@@ -393,3 +393,37 @@ def test_every_tasks_quality_metric_says_which_way_is_better(toy):
         _ratios(rows, metric, [], 64)
         assert [r["vs_teacher"]["quality_retention"] for r in rows] == pytest.approx([1.0, 0.75 if metric == "accuracy"
                                                                                       else 0.5])
+
+
+def test_the_shared_report_step_writes_the_toys_own_goals(toy, tmp_path, monkeypatch):
+    """The toy binds the shared report step (pipeline.tasks.common:report); what it adds to results.json is the
+    task's own part (Task.results): the toy's goals, none of classification's or generation's. Without one, the
+    bench's time limit is the only goal."""
+    from pipeline.task import lazy
+    from tests.test_report_render import _doc, _row
+
+    def bench(ctx):
+        _record(ctx)
+        rows = [_row("teacher", "fp32", "onnx", "accuracy", 0.8, 4000, {64: 10.0}, {64: 20.0}),
+                _row("student", "fp32", "onnx", "accuracy", 0.78, 1000, {64: 2.0}, {64: 4.0})]
+        (ctx.out / "latency.json").write_text(json.dumps(_doc(rows)))
+        return {"rows": len(rows)}
+
+    def toy_results(res: dict, accuracy_window: float) -> dict:
+        student = next(r for r in res["rows"] if r["model"] == "student")
+        kept = student["vs_teacher"]["quality_retention"]  # the shared part, computed before the task's
+        return {"goals": [{"goal": "toy student keeps 90% of the teacher's accuracy", "value": kept, "limit": 0.9,
+                           "met": kept >= 0.9, "detail": f"window {accuracy_window:g}"}]}
+
+    steps = {**TASKS[TOY].steps, "bench": Step(bench), "report": Step(lazy("pipeline.tasks.common:report"))}
+    monkeypatch.setitem(TASKS, TOY, replace(TASKS[TOY], steps=steps, results=toy_results))
+    cfg = toy_cfg(tmp_path, bundle={"accuracy_window": 0.02})
+    run(cfg, ["report"])
+    res = json.loads((cfg.run_dir / "report" / "results.json").read_text())
+    assert res["goals"] == [{"goal": "toy student keeps 90% of the teacher's accuracy", "value": pytest.approx(0.975),
+                             "limit": 0.9, "met": True, "detail": "window 0.02"}]
+    assert res["workloads"] == {} and "toy student keeps 90%" in (cfg.run_dir / "report" / "report.md").read_text()
+    monkeypatch.setitem(TASKS, TOY, replace(TASKS[TOY], results=None))
+    run(cfg, ["report"], force=("report",))
+    goals = json.loads((cfg.run_dir / "report" / "results.json").read_text())["goals"]
+    assert [g["goal"] for g in goals] == ["benchmark of the models completes within 5 minutes"]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from eval.report import _head_to_head, _workloads
-from eval.results import build_results, validate_results
+from eval.results import validate_results
 from eval.workloads import choose_workloads, workloads
 from export.bundle import bundle_workloads
+from tests.test_report_render import classified
 
 
 def _pt(ms: float) -> dict:
@@ -75,7 +76,7 @@ def test_report_table_names_the_file_per_workload():
     doc = {"machine": {}, "versions": {}, "threads": {"mobile-cpu": 1, "host-cpu": 2},
            "targets": {"mobile-cpu": {}, "host-cpu": {}}, "plan": {"headline_length": 64, "throughput_batch": 32},
            "seconds": {"total": 1.0}, "rows": ROWS, "quality_metric": "accuracy"}
-    res = build_results(doc, 0.01)
+    res = classified(doc, 0.01)
     assert res["workloads"]["mobile-cpu"]["batch32"]["variant"] == "optimized"
     blocks = _workloads(res)
     assert blocks[0] == ("h2", "Which file for which workload")
@@ -101,7 +102,7 @@ def test_batch32_goals_and_head_to_head_rows_are_kept_apart():
     doc = {"machine": {}, "versions": {}, "threads": {"mobile-cpu": 1}, "targets": {},
            "plan": {"headline_length": 64, "throughput_batch": 32}, "seconds": {"total": 1.0},
            "rows": ROWS[:4], "quality_metric": "accuracy", "head_to_head": [_h2h(1, 0.7), _h2h(32, 0.9)]}
-    res = build_results(doc)
+    res = classified(doc)
     assert not [p for p in validate_results(res) if "head_to_head" in p]
     goals = {g["goal"]: g for g in res["goals"] if "Optimum" in g["goal"] and "mobile-cpu" in g["goal"]}
     assert goals["our student optimized at most 0.8x Optimum's time on mobile-cpu at 64 tokens"]["value"] == 0.7
@@ -113,7 +114,7 @@ def test_batch32_goals_and_head_to_head_rows_are_kept_apart():
     assert goals["our student int8-dynamic at most 0.8x Optimum's time on mobile-cpu at 64 tokens, batch 32"]["value"] is None
     # without a paired batch-32 entry the throughput rows give the ratio: Optimum 2000 seq/s / ours 500
     doc["head_to_head"] = [_h2h(1, 0.7)]
-    g = next(g for g in build_results(doc)["goals"] if g["goal"].endswith("mobile-cpu at 64 tokens, batch 32")
+    g = next(g for g in classified(doc)["goals"] if g["goal"].endswith("mobile-cpu at 64 tokens, batch 32")
              and "optimized" in g["goal"])
     assert g["value"] == pytest.approx(4.0) and g["met"] is False and "sequences/s" in g["detail"]
     table = _head_to_head({"head_to_head": [_h2h(1, 0.7), _h2h(32, 0.9)]})[-1][2]

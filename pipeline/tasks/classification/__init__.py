@@ -70,6 +70,7 @@ TASK = Task(
         # the study's name does not hash re-runs no trial, it only rewrites the outputs)
         "search": Step(lazy("pipeline.search:stage_search"), ("*",)),
     },
+    results=lazy("eval.results:classification_results"),
     verify=lazy(f"{_HERE}.verify:verify"),
     validate=lazy(f"{_HERE}.checks:validate"),
     search=lazy(f"{_HERE}.search:searcher"),

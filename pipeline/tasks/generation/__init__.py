@@ -59,6 +59,7 @@ TASK = Task(
         # best-<target>.toml is the whole resolved config: every key counts
         "search": Step(lazy("pipeline.search:stage_search"), ("*",)),
     },
+    results=lazy("eval.results:generation_results"),
     verify=lazy(f"{_HERE}.replay:verify"),
     validate=lazy(f"{_HERE}.checks:validate"),
     search=lazy(f"{_HERE}.search:searcher"),
