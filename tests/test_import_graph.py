@@ -180,3 +180,25 @@ def test_only_the_tasks_branch_on_a_task_name():
     (its steps, checks, search), so a shared module never asks which task it is in."""
     bad = task_branches(project_modules())
     assert not bad, "move the task-specific rule into pipeline/tasks/<task>/:\n" + "\n".join(bad)
+
+
+def cross_task_uses(modules: dict[str, Path], g: dict[str, dict[str, list]]) -> list[str]:
+    """A task package (pipeline/tasks/<task>/) reaching into another task's package, by an import or by the
+    "module:function" string of a lazy step: what they share belongs in pipeline/tasks/common.py or skips.py."""
+    tasks = {m.split(".")[2] for m in modules if m.count(".") >= 3 and m.startswith("pipeline.tasks.")}
+    out = []
+    for m, path in modules.items():
+        parts = m.split(".")
+        if len(parts) < 3 or parts[:2] != ["pipeline", "tasks"] or parts[2] not in tasks:
+            continue
+        used = set(g[m]) | {c.value.partition(":")[0] for c in ast.walk(ast.parse(path.read_text()))
+                            if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                            and c.value.startswith("pipeline.tasks.")}
+        out += [f"{m} uses {u}" for u in sorted(used)
+                if u.startswith("pipeline.tasks.") and u.count(".") >= 2 and u.split(".")[2] in tasks - {parts[2]}]
+    return out
+
+
+def test_a_task_uses_nothing_of_another_task():
+    bad = cross_task_uses(project_modules(), graph())
+    assert not bad, "move what both tasks use into pipeline/tasks/common.py or skips.py:\n" + "\n".join(bad)

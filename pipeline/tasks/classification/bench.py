@@ -13,11 +13,9 @@ from pipeline.task import StageContext
 from pipeline.tasks.classification import MODEL_FOLDERS, TASK
 from pipeline.tasks.classification.train import _xy
 from pipeline.tasks.common import reports_truncation
+from pipeline.tasks.skips import PEER_ROWS, skip_peer
 
 log = logging.getLogger("pocketformer")
-
-
-PEER_ROWS = "rows.json"
 
 
 @reports_truncation
@@ -49,15 +47,6 @@ def stage_peer(ctx: StageContext) -> dict:
     (ctx.out / PEER_ROWS).write_text(json.dumps(doc, indent=2))
     return {"rows": len(rows), "seconds": doc["seconds"],
             "accuracy": {f"{r['model']} {r['variant']}": r.get("accuracy") for r in rows}}
-
-
-def skip_peer(ctx: StageContext, reason: str = "") -> dict:
-    """No peer files: peer/rows.json holds no rows and says why (another task, bench.optimum_peer = false)."""
-    reason = reason or (f"the Optimum peer is exported for text classification; run.task = '{ctx.cfg.run.task}' "
-                        "is compared with its own teacher and baselines")
-    (ctx.out / PEER_ROWS).write_text(json.dumps({"skipped": reason, "rows": [], "seconds": 0.0}, indent=2))
-    print(f"[peer] skipped: {reason}")
-    return {"skipped": reason, "rows": 0}
 
 
 def read_peer(folder, run_dir) -> tuple[list[dict], float]:

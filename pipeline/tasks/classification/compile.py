@@ -23,26 +23,14 @@ import numpy as np
 
 from pipeline.data import read_split
 from pipeline.task import StageContext
+from pipeline.tasks.skips import QNN_JSON, skip_compile
 
 log = logging.getLogger("pocketformer")
-QNN_JSON = "qnn.json"
 CONTEXT_FOLDER = "qnn"
 # the models whose files are compiled: what ships to a phone (the teacher does not)
 MODELS = ("student", "lstm", "lstm_distilled")
 # test texts a second chip's emulator run repeats to show its numerics equal the first chip's
 PROBE_TEXTS = 1
-
-
-def _skip(ctx: StageContext, reason: str) -> dict:
-    (ctx.out / QNN_JSON).write_text(json.dumps({"skipped": reason, "rows": []}, indent=2))
-    print(f"[compile] skipped: {reason}")
-    return {"skipped": reason}
-
-
-def skip_compile(ctx: StageContext) -> dict:
-    """The generation task: a decoder with a growing KV cache has dynamic shapes the HTP compiler rejects."""
-    return _skip(ctx, "generation runs a growing KV cache (dynamic shapes); the HTP compile covers "
-                      "classification's fixed-shape files only")
 
 
 def quantize_failure(r: dict, records: str) -> str | None:
@@ -161,11 +149,11 @@ def stage_compile(ctx: StageContext) -> dict:
     cfg, q = ctx.cfg, ctx.cfg.quantize
     chips = list(dict.fromkeys(cfg.npu.chips))  # known chip names: checked when the config loaded
     if not chips:
-        return _skip(ctx, "npu.chips is empty")
+        return skip_compile(ctx, "npu.chips is empty")
     why = unavailable_reason()
     if why:
         log.warning("[compile] the HTP compile is skipped: %s", why)
-        return _skip(ctx, why)
+        return skip_compile(ctx, why)
     todo = jobs(ctx.input("quantize"), sorted(set(q.npu_lengths)))
     texts = [r["text"] for r in read_split(ctx.input("data"), "test")]
     sample = texts[: cfg.npu.emulator_samples] if cfg.npu.emulator_samples else texts

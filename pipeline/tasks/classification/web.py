@@ -8,12 +8,7 @@ from pathlib import Path
 from pipeline.data import read_labels, read_split
 from pipeline.errors import PipelineError
 from pipeline.task import StageContext
-
-
-def _skip(ctx: StageContext, reason: str) -> dict:
-    (ctx.out / "README.md").write_text(f"# No web bundle for run {ctx.cfg.run.name}\n\n{reason}.\n")
-    print(f"[web-bundle] skipped: {reason}")
-    return {"skipped": reason}
+from pipeline.tasks.skips import skip_web_bundle
 
 
 def page_tokenizer_mismatch(tokenizer, tok_dir: Path) -> str | None:
@@ -59,10 +54,10 @@ def stage_web_bundle(ctx: StageContext) -> dict:
 
     cfg, b = ctx.cfg, ctx.cfg.bundle  # web_target is a timed browser target: checked when the config loads
     if not b.web:
-        return _skip(ctx, "bundle.web = false")
+        return skip_web_bundle(ctx, "bundle.web = false")
     why = W.runtime_missing()
     if why:
-        return _skip(ctx, why)
+        return skip_web_bundle(ctx, why)
     rows = json.loads((ctx.input("quantize") / "variants.json").read_text()) + \
         json.loads((ctx.input("export") / "variants.json").read_text())
     results = json.loads((ctx.input("report") / "results.json").read_text())
@@ -72,7 +67,7 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     tok_src = ctx.input("quantize") / name / "tokenizer"
     why = page_tokenizer_mismatch(AutoTokenizer.from_pretrained(tok_src), tok_src)
     if why:  # the page's tokenizer (web/demo/wordpiece.mjs) is BERT's WordPiece; other families would mislabel
-        return _skip(ctx, f"the page's JavaScript tokenizer is BERT WordPiece and {name}'s tokenizer {why}; set "
+        return skip_web_bundle(ctx, f"the page's JavaScript tokenizer is BERT WordPiece and {name}'s tokenizer {why}; set "
                           f"bundle.web = false to silence this")
     # the JavaScript tokenizer's gate needs enough test texts to mean its share (export/checks.py)
     texts = [r["text"] for r in read_split(ctx.input("data"), "test")]
@@ -152,8 +147,3 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     return {"model": name, "variant": variant, "format": fmt, "target": b.web_target, "rule": row["choice"]["rule"],
             "dist": str(dist), "tokenizer_check": {k: tok_check[k] for k in ("texts", "differ", "agreement")},
             "page_check": {k: v for k, v in page.items() if k != "page_errors"}, "files": len(meta["files"])}
-
-
-def skip_web_bundle(ctx: StageContext) -> dict:
-    """Runs of a task with no web bundle (the page is a classifier); writes web-bundle/README.md saying so."""
-    return _skip(ctx, "the web bundle and its demo page are built for the classification task")
