@@ -161,9 +161,18 @@ def _targets(res: dict) -> list[Block]:
                                           "rows measured", "note"], rows), *dropped]
 
 
+def _beside(v: float | None, limit: float | None) -> str:
+    """_g, with as many more digits as it takes to tell a value from its limit: a missed goal of 0.8005 against
+    0.8 reads "0.8005 | 0.8 | NO", not "0.8 | 0.8 | NO"."""
+    if v is None or limit is None or v == limit:
+        return _g(v)
+    return next((f"{v:.{n}g}" for n in range(3, 10) if f"{v:.{n}g}" != f"{limit:.{n}g}"), _g(v))
+
+
 def _goals(res: dict) -> list[Block]:
     met = {True: "yes", False: "NO", None: "not measured"}
-    rows = [[g["goal"], _g(g["value"]), _g(g["limit"]), met[g["met"]], g["detail"]] for g in res["goals"]]
+    rows = [[g["goal"], _beside(g["value"], g["limit"]), _g(g["limit"]), met[g["met"]], g["detail"]]
+            for g in res["goals"]]
     return [("h2", "Goals from the issue, checked on this run"),
             ("table", ["goal", "value", "limit", "met", "how"], rows)]
 

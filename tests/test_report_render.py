@@ -292,3 +292,15 @@ def test_head_to_head_explains_a_4bit_word_table_against_optimums_fp32_one():
         "0.7500, against Optimum's 4.68 MiB at 0.7542, whose table stays fp32.")
     assert _table_bits_note([{**ours, "details": {}}, peer]) == ""  # an int8 table: nothing to explain
     assert _table_bits_note([ours]) == ""  # no peer
+
+
+def test_a_goal_value_shows_the_digits_that_tell_it_from_its_limit():
+    """A missed goal of 0.8005 against 0.8 printed as "0.8 | 0.8 | NO" reads as a contradiction: the value gets the
+    digits it needs (3 significant ones at least), the limit stays as written."""
+    from eval.report import _beside, _goals
+
+    assert [_beside(v, 0.8) for v in (0.8005, 0.79999, 0.7766, 0.8, 0.81)] == ["0.8005", "0.79999", "0.777", "0.8",
+                                                                             "0.81"]
+    assert (_beside(None, 0.8), _beside(193.1, 300.0), _beside(0.12345678912, None)) == ("-", "193", "0.123")
+    goals = [{"goal": "g", "value": 0.8005, "limit": 0.8, "met": False, "detail": "d"}]
+    assert _goals({"goals": goals})[1][2] == [["g", "0.8005", "0.8", "NO", "d"]]
