@@ -13,7 +13,7 @@ from eval.rows import find, goal, p50, pick_p50, point
 
 TARGET = "browser-wasm"
 WINDOW = 0.01  # bundle.accuracy_window's default: the report has no bundle settings
-# issue 22, item 2: web student / Optimum's faster file <= 0.7, in Chromium and in the Node cross-check
+# the web student / Optimum's faster file <= 0.7, in Chromium and in the Node cross-check
 PEER_LIMIT = 0.7
 
 

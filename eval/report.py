@@ -173,7 +173,7 @@ def _goals(res: dict) -> list[Block]:
     met = {True: "yes", False: "NO", None: "not measured"}
     rows = [[g["goal"], _beside(g["value"], g["limit"]), _g(g["limit"]), met[g["met"]], g["detail"]]
             for g in res["goals"]]
-    return [("h2", "Goals from the issue, checked on this run"),
+    return [("h2", "Goals, checked on this run"),
             ("table", ["goal", "value", "limit", "met", "how"], rows)]
 
 

@@ -1,5 +1,5 @@
 """results.json: the bench's rows plus what the report compares - ratios against the fp32 teacher and
-the issue's goals checked on this run's numbers. Schema: eval/SCHEMA.md."""
+the task's goals checked on this run's numbers. Schema: eval/SCHEMA.md."""
 from __future__ import annotations
 
 import operator

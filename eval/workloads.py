@@ -1,4 +1,4 @@
-"""Which file serves which workload, from the measured rows (issue 22): per target, the student file for
+"""Which file serves which workload, from the measured rows: per target, the student file for
 answering one text at a time (batch 1: the fastest p50 at the headline length) and the one for batches
 (bench.throughput_batch: the most sequences/s), each among the files whose test accuracy is within the
 accuracy window of the best. The report prints the table; the app bundle's metadata names the same files.

@@ -185,7 +185,7 @@ def test_browser_goals_read_the_bundle_rule_on_browser_rows():
     teacher_goal, peer_goal, node_goal = browser_goals(rows, 64, ["mobile-cpu", "browser-wasm"])
     assert teacher_goal["value"] == pytest.approx(3.0 / 40.0) and teacher_goal["met"] is True
     assert "int8-static .onnx" in teacher_goal["detail"]
-    # issue 22's limit: <= 0.7x Optimum's faster file (it was 0.8)
+    # the limit: <= 0.7x Optimum's faster file
     assert peer_goal["limit"] == 0.7 and "<= 0.7x Optimum's export" in peer_goal["goal"]
     assert peer_goal["value"] == pytest.approx(3.0 / 4.0) and peer_goal["met"] is False
     assert "optimum-int8-dynamic" in peer_goal["detail"] and "cross-check" not in peer_goal["detail"]

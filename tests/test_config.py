@@ -127,7 +127,7 @@ def test_generation_bench_settings_rerun_the_generation_bench_only():
     ({"data": {"label_variants": "ignore"}}, r"'data.label_variants' = 'ignore' must be one of merge, error, keep"),
 ])
 def test_every_setting_is_checked_at_load_time(raw, msg):
-    """Ranges and registry names fail when the config loads, not after training (issue 12, item 6)."""
+    """Ranges and registry names fail when the config loads, not after training."""
     with pytest.raises(PipelineError, match=msg):
         config_from_dict(raw, "c.toml")
 

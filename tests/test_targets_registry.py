@@ -45,7 +45,7 @@ def test_sweep_variants_run_every_length_and_throughput_on_host_and_mobile():
     p = _plan("host-cpu")
     assert isinstance(p, Point) and p.lengths == LENGTHS and p.throughput
     p = _plan("mobile-cpu", fmt="ort", variant="int8-dynamic")
-    assert p.lengths == LENGTHS and p.throughput  # the batch-32 workload on one core (issue 22)
+    assert p.lengths == LENGTHS and p.throughput  # the batch-32 workload on one core
     p = _plan("mobile-cpu", variant="optimum-int8-dynamic")
     assert p.lengths == [64] and p.throughput  # Optimum's file too: the same workload, head to head
     p = _plan("mobile-cpu", fmt="ort", variant="int8-static")
