@@ -281,3 +281,18 @@ def test_edited_generation_metadata_is_named(built, tmp_path, edit, match):
     (copy / "metadata.json").write_text(json.dumps(meta, indent=2))
     with pytest.raises(PipelineError, match=match):
         verify_bundle(copy)
+
+
+def test_the_generation_report_holds_the_generation_tasks_goals(built):
+    """The shared report step adds the generation task's part of results.json (Task.results): its perplexity and
+    decode goals and the bench's time limit, no classification goal and no workload table."""
+    cfg, _, _ = built
+    res = json.loads((cfg.run_dir / "report" / "results.json").read_text())
+    assert res["quality_metric"] == "perplexity" and res["workloads"] == {}
+    assert [g["goal"] for g in res["goals"]] == [
+        "student perplexity within 2x of the teacher's", "student perplexity below the LSTM's",
+        "student int8 decode >= 5x the teacher's tokens/s on mobile-cpu",
+        "benchmark of the models completes within 5 minutes"]
+    ratio = res["goals"][0]
+    rows = {r["model"]: r["perplexity"] for r in res["rows"] if r["format"] == "pytorch"}
+    assert ratio["value"] == pytest.approx(rows["student"] / rows["teacher"])
