@@ -55,7 +55,7 @@ TEACHERS: dict[str, PackagedTeacher] = {
 
 def spec_problem(spec: str, task: str = "classification", missing_ok: bool = False) -> str | None:
     """What is wrong with teacher.model for run.task (None: fine), without loading anything: a packaged teacher
-    of the other task, or a local path that is missing (unless missing_ok) or no Hugging Face folder. The config
+    that does not serve run.task, or a local path that is missing (unless missing_ok) or no Hugging Face folder. The config
     load passes missing_ok (pipeline/config_rules.py): a teacher folder moved after training must not stop
     status, report, bundle or phone-bench, which never read it; the teacher stage refuses it when it runs."""
     named = [name for name, t in TEACHERS.items() if task in t.tasks]
@@ -68,7 +68,7 @@ def spec_problem(spec: str, task: str = "classification", missing_ok: bool = Fal
     p = Path(spec)
     if spec.startswith((".", "/", "~")) or p.exists():
         p = p.expanduser()
-        give = f"Give a Hugging Face model folder (config.json + weights), a hub id{one_of}"
+        give = f"Give a Hugging Face model folder (config.json + weights), a hub id{',' if named else ''}{one_of}"
         if not p.exists():
             return None if missing_ok else f"teacher.model = '{spec}' does not exist. {give}"
         if not p.is_dir():

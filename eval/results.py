@@ -49,8 +49,8 @@ def _ratios(rows: list[dict], metric: str, targets: list[str], length: int) -> N
         r["vs_teacher"] = vs
 
 
-def _budget(seconds: dict) -> dict:
-    """The bench's own time limit, a goal of every task."""
+def budget_goal(seconds: dict) -> dict:
+    """The bench's own time limit: every task's part of results.json includes it (res["bench_seconds"])."""
     peer = seconds.get("peer_export")
     # the three largest parts (eval/bench.py run_bench), so a miss says where the time went
     parts = sorted((seconds.get("parts") or {}).items(), key=lambda kv: -kv[1])
@@ -68,7 +68,7 @@ def classification_results(res: dict, accuracy_window: float) -> dict:
     rows, length, plan, targets = res["rows"], res["plan"]["headline_length"], res["plan"], list(res["targets"])
     goals = [_teacher_goal(rows, length, res["teacher_rounds"]),
              *_peer_goals(rows, res["head_to_head"], length, plan.get("throughput_batch", 0)),
-             _budget(res["bench_seconds"]), *browser_goals(rows, length, targets)]
+             budget_goal(res["bench_seconds"]), *browser_goals(rows, length, targets)]
     return {"goals": goals,
             "workloads": workloads(rows, targets, accuracy_window, length, plan.get("throughput_batch", 1))}
 
@@ -76,7 +76,7 @@ def classification_results(res: dict, accuracy_window: float) -> dict:
 def generation_results(res: dict, accuracy_window: float) -> dict:
     """The generation task's part: its perplexity and decode-speed goals; no workload table (the bundle ships
     its one decoder)."""
-    return {"goals": [*_generation_goals(res["rows"]), _budget(res["bench_seconds"])], "workloads": {}}
+    return {"goals": [*_generation_goals(res["rows"]), budget_goal(res["bench_seconds"])], "workloads": {}}
 
 
 def _teacher_goal(rows: list[dict], length: int, teacher_rounds: list[dict]) -> dict:
@@ -163,6 +163,8 @@ def build_results(doc: dict, part: Callable[[dict, float], dict] | None = None,
     """bench/latency.json -> results.json: the vs_teacher ratios and the quality metric every task has, then the
     task's own part (its Task.results: classification_results, generation_results): its goals and sections.
     part None: the shared goal (the bench's time) alone."""
+    if part is not None and not callable(part):  # build_results(doc, window) before the task's part existed
+        raise TypeError(f"build_results(doc, part, accuracy_window): part is the task's Task.results, got {part!r}")
     rows = [dict(r) for r in doc["rows"]]
     length = doc["plan"]["headline_length"]
     metric = doc.get("quality_metric") or quality_key(rows)  # the task's metric (pipeline/tasks/<task>/)
@@ -185,7 +187,7 @@ def build_results(doc: dict, part: Callable[[dict, float], dict] | None = None,
         "qnn_htp": doc.get("qnn_htp"),
         "rows": rows,
     }
-    res.update(part(res, accuracy_window) if part else {"goals": [_budget(res["bench_seconds"])]})
+    res.update(part(res, accuracy_window) if part else {"goals": [budget_goal(res["bench_seconds"])]})
     return res
 
 

@@ -93,7 +93,7 @@ PATHS = {"data.train_path", "data.validation_path", "data.test_path", "data.sour
 # teacher.fine_tune = false: the packaged MiniLM has no classification head of its own (refused at load)
 NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.steps", "teacher.fine_tune", *PATHS},
                   # search.npu_compile = true: generation has no HTP compile; search.variants: its decoder search
-                  # times int8-dynamic only (pipeline/search_checks.py); data.max_unlabeled: no labels to leave out
+                  # times int8-dynamic only (generation/checks.py); data.max_unlabeled: no labels to leave out
                   # baseline.cell: the generation baseline is an LSTM language model; CLASSIFICATION_ONLY: refused
                   "generation": {"run.task", "student.arch", "teacher.fine_tune", "search.npu_compile", "baseline.cell",
                                  *CLASSIFICATION_ONLY,

@@ -148,31 +148,51 @@ def test_lower_packages_import_only_errors_and_config_sections_from_pipeline():
                      "XxxSection dataclasses / pure helpers of pipeline.config:\n" + "\n".join(bad))
 
 
+def _is_task(node: ast.AST) -> bool:
+    """`x.task`, `task`, `x["task"]` or `x.get("task")`: a task name read from a config, a bundle's metadata."""
+    key = lambda n: isinstance(n, ast.Constant) and n.value == "task"  # noqa: E731
+    return (isinstance(node, ast.Attribute) and node.attr == "task" or isinstance(node, ast.Name) and node.id == "task"
+            or isinstance(node, ast.Subscript) and key(node.slice)
+            or isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+            and bool(node.args) and key(node.args[0]))
+
+
 def task_branches(modules: dict[str, Path]) -> list[str]:
-    """`<x>.task == "name"` / `!= "name"` / `in (...)` outside the tasks' own packages: a shared module
+    """A task name compared with a string (`cfg.run.task != "classification"`, `meta.get("task") == GEN` with
+    GEN a module-level string, `task in ("generation",)`) outside the tasks' own packages: a shared module
     deciding by task name, which a third task would fall through."""
     out = []
     for name, path in modules.items():
         if name.startswith("pipeline.tasks."):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not isinstance(node, ast.Compare):
-                continue
+        tree = ast.parse(path.read_text(), str(path))
+        named = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                 and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                 for t in n.targets if isinstance(t, ast.Name)}
+        for node in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Compare)),
+                           key=lambda n: (n.lineno, n.col_offset)):
             sides = [node.left, *node.comparators]
-            names = [s for s in sides if isinstance(s, ast.Attribute) and s.attr == "task"]
-            consts = [c for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
-            if names and consts:
-                out.append(f"{name}:{node.lineno} compares .task with {consts[0].value!r}")
+            if not any(_is_task(s) for s in sides):
+                continue
+            consts = [c.value if isinstance(c, ast.Constant) else named[c.id] for s in sides if not _is_task(s)
+                      for c in ast.walk(s) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                      or isinstance(c, ast.Name) and c.id in named]
+            if consts:
+                out.append(f"{name}:{node.lineno} compares a task with {consts[0]!r}")
     return out
 
 
 def test_the_scan_finds_a_branch_on_a_task_name(tmp_path):
-    (tmp_path / "probe.py").write_text('def f(cfg):\n    if cfg.run.task != "classification":\n        return 1\n'
-                                       '    return cfg.run.task in ("generation",)\n')
-    (tmp_path / "ok.py").write_text('def f(cfg):\n    return cfg.run.task == cfg.other.task\n')
+    (tmp_path / "probe.py").write_text('GEN = "generation"\n\n\ndef f(cfg, meta, task):\n'
+                                       '    if cfg.run.task != "classification":\n        return 1\n'
+                                       '    if meta.get("task") == GEN or meta["task"] == "x":\n        return 2\n'
+                                       '    return task in ("generation",)\n')
+    (tmp_path / "ok.py").write_text('def f(cfg, meta):\n'
+                                    '    return cfg.run.task == cfg.other.task or meta.get("kind") == "app"\n')
     found = task_branches({"eval.probe": tmp_path / "probe.py", "eval.ok": tmp_path / "ok.py"})
-    assert found == ["eval.probe:2 compares .task with 'classification'",
-                     "eval.probe:4 compares .task with 'generation'"]
+    assert found == ["eval.probe:5 compares a task with 'classification'",
+                     "eval.probe:7 compares a task with 'generation'", "eval.probe:7 compares a task with 'x'",
+                     "eval.probe:9 compares a task with 'generation'"]
 
 
 def test_only_the_tasks_branch_on_a_task_name():

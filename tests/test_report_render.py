@@ -304,3 +304,12 @@ def test_a_goal_value_shows_the_digits_that_tell_it_from_its_limit():
     assert (_beside(None, 0.8), _beside(193.1, 300.0), _beside(0.12345678912, None)) == ("-", "193", "0.123")
     goals = [{"goal": "g", "value": 0.8005, "limit": 0.8, "met": False, "detail": "d"}]
     assert _goals({"goals": goals})[1][2] == [["g", "0.8005", "0.8", "NO", "d"]]
+
+
+def test_build_results_takes_the_tasks_part_not_a_window():
+    """build_results(doc, part, accuracy_window): a window where the task's part goes is one clear error."""
+    rows = [_row("teacher", "fp32", "onnx", "accuracy", 0.8, 4000, {64: 10.0}, {64: 20.0})]
+    with pytest.raises(TypeError, match=r"part is the task's Task.results, got 0.01"):
+        build_results(_doc(rows), 0.01)
+    assert [g["goal"] for g in build_results(_doc(rows))["goals"]] == [
+        "benchmark of the models completes within 5 minutes"]

@@ -410,18 +410,25 @@ def test_the_shared_report_step_writes_the_toys_own_goals(toy, tmp_path, monkeyp
         return {"rows": len(rows)}
 
     def toy_results(res: dict, accuracy_window: float) -> dict:
+        from eval.results import budget_goal
+
         student = next(r for r in res["rows"] if r["model"] == "student")
         kept = student["vs_teacher"]["quality_retention"]  # the shared part, computed before the task's
         return {"goals": [{"goal": "toy student keeps 90% of the teacher's accuracy", "value": kept, "limit": 0.9,
-                           "met": kept >= 0.9, "detail": f"window {accuracy_window:g}"}]}
+                           "met": kept >= 0.9, "detail": f"window {accuracy_window:g}"},
+                          budget_goal(res["bench_seconds"])]}
 
-    steps = {**TASKS[TOY].steps, "bench": Step(bench), "report": Step(lazy("pipeline.tasks.common:report"))}
+    # its results read bundle.accuracy_window, so its report step declares it (a change re-runs the report)
+    report = Step(lazy("pipeline.tasks.common:report"), ("bundle.accuracy_window",))
+    steps = {**TASKS[TOY].steps, "bench": Step(bench), "report": report}
     monkeypatch.setitem(TASKS, TOY, replace(TASKS[TOY], steps=steps, results=toy_results))
     cfg = toy_cfg(tmp_path, bundle={"accuracy_window": 0.02})
     run(cfg, ["report"])
     res = json.loads((cfg.run_dir / "report" / "results.json").read_text())
-    assert res["goals"] == [{"goal": "toy student keeps 90% of the teacher's accuracy", "value": pytest.approx(0.975),
-                             "limit": 0.9, "met": True, "detail": "window 0.02"}]
+    assert res["goals"][0] == {"goal": "toy student keeps 90% of the teacher's accuracy",
+                               "value": pytest.approx(0.975), "limit": 0.9, "met": True, "detail": "window 0.02"}
+    assert [g["goal"] for g in res["goals"][1:]] == ["benchmark of the models completes within 5 minutes"]
+    assert status(toy_cfg(tmp_path, bundle={"accuracy_window": 0.03}), "report") == (False, "its settings changed")
     assert res["workloads"] == {} and "toy student keeps 90%" in (cfg.run_dir / "report" / "report.md").read_text()
     monkeypatch.setitem(TASKS, TOY, replace(TASKS[TOY], results=None))
     run(cfg, ["report"], force=("report",))

@@ -14,20 +14,25 @@ from pathlib import Path
 
 from export.app_samples import android, ios
 
-GEN = "generation"  # metadata.json's "task" of a generation bundle
-
-
-def write_samples(out: Path, meta: dict) -> None:
-    """android/Pocketformer<Classifier|Generator>.kt and its ios/ .swift twin (none without a model for iOS)."""
-    gen = meta.get("task") == GEN
-    name = "PocketformerGenerator" if gen else "PocketformerClassifier"
-    for rel, text in ((f"android/{name}.kt", (android.generator if gen else android.classifier)(meta)),
-                      (f"ios/{name}.swift", (ios.generator if gen else ios.classifier)(meta)),
-                      # the HTP context binaries, where the bundle ships them (metadata "qnn")
-                      ("android/PocketformerNpuClassifier.kt", "" if gen else android.npu_classifier(meta))):
-        if text:
+def _write(out: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        if text:  # none: no sample for that platform (no iOS sample without a Core ML package)
             (out / rel).parent.mkdir(exist_ok=True)
             (out / rel).write_text(text)
+
+
+def write_classification_samples(out: Path, meta: dict) -> None:
+    """android/PocketformerClassifier.kt, its ios/ .swift twin and, where the bundle ships the HTP context
+    binaries (metadata "qnn"), android/PocketformerNpuClassifier.kt."""
+    _write(out, {"android/PocketformerClassifier.kt": android.classifier(meta),
+                 "ios/PocketformerClassifier.swift": ios.classifier(meta),
+                 "android/PocketformerNpuClassifier.kt": android.npu_classifier(meta)})
+
+
+def write_generation_samples(out: Path, meta: dict) -> None:
+    """android/PocketformerGenerator.kt and its ios/ .swift twin."""
+    _write(out, {"android/PocketformerGenerator.kt": android.generator(meta),
+                 "ios/PocketformerGenerator.swift": ios.generator(meta)})
 
 
 def classification_readme(meta: dict) -> str:

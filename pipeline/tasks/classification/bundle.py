@@ -44,7 +44,7 @@ def stage_bundle(ctx: StageContext) -> dict:
 
     from distill.batching import encode
     from eval.metrics import scores
-    from export.app_samples import classification_readme, write_samples
+    from export.app_samples import classification_readme, write_classification_samples
     from export.bundle import bundle_workloads, choose, coreml_row, finish, io_spec, latency_for, normalisation
     from export.checks import agreement_texts, ort_runner, predict, require_texts
     from export.client_files import add_client_files, readme_sections
@@ -192,7 +192,7 @@ def stage_bundle(ctx: StageContext) -> dict:
                                  ort_rel=f"model/{stem}.ort", qrows=qrows, results=results, labels=labels,
                                  max_length=max_length, tokenizer_dir=tok_src, test_texts=len(texts),
                                  versions=meta["versions"]))
-    write_samples(out, meta)  # no iOS sample without a Core ML package
+    write_classification_samples(out, meta)  # no iOS sample without a Core ML package
     meta = finish(out, meta, lambda m: classification_readme(m) + readme_sections(m), dist)
     print(f"[bundle] {name} {variant}: {len(meta['files'])} files -> {dist} "
           + ("(no string-in model: see string_model_check in metadata.json)" if no_string else

@@ -95,7 +95,7 @@ def stage_bundle(ctx: StageContext) -> dict:
             "tokenizer": "tokenizer.json", "special_ids": ids, "prompt_start_ids": start,
             "samples_file": "samples.json",
             "samples": samples[:1], "greedy_check": check, "versions": library_versions()}
-    app_samples.write_samples(out, meta)
+    app_samples.write_generation_samples(out, meta)
     meta = finish(out, meta, app_samples.generation_readme, dist)
     print(f"[bundle] student {variant} decoder: {len(meta['files'])} files -> {dist} "
           f"({len(samples)} greedy samples, check {check['matching_prefix']}/{check['tokens']} tokens)")

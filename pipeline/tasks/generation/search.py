@@ -132,7 +132,7 @@ class Candidates(MeasurementCache):
         graph of a random-weight student of this shape, decoding lm.bench_decode_tokens greedy tokens after an
         lm.bench_prompt_tokens prompt on the target's threads (lm.bench_iterations runs after one warm-up);
         cached per shape, target, vocabulary, positions, prompt / decode lengths and onnxruntime version.
-        variant is always int8-dynamic here (pipeline/search_checks.py rejects others for generation)."""
+        variant is always int8-dynamic here (pipeline/tasks/generation/checks.py rejects others)."""
         key = self.cache_key(shape)
         if key in self.cache:
             return {**self.cache[key], "cached": True}
