@@ -55,9 +55,9 @@ TEACHERS: dict[str, PackagedTeacher] = {
 
 def spec_problem(spec: str, task: str = "classification", missing_ok: bool = False) -> str | None:
     """What is wrong with teacher.model for run.task (None: fine), without loading anything: a packaged teacher
-    that does not serve run.task, or a local path that is missing (unless missing_ok) or no Hugging Face folder. The config
-    load passes missing_ok (pipeline/config_rules.py): a teacher folder moved after training must not stop
-    status, report, bundle or phone-bench, which never read it; the teacher stage refuses it when it runs."""
+    that does not serve run.task, or a local path that is missing (unless missing_ok) or no Hugging Face folder.
+    The config load passes missing_ok (pipeline/config_rules.py): a teacher folder moved after training must not
+    stop status, report, bundle or phone-bench, which never read it; the teacher stage refuses it when it runs."""
     named = [name for name, t in TEACHERS.items() if task in t.tasks]
     one_of = f" or one of: {', '.join(named)}" if named else " (no packaged teacher serves it)"
     if spec in TEACHERS:

@@ -13,7 +13,7 @@ from pipeline.task import StageContext
 from pipeline.tasks.classification import MODEL_FOLDERS, TASK
 from pipeline.tasks.classification.train import _xy
 from pipeline.tasks.common import reports_truncation
-from pipeline.tasks.skips import PEER_ROWS, skip_peer
+from pipeline.tasks.skips import PEER_ROWS, QNN_JSON, skip_peer
 
 log = logging.getLogger("pocketformer")
 
@@ -134,5 +134,5 @@ def stage_bench(ctx: StageContext) -> dict:
 
 def _qnn_htp(ctx) -> dict:
     """compile/qnn.json as the bench document carries it to the report ({"skipped": why} where it did not run)."""
-    path = ctx.input("compile") / "qnn.json"
+    path = ctx.input("compile") / QNN_JSON
     return json.loads(path.read_text()) if path.is_file() else {"skipped": "the compile stage wrote no qnn.json"}

@@ -67,8 +67,8 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     tok_src = ctx.input("quantize") / name / "tokenizer"
     why = page_tokenizer_mismatch(AutoTokenizer.from_pretrained(tok_src), tok_src)
     if why:  # the page's tokenizer (web/demo/wordpiece.mjs) is BERT's WordPiece; other families would mislabel
-        return skip_web_bundle(ctx, f"the page's JavaScript tokenizer is BERT WordPiece and {name}'s tokenizer {why}; set "
-                          f"bundle.web = false to silence this")
+        return skip_web_bundle(ctx, f"the page's JavaScript tokenizer is BERT WordPiece and {name}'s tokenizer "
+                                    f"{why}; set bundle.web = false to silence this")
     # the JavaScript tokenizer's gate needs enough test texts to mean its share (export/checks.py)
     texts = [r["text"] for r in read_split(ctx.input("data"), "test")]
     needed = agreement_texts(b.min_agreement)
