@@ -1,14 +1,16 @@
 """RNN baselines on the same tokens. Classification: one trained on gold labels alone, one distilled
 from the teacher (Tang et al. 2019: MSE to the teacher's logits over the training and augmented texts).
-Generation: an LSTM language model trained on the student's windows and vocabulary."""
+Generation: an LSTM language model on the student's windows and vocabulary, once on the next tokens alone and
+once distilled from the teacher's cached top-k as the decoder student is."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
 from distill import distributed as D
-from distill.batching import encode, param_device, window_batches
-from distill.losses import distill_loss, next_token_ce
+from distill.batching import encode, window_batches
+from distill.distiller import lm_distill_step
+from distill.losses import distill_loss
 from distill.lstm import LSTMLM, LSTMLMConfig, RNNClassifier, RNNConfig
 from distill.train import TrainOptions, fit, fit_texts, tail_mean
 from pipeline.config import BaselineSection
@@ -49,18 +51,22 @@ def build_lstm_lm(b: BaselineSection, vocab_size: int) -> LSTMLM:
 
 
 def train_lstm_lm(model: LSTMLM, windows: np.ndarray, b: BaselineSection, seed: int,
-                  opts: TrainOptions = TrainOptions()) -> dict:
-    """Next-token cross-entropy on windows (N, T+1) of student ids; the state starts at zero per window."""
-    x_all = torch.from_numpy(windows)
+                  opts: TrainOptions = TrainOptions(), teacher: tuple[np.ndarray, np.ndarray] | None = None,
+                  temperature: float = 1.0, desc: str = "lstm language model") -> dict:
+    """Next-token cross-entropy on windows (N + M, T+1) of student ids; the state starts at zero per window.
+    teacher: the cached top-k (ids, logits) (N, T, k) of the first N windows in student ids, to distil from as
+    the decoder student is (distiller.lm_distill_step, baseline.distill_alpha, the temperature of [distill])."""
+    alpha = b.distill_alpha if teacher is not None else 0.0
     batches, total = window_batches(len(windows), b.batch_size, b.epochs, seed, b.steps)
-
-    def step(m, idx) -> torch.Tensor:
-        x = x_all[np.asarray(idx)].to(param_device(m))  # (B, T + 1)
-        h, c = model.zero_state(len(idx), x.device)
-        logits, _, _ = m(x[:, :-1], h, c)  # (B, T, V)
-        return next_token_ce(logits, x)
-
+    # model.zero_state, not m's: m may be the DistributedDataParallel wrapper
+    step, parts = lm_distill_step(lambda m, x: m(x, *model.zero_state(len(x), x.device))[0], windows,
+                                  *(teacher or (None, None)), alpha, temperature)
     losses = fit(model, batches, step, total_steps=total, lr=b.lr, weight_decay=0.0, warmup_fraction=0.05,
-                 desc="lstm language model", lr_hint="baseline.lr", opts=opts)["losses"]
-    return {"steps": total, "windows": len(windows), "passes": round(total * b.batch_size / len(windows), 3),
-            "final_train_ce": tail_mean(losses, total)}
+                 desc=desc, lr_hint="baseline.lr", opts=opts)["losses"]
+    out = {"steps": total, "windows": len(windows), "passes": round(total * b.batch_size / len(windows), 3),
+           "final_train_ce": tail_mean(losses, total)}
+    if teacher is not None:  # the loss mixes both terms: each on its own, as distill_lm reports them
+        out.update(teacher_windows=len(teacher[0]), alpha=alpha, temperature=temperature,
+                   final_loss=out["final_train_ce"], final_train_ce=tail_mean(parts["hard"], total),
+                   final_soft_kl=tail_mean(parts["soft"], total) if parts["soft"] else None)
+    return out

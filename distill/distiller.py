@@ -108,23 +108,22 @@ def distill_student(student: nn.Module, teacher: HFLogits | None, tok, texts: li
     return summary
 
 
-def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_logits: np.ndarray | None,
-               d: DistillSection, seed: int, opts: TrainOptions = TrainOptions()) -> dict:
-    """Train student (a causal LM over student ids) on windows (N + M, T+1); the first N have the cached
-    teacher top-k (N, T, k), already mapped to student ids, the other M only their next tokens (more
-    text for the price of the student's steps, not the teacher's). topk_ids None: cross-entropy only."""
+def lm_distill_step(forward, windows: np.ndarray, topk_ids: np.ndarray | None, topk_logits: np.ndarray | None,
+                    alpha: float, temperature: float):
+    """The training step of causal-LM distillation, for any model forward(model, ids (B, T)) -> logits (B, T, V)
+    maps (the decoder student, the distilled LSTM): on windows (N + M, T+1), alpha * the top-k KL on the first N
+    (their cached teacher top-k (N, T, k), in student ids) + (1 - alpha) * next-token cross-entropy; alpha 0 or
+    topk_ids None: cross-entropy only. Returns (step, parts): parts collects the batches' soft and hard terms."""
     x_all = torch.from_numpy(windows)
     n_teacher = 0 if topk_ids is None else len(topk_ids)
-    alpha = d.alpha if topk_ids is not None else 0.0
-    batches, total = window_batches(len(windows), d.batch_size, d.epochs, seed, d.steps)
-    parts = {"soft": [], "hard": []}
     has_teacher = np.arange(len(windows)) < n_teacher
+    parts = {"soft": [], "hard": []}
 
     def step(model, rows: D.Rows) -> torch.Tensor:
         b = np.asarray(rows)
         dev = param_device(model)
         x = x_all[b].to(dev)  # (B, T + 1)
-        logits = model(input_ids=x[:, :-1]).logits  # (B, T, V)
+        logits = forward(model, x[:, :-1])  # (B, T, V)
         hard = next_token_ce(logits, x)
         parts["hard"].append(rows.batch_value(hard.item()))
         scored = b < n_teacher  # rows with a cached teacher distribution
@@ -135,14 +134,26 @@ def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_l
         else:  # a mean over the scored rows only
             tb = b[scored]
             soft = soft_kl_topk(logits[torch.from_numpy(scored).to(dev)], torch.from_numpy(topk_ids[tb]).to(dev),
-                                torch.from_numpy(topk_logits[tb]).to(dev), d.temperature)
+                                torch.from_numpy(topk_logits[tb]).to(dev), temperature)
             soft = soft * rows.share_where(has_teacher)
         parts["soft"].append(rows.batch_value(soft.item()))
         return alpha * soft + (1 - alpha) * hard
 
+    return step, parts
+
+
+def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_logits: np.ndarray | None,
+               d: DistillSection, seed: int, opts: TrainOptions = TrainOptions()) -> dict:
+    """Train student (a causal LM over student ids) on windows (N + M, T+1); the first N have the cached
+    teacher top-k (N, T, k), already mapped to student ids, the other M only their next tokens (more
+    text for the price of the student's steps, not the teacher's). topk_ids None: cross-entropy only."""
+    alpha = d.alpha if topk_ids is not None else 0.0
+    batches, total = window_batches(len(windows), d.batch_size, d.epochs, seed, d.steps)
+    step, parts = lm_distill_step(lambda m, x: m(input_ids=x).logits, windows, topk_ids, topk_logits, alpha,
+                                  d.temperature)
     losses = fit(student, batches, step, total_steps=total, lr=d.lr, weight_decay=d.weight_decay,
                  warmup_fraction=d.warmup_fraction, desc="distill student", lr_hint="distill.lr", opts=opts)["losses"]
-    return {"steps": total, "windows": len(windows), "teacher_windows": n_teacher,
+    return {"steps": total, "windows": len(windows), "teacher_windows": 0 if topk_ids is None else len(topk_ids),
             "passes": round(total * d.batch_size / len(windows), 3), "alpha": alpha,
             "temperature": d.temperature, "final_loss": tail_mean(losses, total),
             "final_train_ce": tail_mean(parts["hard"], total),

@@ -77,7 +77,10 @@ def train_everything(tokenizer_dir: Path, batch: int) -> tuple[dict, dict]:
         epochs=2.0, batch_size=batch, lr=1e-2, alpha=0.5), seed=4)
     lstm_lm = build_lstm_lm(b, V)
     summaries["lstm_lm"] = train_lstm_lm(lstm_lm, windows, b, seed=5)
-    for name, m in (("teacher", teacher), ("student", student), ("lstm", lstm), ("lm", lm), ("lstm_lm", lstm_lm)):
+    lstm_kd = build_lstm_lm(b, V)  # distilled from the top-k as the decoder is: the scored rows split across ranks
+    summaries["lstm_kd"] = train_lstm_lm(lstm_kd, windows, b, seed=6, teacher=(topk_ids, topk_logits), temperature=2.0)
+    for name, m in (("teacher", teacher), ("student", student), ("lstm", lstm), ("lm", lm), ("lstm_lm", lstm_lm),
+                    ("lstm_kd", lstm_kd)):
         models[name] = {k: v.detach().clone() for k, v in m.state_dict().items()}
     return models, summaries
 

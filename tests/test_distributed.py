@@ -133,7 +133,7 @@ def _compare(one_process, tmp_path, nproc: int):
             torch.testing.assert_close(weights[model][k], v, rtol=0, atol=1e-6, msg=f"{model}.{k}")
     summary = _flat(json.loads((tmp_path / "out" / "summary.json").read_text()))
     losses = {k: v for k, v in _flat(ref_summary).items() if k.rsplit(".", 1)[-1].startswith("final_")}
-    assert len(losses) == 8
+    assert len(losses) == 11
     for k, v in losses.items():  # the recorded losses are the whole batches', not rank 0's rows'
         assert summary[k] == pytest.approx(v, rel=1e-6), k
 

@@ -59,9 +59,10 @@ READERS = {
         "teacher.model": ("teacher",),
         **{f"student.{k}": ("distill",) for k in ("layers", "hidden", "heads", "ffn", "init")},
         **{f"distill.{k}": ("distill",) for k in ("epochs", "steps", "batch_size", "lr", "weight_decay", "warmup_fraction",
-                                                  "temperature", "alpha")},
+                                                  "alpha")},
+        "distill.temperature": ("distill", "baseline"),  # the distilled LSTM's too
         **{f"baseline.{k}": ("baseline",) for k in ("cell", "embed_dim", "hidden", "layers", "dropout", "epochs", "steps",
-                                                    "batch_size", "lr")},
+                                                    "batch_size", "lr", "distill_alpha")},
         "train.*": ("distill", "baseline"), "train.checkpoint_every": (),
         "quantize.models": ("quantize",), "quantize.variants": ("quantize",), "quantize.opset": ("quantize",),
         "quantize.per_channel": ("quantize",),
@@ -94,8 +95,10 @@ PATHS = {"data.train_path", "data.validation_path", "data.test_path", "data.sour
 NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.steps", "teacher.fine_tune", *PATHS},
                   # search.npu_compile = true: generation has no HTP compile; search.variants: its decoder search
                   # times int8-dynamic only (generation/checks.py); data.max_unlabeled: no labels to leave out
-                  # baseline.cell: the generation baseline is an LSTM language model; CLASSIFICATION_ONLY: refused
+                  # baseline.cell: the generation baseline is an LSTM language model; CLASSIFICATION_ONLY: refused;
+                  # baseline.distill_loss: KL only (the cache holds the teacher's top-k, not every logit)
                   "generation": {"run.task", "student.arch", "teacher.fine_tune", "search.npu_compile", "baseline.cell",
+                                 "baseline.distill_loss",
                                  *CLASSIFICATION_ONLY,
                                  "search.variants", "data.max_unlabeled", *PATHS,
                                  # classification's example caps: a corpus is sized by its lm.*_windows

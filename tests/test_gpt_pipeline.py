@@ -121,8 +121,8 @@ def gen_cfg(tmp_path: Path, corpus: Path, teacher: Path, **over) -> dict:
         "distill": {"epochs": 6.0, "batch_size": 16, "lr": 1e-2, "temperature": 1.0, "alpha": 0.5},
         "baseline": {"cell": "lstm", "embed_dim": 16, "hidden": 32, "epochs": 6.0, "batch_size": 16, "lr": 1e-2},
         "train": {"checkpoint_every": 0},
-        "quantize": {"models": ["teacher", "student", "lstm"], "variants": ["fp32", "int8-dynamic"]},
-        "export": {"coreml_models": ["student", "lstm"], "coreml_variants": ["fp16"], "coreml_target": "iOS18",
+        "quantize": {"models": ["teacher", "student", "lstm", "lstm_distilled"], "variants": ["fp32", "int8-dynamic"]},
+        "export": {"coreml_models": ["student", "lstm", "lstm_distilled"], "coreml_variants": ["fp16"], "coreml_target": "iOS18",
                    "ort_variants": ["fp32", "int8-dynamic"]},
         "bench": {"targets": ["host-cpu", "mobile-cpu", "edge-npu"]},
     }
@@ -155,7 +155,12 @@ def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir):
     assert read_manifest(rd / "distill")["summary"]["windows"] == 80
 
     rows = {r["model"]: r for r in json.loads((rd / "eval" / "perplexity.json").read_text())}
-    assert list(rows) == ["teacher", "student", "lstm"]
+    assert list(rows) == ["teacher", "student", "lstm", "lstm_distilled"]
+    base = read_manifest(rd / "baseline")["summary"]  # the same LSTM twice: the second also learns the teacher's top-k
+    assert base["lstm_distilled"]["teacher_windows"] == 48 and base["lstm_distilled"]["alpha"] == 0.5
+    assert math.isfinite(base["lstm_distilled"]["final_soft_kl"]) and "final_soft_kl" not in base["lstm"]
+    assert base["lstm"]["steps"] == base["lstm_distilled"]["steps"]
+    assert rows["lstm"]["perplexity"] != rows["lstm_distilled"]["perplexity"]
     uniform = vmap["teacher_vocab"]
     for r in rows.values():
         assert math.isfinite(r["perplexity"]) and 1.0 < r["perplexity"] < uniform, r
@@ -167,7 +172,7 @@ def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir):
 
     q = json.loads((rd / "quantize" / "onnx_rows.json").read_text())
     fp32 = [r for r in q if r["variant"] == "fp32"]
-    assert {r["model"] for r in fp32} == {"teacher", "student", "lstm"}
+    assert {r["model"] for r in fp32} == {"teacher", "student", "lstm", "lstm_distilled"}
     for r in fp32:  # the KV-cache (and LSTM-state) graphs decode exactly like PyTorch
         assert r["greedy_check"] == {"tokens": 10, "matching_prefix": 10, "match": True}
     student_int8 = next(r for r in q if r["model"] == "student" and r["variant"] == "int8-dynamic")
@@ -182,13 +187,13 @@ def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir):
     assert read_manifest(rd / "quantize")["summary"]["skipped"]  # teacher int8 skipped with its reason
 
     ex = json.loads((rd / "export" / "exports.json").read_text())
-    assert {(r["model"], r["variant"]) for r in ex["ort"]} == {("student", "fp32"), ("student", "int8-dynamic"),
-                                                              ("lstm", "fp32"), ("lstm", "int8-dynamic")}
+    assert {(r["model"], r["variant"]) for r in ex["ort"]} == {(m, v) for m in ("student", "lstm", "lstm_distilled")
+                                                              for v in ("fp32", "int8-dynamic")}
     assert all(r["check_vs_onnx"]["match"] for r in ex["ort"])
     cm = {r["model"]: r for r in ex["coreml"]}
     assert cm["student"]["design"].startswith("stateful KV cache")
     assert cm["student"]["torch_check"]["match"] and (rd / "export" / cm["student"]["path"]).is_dir()
-    assert (rd / "export" / cm["lstm"]["path"]).is_dir()
+    assert (rd / "export" / cm["lstm"]["path"]).is_dir() and (rd / "export" / cm["lstm_distilled"]["path"]).is_dir()
 
     res = json.loads((rd / "bench" / "results.json").read_text())
     assert {"machine", "versions", "threads", "rows"} <= set(res)
@@ -237,9 +242,9 @@ def test_generation_bench_on_a_gpu_target_runs_fp32_and_skips_int8(tmp_path, cor
     res = json.loads((cfg.run_dir / "bench" / "results.json").read_text())
     assert res["targets"]["desktop-gpu"]["provider"] == "CPUExecutionProvider"
     rounds = res["plan"]["gpu_rounds"]
-    assert f"[bench] desktop-gpu: 3 files decoded in {rounds} alternating rounds" in caplog.text
+    assert f"[bench] desktop-gpu: 4 files decoded in {rounds} alternating rounds" in caplog.text
     by = {(r["model"], r["variant"], r["format"]): r["generation"]["desktop-gpu"] for r in res["rows"]}
-    for model in ("teacher", "student", "lstm"):
+    for model in ("teacher", "student", "lstm", "lstm_distilled"):
         assert by[(model, "fp32", "onnx")]["decode_tokens_per_s"] > 0
         assert by[(model, "fp32", "onnx")]["prompt_tokens"] == 40  # the test windows run together
     assert by[("student", "int8-dynamic", "onnx")] == {"status": "skipped", "reason": gpu.why_not}

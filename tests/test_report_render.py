@@ -194,6 +194,15 @@ def test_generation_goals_read_decode_speed_on_mobile_cpu():
     assert goals["student int8 decode >= 5x the teacher's tokens/s on mobile-cpu"]["met"] is False
     assert goals["student perplexity within 2x of the teacher's"]["met"] is False  # 2.5x
     assert goals["student perplexity below the LSTM's"]["met"] is False  # 50 > 45
+    # with the distilled LSTM beside it, the limit is the better of the two LSTMs
+    both = rows + [_row("lstm_distilled", "fp32", "pytorch", "perplexity", 55.0, 1000, None, None)]
+    below = {g["goal"]: g for g in build_results(_doc(both), generation_results)["goals"]}["student perplexity below "
+                                                                                          "the LSTMs'"]
+    assert below["limit"] == 45.0 and below["met"] is False and "limit = lstm's, the better LSTM," in below["detail"]
+    both[-1]["perplexity"] = 40.0
+    below = {g["goal"]: g for g in build_results(_doc(both), generation_results)["goals"]}["student perplexity below "
+                                                                                          "the LSTMs'"]
+    assert below["limit"] == 40.0 and "lstm_distilled's" in below["detail"]
 
 
 def test_summary_shows_a_files_rounds_beside_a_sweep_point_they_disagree_with():

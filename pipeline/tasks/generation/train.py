@@ -150,17 +150,14 @@ def window_shortfall(scored: int, extra: int, want_scored: int, want_extra: int,
     return out
 
 
-def _training_windows(logits_dir: Path, vmap) -> np.ndarray:
-    """Teacher-scored windows first, then the extra (cross-entropy only) ones, in student ids.  (N + M, T + 1)"""
-    return vmap.to_student(np.concatenate([np.load(logits_dir / "windows.npy"),
-                                           np.load(logits_dir / "extra_windows.npy")]))
-
-
 def _student_targets(logits_dir: Path, vmap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Training windows and the teacher top-k of the first N of them, teacher ids mapped to student ids (the
-    distill stage's and the search's)."""
+    """The training windows in student ids, teacher-scored ones first, then the extra (cross-entropy only) ones
+    (N + M, T + 1), and the teacher top-k of the first N, teacher ids mapped to student ids (N, T, k): what the
+    student, the distilled LSTM and the search train on."""
+    win = vmap.to_student(np.concatenate([np.load(logits_dir / "windows.npy"),
+                                          np.load(logits_dir / "extra_windows.npy")]))
     ids = vmap.to_student(np.load(logits_dir / "topk_ids.npy").astype(np.int64))
-    return _training_windows(logits_dir, vmap), ids, np.load(logits_dir / "topk_logits.npy")
+    return win, ids, np.load(logits_dir / "topk_logits.npy")
 
 
 def _model_meta(folder: Path, kind: str, cfg: Config, vmap) -> None:
@@ -216,7 +213,8 @@ def stage_distill(ctx: StageContext) -> dict:
 
 
 def stage_baseline(ctx: StageContext) -> dict:
-    """Train the LSTM language model on the same windows and vocabulary; writes baseline/lstm."""
+    """Train the LSTM language model on the same windows and vocabulary as the student, once on the next tokens
+    alone and once distilled from the teacher's cached top-k; writes baseline/lstm and baseline/lstm_distilled."""
     from distill.baseline import build_lstm_lm, train_lstm_lm
     from distill.models import count_params
     from distill.train import seed_everything
@@ -225,16 +223,22 @@ def stage_baseline(ctx: StageContext) -> dict:
 
     cfg = ctx.cfg
     threads(cfg)
-    seed_everything(cfg.run.seed)
     vmap = VocabMap.load(ctx.input("logits"))
-    model = build_lstm_lm(cfg.baseline, vmap.size)
-    win = _training_windows(ctx.input("logits"), vmap)
-    summary = train_lstm_lm(model, win, cfg.baseline, cfg.run.seed, train_options(ctx))
-    folder = ctx.out / "lstm"
-    model.save(folder)
-    AutoTokenizer.from_pretrained(ctx.input("teacher") / "model").save_pretrained(folder)
-    _model_meta(folder, "lstm", cfg, vmap)
-    return {"lstm": summary, **count_params(model)}
+    win, ids, vals = _student_targets(ctx.input("logits"), vmap)
+    tok = AutoTokenizer.from_pretrained(ctx.input("teacher") / "model")
+    summary: dict = {}
+    # the same LSTM twice, from the same seed and over the same batches: on the next tokens, and distilled
+    runs = {"lstm": {}, "lstm_distilled": {"teacher": (ids, vals), "temperature": cfg.distill.temperature,
+                                            "desc": "lstm language model: distilled"}}
+    for name, distill_args in runs.items():
+        seed_everything(cfg.run.seed)
+        model = build_lstm_lm(cfg.baseline, vmap.size)
+        summary[name] = train_lstm_lm(model, win, cfg.baseline, cfg.run.seed, train_options(ctx), **distill_args)
+        folder = ctx.out / name
+        model.save(folder)
+        tok.save_pretrained(folder)
+        _model_meta(folder, "lstm", cfg, vmap)
+    return {**summary, **count_params(model)}  # both LSTMs have this one shape
 
 
 def stage_eval(ctx: StageContext) -> dict:
