@@ -121,9 +121,10 @@ def gen_cfg(tmp_path: Path, corpus: Path, teacher: Path, **over) -> dict:
         "distill": {"epochs": 6.0, "batch_size": 16, "lr": 1e-2, "temperature": 1.0, "alpha": 0.5},
         "baseline": {"cell": "lstm", "embed_dim": 16, "hidden": 32, "epochs": 6.0, "batch_size": 16, "lr": 1e-2},
         "train": {"checkpoint_every": 0},
-        "quantize": {"models": ["teacher", "student", "lstm", "lstm_distilled"], "variants": ["fp32", "int8-dynamic"]},
-        "export": {"coreml_models": ["student", "lstm", "lstm_distilled"], "coreml_variants": ["fp16"], "coreml_target": "iOS18",
-                   "ort_variants": ["fp32", "int8-dynamic"]},
+        "quantize": {"models": ["teacher", "student", "lstm", "lstm_distilled"],
+                     "variants": ["fp32", "int8-dynamic"]},
+        "export": {"coreml_models": ["student", "lstm", "lstm_distilled"], "coreml_variants": ["fp16"],
+                   "coreml_target": "iOS18", "ort_variants": ["fp32", "int8-dynamic"]},
         "bench": {"targets": ["host-cpu", "mobile-cpu", "edge-npu"]},
     }
     for key, value in over.items():

@@ -81,6 +81,6 @@ TASK = Task(
               "quantize": {"models": ["teacher", "student", "lstm", "lstm_distilled"],
                            "variants": ["fp32", "int8-dynamic"]},
               # the decoders' graphs (export/hf_layout.py GRAPH_FILES); the student's Core ML cache is an iOS18 state
-              "export": {"ort_variants": ["fp32", "int8-dynamic"], "coreml_models": ["student", "lstm", "lstm_distilled"],
-                         "coreml_target": "iOS18"}},
+              "export": {"ort_variants": ["fp32", "int8-dynamic"],
+                         "coreml_models": ["student", "lstm", "lstm_distilled"], "coreml_target": "iOS18"}},
 )
