@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 from eval.metrics import HIGHER_IS_BETTER
-from eval.rows import p50, row_key
+from eval.rows import decodes, p50, row_key
 
 COLORS = {"teacher": "#1f77b4", "student": "#d62728", "lstm": "#2ca02c", "lstm_distilled": "#9467bd"}
 # marker = variant (the Optimum peer shares its counterpart's marker, with a black edge); PyTorch eager is hollow
@@ -285,8 +285,7 @@ def quality_vs_latency(results: dict, out: Path) -> Path | None:
                 if (x, y) in front:
                     named.setdefault((x, y), r)
             _number_labels(ax, [(x, y, r) for (x, y), r in named.items()])
-        # generation times the first token of a prompt (eval/bench.py measure_decode)
-        what = "time to first token, prompt of" if metric == "perplexity" else "latency at"
+        what = "time to first token, prompt of" if decodes(results) else "latency at"
         ax.set_xlabel(f"p50 {what} {length} tokens, batch 1 (ms, log scale)")
         ax.set_title(_panel_title(results, t, threads=True))
     from matplotlib.lines import Line2D

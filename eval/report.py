@@ -9,9 +9,10 @@ from pathlib import Path
 
 from eval.browser_goals import TARGET as BROWSER, node_p50
 from eval.machine import is_busy
+from eval.metrics import HIGHER_IS_BETTER
 from eval.plots import all_plots, off_peers
 from eval.qnn import TIE_SPREAD
-from eval.rows import find, p50, rounds_p50
+from eval.rows import decodes, find, p50, rounds_p50
 
 Block = tuple  # ("h1"|"h2"|"p", text) | ("list", [str]) | ("table", headers, rows) | ("img", Path, alt)
 
@@ -366,13 +367,15 @@ def _shown_targets(res: dict, length: int) -> list[tuple[str, bool]]:
 
 def _summary(res: dict) -> list[Block]:
     metric, L = res["quality_metric"], res["plan"]["headline_length"]
-    acc = metric == "accuracy"
+    higher = HIGHER_IS_BETTER[metric]
+    f1 = any(r.get("macro_f1") is not None for r in res["rows"])  # a second score beside accuracy, where eval has it
     targets = _shown_targets(res, L)
-    head = ["model", "variant", "format", metric, *(["retention", "macro-F1"] if acc else ["ppl ratio"]), "params",
-            "size MiB", "smaller"]
-    # generation's latency is the time to first token: the header says so, not just "p50"
+    head = ["model", "variant", "format", metric, "retention" if higher else f"{metric} ratio",
+            *(["macro-F1"] if f1 else []), "params", "size MiB", "smaller"]
+    # a decode workload's latency is the time to first token of a prompt: the header says so, not just "p50"
+    first = "first-token " if decodes(res) else ""
     for t, measured in targets:
-        head += [f"{t} {'' if acc else 'first-token '}p50 ms", "faster"] if measured else [f"{t} ms (est.*)"]
+        head += [f"{t} {first}p50 ms", "faster"] if measured else [f"{t} ms (est.*)"]
     point = lambda r: r["latency"].get("host-cpu", {}).get(str(L), {})  # noqa: E731
     rates = any("gflops" in point(r) for r in res["rows"])  # none for generation: no column of dashes
     head += ["host GFLOP/s (% peak)"] if rates else []
@@ -380,7 +383,7 @@ def _summary(res: dict) -> list[Block]:
     for r in res["rows"]:
         vs = r.get("vs_teacher", {})
         cells = _name(r) + [_num(r.get(metric)), _pct(vs.get("quality_retention")),
-                            *([_num(r.get("macro_f1"))] if acc else []), _num(r.get("params")),
+                            *([_num(r.get("macro_f1"))] if f1 else []), _num(r.get("params")),
                             f"{r['size_bytes'] / 2**20:.2f}" if r.get("size_bytes") else "-", _x(vs.get("size_ratio"))]
         for t, measured in targets:
             cells += [_cell(r, t, L, rounds=True), _x(vs.get("speedup", {}).get(t))] if measured else [_cell(r, t, L)]
@@ -389,7 +392,7 @@ def _summary(res: dict) -> list[Block]:
     return [("h2", f"Summary at {L} tokens, batch 1"),
             ("p", f"'smaller' and 'faster' are ratios against the fp32 teacher (size: its PyTorch checkpoint; speed: "
                   f"the fp32 teacher in the same format on the same target). Retention = {metric} / the teacher's"
-                  f"{'' if acc else ' (perplexity: teacher / row)'}. '-' = not run on that target "
+                  f"{'' if higher else f' ({metric}: teacher / row)'}. '-' = not run on that target "
                   f"(reasons under Skipped). "
                   + (f"p50 and 'faster' are the length sweep's (one stretch of calls per file); '({ROUNDS_MARK} x)' = "
                      "the median of the same file's interleaved rounds (timed again after the sweep, "

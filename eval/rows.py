@@ -84,6 +84,12 @@ def row_key(row: dict) -> tuple[str, str, str]:
     return row["model"], row["variant"], row["format"]
 
 
+def decodes(results: dict) -> bool:
+    """Whether the bench timed a decode workload (its plan has decode steps): then a row's latency is the time to
+    the first token of the prompt (eval/bench.py measure_decode), and the report and plots say so."""
+    return "decode_tokens" in results["plan"]
+
+
 def find(rows: list[dict], model: str, variant: str, fmt: str | None = None) -> dict | None:
     return next((r for r in rows if r["model"] == model and r["variant"] == variant
                  and (fmt is None or r["format"] == fmt)), None)

@@ -103,6 +103,7 @@ def test_generation_rows_render_perplexity_and_generation_table(tmp_path):
                  generation={"host-cpu": {"status": "skipped", "reason": "runs the .ort file"}})]
     doc = _doc(rows)
     doc["plan"]["max_seconds_per_point"] = None  # the generation bench times whole generations
+    doc["plan"]["decode_tokens"] = 32  # and decodes after the prompt: its latency is the first token
     res = build_results(doc, generation_results)
     goals = {g["goal"]: g for g in res["goals"]}
     assert list(goals)[-1] == "benchmark of the models completes within 5 minutes"
@@ -117,7 +118,7 @@ def test_generation_rows_render_perplexity_and_generation_table(tmp_path):
     assert st["vs_teacher"]["quality_retention"] == pytest.approx(20.0 / 25.0)  # lower perplexity is better
     paths = write_report(res, tmp_path)
     md = (tmp_path / "report.md").read_text()
-    assert "| model | variant | format | perplexity | ppl ratio |" in md
+    assert "| model | variant | format | perplexity | perplexity ratio |" in md
     # the latency columns say they are the time to first token; no GFLOP/s column of dashes (none for generation)
     summary = md.split("## Summary")[1].split("\n## ")[0]
     assert "| host-cpu first-token p50 ms | faster |" in summary
@@ -322,3 +323,26 @@ def test_build_results_takes_the_tasks_part_not_a_window():
         build_results(_doc(rows), 0.01)
     assert [g["goal"] for g in build_results(_doc(rows))["goals"]] == [
         "benchmark of the models completes within 5 minutes"]
+
+
+def test_the_summary_reads_its_columns_from_the_metric_and_the_plan_not_a_task_name(monkeypatch):
+    """A task with its own higher-is-better score gets retention and no macro-F1 column; the latency header says
+    "first-token" only when the bench timed a decode workload (its plan has decode steps)."""
+    from eval import metrics
+
+    monkeypatch.setitem(metrics.HIGHER_IS_BETTER, "toy_score", True)
+    rows = [_row("teacher", "fp32", "onnx", "toy_score", 0.8, 8000, {16: 4.0, 64: 9.0}, None),
+            _row("student", "fp32", "onnx", "toy_score", 0.6, 2000, {16: 1.0, 64: 2.0}, None)]
+
+    def header(doc) -> str:
+        md = to_markdown(blocks(build_results({**doc, "quality_metric": "toy_score"}), {}))
+        return next(line for line in md.splitlines() if line.startswith("| model | variant | format | toy_score"))
+
+    plain = header(_doc(rows))
+    assert "| toy_score | retention | params |" in plain and "macro-F1" not in plain
+    assert "host-cpu p50 ms" in plain and "first-token" not in plain
+    decode = _doc(rows)
+    decode["plan"]["decode_tokens"] = 8
+    assert "host-cpu first-token p50 ms" in header(decode)
+    monkeypatch.setitem(metrics.HIGHER_IS_BETTER, "toy_score", False)  # lower is better: a ratio, teacher / row
+    assert "| toy_score | toy_score ratio | params |" in header(_doc(rows))
