@@ -15,7 +15,7 @@ from torch import nn
 
 from distill import distributed as D
 from distill.batching import encode, param_device, window_batches
-from distill.losses import attention_mse, distill_loss, hidden_mse, next_token_ce, soft_kl_topk
+from distill.losses import attention_mse, distill_loss, hidden_mse, lm_distill_terms, next_token_ce
 from distill.models import HFLogits
 from distill.train import TrainOptions, fit, fit_texts, tail_mean
 from pipeline.config import DistillSection
@@ -124,18 +124,20 @@ def lm_distill_step(forward, windows: np.ndarray, topk_ids: np.ndarray | None, t
         dev = param_device(model)
         x = x_all[b].to(dev)  # (B, T + 1)
         logits = forward(model, x[:, :-1])  # (B, T, V)
-        hard = next_token_ce(logits, x)
-        parts["hard"].append(rows.batch_value(hard.item()))
         scored = b < n_teacher  # rows with a cached teacher distribution
         if alpha <= 0 or not has_teacher[rows.batch].any():  # the whole batch's rows: the same on every rank
+            hard = next_token_ce(logits, x)
+            parts["hard"].append(rows.batch_value(hard.item()))
             return hard
         if not scored.any():  # other ranks hold the batch's scored rows
-            soft = logits.sum() * 0.0
-        else:  # a mean over the scored rows only
+            hard, soft = next_token_ce(logits, x), logits.sum() * 0.0
+        else:  # the KL a mean over the scored rows only
             tb = b[scored]
-            soft = soft_kl_topk(logits[torch.from_numpy(scored).to(dev)], torch.from_numpy(topk_ids[tb]).to(dev),
-                                torch.from_numpy(topk_logits[tb]).to(dev), temperature)
+            hard, soft = lm_distill_terms(logits, x, torch.from_numpy(scored).to(dev),
+                                          torch.from_numpy(topk_ids[tb]).to(dev),
+                                          torch.from_numpy(topk_logits[tb]).to(dev), temperature)
             soft = soft * rows.share_where(has_teacher)
+        parts["hard"].append(rows.batch_value(hard.item()))
         parts["soft"].append(rows.batch_value(soft.item()))
         return alpha * soft + (1 - alpha) * hard
 

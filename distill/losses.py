@@ -21,9 +21,31 @@ def soft_kl_topk(logits: torch.Tensor, topk_ids: torch.Tensor, topk_logits: torc
     """soft_kl per position against a teacher cached as its top-k logits (generation): p_T is the teacher's
     softmax over its k logits (the tail dropped, the k renormalised), q_T the student's softmax over its whole
     vocabulary read at the k tokens' student ids.  logits (B, T, V), topk_ids / topk_logits (B, T, k)."""
-    logq = F.log_softmax(logits.float() / t, -1).gather(-1, topk_ids)  # (B, T, k)
+    return _topk_kl(F.log_softmax(logits.float() / t, -1).gather(-1, topk_ids), topk_logits, t)
+
+
+def _topk_kl(logq: torch.Tensor, topk_logits: torch.Tensor, t: float) -> torch.Tensor:
+    """soft_kl_topk from the student's log-probabilities at the teacher's k ids.  logq / topk_logits (B, T, k)."""
     logp = F.log_softmax(topk_logits.float() / t, -1)  # (B, T, k)
     return (logp.exp() * (logp - logq)).sum(-1).mean() * (t * t)
+
+
+def lm_distill_terms(logits: torch.Tensor, windows: torch.Tensor, scored: torch.Tensor, topk_ids: torch.Tensor,
+                     topk_logits: torch.Tensor, t: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(next_token_ce over every row, soft_kl_topk over the rows where scored) of one batch: logits (B, T, V),
+    windows (B, T + 1), scored (B,) bool, topk_ids / topk_logits (S, T, k) of the S scored rows.
+
+    At t = 1 both terms read one log-softmax of the logits. Apart, the KL's own log-softmax over the vocabulary, its
+    copy of the scored rows and their backward passes made a distillation step 1.6x a cross-entropy step (an LSTM
+    over 17,714 ids on 2 CPU cores); shared, 1.1x (docs/results/2026-11-28-distilled-lstm-lm.md). Same values; the
+    gradients differ in float rounding only."""
+    if t != 1.0:  # the KL's softmax is another one
+        return next_token_ce(logits, windows), soft_kl_topk(logits[scored], topk_ids, topk_logits, t)
+    logq_all = F.log_softmax(logits.float(), -1)  # (B, T, V)
+    hard = F.nll_loss(logq_all.reshape(-1, logq_all.shape[-1]), windows[:, 1:].reshape(-1))
+    ids = topk_ids.new_zeros((len(scored), *topk_ids.shape[1:]))  # (B, T, k): gather first, then keep the S rows
+    ids[scored] = topk_ids
+    return hard, _topk_kl(logq_all.gather(-1, ids)[scored], topk_logits, t)
 
 
 def next_token_ce(logits: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:

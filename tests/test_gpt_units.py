@@ -363,3 +363,25 @@ def test_the_distilled_lstm_learns_the_teachers_top_k_the_plain_one_never_sees()
     again, _ = trained()  # the same seed without a teacher: the same plain LSTM
     for k, v in plain.state_dict().items():
         assert torch.equal(v, again.state_dict()[k]), k
+
+
+@pytest.mark.parametrize("t", [1.0, 2.0])
+def test_the_shared_log_softmax_gives_the_separate_terms_values_and_gradients(t):
+    """lm_distill_terms reads one log-softmax for both terms at t = 1: the same cross-entropy and top-k KL (over
+    the scored rows only) as next_token_ce and soft_kl_topk computed apart, and the same gradients to rounding."""
+    from distill.losses import lm_distill_terms, next_token_ce, soft_kl_topk
+
+    g = torch.Generator().manual_seed(0)
+    B, T, V, K = 5, 6, 30, 4
+    logits = torch.randn(B, T, V, generator=g, requires_grad=True)
+    win = torch.randint(0, V, (B, T + 1), generator=g)
+    scored = torch.tensor([True, False, True, True, False])
+    ids = torch.stack([torch.randperm(V, generator=g)[:K] for _ in range(3 * T)]).view(3, T, K)
+    vals = torch.randn(3, T, K, generator=g).half()
+    hard, soft = lm_distill_terms(logits, win, scored, ids, vals, t)
+    (ga,) = torch.autograd.grad(0.3 * hard + 0.7 * soft, logits)
+    h2, s2 = next_token_ce(logits, win), soft_kl_topk(logits[scored], ids, vals, t)
+    (gb,) = torch.autograd.grad(0.3 * h2 + 0.7 * s2, logits)
+    assert hard.item() == h2.item() and soft.item() == pytest.approx(s2.item(), rel=1e-6)
+    torch.testing.assert_close(ga, gb, rtol=1e-5, atol=1e-7)
+    assert soft.item() > 0 and gb[~scored].abs().sum() > 0  # the unscored rows still learn the next tokens
