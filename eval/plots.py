@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 from eval.metrics import HIGHER_IS_BETTER
-from eval.rows import decodes, p50, row_key
+from eval.rows import RNN_MODELS, decodes, p50, row_key
 
 COLORS = {"teacher": "#1f77b4", "student": "#d62728", "lstm": "#2ca02c", "lstm_distilled": "#9467bd"}
 # marker = variant (the Optimum peer shares its counterpart's marker, with a black edge); PyTorch eager is hollow
@@ -15,7 +15,6 @@ MARKERS = {"fp32": "o", "optimized": "D", "int8-dynamic": "^", "int8-static": "s
            "palettized-4bit": "X", "int8-dynamic-fastgelu": "*"}
 # an .ort file sits beside the .onnx of its variant: half-filled markers tell the two apart
 ORT_FILL = "left"
-RNN_MODELS = ("lstm", "lstm_distilled")
 DPI = 110  # the saved PNGs' resolution
 
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 from eval.browser_goals import browser_goals
 from eval.metrics import HIGHER_IS_BETTER
 from eval.paired import PAIRS, our_row
-from eval.rows import find, goal, p50, point
+from eval.rows import RNN_MODELS, find, goal, p50, point
 from eval.workloads import workloads
 from pipeline.config import BundleSection
 
@@ -112,7 +112,7 @@ def _generation_goals(rows: list[dict]) -> list[dict]:
                    default=None) or None
 
     t, s = ppl("teacher"), ppl("student")
-    lstms = {m: v for m in ("lstm", "lstm_distilled") if (v := ppl(m))}
+    lstms = {m: v for m in RNN_MODELS if (v := ppl(m))}
     best = min(lstms, key=lstms.get, default="lstm")
     fast, slow = decode("student", "int8-dynamic"), decode("teacher", "fp32")
     ratio = s / t if s and t else None

@@ -84,6 +84,10 @@ def row_key(row: dict) -> tuple[str, str, str]:
     return row["model"], row["variant"], row["format"]
 
 
+# the RNN baselines' model names (both tasks): no transformer graph, drawn thinner, one goal reads the better one
+RNN_MODELS = ("lstm", "lstm_distilled")
+
+
 def decodes(results: dict) -> bool:
     """Whether the bench timed a decode workload (its plan has decode steps): then a row's latency is the time to
     the first token of the prompt (eval/bench.py measure_decode), and the report and plots say so."""

@@ -1,13 +1,13 @@
 """The classification task's load-time checks: what its steps would otherwise reject after training."""
 from __future__ import annotations
 
+from eval.rows import RNN_MODELS  # no transformer graph: transformer-only variants skip them
 from pipeline.config import student_positions
 from pipeline.config_rules import (check_names, set_fix as _set, teacher_config, teacher_positions_problem,
                                    teacher_problem)
 from pipeline.data import paths_problem, source_problem
 from pipeline.errors import PipelineError
 
-RNN_MODELS = ("lstm", "lstm_distilled")  # no transformer graph: transformer-only variants skip them
 COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
 # key -> (what a name there is, registries whose keys it must be): see pipeline.config_rules.REGISTRY_NAMES
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
