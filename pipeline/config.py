@@ -557,6 +557,13 @@ def _owners(key: str) -> list[str]:
     return [s for s, cls in SECTIONS.items() if key in typing.get_type_hints(cls)]
 
 
+# Keys naming local files or folders. A leading "~" is the user's home, as in a shell: neither TOML nor --set expands
+# it, and the stages would read or make a folder named "~" in the working folder. (teacher.model is a folder or a hub
+# id: distill/teachers.py resolves it.)
+LOCAL_PATHS = ("run.runs_dir", "data.train_path", "data.validation_path", "data.test_path", "bundle.dist_dir",
+               "phone.adb", "phone.perf_test")
+
+
 def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
     for name, values in raw.items():
         if name not in SECTIONS and not isinstance(values, dict):  # a key above every [section] header
@@ -581,6 +588,10 @@ def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
     except PipelineError as e:
         raise PipelineError(f"{source}: {e}") from None
     raw = {name: {**defaults.get(name, {}), **raw.get(name, {})} for name in SECTIONS}
+    for dotted in LOCAL_PATHS:
+        section, key = dotted.split(".")
+        if isinstance(value := raw[section].get(key), str) and value.startswith("~"):
+            raw[section][key] = str(Path(value).expanduser())
     sections = {name: _build_section(name, raw[name], source) for name in SECTIONS}
     cfg = Config(**sections, source=source)
     validate(cfg)

