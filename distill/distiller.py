@@ -4,7 +4,7 @@ targets: loss = alpha * soft + (1 - alpha) * cross-entropy.
 - Classification (distill_student): logits on the training + augmented texts, optionally preceded by a
   phase of hidden-state and attention transfer on the original texts with the teacher run online (those
   maps are too big to cache).
-- Generation (distill_lm): per position, the teacher's cached top-k logits (losses.soft_kl_topk) mixed with
+- Generation (distill_lm): per position, the teacher's cached top-k logits (losses.lm_losses) mixed with
   next-token cross-entropy; teacher tokens outside the student's vocabulary land on its "other" id.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from torch import nn
 
 from distill import distributed as D
 from distill.batching import encode, param_device, window_batches
-from distill.losses import attention_mse, distill_loss, hidden_mse, lm_distill_terms, next_token_ce
+from distill.losses import attention_mse, distill_loss, hidden_mse, lm_losses
 from distill.models import HFLogits
 from distill.train import TrainOptions, fit, fit_texts, tail_mean
 from pipeline.config import DistillSection
@@ -126,16 +126,15 @@ def lm_distill_step(forward, windows: np.ndarray, topk_ids: np.ndarray | None, t
         logits = forward(model, x[:, :-1])  # (B, T, V)
         scored = b < n_teacher  # rows with a cached teacher distribution
         if alpha <= 0 or not has_teacher[rows.batch].any():  # the whole batch's rows: the same on every rank
-            hard = next_token_ce(logits, x)
+            hard = lm_losses(logits, x)[0]
             parts["hard"].append(rows.batch_value(hard.item()))
             return hard
-        if not scored.any():  # other ranks hold the batch's scored rows
-            hard, soft = next_token_ce(logits, x), logits.sum() * 0.0
+        if not scored.any():  # other ranks hold the batch's scored rows: soft is 0
+            hard, soft = lm_losses(logits, x)
         else:  # the KL a mean over the scored rows only
             tb = b[scored]
-            hard, soft = lm_distill_terms(logits, x, torch.from_numpy(scored).to(dev),
-                                          torch.from_numpy(topk_ids[tb]).to(dev),
-                                          torch.from_numpy(topk_logits[tb]).to(dev), temperature)
+            hard, soft = lm_losses(logits, x, torch.from_numpy(scored), torch.from_numpy(topk_ids[tb]).to(dev),
+                                   torch.from_numpy(topk_logits[tb]).to(dev), temperature)
             soft = soft * rows.share_where(has_teacher)
         parts["hard"].append(rows.batch_value(hard.item()))
         parts["soft"].append(rows.batch_value(soft.item()))

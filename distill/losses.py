@@ -17,40 +17,93 @@ def logit_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temper
     return F.mse_loss(student_logits, teacher_logits)
 
 
-def soft_kl_topk(logits: torch.Tensor, topk_ids: torch.Tensor, topk_logits: torch.Tensor, t: float) -> torch.Tensor:
-    """soft_kl per position against a teacher cached as its top-k logits (generation): p_T is the teacher's
-    softmax over its k logits (the tail dropped, the k renormalised), q_T the student's softmax over its whole
-    vocabulary read at the k tokens' student ids.  logits (B, T, V), topk_ids / topk_logits (B, T, k)."""
-    return _topk_kl(F.log_softmax(logits.float() / t, -1).gather(-1, topk_ids), topk_logits, t)
+def lm_losses(logits: torch.Tensor, windows: torch.Tensor, scored: torch.Tensor | None = None,
+              topk_ids: torch.Tensor | None = None, topk_logits: torch.Tensor | None = None,
+              t: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(next-token cross-entropy, top-k KL * t^2) of a causal LM's batch. logits (B, T, V) for windows (B, T + 1) of
+    ids; the cross-entropy is the mean over all B * T positions. scored (B,) bool marks the S windows with a cached
+    teacher, topk_ids / topk_logits (S, T, k) in the model's ids: the KL is Hinton's KL(p_T || q_T) per position, p_T
+    the teacher's softmax over its k logits (the tail dropped, the k renormalised), q_T the model's softmax over its
+    whole vocabulary read at the k ids, the mean over the S * T positions (0 when scored is None or none is)."""
+    B, T, V = logits.shape
+    sidx = torch.full((B,), -1, dtype=torch.long)
+    if scored is not None and topk_ids is not None:
+        sidx[scored.cpu()] = torch.arange(int(scored.sum()))
+    else:
+        topk_ids = topk_logits = None
+    return _LMLosses.apply(logits, windows[:, 1:], sidx, topk_ids, topk_logits, float(t))
 
 
-def _topk_kl(logq: torch.Tensor, topk_logits: torch.Tensor, t: float) -> torch.Tensor:
-    """soft_kl_topk from the student's log-probabilities at the teacher's k ids.  logq / topk_logits (B, T, k)."""
-    logp = F.log_softmax(topk_logits.float() / t, -1)  # (B, T, k)
-    return (logp.exp() * (logp - logq)).sum(-1).mean() * (t * t)
+# Rows of logits turned into float32 at a time. Autograd over F.log_softmax keeps a float32 copy of the logits and
+# their log-softmax until the backward pass (145 MB each for 16 x 128 positions over 17,714 ids); here the backward
+# pass keeps the logits in their own dtype and a float32 log-sum-exp per position, and works on 128 rows at a time.
+ROWS = 128
 
 
-def lm_distill_terms(logits: torch.Tensor, windows: torch.Tensor, scored: torch.Tensor, topk_ids: torch.Tensor,
-                     topk_logits: torch.Tensor, t: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(next_token_ce over every row, soft_kl_topk over the rows where scored) of one batch: logits (B, T, V),
-    windows (B, T + 1), scored (B,) bool, topk_ids / topk_logits (S, T, k) of the S scored rows.
-
-    At t = 1 both terms read one log-softmax of the logits. Apart, the KL's own log-softmax over the vocabulary, its
-    copy of the scored rows and their backward passes made a distillation step 1.6x a cross-entropy step (an LSTM
-    over 17,714 ids on 2 CPU cores); shared, 1.1x (docs/results/2026-11-28-distilled-lstm-lm.md). Same values; the
-    gradients differ in float rounding only."""
-    if t != 1.0:  # the KL's softmax is another one
-        return next_token_ce(logits, windows), soft_kl_topk(logits[scored], topk_ids, topk_logits, t)
-    logq_all = F.log_softmax(logits.float(), -1)  # (B, T, V)
-    hard = F.nll_loss(logq_all.reshape(-1, logq_all.shape[-1]), windows[:, 1:].reshape(-1))
-    ids = topk_ids.new_zeros((len(scored), *topk_ids.shape[1:]))  # (B, T, k): gather first, then keep the S rows
-    ids[scored] = topk_ids
-    return hard, _topk_kl(logq_all.gather(-1, ids)[scored], topk_logits, t)
+def _chunks(B: int, T: int):
+    for b in range(B):
+        for a in range(0, T, ROWS):
+            yield b, slice(a, min(a + ROWS, T))
 
 
-def next_token_ce(logits: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:
-    """Causal LM cross-entropy: logits (B, T, V) for windows (B, T + 1) of ids, scored on windows[:, 1:]."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), windows[:, 1:].reshape(-1))
+class _LMLosses(torch.autograd.Function):
+    """lm_losses, forward and backward by hand. Both terms' gradient with respect to the logits is a softmax minus a
+    target distribution: d CE / dz = (softmax(z) - onehot) / (B T), d KL / dz = t (softmax(z / t) - p_T) / (S T), so
+    the backward pass recomputes one softmax per chunk of rows (two at t != 1) from the saved log-sum-exps and writes
+    the logits' gradient in their own dtype, in one pass where autograd made several over float32 copies. The values
+    and gradients agree with autograd's to float rounding (tests/test_gpt_units.py); the time saved per training
+    step: docs/results/2026-11-28-fused-lm-loss.md."""
+
+    @staticmethod
+    def forward(ctx, z, target, sidx, ids, tl, t):
+        B, T, V = z.shape
+        dev = z.device
+        with torch.autocast(dev.type, enabled=False):
+            lse = torch.empty((B, T), dtype=torch.float32, device=dev)
+            hard = torch.zeros((), dtype=torch.float64, device=dev)
+            soft = torch.zeros((), dtype=torch.float64, device=dev)
+            p = lse_t = None
+            if ids is not None:
+                logp = F.log_softmax(tl.float() / t, -1)  # (S, T, k)
+                p = logp.exp()
+                lse_t = None if t == 1.0 else torch.empty(ids.shape[:2], dtype=torch.float32, device=dev)
+            for b, rows in _chunks(B, T):
+                zf = z[b, rows].float()
+                lse[b, rows] = torch.logsumexp(zf, -1)
+                hard += (lse[b, rows] - zf.gather(-1, target[b, rows, None])[:, 0]).sum(dtype=torch.float64)
+                if (s := int(sidx[b])) < 0 or p is None:
+                    continue
+                if t == 1.0:
+                    norm = lse[b, rows]
+                else:
+                    zf = zf / t
+                    norm = lse_t[s, rows] = torch.logsumexp(zf, -1)
+                logq = zf.gather(-1, ids[s, rows]) - norm[:, None]
+                soft += (p[s, rows] * (logp[s, rows] - logq)).sum(dtype=torch.float64)
+        n_scored = 0 if p is None else p.shape[0] * T
+        ctx.save_for_backward(z, target, sidx, lse, ids, p, lse_t)
+        ctx.t, ctx.n_scored = t, n_scored
+        return (hard / (B * T)).float(), (soft / max(n_scored, 1) * t * t).float()
+
+    @staticmethod
+    def backward(ctx, grad_hard, grad_soft):
+        z, target, sidx, lse, ids, p, lse_t = ctx.saved_tensors
+        t = ctx.t
+        B, T, V = z.shape
+        ch = grad_hard.float() / (B * T)
+        cs = grad_soft.float() * t / max(ctx.n_scored, 1)
+        g = torch.empty_like(z)
+        with torch.autocast(z.device.type, enabled=False):
+            for b, rows in _chunks(B, T):
+                zf = z[b, rows].float()
+                q = torch.exp(zf - lse[b, rows, None])  # softmax(z)
+                gb = q * ch
+                gb.scatter_add_(-1, target[b, rows, None], (-ch).expand(gb.shape[0], 1))
+                if (s := int(sidx[b])) >= 0 and p is not None:
+                    gb += (q if t == 1.0 else torch.exp(zf / t - lse_t[s, rows, None])) * cs
+                    gb.scatter_add_(-1, ids[s, rows], p[s, rows] * -cs)  # scatter_add: two top-k ids may map to one
+                g[b, rows] = gb
+        return g, None, None, None, None, None
 
 
 LOGIT_LOSSES = {"kl": soft_kl, "mse": logit_mse}

@@ -129,7 +129,7 @@ def _compare(one_process, tmp_path, nproc: int):
     weights = torch.load(tmp_path / "out" / "weights.pt", weights_only=True)
     for model, tensors in ref_weights.items():
         for k, v in tensors.items():
-            # the generation losses compute in float32 (next_token_ce, soft_kl_topk): ~1e-7 there
+            # the generation losses compute in float32 (losses.lm_losses): ~1e-7 there
             torch.testing.assert_close(weights[model][k], v, rtol=0, atol=1e-6, msg=f"{model}.{k}")
     summary = _flat(json.loads((tmp_path / "out" / "summary.json").read_text()))
     losses = {k: v for k, v in _flat(ref_summary).items() if k.rsplit(".", 1)[-1].startswith("final_")}

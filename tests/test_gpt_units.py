@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from distill.losses import soft_kl_topk
+from distill.losses import lm_losses
 from distill.lstm import LSTMLM, LSTMLMConfig
 from distill.vocab import VocabMap
 from eval.metrics import LM, perplexity
@@ -136,9 +136,11 @@ def test_topk_kl_is_zero_on_the_teacher_distribution_and_positive_elsewhere():
     ids = torch.tensor([0, 2, 5, 7]).expand(2, 3, 4)
     student = torch.full((2, 3, 8), -1e4)
     student.scatter_(-1, ids, tl)
-    assert soft_kl_topk(student, ids, tl, 1.0).item() < 1e-5
-    assert soft_kl_topk(student, ids, tl, 2.0).item() < 1e-5
-    assert soft_kl_topk(torch.randn(2, 3, 8), ids, tl, 1.0).item() > 1e-3
+    win, both = torch.zeros(2, 4, dtype=torch.long), torch.tensor([True, True])
+    assert lm_losses(student, win, both, ids, tl, 1.0)[1].item() < 1e-5
+    # at t = 2 the teacher's softmax(tl / 2) is the student's at the same temperature too
+    assert lm_losses(student, win, both, ids, tl, 2.0)[1].item() < 1e-5
+    assert lm_losses(torch.randn(2, 3, 8), win, both, ids, tl, 1.0)[1].item() > 1e-3
 
 
 def test_stateful_kv_module_matches_transformers_step_by_step():
@@ -365,23 +367,45 @@ def test_the_distilled_lstm_learns_the_teachers_top_k_the_plain_one_never_sees()
         assert torch.equal(v, again.state_dict()[k]), k
 
 
-@pytest.mark.parametrize("t", [1.0, 2.0])
-def test_the_shared_log_softmax_gives_the_separate_terms_values_and_gradients(t):
-    """lm_distill_terms reads one log-softmax for both terms at t = 1: the same cross-entropy and top-k KL (over
-    the scored rows only) as next_token_ce and soft_kl_topk computed apart, and the same gradients to rounding."""
-    from distill.losses import lm_distill_terms, next_token_ce, soft_kl_topk
+def _plain_lm_losses(logits, win, scored, ids, vals, t):
+    """lm_losses as plain autograd: F.cross_entropy, and the top-k KL from F.log_softmax of the scored rows."""
+    import torch.nn.functional as F
 
+    z = logits.float()
+    hard = F.cross_entropy(z.reshape(-1, z.shape[-1]), win[:, 1:].reshape(-1))
+    logq = F.log_softmax(z[scored] / t, -1).gather(-1, ids)
+    logp = F.log_softmax(vals.float() / t, -1)
+    return hard, (logp.exp() * (logp - logq)).sum(-1).mean() * t * t
+
+
+@pytest.mark.parametrize("t, dtype, rows", [(1.0, torch.float32, 128), (2.0, torch.float32, 128),
+                                            (1.0, torch.bfloat16, 4), (0.5, torch.bfloat16, 4)])
+def test_the_fused_lm_losses_give_plain_autograds_values_and_gradients(t, dtype, rows, monkeypatch):
+    """lm_losses' hand-written backward (one softmax per chunk of rows) against autograd through F.log_softmax:
+    the same values and gradients to float rounding, over chunks smaller than a window (rows = 4 of T = 6), with
+    two top-k ids that map to one student id (the vocabulary's "other" row), in float32 and in bf16."""
+    from distill import losses
+
+    monkeypatch.setattr(losses, "ROWS", rows)
     g = torch.Generator().manual_seed(0)
     B, T, V, K = 5, 6, 30, 4
-    logits = torch.randn(B, T, V, generator=g, requires_grad=True)
+    base = (torch.randn(B, T, V, generator=g) * 3).to(dtype)
     win = torch.randint(0, V, (B, T + 1), generator=g)
     scored = torch.tensor([True, False, True, True, False])
     ids = torch.stack([torch.randperm(V, generator=g)[:K] for _ in range(3 * T)]).view(3, T, K)
+    ids[0, :, 1] = ids[0, :, 0]  # a repeated id
     vals = torch.randn(3, T, K, generator=g).half()
-    hard, soft = lm_distill_terms(logits, win, scored, ids, vals, t)
-    (ga,) = torch.autograd.grad(0.3 * hard + 0.7 * soft, logits)
-    h2, s2 = next_token_ce(logits, win), soft_kl_topk(logits[scored], ids, vals, t)
-    (gb,) = torch.autograd.grad(0.3 * h2 + 0.7 * s2, logits)
-    assert hard.item() == h2.item() and soft.item() == pytest.approx(s2.item(), rel=1e-6)
-    torch.testing.assert_close(ga, gb, rtol=1e-5, atol=1e-7)
+    a, b = base.clone().requires_grad_(), base.clone().requires_grad_()
+    hard, soft = lm_losses(a, win, scored, ids, vals, t)
+    (ga,) = torch.autograd.grad(0.3 * hard + 0.7 * soft, a)
+    h2, s2 = _plain_lm_losses(b, win, scored, ids, vals, t)
+    (gb,) = torch.autograd.grad(0.3 * h2 + 0.7 * s2, b)
+    assert ga.dtype == dtype
+    assert hard.item() == pytest.approx(h2.item(), rel=1e-6) and soft.item() == pytest.approx(s2.item(), rel=1e-6)
+    tol = {"rtol": 1e-5, "atol": 1e-7} if dtype == torch.float32 else {"rtol": 8e-3, "atol": 1e-6}  # bf16: 8 bits
+    torch.testing.assert_close(ga, gb, **tol)
     assert soft.item() > 0 and gb[~scored].abs().sum() > 0  # the unscored rows still learn the next tokens
+    (only_ce,) = torch.autograd.grad(lm_losses(a, win)[0], a)  # no teacher: the cross-entropy alone
+    (ce,) = torch.autograd.grad(_plain_lm_losses(b, win, scored, ids, vals, t)[0], b)
+    torch.testing.assert_close(only_ce, ce, **tol)
+    assert lm_losses(a, win)[1].item() == 0.0
