@@ -338,7 +338,7 @@ def test_the_distilled_lstm_learns_the_teachers_top_k_the_plain_one_never_sees()
     from distill.train import seed_everything
     from pipeline.config import BaselineSection
 
-    V, T, K = 12, 8, 3
+    V, T = 12, 8
     g = np.random.default_rng(0)
     win = g.integers(0, V, size=(40, T + 1))
     ids = np.stack([(win[:, :-1] + j) % V for j in (1, 2, 3)], -1)  # (N, T, K): the teacher's top-k, best first
