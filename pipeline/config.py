@@ -591,7 +591,11 @@ def config_from_dict(raw: dict[str, Any], source: str = "<config>") -> Config:
     for dotted in LOCAL_PATHS:
         section, key = dotted.split(".")
         if isinstance(value := raw[section].get(key), str) and value.startswith("~"):
-            raw[section][key] = str(Path(value).expanduser())
+            try:
+                raw[section][key] = str(Path(value).expanduser())
+            except RuntimeError:  # ~name of a user this system does not know
+                raise PipelineError(f"{source}: '{dotted}' = {value!r}: no home folder for "
+                                    f"{value[1:].split('/', 1)[0]!r}; give the path without '~', or as ~/...") from None
     sections = {name: _build_section(name, raw[name], source) for name in SECTIONS}
     cfg = Config(**sections, source=source)
     validate(cfg)
