@@ -284,7 +284,7 @@ def teacher_config(cfg):
 
     if packaged := TEACHERS.get(cfg.teacher.model):
         return SimpleNamespace(**packaged.config)
-    folder = Path(cfg.teacher.model).expanduser()
+    folder = Path(cfg.teacher.model)
     if not (folder / "config.json").is_file():
         return None
     from transformers import AutoConfig

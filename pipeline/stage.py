@@ -132,7 +132,7 @@ def source_digests(cfg: Config, name: str) -> dict[str, str]:
         return {}  # most stages: no need to read the hash cache
     out, cache = {}, HashCache(cfg.run_dir)
     for key in keys:
-        path = Path(cfg.value(key)).expanduser() if cfg.value(key) else None
+        path = Path(cfg.value(key)) if cfg.value(key) else None
         if path is None or not path.exists():
             continue  # not a local path: the stage itself says what is wrong with it
         files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())

@@ -156,9 +156,10 @@ def test_a_leading_tilde_in_local_paths_is_the_home_folder(tmp_path, monkeypatch
     assert (cfg.data.train_path, cfg.run_dir, cfg.bundle.dist_dir) == (
         str(tmp_path / "d.csv"), tmp_path / "runs" / cfg.run.name, str(tmp_path / "dist"))
     assert len(build_splits(cfg)["labels"]) == 2
-    cfg = load_config(None, ["data.source=csv", "data.train_path=~/d.csv", "phone.adb=~/sdk/adb", "data.test_path=x~"])
-    assert (cfg.data.train_path, cfg.phone.adb, cfg.data.test_path) == (
-        str(tmp_path / "d.csv"), str(tmp_path / "sdk" / "adb"), "x~")  # only a leading ~
+    cfg = load_config(None, ["data.source=csv", "data.train_path=~/d.csv", "phone.adb=~/sdk/adb", "data.test_path=x~",
+                             "teacher.model=~/teacher"])
+    assert (cfg.data.train_path, cfg.phone.adb, cfg.data.test_path, cfg.teacher.model) == (
+        str(tmp_path / "d.csv"), str(tmp_path / "sdk" / "adb"), "x~", str(tmp_path / "teacher"))  # only a leading ~
     with pytest.raises(PipelineError, match="'bundle.dist_dir' = '~nobody-here/d': no home folder for 'nobody-here'"):
         load_config(None, ["bundle.dist_dir=~nobody-here/d"])
 
