@@ -289,3 +289,29 @@ def test_an_adb_that_is_no_adb_is_named(tmp_path):
     (tmp_path / "adb").write_text("not a program")
     with pytest.raises(PipelineError, match=r"devices` cannot run \(Permission denied\)"):
         devices(str(tmp_path / "adb"))
+
+
+def test_a_document_in_two_splits_leaves_training(tmp_path, caplog):
+    """A corpus holding one text twice (book.txt, book (1).txt) scored the test split on text the student had
+    trained on: generation ignored data.dedupe_across_splits."""
+    train, test = tmp_path / "train", tmp_path / "test"
+    train.mkdir(), test.mkdir()
+    for i in range(6):
+        write(train / f"{i}.txt", f"document {i}\n\nsome lines of it\n")
+    write(test / "copy.txt", "document 3\n\nsome lines of it\n")
+    write(test / "own.txt", "a held-out text\n")
+    with caplog.at_level(logging.WARNING):
+        s = build_lm_splits(lm_cfg(train, test_path=str(test), validation_fraction=0.0))
+    assert "1 from train" in caplog.text
+    assert [d["name"] for d in s["train"]] == ["0.txt", "1.txt", "2.txt", "4.txt", "5.txt"]
+    assert s["info"]["dedupe_across_splits"] == {"enabled": True, "shared_texts": {
+        "test & train": 0, "validation & train": 0, "test & validation": 0},
+        "removed": {"train": ["3.txt"], "validation": [], "test": []}}
+    kept = build_lm_splits(lm_cfg(train, test_path=str(test), validation_fraction=0.0, dedupe_across_splits=False))
+    assert len(kept["train"]) == 6 and kept["info"]["dedupe_across_splits"]["shared_texts"]["test & train"] == 1
+    assert "dedupe_across_splits" not in build_lm_splits(lm_cfg(train, validation_fraction=0.0))["info"]
+    write(test / "all.txt", "".join(f"document {i}\n\nsome lines of it\n" for i in range(6)))
+    for i in range(6):
+        write(test / f"c{i}.txt", f"document {i}\n\nsome lines of it\n")
+    with pytest.raises(PipelineError, match="every training document is also in the test or validation split"):
+        build_lm_splits(lm_cfg(train, test_path=str(test), validation_fraction=0.0))

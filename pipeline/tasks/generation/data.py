@@ -21,6 +21,7 @@ import numpy as np
 from pipeline.config import Config, DataSection
 from pipeline.errors import PipelineError
 from pipeline.data import SOURCES, file_source, hold_out, hub_split, read_split, source, too_small
+from pipeline.data_clean import dedupe_across_splits, shared_texts
 from pipeline.data_files import check_file, decoding_notes, read_text
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,12 @@ def build_lm_splits(cfg: Config) -> dict:
     total = sum(len(v) for v in splits.values())
     made += hold_out(splits, d, seed, split_documents, "documents")
     too_small(splits, d, total, "documents (or blocks of them)")
+    # a corpus folder holding one book twice would score the test play on text the student trained on
+    before = {s: [doc["name"] for doc in v] for s, v in splits.items()}
+    removed = dedupe_across_splits(splits, d.dedupe_across_splits)
+    if not splits["train"]:
+        raise PipelineError("every training document is also in the test or validation split, so none is left for "
+                            "training: provide other documents, or set data.dedupe_across_splits = false")
     info = {
         "source": d.source,
         "seed": seed,
@@ -155,6 +162,11 @@ def build_lm_splits(cfg: Config) -> dict:
         "documents": {s: [doc["name"] for doc in v] for s, v in splits.items()},
         "characters": {s: sum(len(doc["text"]) for doc in v) for s, v in splits.items()},
     }
+    if any(removed.values()) or not d.dedupe_across_splits:  # absent otherwise: split.json as before
+        kept = info["documents"]
+        info["dedupe_across_splits"] = {
+            "enabled": d.dedupe_across_splits, "shared_texts": shared_texts(splits),
+            "removed": {s: [n for n in names if n not in kept[s]] for s, names in before.items()}}
     return {**splits, "info": info}
 
 
