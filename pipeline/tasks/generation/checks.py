@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pipeline.tasks.generation.data  # noqa: F401  (registers the generation data sources)
 from pipeline.config_rules import check_names, set_fix as _set, teacher_positions_problem, teacher_problem
-from pipeline.data import paths_problem, source_problem
+from pipeline.data import paths_problem, source_problem, unread_problem
 
 COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -29,6 +29,7 @@ CLASSIFICATION_ONLY = {
 
 def validate(cfg) -> str | None:
     problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation") or paths_problem(cfg.data)
+    problem = problem or unread_problem(cfg.data, "generation")
     for rule in (_search_decoder, _prompts_given, _classification_only, _generation_settings, _token_budgets,
                  _lm_exports, _lm_bundle_choice_is_made, _student_init_fits_teacher, _context_fits_teacher):
         problem = problem or rule(cfg)

