@@ -220,6 +220,20 @@ def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir):
         bound = OrtLM(path, 1, 64, bind_device="cpu").generate(prompt, 8)
         assert bound == OrtLM(path, 1, 64).generate(prompt, 8) and len(bound) == 8
 
+    # a WordLevel tokenizer, which onnxruntime-genai's tokenizer cannot read: verify-bundle replays the graph in
+    # onnxruntime-genai and says so, where it failed with "install onnxruntime and tokenizers, or rebuild"
+    from pipeline.verify import verify_bundle
+
+    cfg = config_from_dict({**gen_cfg(tmp_path, corpus, tiny_llama_dir), "bundle": {"dist_dir": str(tmp_path / "d")}},
+                           "tiny-gen")
+    assert run(cfg, ["bundle"]) == ["report", "bundle"]
+    s = verify_bundle(tmp_path / "d" / "tinygen")
+    assert s["runtimes"]["onnxruntime"]["samples_match"] == 2
+    if "samples_match" in s["runtimes"]["onnxruntime-genai"]:  # installed
+        assert s["tokenizers"] == ["tokenizer.json"]
+        assert s["lines"][-1].startswith("onnxruntime-genai's tokenizer cannot read tokenizer.json (a WordLevel "
+                                         "tokenizer; ")
+
 
 def test_generation_bench_on_a_gpu_target_runs_fp32_and_skips_int8(tmp_path, corpus, tiny_llama_dir, monkeypatch,
                                                                     caplog):

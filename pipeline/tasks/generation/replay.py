@@ -144,12 +144,19 @@ def _child(bundle: Path) -> dict:
         genai: list[list[int]] | str = f"onnxruntime-genai is not installed ({e}); pip install onnxruntime-genai"
     else:
         model = og.Model(str(bundle))  # loaded once: its tokenizer and the greedy replay share it
-        genai_tok = og.Tokenizer(model)  # as the README's Python sample sets it up
-        genai_tok.update_options(add_special_tokens="true", skip_special_tokens="true")
-        token_ids["onnxruntime-genai's tokenizer"] = [[int(t) for t in genai_tok.encode(s["prompt"])] for s in samples]
-        decoded["onnxruntime-genai's tokenizer"] = [genai_tok.decode(s["continuation_ids"]) for s in samples]
-        genai = genai_greedy(model, prompts, n)
-    return {"token_ids": token_ids, "decoded": decoded,
+        try:
+            genai_tok = og.Tokenizer(model)  # as the README's Python sample sets it up
+        except RuntimeError as e:  # it reads BPE tokenizers (GPT-2, Llama, Qwen2, ...), not WordLevel / WordPiece
+            kind = json.loads((bundle / "tokenizer.json").read_text()).get("model", {}).get("type")
+            unread = f"cannot read tokenizer.json (a {kind} tokenizer; {str(e).strip()[:120]})"
+        else:
+            unread = None
+            genai_tok.update_options(add_special_tokens="true", skip_special_tokens="true")
+            token_ids["onnxruntime-genai's tokenizer"] = [[int(t) for t in genai_tok.encode(s["prompt"])]
+                                                          for s in samples]
+            decoded["onnxruntime-genai's tokenizer"] = [genai_tok.decode(s["continuation_ids"]) for s in samples]
+        genai = genai_greedy(model, prompts, n)  # over ids: the graph and genai_config.json, whatever the tokenizer
+    return {"token_ids": token_ids, "decoded": decoded, "genai_tokenizer_unread": None if isinstance(genai, str) else unread,
             "onnxruntime": [ort_greedy(bundle, p, k, eos) for p, k in zip(prompts, n)], "onnxruntime-genai": genai}
 
 
@@ -173,7 +180,8 @@ def verify(bundle: Path, files: dict) -> dict:
                                     f"eos fixes)")
     summary = {"bundle": str(bundle), "task": "generation", "files_checked": files["checked"],
                "unlisted_files": files["unlisted"], "samples": len(samples), "runtimes": {},
-               "tokenizers": list(got["token_ids"])}  # each encoded every prompt to its stored ids (above)
+               "tokenizers": list(got["token_ids"]),  # each encoded every prompt to its stored ids (above)
+               "genai_tokenizer_unread": got.get("genai_tokenizer_unread")}
     for runtime in ("onnxruntime", "onnxruntime-genai"):
         rows = got[runtime]
         if isinstance(rows, str):
@@ -209,6 +217,9 @@ def _lines(s: dict) -> list[str]:
         else:
             out.append(f"{runtime}: {r['file']}: {r['samples_match']}/{s['samples']} greedy continuations match "
                        f"({r['tokens']} tokens)")
+    if s["genai_tokenizer_unread"]:
+        out.append(f"onnxruntime-genai's tokenizer {s['genai_tokenizer_unread']}: an app on onnxruntime-genai "
+                   f"encodes its prompts another way (the tokenizers library)")
     return out
 
 
