@@ -558,9 +558,8 @@ def _owners(key: str) -> list[str]:
 
 
 # Keys naming local files or folders. A leading "~" is the user's home, as in a shell: neither TOML nor --set expands
-# it, and the stages would read or make a folder named "~" in the working folder. (teacher.model is a folder or a hub
-# id: distill/teachers.py resolves it.)
-# teacher.model too: a hub id never starts with "~", so a leading one can only mean a local folder
+# it, and the stages would read or make a folder named "~" in the working folder. teacher.model is a folder or a hub
+# id, and a hub id never starts with "~", so a leading one can only mean a local folder.
 LOCAL_PATHS = ("run.runs_dir", "data.train_path", "data.validation_path", "data.test_path", "bundle.dist_dir",
                "phone.adb", "phone.perf_test", "teacher.model")
 

@@ -138,6 +138,7 @@ def _child(bundle: Path) -> dict:
     # it shows for the stored continuation ids
     token_ids = {"tokenizer.json": [tok.encode(s["prompt"]).ids for s in samples]}
     decoded = {"tokenizer.json": [tok.decode(s["continuation_ids"], skip_special_tokens=True) for s in samples]}
+    unread = None  # why onnxruntime-genai's tokenizer cannot read tokenizer.json, where it cannot
     try:
         import onnxruntime_genai as og
     except ImportError as e:
@@ -150,13 +151,12 @@ def _child(bundle: Path) -> dict:
             kind = json.loads((bundle / "tokenizer.json").read_text()).get("model", {}).get("type")
             unread = f"cannot read tokenizer.json (a {kind} tokenizer; {str(e).strip()[:120]})"
         else:
-            unread = None
             genai_tok.update_options(add_special_tokens="true", skip_special_tokens="true")
             token_ids["onnxruntime-genai's tokenizer"] = [[int(t) for t in genai_tok.encode(s["prompt"])]
                                                           for s in samples]
             decoded["onnxruntime-genai's tokenizer"] = [genai_tok.decode(s["continuation_ids"]) for s in samples]
         genai = genai_greedy(model, prompts, n)  # over ids: the graph and genai_config.json, whatever the tokenizer
-    return {"token_ids": token_ids, "decoded": decoded, "genai_tokenizer_unread": None if isinstance(genai, str) else unread,
+    return {"token_ids": token_ids, "decoded": decoded, "genai_tokenizer_unread": unread,
             "onnxruntime": [ort_greedy(bundle, p, k, eos) for p, k in zip(prompts, n)], "onnxruntime-genai": genai}
 
 
