@@ -5,14 +5,17 @@ load (export/hf_layout.py); written to runs/<run>/bundle/ and published to <bund
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from pipeline.errors import PipelineError
 from pipeline.tasks.generation.common import check_prompt, encode_prompt, load_lm, ort_lm, start_ids
+from pipeline.tasks.generation.replay import genai_tokenizer_unread
 from pipeline.tasks.generation.ship import lm_folder, reference_continuations
 from pipeline.tasks.common import threads
 from pipeline.task import StageContext
 
+log = logging.getLogger("pocketformer")
 # the shipped variant when bundle.variant = "auto": int8 first (a quarter of the size, faster on phones)
 AUTO_ORDER = ("int8-dynamic", "fp32")
 
@@ -95,6 +98,9 @@ def stage_bundle(ctx: StageContext) -> dict:
             "tokenizer": "tokenizer.json", "special_ids": ids, "prompt_start_ids": start,
             "samples_file": "samples.json",
             "samples": samples[:1], "greedy_check": check, "versions": library_versions()}
+    if unread := genai_tokenizer_unread(out):  # verify-bundle says the same; the README's Python sample would fail
+        log.warning("WARNING: onnxruntime-genai's tokenizer %s: an app on onnxruntime-genai has to encode its prompts "
+                    "another way (the tokenizers library); the bundle's graph runs there over ids", unread)
     app_samples.write_generation_samples(out, meta)
     meta = finish(out, meta, app_samples.generation_readme, dist)
     print(f"[bundle] student {variant} decoder: {len(meta['files'])} files -> {dist} "

@@ -119,6 +119,35 @@ def genai_greedy(model, prompts: list[list[int]], n: list[int]) -> list[list[int
     return out
 
 
+def _unread(folder: Path, e: Exception) -> str:
+    """onnxruntime-genai's tokenizer reads BPE tokenizers (GPT-2, Llama, Qwen2, ...), not WordLevel / WordPiece."""
+    kind = json.loads((folder / "tokenizer.json").read_text()).get("model", {}).get("type")
+    return f"cannot read tokenizer.json (a {kind} tokenizer; {str(e).strip()[:120]})"
+
+
+def _tokenizer_child(folder: Path) -> dict:
+    """Runs in a fresh process for the bundle stage: {"unread": why onnxruntime-genai's tokenizer cannot read the
+    folder's tokenizer.json, or None (it can, onnxruntime-genai is not installed, or its model does not load:
+    verify-bundle reports that one)}."""
+    try:
+        import onnxruntime_genai as og
+
+        model = og.Model(str(folder))
+    except (ImportError, RuntimeError):
+        return {"unread": None}
+    try:
+        og.Tokenizer(model)
+    except RuntimeError as e:
+        return {"unread": _unread(folder, e)}
+    return {"unread": None}
+
+
+def genai_tokenizer_unread(folder: Path) -> str | None:
+    """_tokenizer_child in a fresh process: what the bundle stage warns about before publishing."""
+    return fresh_process(folder, "pipeline.tasks.generation.replay", ["--tokenizer-only", str(folder.resolve())],
+                         None, "onnxruntime-genai tokenizer check", "install onnxruntime-genai")["unread"]
+
+
 def _child(bundle: Path) -> dict:
     """Runs in the fresh process."""
     from tokenizers import Tokenizer
@@ -147,9 +176,8 @@ def _child(bundle: Path) -> dict:
         model = og.Model(str(bundle))  # loaded once: its tokenizer and the greedy replay share it
         try:
             genai_tok = og.Tokenizer(model)  # as the README's Python sample sets it up
-        except RuntimeError as e:  # it reads BPE tokenizers (GPT-2, Llama, Qwen2, ...), not WordLevel / WordPiece
-            kind = json.loads((bundle / "tokenizer.json").read_text()).get("model", {}).get("type")
-            unread = f"cannot read tokenizer.json (a {kind} tokenizer; {str(e).strip()[:120]})"
+        except RuntimeError as e:
+            unread = _unread(bundle, e)
         else:
             genai_tok.update_options(add_special_tokens="true", skip_special_tokens="true")
             token_ids["onnxruntime-genai's tokenizer"] = [[int(t) for t in genai_tok.encode(s["prompt"])]
@@ -225,5 +253,8 @@ def _lines(s: dict) -> list[str]:
 
 if __name__ == "__main__":  # the fresh-process half: python -m pipeline.tasks.generation.replay --child DIR
     parser = argparse.ArgumentParser()
-    parser.add_argument("--child", required=True)
-    print(json.dumps(_child(Path(parser.parse_args().child))))
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--child")
+    which.add_argument("--tokenizer-only")
+    args = parser.parse_args()
+    print(json.dumps(_child(Path(args.child)) if args.child else _tokenizer_child(Path(args.tokenizer_only))))
