@@ -9,6 +9,7 @@ what a run would reject and a bad value never costs a training run.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -246,8 +247,12 @@ def _phone_remote_dir(cfg) -> str | None:
 
 
 def set_fix(key: str, value: Any) -> str:
-    """A fix as the user types it: --set key=value (TOML value syntax)."""
-    return f"--set {key}={json.dumps(value, separators=(',', ':'))}"
+    """A fix as the user types it: --set key=value (TOML value syntax). A list or table holding strings is quoted
+    for the shell, which would otherwise strip the strings' double quotes and leave a value that is not TOML."""
+    item = f"{key}={json.dumps(value, separators=(',', ':'))}"
+    if isinstance(value, (list, dict)) and '"' in item:
+        item = shlex.quote(item)
+    return f"--set {item}"
 
 
 def _prompts(cfg) -> str | None:

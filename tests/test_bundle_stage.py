@@ -254,7 +254,7 @@ def test_missing_variant_names_the_stage(built):
         run(config_from_dict(d, "cfg"), ["bundle"])
     d["bundle"].update(model="lstm_distilled", variant="auto")
     with pytest.raises(PipelineError, match=r"'bundle.model' = 'lstm_distilled' ships the lstm_distilled, which "
-                                            r"'quantize.models'.*--set quantize.models="):
+                                            r"'quantize.models'.*--set 'quantize.models="):
         run(config_from_dict(d, "cfg"), ["bundle"])
 
 

@@ -375,3 +375,18 @@ def test_a_data_setting_the_source_never_reads_is_refused_at_load(tmp_path, task
         load_config(None, [f'run.task="{task}"', f'data.source="{source}"', *path, f"data.{key}={json.dumps(value)}"])
     assert readers in str(e.value)
     load_config(None, [f'run.task="{task}"', f'data.source="{source}"', *path])  # defaults pass
+
+
+@pytest.mark.parametrize("prompts", [[""], ["", "ROMEO my love"]])
+def test_the_empty_prompt_fix_loads_when_pasted_into_a_shell(prompts, tmp_path, capsys, monkeypatch):
+    """The fix an error names for a list of strings is typed into a shell: it keeps its strings' double quotes
+    there (unquoted, the shell stripped them and the suggested --set failed the key's type check)."""
+    import shlex
+
+    monkeypatch.delenv("POCKETFORMER_SET", raising=False)
+    p = write(tmp_path / "c.toml", '[run]\nname = "x"\ntask = "generation"\n')
+    assert main(["show-config", "--config", str(p), "--set", f"lm.prompts={json.dumps(prompts)}"]) == 2
+    err = capsys.readouterr().err
+    fix = err.split("e.g. ", 1)[1].split(" [the value came from", 1)[0]
+    assert main(["show-config", "--config", str(p), *shlex.split(fix)]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["lm"]["prompts"] == ([t for t in prompts if t] or ["ROMEO:"])

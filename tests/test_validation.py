@@ -105,7 +105,8 @@ CASES = [
     (GEN + ["student.max_length=64"], "student.max_length", True),
     (GEN + ["bench.headline_length=32"], "bench.headline_length", True),
 ]
-FIX = re.compile(r"--set ([a-z_]+\.[a-z_]+=(?:\[[^\]]*\]|\"[^\"]*\"|[^\s,)]+))")
+# the suggested fix (a list of strings is shell-quoted), not the "[the value came from --set '...']" suffix
+FIX = re.compile(r"(?<!came from )--set '?([a-z_]+\.[a-z_]+=(?:\[[^\]]*\]|\"[^\"]*\"|[^\s,)']+))")
 
 
 @pytest.mark.parametrize("overrides,key,has_fix", CASES, ids=[" ".join(c[0]) for c in CASES])
