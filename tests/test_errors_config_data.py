@@ -390,3 +390,13 @@ def test_the_empty_prompt_fix_loads_when_pasted_into_a_shell(prompts, tmp_path, 
     fix = err.split("e.g. ", 1)[1].split(" [the value came from", 1)[0]
     assert main(["show-config", "--config", str(p), *shlex.split(fix)]) == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out)["lm"]["prompts"] == ([t for t in prompts if t] or ["ROMEO:"])
+
+
+def test_eval_windows_0_means_every_test_window_and_loads():
+    """lm.eval_windows = 0 is every held-out window (docs/configuration.md), which the bench's prompt is cut from:
+    it was read as 0 windows holding 0 tokens, refused for any lm.bench_prompt_tokens, with a fix (0) refused too."""
+    raw = {"run": {"task": "generation"}, "lm": {"eval_windows": 0}}
+    assert config_from_dict(raw, "c.toml").lm.eval_windows == 0
+    raw["lm"].update(eval_windows=1, bench_prompt_tokens=200)  # one window of 129 tokens is still checked
+    with pytest.raises(PipelineError, match="lm.eval_windows \\(1\\) windows"):
+        config_from_dict(raw, "c.toml")

@@ -106,7 +106,8 @@ def _token_budgets(cfg) -> str | None:
         return (f"'lm.bench_prompt_tokens' ({lm.bench_prompt_tokens}) + 'lm.bench_decode_tokens' "
                 f"({lm.bench_decode_tokens}) + 1 exceeds the students' positions 'lm.max_cache' ({lm.max_cache}); "
                 f"{_set('lm.max_cache', lm.bench_prompt_tokens + lm.bench_decode_tokens + 1)} or shorten the bench")
-    if (held := lm.eval_windows * (lm.context_length + 1)) < lm.bench_prompt_tokens:
+    # eval_windows 0 = every test window: only the bench, which has the split, can count their tokens
+    if lm.eval_windows > 0 and (held := lm.eval_windows * (lm.context_length + 1)) < lm.bench_prompt_tokens:
         # the bench's prompt is cut from the held-out windows run together: fewer tokens were timed than reported
         return (f"'lm.bench_prompt_tokens' = {lm.bench_prompt_tokens} is longer than the held-out text the bench cuts "
                 f"it from: lm.eval_windows ({lm.eval_windows}) windows of lm.context_length + 1 "
