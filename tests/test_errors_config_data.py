@@ -400,3 +400,12 @@ def test_eval_windows_0_means_every_test_window_and_loads():
     raw["lm"].update(eval_windows=1, bench_prompt_tokens=200)  # one window of 129 tokens is still checked
     with pytest.raises(PipelineError, match="lm.eval_windows \\(1\\) windows"):
         config_from_dict(raw, "c.toml")
+
+
+@pytest.mark.parametrize("key,value", [("iterations", 50), ("warmup", 10), ("min_iterations", 3),
+                                       ("max_seconds_per_point", 5.0), ("throughput_batch", 8)])
+def test_generation_refuses_the_classification_bench_plan(key, value):
+    """The generation bench times one warm-up and lm.bench_iterations generations: [bench]'s plan keys were
+    accepted and silently ignored (the results' plan still said 1 warm-up, lm.bench_iterations timed)."""
+    with pytest.raises(PipelineError, match=f"'bench.{key}' = {value} is a classification setting no generation"):
+        config_from_dict({"run": {"task": "generation"}, "bench": {key: value}}, "c.toml")

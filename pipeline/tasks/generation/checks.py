@@ -24,6 +24,9 @@ CLASSIFICATION_ONLY = {
     "distill.intermediate_epochs": "", "baseline.max_length": "lm.context_length", "baseline.vocab": "",
     "baseline.vocab_size_max": "", "quantize.embedding_bits": "",
     "bench.seq_lengths": "lm.bench_prompt_tokens", "bench.headline_length": "lm.bench_prompt_tokens",
+    # the decode bench's plan: one warm-up, then lm.bench_iterations timed generations, however long they take
+    "bench.iterations": "lm.bench_iterations", "bench.min_iterations": "lm.bench_iterations", "bench.warmup": "",
+    "bench.max_seconds_per_point": "", "bench.throughput_batch": "",
 }
 
 
