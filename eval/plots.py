@@ -28,13 +28,20 @@ def _plt():
     return plt
 
 
+def sig(v: float, digits: int = 3) -> str:
+    """v to `digits` significant digits, except that a number of 1000 or more reads in plain digits: a 1,234 ms
+    decode is "1234", not "1.23e+03" (a small number such as a 1.2e-05 difference keeps its e-notation)."""
+    text = f"{v:.{digits}g}"
+    return f"{v:.0f}" if "e+" in text else text
+
+
 def log_axis(axis) -> None:
     """Log scale with plain numbers at 1-2-5 steps (10^1 alone says little about 3 ms vs 30 ms)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     (axis.axes.set_xscale if axis is axis.axes.xaxis else axis.axes.set_yscale)("log")
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: sig(v, 6)))
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -211,9 +218,9 @@ def _number_labels(ax, named: list[tuple[float, float, dict]]) -> None:
         placed.append(spot)
         ax.annotate(str(i), (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7, fontweight="bold",
                     color=_color(r["model"]))
-        quality = f"{y:.4f}" if y <= 1 else f"{y:.4g}"  # accuracy to 4 places; a perplexity to 4 digits
+        quality = f"{y:.4f}" if y <= 1 else sig(y, 4)  # accuracy to 4 places; a perplexity to 4 digits
         handles.append(Line2D([], [], ls="", marker=f"${i}$", color=_color(r["model"]), ms=6,
-                              label=f"{_short(r)}: {x:.3g} ms, {quality}"))
+                              label=f"{_short(r)}: {sig(x)} ms, {quality}"))
     if handles:
         ax.legend(handles=handles, loc="best", fontsize=6.5, framealpha=0.9, handletextpad=0.3, borderpad=0.4,
                   title="Pareto front", title_fontsize=7)

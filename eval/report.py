@@ -10,7 +10,7 @@ from pathlib import Path
 from eval.browser_goals import TARGET as BROWSER, node_p50
 from eval.machine import is_busy
 from eval.metrics import HIGHER_IS_BETTER
-from eval.plots import all_plots, off_peers
+from eval.plots import all_plots, off_peers, sig
 from eval.qnn import TIE_SPREAD
 from eval.rows import decodes, find, p50, rounds_p50
 
@@ -30,7 +30,7 @@ def _pct(v: float | None) -> str:
 
 
 def _g(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3g}"
+    return "-" if v is None else sig(v)
 
 
 def _gflops_cell(point: dict) -> str:
@@ -167,7 +167,7 @@ def _beside(v: float | None, limit: float | None) -> str:
     0.8 reads "0.8005 | 0.8 | NO", not "0.8 | 0.8 | NO"."""
     if v is None or limit is None or v == limit:
         return _g(v)
-    return next((f"{v:.{n}g}" for n in range(3, 10) if f"{v:.{n}g}" != f"{limit:.{n}g}"), _g(v))
+    return next((sig(v, n) for n in range(3, 10) if sig(v, n) != sig(limit, n)), _g(v))
 
 
 def _goals(res: dict) -> list[Block]:

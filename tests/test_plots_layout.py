@@ -160,3 +160,22 @@ def test_wide_figure_legend_keeps_its_columns(tmp_path, kept):
     fig = kept[-1]
     fig.canvas.draw()
     assert fig.legends[0]._ncols == 6 and _inside(fig, fig.legends[0])
+
+
+def test_numbers_of_a_thousand_and_more_read_in_plain_digits(tmp_path, kept):
+    """A slow row's Pareto key, a goal's value and its limit read "1200", never "1.2e+03"."""
+    from eval.plots import sig
+    from eval.report import _beside, _g
+
+    assert [sig(v) for v in (1200.0, 999.7, 12345.6, 193.1, 0.7766, 1.23e-05)] == [
+        "1200", "1000", "12346", "193", "0.777", "1.23e-05"]
+    assert (_g(4321.0), _beside(1234.4, 1234.0), _beside(1500.0, 2000.0)) == ("4321", "1234.4", "1500")
+    res = _results()
+    for r in res["rows"]:
+        if (r["model"], r["variant"]) == ("teacher", "int8-dynamic"):  # the most accurate row: on every front
+            for i, t in enumerate(TARGETS):
+                r["latency"][t]["64"]["p50_ms"] = 300.0 * (1 + i)
+    quality_vs_latency(res, tmp_path)
+    keys = [t.get_text() for ax in kept[-1].axes if (leg := ax.get_legend()) for t in leg.get_texts()]
+    assert any("1200 ms, 0.7552" in k for k in keys), keys
+    assert not [k for k in keys if "e+" in k]
