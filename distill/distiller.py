@@ -153,7 +153,8 @@ def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_l
     step, parts = lm_distill_step(lambda m, x: m(input_ids=x).logits, windows, topk_ids, topk_logits, alpha,
                                   d.temperature)
     losses = fit(student, batches, step, total_steps=total, lr=d.lr, weight_decay=d.weight_decay,
-                 warmup_fraction=d.warmup_fraction, desc="distill student", lr_hint="distill.lr", opts=opts)["losses"]
+                 warmup_fraction=d.warmup_fraction, desc="distill student", lr_hint="distill.lr", opts=opts,
+                 records=parts)["losses"]
     return {"steps": total, "windows": len(windows), "teacher_windows": 0 if topk_ids is None else len(topk_ids),
             "passes": round(total * d.batch_size / len(windows), 3), "alpha": alpha,
             "temperature": d.temperature, "final_loss": tail_mean(losses, total),

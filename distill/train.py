@@ -81,13 +81,15 @@ def _ckpt_path(opts: TrainOptions, desc: str) -> Path | None:
 
 def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, object], torch.Tensor], *,
         total_steps: int, lr: float, weight_decay: float, warmup_fraction: float, desc: str, lr_hint: str,
-        opts: TrainOptions = TrainOptions(), clip: float = 1.0) -> dict:
+        opts: TrainOptions = TrainOptions(), clip: float = 1.0, records: dict[str, list] | None = None) -> dict:
     """Train model with step_fn(model, rows) -> mean loss over rows (a distributed.Rows list of indices).
 
     batches yields total_steps global batches (lists of row indices); under torchrun each rank keeps its
     share (distributed.rows_of), weighted so the averaged gradient is the whole batch's, and a term that
     averages over other units than rows rescales itself by rows.share. Returns {"losses" (each step's
-    loss over its whole batch, on every rank), "optimizer_steps", "resumed_from"}.
+    loss over its whole batch, on every rank), "optimizer_steps", "resumed_from"}. records: lists step_fn
+    appends to (a loss's terms, each on its own): checkpoints keep them, so a resumed run reports what an
+    uninterrupted one does.
     """
     D.init()
     dev = device()
@@ -111,6 +113,8 @@ def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, objec
             opt.load_state_dict(state["optimizer"])
             sched.load_state_dict(state["scheduler"])
             losses, start = list(state["losses"]), int(state["step"])
+            for name, values in (records or {}).items():
+                values[:] = state.get("records", {}).get(name, [])
             _set_rng_state(state["rng"][D.rank()] if D.rank() < len(state["rng"]) else state["rng"][0])
     batches = itertools.islice(iter(batches), start, total_steps)  # seeded stream: skip what was done
     model.train()
@@ -140,7 +144,7 @@ def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, objec
             opt.zero_grad(set_to_none=True)
             n_opt = (step + 1 + accum - 1) // accum
             if ckpt is not None and n_opt % opts.checkpoint_every == 0 and step + 1 < total_steps:
-                _save(ckpt, model, opt, sched, losses, step + 1, total_steps, opts.key)
+                _save(ckpt, model, opt, sched, losses, step + 1, total_steps, opts.key, records or {})
         bar.update(1)
         if step % 10 == 0:
             recent = losses[-50:]
@@ -152,14 +156,15 @@ def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, objec
     return {"losses": losses, "optimizer_steps": opt_steps, "resumed_from": start}
 
 
-def _save(path: Path, model, opt, sched, losses, step, total_steps, key) -> None:
+def _save(path: Path, model, opt, sched, losses, step, total_steps, key, records: dict) -> None:
     rng = D.gather(_rng_state())  # every rank's RNG, so each resumes its own dropout stream
     if not D.is_main():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part")
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                "losses": losses, "step": step, "total_steps": total_steps, "key": key, "rng": rng}, tmp)
+                "losses": losses, "step": step, "total_steps": total_steps, "key": key, "rng": rng,
+                "records": records}, tmp)
     tmp.replace(path)  # a kill during the save leaves the previous checkpoint intact
 
 

@@ -367,6 +367,36 @@ def test_the_distilled_lstm_learns_the_teachers_top_k_the_plain_one_never_sees()
         assert torch.equal(v, again.state_dict()[k]), k
 
 
+def test_a_resumed_distillation_reports_the_losses_an_uninterrupted_one_does(tmp_path):
+    """Killed in the last tenth of its steps (the tail final_train_ce and final_soft_kl average), the distilled
+    LSTM resumes from its checkpoint and reports the same terms and weights as a run never stopped."""
+    from dataclasses import replace
+
+    from distill.baseline import build_lstm_lm, train_lstm_lm
+    from distill.train import TrainOptions, seed_everything
+    from pipeline.config import BaselineSection
+
+    V, T = 12, 8
+    win = np.random.default_rng(1).integers(0, V, size=(24, T + 1))
+    ids = np.stack([(win[:16, :-1] + j) % V for j in (1, 2)], -1)  # 16 windows with a teacher, 8 without
+    vals = np.broadcast_to(np.array([3.0, 0.0], dtype=np.float16), ids.shape).copy()
+    b = BaselineSection(embed_dim=8, hidden=16, dropout=0.1, steps=40, batch_size=6, lr=1e-2, distill_alpha=0.5)
+    opts = TrainOptions(checkpoint_every=1, checkpoint_dir=tmp_path / "ckpt")
+
+    def run(o):
+        seed_everything(5)
+        m = build_lstm_lm(b, V)
+        return m, train_lstm_lm(m, win, b, seed=5, opts=o, teacher=(ids, vals), temperature=2.0)
+
+    whole, expect = run(TrainOptions())
+    with pytest.raises(KeyboardInterrupt):
+        run(replace(opts, fail_at_step=38))
+    resumed, got = run(opts)
+    assert got == expect and got["final_soft_kl"] is not None
+    for k, v in whole.state_dict().items():
+        assert torch.equal(v, resumed.state_dict()[k]), k
+
+
 def _plain_lm_losses(logits, win, scored, ids, vals, t):
     """lm_losses as plain autograd: F.cross_entropy, and the top-k KL from F.log_softmax of the scored rows."""
     import torch.nn.functional as F
