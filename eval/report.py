@@ -370,7 +370,8 @@ def _summary(res: dict) -> list[Block]:
     higher = HIGHER_IS_BETTER[metric]
     f1 = any(r.get("macro_f1") is not None for r in res["rows"])  # a second score beside accuracy, where eval has it
     targets = _shown_targets(res, L)
-    head = ["model", "variant", "format", metric, "retention" if higher else f"{metric} ratio",
+    # lower is better: the row's metric over the teacher's (1.32x), as the goals and perplexity.json read it
+    head = ["model", "variant", "format", metric, "retention" if higher else f"{metric} / teacher",
             *(["macro-F1"] if f1 else []), "params", "size MiB", "smaller"]
     # a decode workload's latency is the time to first token of a prompt: the header says so, not just "p50"
     first = "first-token " if decodes(res) else ""
@@ -382,7 +383,8 @@ def _summary(res: dict) -> list[Block]:
     rows = []
     for r in res["rows"]:
         vs = r.get("vs_teacher", {})
-        cells = _name(r) + [_num(r.get(metric)), _pct(vs.get("quality_retention")),
+        kept = vs.get("quality_retention")
+        cells = _name(r) + [_num(r.get(metric)), _pct(kept) if higher else "-" if not kept else f"{1 / kept:.2f}x",
                             *([_num(r.get("macro_f1"))] if f1 else []), _num(r.get("params")),
                             f"{r['size_bytes'] / 2**20:.2f}" if r.get("size_bytes") else "-", _x(vs.get("size_ratio"))]
         for t, measured in targets:
@@ -391,8 +393,10 @@ def _summary(res: dict) -> list[Block]:
         rows.append(cells)
     return [("h2", f"Summary at {L} tokens, batch 1"),
             ("p", f"'smaller' and 'faster' are ratios against the fp32 teacher (size: its PyTorch checkpoint; speed: "
-                  f"the fp32 teacher in the same format on the same target). Retention = {metric} / the teacher's"
-                  f"{'' if higher else f' ({metric}: teacher / row)'}. '-' = not run on that target "
+                  f"the fp32 teacher in the same format on the same target). "
+                  + (f"Retention = {metric} / the teacher's. " if higher else
+                     f"{metric} / teacher = the row's {metric} over the fp32 teacher's (lower is better). ")
+                  + f"'-' = not run on that target "
                   f"(reasons under Skipped). "
                   + (f"p50 and 'faster' are the length sweep's (one stretch of calls per file); '({ROUNDS_MARK} x)' = "
                      "the median of the same file's interleaved rounds (timed again after the sweep, "

@@ -118,7 +118,8 @@ def test_generation_rows_render_perplexity_and_generation_table(tmp_path):
     assert st["vs_teacher"]["quality_retention"] == pytest.approx(20.0 / 25.0)  # lower perplexity is better
     paths = write_report(res, tmp_path)
     md = (tmp_path / "report.md").read_text()
-    assert "| model | variant | format | perplexity | perplexity ratio |" in md
+    assert "| model | variant | format | perplexity | perplexity / teacher |" in md
+    assert "| student | fp32 | onnx | 25.0000 | 1.25x |" in md  # the goal's ratio, not its inverse as a %
     # the latency columns say they are the time to first token; no GFLOP/s column of dashes (none for generation)
     summary = md.split("## Summary")[1].split("\n## ")[0]
     assert "| host-cpu first-token p50 ms | faster |" in summary
@@ -344,5 +345,5 @@ def test_the_summary_reads_its_columns_from_the_metric_and_the_plan_not_a_task_n
     decode = _doc(rows)
     decode["plan"]["decode_tokens"] = 8
     assert "host-cpu first-token p50 ms" in header(decode)
-    monkeypatch.setitem(metrics.HIGHER_IS_BETTER, "toy_score", False)  # lower is better: a ratio, teacher / row
-    assert "| toy_score | toy_score ratio | params |" in header(_doc(rows))
+    monkeypatch.setitem(metrics.HIGHER_IS_BETTER, "toy_score", False)  # lower is better: a ratio, row / teacher
+    assert "| toy_score | toy_score / teacher | params |" in header(_doc(rows))
