@@ -106,6 +106,11 @@ def test_bundle_contents_and_choice(built):
     got = meta["latency"]["mobile-cpu"]
     assert got["p50_ms"] == row["latency"]["mobile-cpu"]["32"]["p50_ms"]
     assert got["rounds_p50_ms"] == rounds_p50(row, "mobile-cpu", 32) > 0
+    # the bundle scores its file one text per call; the report's figure for it (padded batches) is named beside it
+    acc, readme = meta["accuracy"], (bundle / "README.md").read_text()
+    assert (acc["batch"], acc["report"]["file"], acc["report"]["batch"]) == (1, row["file"], cfg.teacher.eval_batch_size)
+    assert acc["report"]["accuracy"] == row["accuracy"]
+    assert f"on {acc['texts']} test texts, one text per call as an app runs it" in " ".join(readme.split())
     stem = f"student-{meta['model']['variant']}"
     for rel in (f"model/{stem}.ort", f"model/{stem}.onnx", f"model/{stem}-text.onnx", "tokenizer/vocab.txt",
                 "labels.json", "samples.json", "README.md", "android/PocketformerClassifier.kt",
@@ -321,3 +326,15 @@ def test_string_model_gate_refuses_a_test_split_too_small_for_its_share(built, m
                                             r"bigger test split .*lower bundle.min_agreement"):
         run(config_from_dict(d, "cfg"), ["bundle"], force=("bundle",))
     assert (Path(cfg.bundle.dist_dir) / "tiny" / "metadata.json").read_text() == before
+
+
+def test_the_readme_names_the_reports_accuracy_where_batching_moved_it():
+    from export.app_samples import _how_scored
+
+    acc = {"accuracy": 0.74736, "batch": 1, "report": {"file": "export/student/int8-dynamic.ort", "accuracy": 0.75,
+                                                       "batch": 64}}
+    assert _how_scored(acc) == (", one text per call as an app runs it (the report's 0.7500 ran "
+                                "`export/student/int8-dynamic.ort` over the same texts in padded batches of 64: a "
+                                "quantized file's scores move with the batch)")
+    assert _how_scored({**acc, "accuracy": 0.75}) == ", one text per call as an app runs it"
+    assert _how_scored({"accuracy": 0.75}) == ""  # a bundle from before the batch was recorded

@@ -35,6 +35,18 @@ def write_generation_samples(out: Path, meta: dict) -> None:
                  "ios/PocketformerGenerator.swift": ios.generator(meta)})
 
 
+def _how_scored(acc: dict) -> str:
+    """How the bundle scored its file, and the report's figure for it where that differs (a quantized file's
+    logits move with how the texts are batched)."""
+    if acc.get("batch") != 1:
+        return ""
+    rep = acc.get("report") or {}
+    differs = rep.get("accuracy") is not None and round(rep["accuracy"], 4) != round(acc.get("accuracy", -1), 4)
+    return ", one text per call as an app runs it" + (
+        f" (the report's {rep['accuracy']:.4f} ran `{rep['file']}` over the same texts in padded batches of "
+        f"{rep['batch']}: a quantized file's scores move with the batch)" if differs else "")
+
+
 def classification_readme(meta: dict) -> str:
     m, models = meta["model"], meta["models"]
     acc = meta.get("accuracy") or {}
@@ -67,7 +79,7 @@ port) and compare the ids with `samples.json`.
     return f"""# pocketformer bundle: {m['name']} {m['variant']} (run {meta['run']})
 
 Labels: {', '.join(meta['labels'])}. Test accuracy {acc.get('accuracy', float('nan')):.4f}, macro-F1
-{acc.get('macro_f1', float('nan')):.4f} on {acc.get('texts', '?')} test texts. Latency at {meta.get('headline_length')}
+{acc.get('macro_f1', float('nan')):.4f} on {acc.get('texts', '?')} test texts{_how_scored(acc)}. Latency at {meta.get('headline_length')}
 tokens from the report: {lat or 'not measured'}.
 Why this model: {m['choice']['rule']}.
 
