@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import math
 import random
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -238,6 +241,21 @@ def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir, caplog):
     # the bundle stage said so before publishing
     assert "WARNING: onnxruntime-genai's tokenizer reads BPE tokenizer.json files only; this one is a WordLevel" \
         in caplog.text
+    # and the README's Python sample encodes with the tokenizers library, which reads it
+    if "samples_match" in s["runtimes"]["onnxruntime-genai"]:
+        readme_python_generates(tmp_path / "d" / "tinygen")
+
+
+def readme_python_generates(dist: Path) -> str:
+    """Runs the bundle README's onnxruntime-genai Python sample as a user would paste it; asserts it prints the
+    first stored sample's prompt and greedy continuation."""
+    readme = (dist / "README.md").read_text()
+    code = textwrap.dedent(readme.split("python - <<'EOF'\n")[1].split("    EOF")[0])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    first = json.loads((dist / "samples.json").read_text())[0]
+    assert " ".join(first["continuation"].split()) in " ".join(out.stdout.split()), (out.stdout, first)
+    return code
 
 
 def test_generation_bench_on_a_gpu_target_runs_fp32_and_skips_int8(tmp_path, corpus, tiny_llama_dir, monkeypatch,

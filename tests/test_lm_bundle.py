@@ -16,6 +16,7 @@ from pipeline.config import config_from_dict
 from pipeline.errors import PipelineError
 from pipeline.stage import run
 from lm_bundle_fixtures import bundle_cfg, tiny_inputs, with_tokenizer
+from test_gpt_pipeline import readme_python_generates
 
 pytestmark = pytest.mark.e2e
 # "é" never occurs in the training plays: its byte tokens are outside the student's vocabulary ("other")
@@ -108,6 +109,7 @@ def test_onnxruntime_genai_generates_the_pipeline_tokens(built):
     assert [list(tok.encode(s["prompt"])) for s in samples] == [s["prompt_ids"] for s in samples]
     got = genai_greedy(model, [s["prompt_ids"] for s in samples], [s["max_new_tokens"] for s in samples])
     assert got == [_reference(cfg, s["prompt_ids"], s["max_new_tokens"]) for s in samples]
+    assert "og.Tokenizer(model)" in readme_python_generates(dist)  # a BPE file: genai's own tokenizer reads it
 
 
 def test_verify_bundle_passes_then_catches_changes(built, tmp_path):

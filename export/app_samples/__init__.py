@@ -145,6 +145,19 @@ def generation_readme(meta: dict) -> str:
     start = (f"adds the start token {first} that training put before every text" if first
              else "this tokenizer adds nothing in front; the line keeps prompts encoded as in training")
     app_start = f", and put {first} (the tokenizer's start token, as in training) first" if first else ""
+    path = meta.get('dist_path', 'dist/' + meta['run'])
+    if unread := meta.get("genai_tokenizer_unread"):  # genai runs the graph over ids; the tokenizers library encodes
+        tokenize = (f"    from tokenizers import Tokenizer\n    model = og.Model(\"{path}\")\n"
+                    f"    # onnxruntime-genai's tokenizer {unread}: the tokenizers library reads it\n"
+                    f"    tok = Tokenizer.from_file(\"{path}/tokenizer.json\")  # {start}\n")
+        encode, decode = ".ids", "[int(t) for t in gen.get_sequence(0)]"
+        check = (f"with `tokenizer.json` (onnxruntime-genai's tokenizer {unread}, so verify-bundle does not call it; "
+                 f"it must give the stored ids)")
+    else:
+        tokenize = (f"    model = og.Model(\"{path}\")\n    tok = og.Tokenizer(model)\n"
+                    f"    tok.update_options(add_special_tokens=\"true\")  # {start}\n")
+        encode, decode = "", "gen.get_sequence(0)"
+        check = "with `tokenizer.json` and with onnxruntime-genai's tokenizer as above (both must give the stored ids)"
     return f"""# pocketformer generation bundle: student {m['variant']} (run {meta['run']})
 
 A {g['num_hidden_layers']}-layer Llama decoder ({m.get('params') or '?'} parameters, test perplexity {ppl}) with
@@ -157,19 +170,16 @@ Greedy sample (`samples.json` holds all of them): {json.dumps(s['prompt'])} ->
 
 ## Python: onnxruntime-genai
 
-    pip install onnxruntime-genai
+    pip install onnxruntime-genai{' tokenizers' if unread else ''}
     python - <<'EOF'
     import onnxruntime_genai as og
-    model = og.Model("{meta.get('dist_path', 'dist/' + meta['run'])}")
-    tok = og.Tokenizer(model)
-    tok.update_options(add_special_tokens="true")  # {start}
-    params = og.GeneratorParams(model)
+{tokenize}    params = og.GeneratorParams(model)
     params.set_search_options(max_length={g['context_length']}, do_sample=False)
     gen = og.Generator(model, params)
-    gen.append_tokens(tok.encode({json.dumps(s['prompt'])}))
+    gen.append_tokens(tok.encode({json.dumps(s['prompt'])}){encode})
     while not gen.is_done():
         gen.generate_next_token()
-    print(tok.decode(gen.get_sequence(0)))
+    print(tok.decode({decode}))
     EOF
 
 ## JavaScript: transformers.js
@@ -181,10 +191,9 @@ Greedy sample (`samples.json` holds all of them): {json.dumps(s['prompt'])} ->
 
 ## Check the bundle
 
-    python -m pipeline verify-bundle {meta.get('dist_path', 'dist/' + meta['run'])}
+    python -m pipeline verify-bundle {path}
 
-checks every file's sha256, then, in a fresh process, encodes each prompt of `samples.json` with `tokenizer.json`
-and with onnxruntime-genai's tokenizer as above (both must give the stored ids), replays each prompt through
+checks every file's sha256, then, in a fresh process, encodes each prompt of `samples.json` {check}, replays each prompt through
 `{g['file']}` with plain ONNX Runtime (and with onnxruntime-genai when it is installed) and requires the
 stored greedy tokens back.
 

@@ -97,8 +97,10 @@ def stage_bundle(ctx: StageContext) -> dict:
                       **io_spec(shipped.session)},
             "tokenizer": "tokenizer.json", "special_ids": ids, "prompt_start_ids": start,
             "samples_file": "samples.json",
-            "samples": samples[:1], "greedy_check": check, "versions": library_versions()}
-    if unread := genai_tokenizer_unread(out):  # verify-bundle says the same; the README's Python sample would fail
+            "samples": samples[:1], "greedy_check": check, "versions": library_versions(),
+            # why onnxruntime-genai's tokenizer cannot read tokenizer.json (None: it can): the README's sample says
+            "genai_tokenizer_unread": genai_tokenizer_unread(out)}
+    if unread := meta["genai_tokenizer_unread"]:  # verify-bundle says the same; the README's Python sample would fail
         log.warning("WARNING: onnxruntime-genai's tokenizer %s: an app on onnxruntime-genai has to encode its prompts "
                     "another way (the tokenizers library); the bundle's graph runs there over ids", unread)
     app_samples.write_generation_samples(out, meta)
