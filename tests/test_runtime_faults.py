@@ -257,6 +257,11 @@ def test_enough_windows_record_no_shortfall():
     assert window_shortfall(48, 32, 48, 32, 16) == []
     assert window_shortfall(200, 0, 0, 0, 16) == []  # 0 = all of them
     assert window_shortfall(48, 90, 48, -1, 16) == []  # -1 = the rest
+    # lm.offset_windows' shifted windows are counted apart from the split's own
+    assert window_shortfall(90, 0, 100, 0, 16, shifted=40) == [
+        "lm.teacher_windows = 100, but the training split holds 50 windows of lm.context_length + 1 tokens (and 40 "
+        "more shifted by half a context, lm.offset_windows): the teacher scored 90. Give more training text or lower "
+        "lm.context_length (16), or lower lm.teacher_windows"]
 
 
 def test_context_beyond_the_teachers_positions_is_refused(tmp_path, corpus, tiny_llama_dir):

@@ -81,7 +81,7 @@ def stage_logits(ctx: StageContext) -> dict:
         win, shifted = np.concatenate([win, more]), len(more)
         log.info("[logits] the training split holds %d windows; the teacher also scores %d shifted by half a "
                  "context (lm.offset_windows)", len(win) - shifted, shifted)
-    short = window_shortfall(len(win), len(extra), lm.teacher_windows, lm.extra_windows, lm.context_length)
+    short = window_shortfall(len(win), len(extra), lm.teacher_windows, lm.extra_windows, lm.context_length, shifted)
     for note in short:
         log.warning("[logits] %s", note)
     k = min(lm.top_k, teacher.config.vocab_size)
@@ -137,14 +137,18 @@ def check_context(context_length: int, tcfg) -> None:
                             f"lm.context_length <= {positions}")
 
 
-def window_shortfall(scored: int, extra: int, want_scored: int, want_extra: int, context: int) -> list[str]:
+def window_shortfall(scored: int, extra: int, want_scored: int, want_extra: int, context: int,
+                     shifted: int = 0) -> list[str]:
     """Why the training split gave fewer windows than lm.teacher_windows / lm.extra_windows ask for (0 and -1
-    ask for all there are): one line per setting short, with the numbers and the fix."""
+    ask for all there are): one line per setting short, with the numbers and the fix. shifted: how many of the
+    scored windows lm.offset_windows added (not the split's own)."""
     out = []
     fix = f"Give more training text or lower lm.context_length ({context})"
     if want_scored > 0 and scored < want_scored:
-        out.append(f"lm.teacher_windows = {want_scored}, but the training split holds {scored} windows of "
-                   f"lm.context_length + 1 tokens: the teacher scored {scored}. {fix}, or lower lm.teacher_windows")
+        more = f" (and {shifted} more shifted by half a context, lm.offset_windows)" if shifted else ""
+        out.append(f"lm.teacher_windows = {want_scored}, but the training split holds {scored - shifted} windows of "
+                   f"lm.context_length + 1 tokens{more}: the teacher scored {scored}. {fix}, or lower "
+                   f"lm.teacher_windows")
     if want_extra > 0 and extra < want_extra:
         out.append(f"lm.extra_windows = {want_extra}, but only {extra} windows were left after the "
                    f"{scored} teacher-scored ones: {extra} extra windows used. {fix}, or lower lm.extra_windows")
