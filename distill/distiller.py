@@ -128,7 +128,8 @@ def lm_distill_step(forward, windows: np.ndarray, topk_ids: np.ndarray | None, t
         if alpha <= 0 or not has_teacher[rows.batch].any():  # the whole batch's rows: the same on every rank
             hard = lm_losses(logits, x)[0]
             parts["hard"].append(rows.batch_value(hard.item()))
-            return hard
+            # (1 - alpha), as in a mixed batch: a window without a teacher counts the same wherever it lands
+            return (1 - alpha) * hard
         if not scored.any():  # other ranks hold the batch's scored rows: soft is 0
             hard, soft = lm_losses(logits, x)
         else:  # the KL a mean over the scored rows only

@@ -439,3 +439,25 @@ def test_the_fused_lm_losses_give_plain_autograds_values_and_gradients(t, dtype,
     (ce,) = torch.autograd.grad(_plain_lm_losses(b, win, scored, ids, vals, t)[0], b)
     torch.testing.assert_close(only_ce, ce, **tol)
     assert lm_losses(a, win)[1].item() == 0.0
+
+
+def test_a_window_without_a_teacher_weighs_the_same_in_any_batch():
+    """The loss is alpha * top-k KL (teacher-scored windows) + (1 - alpha) * cross-entropy (every window): an
+    extra window's cross-entropy counts (1 - alpha) in a batch of extra windows only, as in a mixed batch."""
+    from distill import distributed as D
+    from distill.distiller import lm_distill_step
+
+    V, T = 10, 6
+    win = np.random.default_rng(2).integers(0, V, size=(6, T + 1))
+    ids = np.stack([(win[:2, :-1] + j) % V for j in (1, 2)], -1)  # the first 2 windows have a teacher
+    vals = np.zeros(ids.shape, dtype=np.float16)
+    logits = torch.randn(1, T, V, generator=torch.Generator().manual_seed(0))
+    forward = lambda m, x: logits.expand(len(x), T, V)  # noqa: E731  (the same logits for every window)
+    step, parts = lm_distill_step(forward, win, ids, vals, alpha=0.3, temperature=1.0)
+    model = torch.nn.Linear(1, 1)  # where the step puts its inputs (the CPU)
+    extra_only = step(model, D.Rows([3, 4], [3, 4], 1.0))
+    ce = lm_losses(logits.expand(2, T, V), torch.from_numpy(win[[3, 4]]))[0]
+    assert extra_only.item() == pytest.approx(0.7 * ce.item())
+    assert parts["hard"] == [pytest.approx(ce.item())] and parts["soft"] == []
+    plain, _ = lm_distill_step(forward, win, None, None, alpha=0.0, temperature=1.0)  # no teacher: plain CE
+    assert plain(model, D.Rows([3, 4], [3, 4], 1.0)).item() == pytest.approx(ce.item())
