@@ -147,14 +147,14 @@ def generation_readme(meta: dict) -> str:
     app_start = f", and put {first} (the tokenizer's start token, as in training) first" if first else ""
     path = meta.get('dist_path', 'dist/' + meta['run'])
     if unread := meta.get("genai_tokenizer_unread"):  # genai runs the graph over ids; the tokenizers library encodes
-        tokenize = (f"    from tokenizers import Tokenizer\n    model = og.Model(\"{path}\")\n"
+        tokenize = (f"    from tokenizers import Tokenizer\n    model = og.Model({json.dumps(path)})\n"
                     f"    # onnxruntime-genai's tokenizer {unread}: the tokenizers library reads it\n"
-                    f"    tok = Tokenizer.from_file(\"{path}/tokenizer.json\")  # {start}\n")
+                    f"    tok = Tokenizer.from_file({json.dumps(path + '/tokenizer.json')})  # {start}\n")
         encode, decode = ".ids", "[int(t) for t in gen.get_sequence(0)]"
         check = (f"with `tokenizer.json` (onnxruntime-genai's tokenizer {unread}, so verify-bundle does not call it; "
                  f"it must give the stored ids)")
     else:
-        tokenize = (f"    model = og.Model(\"{path}\")\n    tok = og.Tokenizer(model)\n"
+        tokenize = (f"    model = og.Model({json.dumps(path)})\n    tok = og.Tokenizer(model)\n"
                     f"    tok.update_options(add_special_tokens=\"true\")  # {start}\n")
         encode, decode = "", "gen.get_sequence(0)"
         check = "with `tokenizer.json` and with onnxruntime-genai's tokenizer as above (both must give the stored ids)"
@@ -193,8 +193,8 @@ Greedy sample (`samples.json` holds all of them): {json.dumps(s['prompt'])} ->
 
     python -m pipeline verify-bundle {path}
 
-checks every file's sha256, then, in a fresh process, encodes each prompt of `samples.json` {check}, replays each prompt through
-`{g['file']}` with plain ONNX Runtime (and with onnxruntime-genai when it is installed) and requires the
+checks every file's sha256, then, in a fresh process, encodes each prompt of `samples.json` {check},
+replays each prompt through `{g['file']}` with plain ONNX Runtime (and with onnxruntime-genai when it is installed) and requires the
 stored greedy tokens back.
 
 ## Android (ONNX Runtime) and iOS (ONNX Runtime Objective-C API)
