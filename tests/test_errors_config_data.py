@@ -409,3 +409,44 @@ def test_generation_refuses_the_classification_bench_plan(key, value):
     accepted and silently ignored (the results' plan still said 1 warm-up, lm.bench_iterations timed)."""
     with pytest.raises(PipelineError, match=f"'bench.{key}' = {value} is a classification setting no generation"):
         config_from_dict({"run": {"task": "generation"}, "bench": {key: value}}, "c.toml")
+
+
+@pytest.mark.parametrize("key,value,instead,fix", [
+    ("augment.enabled", "true", "", "augment.enabled=false"),
+    ("augment.copies", "20", "", "augment.copies=2"),
+    ("augment.p_mask", "0.3", "", "augment.p_mask=0.1"),
+    ("augment.p_replace", "0.3", "", "augment.p_replace=0.1"),
+    ("augment.p_ngram", "0.5", "", "augment.p_ngram=0.25"),
+    ("augment.ngram_max", "3", "", "augment.ngram_max=5"),
+    ("teacher.epochs", "3.0", "", "teacher.epochs=1.0"),
+    ("teacher.lr", "0.0001", "", "teacher.lr=5e-05"),
+    ("teacher.max_length", "256", "lm.context_length", "teacher.max_length=128"),
+    ("bench.sweep_variants", '["fp32"]', "", "'bench.sweep_variants=[\"fp32\",\"optimized\",\"int8-dynamic\"]'"),
+    ("bench.head_to_head_rounds", "3", "lm.bench_iterations", "bench.head_to_head_rounds=9"),
+    ("bench.browser_iterations", "5", "", "bench.browser_iterations=10"),
+    ("bench.browser_warmup", "1", "", "bench.browser_warmup=2"),
+    ("bench.browser_executable", '"/opt/chromium"', "", 'bench.browser_executable=""'),
+    ("bench.browser_cross_check", "false", "", "bench.browser_cross_check=true"),
+    ("baseline.bidirectional", "true", "", "baseline.bidirectional=false"),
+])
+def test_generation_refuses_classification_settings_it_never_reads(key, value, instead, fix):
+    """No generation stage reads these (a pretrained teacher over lm.context_length windows, no augmented copies,
+    a left-to-right LSTM, a decode bench at one prompt length with no browser targets): a value other than
+    generation's default loaded and re-ran only the search, which copies every key into best-<target>.toml."""
+    with pytest.raises(PipelineError) as e:
+        load_config(None, ['run.task="generation"', f"{key}={value}"])
+    has = f" (generation has '{instead}')" if instead else ""
+    shown = value.replace("true", "True").replace("false", "False").replace('"', "'")
+    assert str(e.value).startswith(f"<defaults>: '{key}' = {shown} is a classification setting no generation stage "
+                                   f"reads{has}: remove it, or --set {fix} "), str(e.value)
+    load_config(None, ['run.task="generation"', fix.strip("'")])  # the suggested fix loads
+
+
+def test_generation_defaults_say_what_its_stages_do():
+    """The LSTM language model reads left to right and the windows are never augmented: generation's resolved
+    config says so (classification's defaults said bidirectional, augmented), and setting it so is accepted."""
+    cfg = load_config(None, ['run.task="generation"'])
+    assert (cfg.augment.enabled, cfg.baseline.bidirectional) == (False, False)
+    assert load_config(None, ['run.task="generation"', "augment.enabled=false", "baseline.bidirectional=false"]) == cfg
+    cls = load_config(None, [])
+    assert (cls.augment.enabled, cls.baseline.bidirectional) == (True, True)  # classification's are unchanged

@@ -1,9 +1,13 @@
 """The generation task's load-time checks: what its steps would otherwise reject after training."""
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pipeline.tasks.generation.data  # noqa: F401  (registers the generation data sources)
+from pipeline.config import SECTIONS, AugmentSection, BenchSection
 from pipeline.config_rules import check_names, set_fix as _set, teacher_positions_problem, teacher_problem
 from pipeline.data import paths_problem, source_problem, unread_problem
+from pipeline.tasks.generation import TASK
 
 COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -14,19 +18,31 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-# Classification settings of the models no generation stage reads -> generation's own setting for it ("" = none):
-# a value other than the default was silently ignored, where a user who set it expects it to shape the model.
-# ([augment] is left out: text augmentation is inert for generation, and keeps only the search re-running.)
+# Classification settings no generation stage reads -> generation's own setting for it ("" = none): a value
+# other than generation's default was silently ignored, where a user who set it expects it to shape the run.
+# (The search stage hashes every key, as best-<target>.toml is the whole resolved config: these re-ran it alone.)
 CLASSIFICATION_ONLY = {
     "student.max_length": "lm.context_length", "student.max_positions": "lm.max_cache",
     "student.vocab": "lm.restrict_vocab", "student.vocab_size_max": "lm.restrict_vocab", "student.embedding_dim": "",
     "distill.hidden_weight": "", "distill.attention_weight": "", "distill.layer_map": "",
     "distill.intermediate_epochs": "", "baseline.max_length": "lm.context_length", "baseline.vocab": "",
     "baseline.vocab_size_max": "", "quantize.embedding_bits": "",
+    # the LSTM language model reads left to right (the task's default is false)
+    "baseline.bidirectional": "",
+    # the teacher is used as pretrained (no fine-tuning) and scores windows of lm.context_length tokens
+    "teacher.epochs": "", "teacher.lr": "", "teacher.max_length": "lm.context_length",
+    # the distillation windows are the corpus's own text: no augmented copies (the task's default is enabled = false)
+    **{f"augment.{f.name}": "" for f in fields(AugmentSection)},
     "bench.seq_lengths": "lm.bench_prompt_tokens", "bench.headline_length": "lm.bench_prompt_tokens",
     # the decode bench's plan: one warm-up, then lm.bench_iterations timed generations, however long they take
     "bench.iterations": "lm.bench_iterations", "bench.min_iterations": "lm.bench_iterations", "bench.warmup": "",
     "bench.max_seconds_per_point": "", "bench.throughput_batch": "",
+    # one prompt length, every file built timed at it: no length sweep to pick variants for
+    "bench.sweep_variants": "",
+    # no Optimum peer and no teacher rounds: desktop-gpu's alternating rounds are lm.bench_iterations
+    "bench.head_to_head_rounds": "lm.bench_iterations",
+    # the browser targets are skipped (eval/bench.py DECODE_SKIPPED) and the web bundle is classification's
+    **{f"bench.{f.name}": "" for f in fields(BenchSection) if f.name.startswith("browser_")},
 }
 
 
@@ -61,11 +77,9 @@ def _prompts_given(cfg) -> str | None:
 
 
 def _classification_only(cfg) -> str | None:
-    from pipeline.config import SECTIONS
-
     for key, instead in CLASSIFICATION_ONLY.items():
         section, name = key.split(".")
-        default = getattr(SECTIONS[section](), name)
+        default = TASK.defaults.get(section, {}).get(name, getattr(SECTIONS[section](), name))
         if (value := cfg.value(key)) != default:
             return (f"'{key}' = {value!r} is a classification setting no generation stage reads"
                     f"{f' (generation has {instead!r})' if instead else ''}: remove it, or {_set(key, default)}")
