@@ -31,6 +31,9 @@ CLASSIFICATION_ONLY = {
     "baseline.bidirectional": "",
     # the teacher is used as pretrained (no fine-tuning) and scores windows of lm.context_length tokens
     "teacher.epochs": "", "teacher.lr": "", "teacher.max_length": "lm.context_length",
+    "teacher.batch_size": "", "teacher.weight_decay": "", "teacher.warmup_fraction": "", "teacher.on_too_long": "",
+    # the teacher pass over the windows: its batch and its arithmetic
+    "teacher.eval_batch_size": "lm.eval_batch_size", "teacher.precision": "lm.teacher_precision",
     # the distillation windows are the corpus's own text: no augmented copies (the task's default is enabled = false)
     **{f"augment.{f.name}": "" for f in fields(AugmentSection)},
     "bench.seq_lengths": "lm.bench_prompt_tokens", "bench.headline_length": "lm.bench_prompt_tokens",
@@ -40,7 +43,7 @@ CLASSIFICATION_ONLY = {
     # one prompt length, every file built timed at it: no length sweep to pick variants for
     "bench.sweep_variants": "",
     # no Optimum peer and no teacher rounds: desktop-gpu's alternating rounds are lm.bench_iterations
-    "bench.head_to_head_rounds": "lm.bench_iterations",
+    "bench.head_to_head_rounds": "lm.bench_iterations", "bench.peer_eval_texts": "",
     # the browser targets are skipped (eval/bench.py DECODE_SKIPPED) and the web bundle is classification's
     **{f"bench.{f.name}": "" for f in fields(BenchSection) if f.name.startswith("browser_")},
 }
