@@ -103,3 +103,14 @@ def test_the_parser_reads_each_form_and_sees_a_wrong_default():
         "a": 1, "b": "x", "f": 0, "g": 0, "c": ["host-cpu", "mobile-cpu"], "d": "p", "e": 0.5}
     assert same(parse_default("`2`"), 2.0) and not same(parse_default("`3`"), 2)
     assert not same(parse_default("16, 32"), [16, 32, 64]) and not same(parse_default("`true`"), 1)
+
+
+def test_adding_a_task_describes_every_field_of_task():
+    """docs/adding-a-task.md's table of the Task interface names each of its fields: a new field fails here until
+    the walk-through says what a task puts there."""
+    from pipeline.task import Task
+
+    text = (ROOT / "docs" / "adding-a-task.md").read_text()
+    named = {n for line in text.splitlines() if line.startswith("| `")
+             for n in re.findall(r"`(\w+)`", line.split(" | ")[0])}
+    assert {f.name for f in dataclasses.fields(Task)} <= named, {f.name for f in dataclasses.fields(Task)} - named
