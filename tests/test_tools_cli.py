@@ -7,6 +7,7 @@ import pytest
 @pytest.mark.parametrize("module, argv, message", [
     ("pair_batches", ["--run", "{tmp}/none"], "run folder {tmp}/none does not exist: give --run runs/<name>"),
     ("profile_ops", ["--run", "{tmp}/none"], "run folder {tmp}/none does not exist"),
+    ("bundle_tolerance", ["--run", "{tmp}/none"], "{tmp}/none has no finished bundle stage; run `make bundle` first"),
     ("throughput", ["--config", "{tmp}/none.toml"], "config file {tmp}/none.toml does not exist"),
     ("throughput", ["--set", "distill.nosuch=1"], "unknown key 'distill.nosuch'"),
 ])
@@ -27,7 +28,14 @@ def test_a_missing_run_or_bad_config_is_one_error_line(module, argv, message, tm
 @pytest.mark.parametrize("module, argv, message", [
     ("pair_batches", ["--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
     ("profile_ops", ["--batch", "1", "x"], "argument --batch: expected a whole number, got 'x'"),
-    ("profile_ops", ["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
+    ("profile_ops", ["--warmup", "-1"], "argument --warmup: must be 0 or more, got -1"),
+    ("fusion_probe", ["--config", "c.toml", "--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+    ("compact_probe", ["--config", "c.toml", "--calls", "0"], "argument --calls: must be at least 1, got 0"),
+    ("compare_files", ["--texts", "t.jsonl", "--threads", "0"], "argument --threads: must be at least 1, got 0"),
+    ("qnn_agreement", ["--texts", "-1"], "argument --texts: must be 0 or more, got -1"),
+    ("static_probe", ["--texts", "x"], "argument --texts: expected a whole number, got 'x'"),
+    ("wasm_profile", ["--length", "0"], "argument --length: must be at least 1, got 0"),
+    ("bundle_tolerance", ["--run", "r", "--texts", "0"], "argument --texts: must be at least 1, got 0"),
     ("throughput", ["--steps", "5", "--warmup", "10"], "--steps (5) must be more than --warmup (10)"),
 ])
 def test_counts_are_checked_by_the_parser(module, argv, message, capsys, monkeypatch):

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import PipelineError
+from tools.cli import positive_int
 
 
 def _line(what: str, a: np.ndarray, b: np.ndarray) -> str:
@@ -92,16 +93,12 @@ def _unoptimized(path: Path, spec: dict, samples: list[dict]) -> np.ndarray:
     return np.array([sess.run(["logits"], _token_feed(spec, s["token_ids"]))[0][0] for s in samples])  # (N, C)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", required=True, help="run folder with a finished bundle stage, e.g. runs/demo")
-    p.add_argument("--texts", type=int, default=500, help="test texts to run (default 500)")
-    args = p.parse_args()
-    try:
-        lines = measure(Path(args.run), args.texts)
-    except PipelineError as e:
-        raise SystemExit(f"error: {e}") from None
-    print("\n".join(lines))
+    p.add_argument("--texts", type=positive_int, default=500, help="test texts to run (default 500)")
+    args = p.parse_args(argv)
+    print("\n".join(measure(Path(args.run), args.texts)))  # a PipelineError: one line, exit 2 (tools.cli.main_exit)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: a whole number, 0 or more (a count where 0 means "all" or "none": texts, warm-up calls)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def need_run(run, what: str = "a finished run (make all)") -> None:
     """Refuse a --run folder that does not exist before a library call fails deep inside on a missing file."""
     if not run.is_dir():

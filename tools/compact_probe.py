@@ -22,6 +22,7 @@ import numpy as np
 
 from eval import latency as L
 from tools.fusion_probe import alternate
+from tools.cli import positive_int
 
 
 def build(student, cfg, work: Path) -> dict[str, Path]:
@@ -79,9 +80,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--posthoc", action="store_true",
                     help="no retraining: apply the run's student.vocab / embedding_dim to the --reference run's "
                          "trained student (kept rows as trained, factorized by truncated SVD) and score that")
-    ap.add_argument("--length", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--calls", type=int, default=100)
+    ap.add_argument("--length", type=positive_int, default=64)
+    ap.add_argument("--rounds", type=positive_int, default=7)
+    ap.add_argument("--calls", type=positive_int, default=100)
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config, args.set)

@@ -20,6 +20,7 @@ import numpy as np
 from eval import latency as L
 from eval.paired import alternate
 from pipeline.errors import PipelineError
+from tools.cli import positive_int
 
 
 def _feeds(session, ids: np.ndarray, pad_id: int) -> dict[str, np.ndarray]:
@@ -82,10 +83,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("second", type=Path)
     ap.add_argument("--tokenizer", type=Path, required=True, help="a model folder with tokenizer files")
     ap.add_argument("--texts", type=Path, required=True, help="JSONL with a 'text' field (a run's data/test.jsonl)")
-    ap.add_argument("--length", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--calls", type=int, default=100, help="timed calls per file per round")
+    ap.add_argument("--length", type=positive_int, default=64)
+    ap.add_argument("--threads", type=positive_int, default=1)
+    ap.add_argument("--rounds", type=positive_int, default=9)
+    ap.add_argument("--calls", type=positive_int, default=100, help="timed calls per file per round")
     ap.add_argument("--json", type=Path, help="also write the result here")
     a = ap.parse_args(argv)
     for p in (a.first, a.second, a.texts, a.tokenizer):

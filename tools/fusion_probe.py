@@ -20,6 +20,7 @@ import numpy as np
 
 from eval import latency as L
 from eval.targets import host_threads
+from tools.cli import positive_int
 
 KERNEL_FUSED, KERNEL_UNFUSED = "SkipLayerNormalization", "Add + Add + LayerNormalization"
 
@@ -115,9 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", action="append", default=[], help="section.key=value, as for the pipeline")
     ap.add_argument("--model", default="student", choices=["student", "teacher"])
-    ap.add_argument("--length", type=int, default=64, help="tokens per input (batch 1)")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--calls", type=int, default=100, help="timed calls per file per round")
+    ap.add_argument("--length", type=positive_int, default=64, help="tokens per input (batch 1)")
+    ap.add_argument("--rounds", type=positive_int, default=7)
+    ap.add_argument("--calls", type=positive_int, default=100, help="timed calls per file per round")
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config, args.set)

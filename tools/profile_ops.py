@@ -24,7 +24,7 @@ import numpy as np
 
 from eval import latency as L
 from pipeline.errors import PipelineError
-from tools.cli import need_run, positive_int
+from tools.cli import need_run, non_negative_int, positive_int
 
 
 def default_files(run: Path) -> list[Path]:
@@ -102,12 +102,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=positive_int, default=1)
     ap.add_argument("--calls", type=positive_int, default=40, help="profiled calls per file at batch 1 (batch N: calls / N * 4, "
                                                           "at least 5)")
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--warmup", type=non_negative_int, default=3)
     ap.add_argument("--top", type=positive_int, default=8, help="op types shown as columns")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
-    if a.warmup < 0:
-        ap.error(f"--warmup must be 0 or more, got {a.warmup}")
     if not a.files or not (a.tokenizer and a.texts):  # the defaults come from the run
         need_run(a.run)
     from transformers import AutoTokenizer

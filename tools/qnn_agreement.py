@@ -12,6 +12,7 @@ import argparse
 import json
 import tempfile
 from pathlib import Path
+from tools.cli import non_negative_int, positive_int
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,8 +22,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path, help="a finished run folder with quantize/npu.json")
-    ap.add_argument("--length", type=int, default=64)
-    ap.add_argument("--texts", type=int, default=300, help="first N test texts (0 = the whole test split)")
+    ap.add_argument("--length", type=positive_int, default=64)
+    ap.add_argument("--texts", type=non_negative_int, default=300, help="first N test texts (0 = the whole test split)")
     ap.add_argument("--chips", nargs="+", default=DEFAULT_CHIPS)
     ap.add_argument("--every-chip", action="store_true",
                     help="every text on every chip (default: the others run one text and reuse the first chip's "

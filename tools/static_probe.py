@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from tools.cli import non_negative_int
 
 DEFAULT_SETTINGS = ['{"static_float": []}', "{}"]  # everything quantized (the earlier rule), the config's own
 
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.tasks.classification import MODEL_FOLDERS
 
     ap.add_argument("--model", default="teacher", choices=list(MODEL_FOLDERS))
-    ap.add_argument("--texts", type=int, default=400, help="test texts to compare on (0 = all)")
+    ap.add_argument("--texts", type=non_negative_int, default=400, help="test texts to compare on (0 = all)")
     ap.add_argument("--setting", action="append", default=None, help="JSON object of [quantize] keys (repeatable)")
     args = ap.parse_args(argv)
     try:

@@ -26,6 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from eval.browser import chromium_path, run_node_script, unavailable_reason
+from tools.cli import positive_int
 
 RUNTIMES = ("chromium", "node-wasm", "node-native")
 KERNEL = "_kernel_time"
@@ -129,7 +130,7 @@ def node_table(name: str, profile: dict, top: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.wasm_profile", description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path)
-    ap.add_argument("--length", type=int, default=64)
+    ap.add_argument("--length", type=positive_int, default=64)
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--runtimes", default=",".join(RUNTIMES))
