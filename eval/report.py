@@ -94,8 +94,11 @@ def _header(res: dict) -> list[Block]:
     plan = res["plan"]
     proxies = [t for t, d in res["targets"].items() if d.get("proxy")]
     cores = m.get("usable_cores") or 1
-    busy = [("p", f"WARNING: the machine was busy when the bench started (other processes used "
-                  f"{m.get('cpu_busy_percent')}% of {cores} cores; load average {m.get('load_average_1m')}). "
+    during = m.get("cpu_busy_during_percent")
+    busy = [("p", f"WARNING: the machine was busy (other processes used {m.get('cpu_busy_percent')}% of {cores} "
+                  f"cores when the bench started"
+                  + (f", {during}% while it ran" if during is not None else "")
+                  + f"; load average {m.get('load_average_1m')}). "
                   f"Multi-threaded numbers (host-cpu) suffer most, because every parallel region waits "
                   f"for a descheduled thread; re-run `make bench` on an idle machine before quoting them.")] \
         if is_busy(m) else []

@@ -360,6 +360,7 @@ def test_results_follow_the_schema_and_ratios(benched):
     assert goal["value"] == best["ratio"] and "interleaved-round" in goal["detail"]
     assert res["quality_metric"] == "accuracy" and res["threads"]["mobile-cpu"] == 1
     assert set(res["machine"]["peak_gflops_fp32"]) >= {"1"}
+    assert 0.0 <= res["machine"]["cpu_busy_during_percent"] <= 100.0  # other processes' share over the bench
     assert set(res["machine"]["peak_gops_int8"]) == set(res["machine"]["peak_gflops_fp32"])
     assert "DynamicQuantizeMatMul (CPUExecutionProvider)" in res["machine"]["int8_kernels"]["ort_ops"]
     # every timed point is divided by the peak of its own arithmetic (eval/peaks.py)

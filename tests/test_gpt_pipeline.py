@@ -201,6 +201,7 @@ def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir, caplog):
 
     res = json.loads((rd / "bench" / "results.json").read_text())
     assert {"machine", "versions", "threads", "rows"} <= set(res)
+    assert 0.0 <= res["machine"]["cpu_busy_during_percent"] <= 100.0  # other processes' share over the bench
     by = {(r["model"], r["variant"], r["format"]): r for r in res["rows"]}
     s = by[("student", "int8-dynamic", "ort")]["generation"]["mobile-cpu"]
     assert s["ttft_ms"] > 0 and s["decode_tokens_per_s"] > 0 and s["prompt_tokens"] == 16

@@ -70,12 +70,12 @@ def stage_bench(ctx: StageContext) -> dict:
     from eval.bench import GPU_ROUNDS, Models, collect_rows, run_bench
     from eval.browser import FILE_WARMUP_S, V8_FLAGS
     from eval.latency import INPUTS_NOTE
-    from eval.machine import is_busy, machine_info
+    from eval.machine import OtherLoad, is_busy, machine_info, record_load
     from eval.targets import get_target, resolved_threads
     from pipeline.manifest import library_versions
 
     cfg, b = ctx.cfg, ctx.cfg.bench
-    t0 = time.time()
+    t0, others = time.time(), OtherLoad()
     targets = [get_target(name) for name in b.targets]
     if b.headline_length > cfg.student.max_length:
         log.warning("WARNING: bench.headline_length = %d is past student.max_length (%d): the bundle's tokenizer "
@@ -102,6 +102,7 @@ def stage_bench(ctx: StageContext) -> dict:
     results, paired, vs_teacher, parts = run_bench(cfg, rows, models, texts, machine, ctx.out / "scratch",
                                                    known_skips)
     shutil.rmtree(ctx.out / "scratch", ignore_errors=True)  # fixed-shape copies: reproducible, not results
+    record_load(machine, others)
 
     doc = {
         "task": TASK.name, "quality_metric": TASK.quality, "machine": machine, "versions": library_versions(),

@@ -203,13 +203,13 @@ def stage_bench(ctx: StageContext) -> dict:
     """Time to first token (lm.bench_prompt_tokens prompt) and decode tokens/s at batch 1 for teacher,
     student and LSTM on each target; writes bench/results.json (shared schema) and bench.md."""
     from eval.bench import decode_targets, decode_threads, measure_decode, measure_decodes
-    from eval.machine import machine_info
+    from eval.machine import OtherLoad, machine_info, record_load
     from eval.rows import skip
     from eval.table import markdown
     from pipeline.manifest import library_versions
 
     cfg, lmc = ctx.cfg, ctx.cfg.lm
-    started = time.time()
+    started, others = time.time(), OtherLoad()
     targets, skipped = decode_targets(cfg.bench.targets)
     qdir, edir = ctx.upstream("quantize"), ctx.upstream("export")
     files = {(r["model"], r["variant"], "onnx"): (qdir / r["path"], r)
@@ -281,7 +281,9 @@ def stage_bench(ctx: StageContext) -> dict:
             else:
                 _timed(rows[i], target, stats[(i, target)], len(job[1]))
         gpu_jobs.clear()  # the GPU sessions go before the machine's peaks are probed
-    result = {"machine": machine_info(sorted({decode_threads(t) for t in targets})),
+    machine = machine_info(sorted({decode_threads(t) for t in targets}))
+    record_load(machine, others)
+    result = {"machine": machine,
               "versions": library_versions(), "task": TASK.name, "quality_metric": TASK.quality,
               "threads": {t.name: decode_threads(t) for t in targets},
               "targets": {t.name: {"runtime": "onnxruntime", "provider": t.providers[0],
