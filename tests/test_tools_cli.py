@@ -35,6 +35,14 @@ def test_a_missing_run_or_bad_config_is_one_error_line(module, argv, message, tm
     ("qnn_agreement", ["--texts", "-1"], "argument --texts: must be 0 or more, got -1"),
     ("static_probe", ["--texts", "x"], "argument --texts: expected a whole number, got 'x'"),
     ("wasm_profile", ["--length", "0"], "argument --length: must be at least 1, got 0"),
+    ("wasm_profile", ["f.ort", "--length", "1"], "argument --length: must be at least 2 ([CLS] and [SEP]), got 1"),
+    ("wasm_profile", ["f.ort", "--rounds", "0"], "argument --rounds: must be at least 1, got 0"),
+    ("wasm_profile", ["f.ort", "--runs", "-2"], "argument --runs: must be at least 1, got -2"),
+    ("wasm_profile", ["f.ort", "--top", "0"], "argument --top: must be at least 1, got 0"),
+    ("wasm_profile", ["f.ort", "--warmup", "-1"], "argument --warmup: must be 0 or more, got -1"),
+    ("corpus_folder", ["a.tgz"], "the following arguments are required: out"),
+    ("shape_files", ["--out", "o"], "the following arguments are required: --tokenizer"),
+    ("teacher_families", ["o", "--task", "x"], "argument --task: invalid choice: 'x'"),
     ("bundle_tolerance", ["--run", "r", "--texts", "0"], "argument --texts: must be at least 1, got 0"),
     ("throughput", ["--steps", "5", "--warmup", "10"], "--steps (5) must be more than --warmup (10)"),
 ])
@@ -45,4 +53,17 @@ def test_counts_are_checked_by_the_parser(module, argv, message, capsys, monkeyp
     monkeypatch.setattr("sys.argv", [module, *argv])
     with pytest.raises(SystemExit) as e:
         mod.main() if module == "throughput" else mod.main(argv)
-    assert e.value.code == 2 and message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # one line: argparse's usage block before it buried what to fix (tools.cli.ToolParser)
+    assert e.value.code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1
+
+
+def test_a_count_of_0_from_the_command_line_is_one_line_and_exit_2():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "tools.pair_batches", "--rounds", "0"], cwd=root, capture_output=True,
+                       text=True, env={"PYTHONPATH": str(root), "PATH": ""}, timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", "error: argument --rounds: must be at least 1, got 0\n")

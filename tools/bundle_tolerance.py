@@ -13,7 +13,6 @@ of verify-bundle's bound used; > 1 fails). Timing-free; numbers depend on the CP
 """
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import PipelineError
-from tools.cli import positive_int
+from tools.cli import ToolParser, positive_int
 
 
 def _line(what: str, a: np.ndarray, b: np.ndarray) -> str:
@@ -94,7 +93,7 @@ def _unoptimized(path: Path, spec: dict, samples: list[dict]) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ToolParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", required=True, help="run folder with a finished bundle stage, e.g. runs/demo")
     p.add_argument("--texts", type=positive_int, default=500, help="test texts to run (default 500)")
     args = p.parse_args(argv)

@@ -1,5 +1,5 @@
-"""What every probe's command line shares: counts that must be positive, and bad input (a missing run, a
-refused config) as one `error:` line with exit status 2 instead of a traceback."""
+"""What every probe's command line shares: counts that must be positive, and bad input (a bad option, a missing
+run, a refused config) as one `error:` line with exit status 2 instead of a usage block or a traceback."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,14 @@ import sys
 from collections.abc import Callable
 
 from pipeline.errors import PipelineError
+
+
+class ToolParser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error (`--rounds 0`, an unknown option) is one `error:` line, exit 2, like
+    main_exit's: the usage block argparse prints first buried the one line that says what to fix. --help is unchanged."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}\n")
 
 
 def positive_int(text: str) -> int:

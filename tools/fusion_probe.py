@@ -10,7 +10,6 @@ fusion figures come from it; the bench's head-to-head table is the per-run check
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -20,7 +19,7 @@ import numpy as np
 
 from eval import latency as L
 from eval.targets import host_threads
-from tools.cli import positive_int
+from tools.cli import ToolParser, positive_int
 
 KERNEL_FUSED, KERNEL_UNFUSED = "SkipLayerNormalization", "Add + Add + LayerNormalization"
 
@@ -112,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.errors import PipelineError
     from pipeline.tasks.classification import MODEL_FOLDERS
 
-    ap = argparse.ArgumentParser(prog="python -m tools.fusion_probe", description=__doc__.split("\n\n")[0])
+    ap = ToolParser(prog="python -m tools.fusion_probe", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", action="append", default=[], help="section.key=value, as for the pipeline")
     ap.add_argument("--model", default="student", choices=["student", "teacher"])

@@ -9,13 +9,12 @@ Prints the median of the per-round p50 ratios (first / second) and its range.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from eval import latency as L
 from eval.paired import alternate
-from tools.cli import need_run, positive_int
+from tools.cli import ToolParser, need_run, positive_int
 
 PAIRS = [("quantize/student/optimized.onnx", "quantize/student/fp32.onnx"),
          ("export/student/optimized.ort", "export/student/fp32.ort"),
@@ -25,7 +24,7 @@ PAIRS = [("quantize/student/optimized.onnx", "quantize/student/fp32.onnx"),
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ToolParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, default=Path("runs/demo"))
     ap.add_argument("--batch", type=positive_int, nargs="+", default=[1, 32])
     ap.add_argument("--length", type=positive_int, default=64)

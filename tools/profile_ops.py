@@ -13,7 +13,6 @@ The profiler adds a little to each kernel, so compare files with each other, not
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -24,7 +23,7 @@ import numpy as np
 
 from eval import latency as L
 from pipeline.errors import PipelineError
-from tools.cli import need_run, non_negative_int, positive_int
+from tools.cli import ToolParser, need_run, non_negative_int, positive_int
 
 
 def default_files(run: Path) -> list[Path]:
@@ -92,7 +91,7 @@ def table(results: list[dict], top: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ToolParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="*", type=Path, help="model files (default: the run's student files and Optimum's)")
     ap.add_argument("--run", type=Path, default=Path("runs/demo"))
     ap.add_argument("--tokenizer", type=Path, help="default: <run>/quantize/student/tokenizer")

@@ -8,11 +8,10 @@ slow; chips run in parallel processes.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
-from tools.cli import non_negative_int, positive_int
+from tools.cli import ToolParser, non_negative_int, positive_int
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.data import read_split
     from pipeline.tasks.classification.compile import emulate_compiled, quantize_failure
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ToolParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path, help="a finished run folder with quantize/npu.json")
     ap.add_argument("--length", type=positive_int, default=64)
     ap.add_argument("--texts", type=non_negative_int, default=300, help="first N test texts (0 = the whole test split)")

@@ -13,8 +13,9 @@ used before its vocabulary settings (README, "Smaller and longer").
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+
+from tools.cli import ToolParser
 
 
 def build(cfg, tokenizer_dir: Path, out: Path) -> dict[str, Path]:
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.config import load_config
     from pipeline.errors import PipelineError
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ToolParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="configs/demo.toml")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--tokenizer", type=Path, required=True, help="a model folder with the teacher's tokenizer files")

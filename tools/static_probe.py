@@ -11,7 +11,6 @@ from it; the quantize stage's check (quantize.check_samples texts) is the per-ru
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import random
@@ -19,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from tools.cli import non_negative_int
+from tools.cli import ToolParser, non_negative_int
 
 DEFAULT_SETTINGS = ['{"static_float": []}', "{}"]  # everything quantized (the earlier rule), the config's own
 
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.config import load_config
     from pipeline.errors import PipelineError
 
-    ap = argparse.ArgumentParser(prog="python -m tools.static_probe", description=__doc__.split("\n\n")[0])
+    ap = ToolParser(prog="python -m tools.static_probe", description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="configs/demo.toml")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     from pipeline.tasks.classification import MODEL_FOLDERS

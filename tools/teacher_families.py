@@ -42,6 +42,8 @@ import time
 import traceback
 from pathlib import Path
 
+from tools.cli import ToolParser
+
 REPO = Path(__file__).resolve().parents[1]
 
 # ---------------------------------------------------------------------------------------------------------
@@ -629,7 +631,7 @@ def plan(task: str, families: list[str] | None) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.teacher_families", description=__doc__.split("\n\n")[0],
+    p = ToolParser(prog="python -m tools.teacher_families", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", type=Path, metavar="OUT_DIR", help="folder for the data, configs, teachers, runs, results")
     p.add_argument("--task", choices=["classification", "generation", "both"], default="both")

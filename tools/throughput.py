@@ -8,7 +8,6 @@ to runs/<run>/ddp_throughput.json. `make bench-ddp` runs it for 1 and 2 processe
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -25,9 +24,9 @@ def main() -> None:
     from distill.train import TrainOptions, fit, seed_everything
     from pipeline.config import load_config
     from pipeline.data import read_labels, read_split
-    from tools.cli import positive_int
+    from tools.cli import ToolParser, positive_int
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = ToolParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="configs/demo.toml")
     p.add_argument("--set", dest="overrides", action="append", default=[])
     p.add_argument("--steps", type=positive_int, default=60)

@@ -19,14 +19,13 @@ bench's p50s.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
 from eval.browser import chromium_path, run_node_script, unavailable_reason
-from tools.cli import positive_int
+from tools.cli import ToolParser, non_negative_int, positive_int
 
 RUNTIMES = ("chromium", "node-wasm", "node-native")
 KERNEL = "_kernel_time"
@@ -128,18 +127,20 @@ def node_table(name: str, profile: dict, top: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.wasm_profile", description=__doc__.split("\n\n")[0])
+    ap = ToolParser(prog="python -m tools.wasm_profile", description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--length", type=positive_int, default=64)
-    ap.add_argument("--runs", type=int, default=50)
-    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--runs", type=positive_int, default=50)
+    ap.add_argument("--warmup", type=non_negative_int, default=10)
     ap.add_argument("--runtimes", default=",".join(RUNTIMES))
     ap.add_argument("--chromium", default="", help="Chromium executable (default: the first on PATH)")
-    ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--top", type=positive_int, default=12)
     ap.add_argument("--json", type=Path, help="write the aggregated profiles here")
     ap.add_argument("--compare", action="store_true", help="interleaved timing, ratios to the last file")
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--rounds", type=positive_int, default=15)
     a = ap.parse_args(argv)
+    if a.length < 2:  # input_for's [CLS] and [SEP]; caught here, not as a traceback
+        ap.error(f"argument --length: must be at least 2 ([CLS] and [SEP]), got {a.length}")
     runtimes = [r for r in a.runtimes.split(",") if r]
     bad = [r for r in runtimes if r not in RUNTIMES]
     if bad:
