@@ -114,3 +114,19 @@ def test_adding_a_task_describes_every_field_of_task():
     named = {n for line in text.splitlines() if line.startswith("| `")
              for n in re.findall(r"`(\w+)`", line.split(" | ")[0])}
     assert {f.name for f in dataclasses.fields(Task)} <= named, {f.name for f in dataclasses.fields(Task)} - named
+
+
+def test_the_shell_metacharacter_row_quotes_what_the_config_prints():
+    """The bad-input row for `SET='run.name=x;touch /tmp/f'` quotes the errors a reader gets, word for word."""
+    from pipeline.config import load_config
+    from pipeline.errors import PipelineError
+
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `make ... SET='run.name=x;touch /tmp/f'`"))
+    quoted = re.findall(r"`([^`]+)`", row.split(" | ")[1])
+    printed = []
+    for path, sets in ((ROOT / "configs/demo.toml", ["run.name=x;touch /tmp/f"]), ("configs/no such.toml", [])):
+        with pytest.raises(PipelineError) as e:
+            load_config(path, sets)
+        printed.append(str(e.value))
+    assert len(quoted) == 2 and all(q in p for q, p in zip(quoted, printed)), (quoted, printed)
