@@ -67,3 +67,27 @@ def test_a_count_of_0_from_the_command_line_is_one_line_and_exit_2():
     r = subprocess.run([sys.executable, "-m", "tools.pair_batches", "--rounds", "0"], cwd=root, capture_output=True,
                        text=True, env={"PYTHONPATH": str(root), "PATH": ""}, timeout=120)
     assert (r.returncode, r.stdout, r.stderr) == (2, "", "error: argument --rounds: must be at least 1, got 0\n")
+
+
+@pytest.mark.parametrize("compare", [False, True])
+def test_wasm_profile_exits_1_when_no_runtime_measured_a_file(compare, tmp_path, monkeypatch, capsys):
+    """Every file failed in every runtime: the failures are printed and the exit status says so (it was 0)."""
+    from tools import wasm_profile as W
+
+    f = tmp_path / "m.ort"
+    f.write_bytes(b"x")
+    failed = {"versions": {}, "runtimes": {"node-wasm": {"files": {"m.ort": {"error": "bad model"}}},
+                                           "node-native": {"error": "no onnxruntime-node"}}}
+    monkeypatch.setattr(W, "run_node_script", lambda *a, **k: failed)
+    argv = [str(f), "--runtimes", "node-wasm,node-native", *(["--compare"] if compare else [])]
+    assert W.main(argv) == 1
+    out = capsys.readouterr()
+    assert "bad model" in out.out and "no onnxruntime-node" in out.out
+    assert out.err == "error: no file was measured in any runtime (the failures are above)\n"
+    one = {"events": []}
+    monkeypatch.setattr(W, "aggregate", lambda events, warmup: {"run_ms": 1.0, "ops": {}, "nodes": {}, "runs": 1})
+    monkeypatch.setattr(W, "op_table", lambda *a: "")
+    monkeypatch.setattr(W, "node_table", lambda *a: "")
+    if not compare:  # one runtime measured the file: 0
+        failed["runtimes"]["node-wasm"]["files"]["m.ort"] = one
+        assert W.main(argv) == 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"versions: {json.dumps(doc['versions'])}")
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))
-    return 0
+    return _exit(result)
 
 
 def print_compare(doc: dict, runtimes: list[str], keys: list[str], a) -> int:
@@ -206,7 +207,15 @@ def print_compare(doc: dict, runtimes: list[str], keys: list[str], a) -> int:
     print(f"\nversions: {json.dumps(doc['versions'])}")
     if a.json:
         a.json.write_text(json.dumps(result, indent=1))
-    return 0
+    return _exit(result)
+
+
+def _exit(result: dict) -> int:
+    """1 when no runtime measured any file (the failures are printed above), so a script sees it; else 0."""
+    if any(r and "error" not in r for r in result["runtimes"].values()):
+        return 0
+    print("error: no file was measured in any runtime (the failures are above)", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":
