@@ -428,6 +428,7 @@ def test_generation_refuses_the_classification_bench_plan(key, value):
     ("teacher.eval_batch_size", "8", "lm.eval_batch_size", "teacher.eval_batch_size=64"),
     ("teacher.precision", '"bf16"', "lm.teacher_precision", 'teacher.precision="fp32"'),
     ("bench.peer_eval_texts", "100", "", "bench.peer_eval_texts=0"),
+    ("bench.devices_file", '"configs/devices.toml"', "", 'bench.devices_file=""'),
     ("bench.sweep_variants", '["fp32"]', "", "'bench.sweep_variants=[\"fp32\",\"optimized\",\"int8-dynamic\"]'"),
     ("bench.head_to_head_rounds", "3", "lm.bench_iterations", "bench.head_to_head_rounds=9"),
     ("bench.browser_iterations", "5", "", "bench.browser_iterations=10"),
