@@ -3,7 +3,9 @@ achieved GFLOP/s is compared against), measured in the same run as the models.""
 from __future__ import annotations
 
 import logging
+import os
 import platform
+import time
 from pathlib import Path
 
 log = logging.getLogger("pocketformer")
@@ -84,14 +86,9 @@ class OtherLoad:
     bench did slows its numbers as much as work it found running."""
 
     def __init__(self) -> None:
-        import time
-
         self.start = (time.monotonic(), _busy_seconds(), _own_seconds())
 
     def percent(self) -> float:
-        import os
-        import time
-
         wall, busy, own = (now - then for now, then in zip((time.monotonic(), _busy_seconds(), _own_seconds()),
                                                             self.start))
         return round(max(0.0, 100 * (busy - own) / (wall * (os.cpu_count() or 1))), 1) if wall > 0 else 0.0
@@ -141,8 +138,6 @@ def is_busy(machine: dict) -> bool:
 
 
 def machine_info(thread_counts: list[int]) -> dict:
-    import os
-
     return {
         "cpu": cpu_name(),
         "machine": platform.machine(),

@@ -17,26 +17,24 @@ class ToolParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\n")
 
 
-def positive_int(text: str) -> int:
-    """argparse type: a whole number above 0 (a count of calls, rounds, threads, a batch or a length)."""
+def _whole(text: str, least: int, need: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {need}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number above 0 (a count of calls, rounds, threads, a batch or a length)."""
+    return _whole(text, 1, "at least 1")
 
 
 def non_negative_int(text: str) -> int:
     """argparse type: a whole number, 0 or more (a count where 0 means "all" or "none": texts, warm-up calls)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+    return _whole(text, 0, "0 or more")
 
 
 def need_run(run, what: str = "a finished run (make all)") -> None:
