@@ -21,6 +21,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from eval.machine import run_watched
+
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 BROWSER_RUNTIME = "onnxruntime-web"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -102,8 +104,9 @@ def run_node_script(script: str, job: dict, timeout_s: float) -> dict:
         job_path.write_text(json.dumps(job))
         # argument list, never a shell string: paths come from the run folder and the config
         try:
-            proc = subprocess.run([node_path() or "node", str(WEB_DIR / script), str(job_path), str(out_path)],
-                                  capture_output=True, text=True, timeout=timeout_s)
+            # watched: the browser's renderers are never waited for, so the bench's load share looks at them
+            proc = run_watched([node_path() or "node", str(WEB_DIR / script), str(job_path), str(out_path)],
+                               timeout_s)
         except subprocess.TimeoutExpired:  # the callers record the message on every row they were to time
             raise RuntimeError(f"web/{script} gave no answer in {timeout_s:g} s") from None
         if proc.returncode != 0 or not out_path.is_file():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import subprocess
 import time
 from pathlib import Path
 
@@ -86,11 +87,13 @@ class OtherLoad:
     bench did slows its numbers as much as work it found running."""
 
     def __init__(self) -> None:
-        self.start = (time.monotonic(), _busy_seconds(), _own_seconds())
+        self.start = (time.monotonic(), _busy_seconds(), *_own_seconds())
 
     def percent(self) -> float:
-        wall, busy, own = (now - then for now, then in zip((time.monotonic(), _busy_seconds(), _own_seconds()),
-                                                            self.start))
+        wall, busy, reaped, seen = (now - then for now, then in zip((time.monotonic(), _busy_seconds(),
+                                                                     *_own_seconds()), self.start))
+        # each count of this tree's time falls short in its own way (_own_seconds): the larger is the closer
+        own = max(reaped, seen)
         return round(max(0.0, 100 * (busy - own) / (wall * (os.cpu_count() or 1))), 1) if wall > 0 else 0.0
 
 
@@ -103,8 +106,40 @@ def _busy_seconds() -> float:
     return total - t.idle - getattr(t, "iowait", 0.0)
 
 
-def _own_seconds() -> float:
-    """CPU seconds of this process, its finished children (waited for) and those still running (a browser)."""
+# (pid, start time) -> CPU seconds of a process this one started (or one of its descendants did), when last seen
+_SEEN: dict[tuple[int, float], float] = {}
+
+
+def note_descendants() -> float:
+    """Look at this process's descendants (and those seen before, re-parented since) and return the CPU seconds
+    of all ever seen, each as last seen. Chromium's renderers, where the browser bench's WASM runs, are not
+    waited for up to this process (the browser ends their parent first), so their time never reaches its
+    children's: only seeing them alive counts it. run_watched calls this every half second."""
+    import psutil
+
+    procs = psutil.Process().children(recursive=True)
+    listed = {p.pid for p in procs}
+    for pid, _ in list(_SEEN):
+        if pid not in listed:
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.Error:
+                pass
+    for proc in procs:
+        try:
+            key, t = (proc.pid, proc.create_time()), proc.cpu_times()
+        except psutil.Error:  # ended since the listing: its last sighting stands
+            continue
+        if proc.pid in listed or key in _SEEN:  # not a stranger that reused a seen pid
+            _SEEN[key] = t.user + t.system
+    return sum(_SEEN.values())
+
+
+def _own_seconds() -> tuple[float, float]:
+    """CPU seconds of this process tree, counted two ways that each fall short: this process, its children
+    waited for (and theirs) and those still running, which misses processes nobody waited for; and this process
+    plus every descendant ever seen at its last sighting (note_descendants), which misses what a finished one
+    used after it was last seen."""
     import psutil
 
     me = psutil.Process()
@@ -116,7 +151,26 @@ def _own_seconds() -> float:
             live += ct.user + ct.system
         except psutil.Error:  # ended between the listing and the read: counted once waited for
             pass
-    return c.user + c.system + c.children_user + c.children_system + live
+    mine = c.user + c.system
+    return mine + c.children_user + c.children_system + live, mine + note_descendants()
+
+
+def run_watched(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s) that notes the process tree's
+    CPU time every half second while it waits (note_descendants), so a browser's work counts as this run's."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                out, err = proc.communicate(timeout=max(0.01, min(0.5, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                note_descendants()
+                if time.monotonic() >= deadline:
+                    proc.kill()
+                    proc.communicate()
+                    raise subprocess.TimeoutExpired(argv, timeout_s) from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def record_load(machine: dict, load: OtherLoad) -> None:
@@ -176,8 +230,6 @@ def gpu_info() -> dict | None:
 def nvidia_driver() -> str | None:
     """The NVIDIA driver's version as nvidia-smi reports it (None without nvidia-smi, e.g. on ROCm)."""
     import shutil
-    import subprocess
-
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
