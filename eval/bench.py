@@ -385,6 +385,21 @@ def _check_numbers(row: dict) -> str:
     return c.get("reason", "see its variants.json")
 
 
+def _log_line(r: dict, targets: list[str], length: int) -> str:
+    """The bench log's word on a row: its host-cpu (else mobile-cpu) p50, else the first target that timed it,
+    else why the first target did not (the report has every target's reason)."""
+    cpu = [t for t in ("host-cpu", "mobile-cpu") if t in targets]
+    order = cpu + [t for t in targets if t not in cpu]
+    for t in order:
+        if (ms := p50(r, t, length)) is not None:
+            return f"p50 {ms:.2f} ms at {length}" + ("" if t in cpu else f" on {t}")
+    if not order:
+        return "-"
+    entry = r["latency"].get(order[0]) or {}
+    why = entry.get("reason") or entry.get("error") or entry.get("status") or "no entry"
+    return f"not timed on {order[0]}: {why.split('; ')[0]}"
+
+
 def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: dict, work: Path,
               known_skips: dict[tuple[str, str], str] | None = None
               ) -> tuple[list[dict], list[dict], list[dict], dict[str, float]]:
@@ -427,9 +442,8 @@ def run_bench(cfg, rows: list[dict], models: Models, texts: list[str], machine: 
             r["latency"][t.name] = entry
             if npu is not None:
                 r["npu"] = npu
-        head = p50(r, "host-cpu", b.headline_length) or p50(r, "mobile-cpu", b.headline_length)
         log.info("[bench] %-15s %-21s %-7s %s (%.1f s)", r["model"], r["variant"], r["format"],
-                 f"p50 {head:.2f} ms at {b.headline_length}" if head else "-", time.perf_counter() - t0)
+                 _log_line(r, [t.name for t in targets], b.headline_length), time.perf_counter() - t0)
         out.append(r)
     bench.time_deferred()
     lap("desktop-gpu")

@@ -241,3 +241,22 @@ def test_generation_flop_formulas_by_hand():
     # E 2, H 3, 2 layers, vocab 5: cells 8*3*(2+3) + 8*3*(3+3) = 264, projection 12, output 20
     lstm = SimpleNamespace(embed_dim=2, hidden=3, layers=2, vocab_size=5)
     assert lstm_lm_flops(lstm, 4) == 4 * (264 + 12 + 20)
+
+
+def test_the_bench_log_says_where_a_row_was_timed_or_why_not():
+    """A row the CPU targets skip was logged as a bare '-': the log names the target that timed it, or the
+    first target's reason."""
+    from eval.bench import _log_line
+
+    targets = ["host-cpu", "mobile-cpu", "browser-wasm"]
+    fp16 = "fp16 ONNX has no fast CPU kernels in ONNX Runtime (it runs through casts); it is the GPU/NPU variant"
+    cpu = {"host-cpu": {"64": {"p50_ms": 1.234}}, "mobile-cpu": {"64": {"p50_ms": 2.0}}}
+    assert _log_line({"latency": cpu}, targets, 64) == "p50 1.23 ms at 64"
+    assert _log_line({"latency": {"host-cpu": {"status": "skipped", "reason": "x"}, "mobile-cpu": cpu["mobile-cpu"]}},
+                     targets, 64) == "p50 2.00 ms at 64"
+    web = {"host-cpu": {"status": "skipped", "reason": "a browser-only file"}, "browser-wasm": {"64": {"p50_ms": 5.5}}}
+    assert _log_line({"latency": web}, targets, 64) == "p50 5.50 ms at 64 on browser-wasm"
+    skipped = {t: {"status": "skipped", "reason": fp16} for t in targets}
+    assert _log_line({"latency": skipped}, targets, 64) == ("not timed on host-cpu: fp16 ONNX has no fast CPU kernels "
+                                                            "in ONNX Runtime (it runs through casts)")
+    assert _log_line({"latency": {}}, ["edge-npu"], 64) == "not timed on edge-npu: no entry"
