@@ -160,16 +160,19 @@ def run_watched(argv: list[str], timeout_s: float) -> subprocess.CompletedProces
     CPU time every half second while it waits (note_descendants), so a browser's work counts as this run's."""
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                out, err = proc.communicate(timeout=max(0.01, min(0.5, deadline - time.monotonic())))
-                break
-            except subprocess.TimeoutExpired:
-                note_descendants()
-                if time.monotonic() >= deadline:
-                    proc.kill()
-                    proc.communicate()
-                    raise subprocess.TimeoutExpired(argv, timeout_s) from None
+        try:
+            while True:
+                try:
+                    out, err = proc.communicate(timeout=max(0.01, min(0.5, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    note_descendants()
+                    if time.monotonic() >= deadline:
+                        raise subprocess.TimeoutExpired(argv, timeout_s) from None
+        except BaseException:  # a timeout or Ctrl-C: as subprocess.run, the command does not outlive the call
+            proc.kill()
+            proc.communicate()
+            raise
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 

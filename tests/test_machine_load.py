@@ -95,3 +95,22 @@ def test_a_watched_run_returns_what_the_command_printed():
     proc = M.run_watched([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); "
                           "sys.exit(3)"], timeout_s=30)
     assert (proc.returncode, proc.stdout, proc.stderr) == (3, "out\n", "err\n")
+
+
+def test_an_interrupted_watched_run_leaves_no_process_behind(monkeypatch, tmp_path):
+    """Ctrl-C while Node runs: as with subprocess.run, the command is killed, not left running or waited for."""
+    import psutil
+
+    pid_file = tmp_path / "pid"
+    script = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+
+    def interrupt():
+        if pid_file.is_file() and pid_file.read_text():
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(M, "note_descendants", interrupt)
+    t = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        M.run_watched([sys.executable, "-c", script], timeout_s=60)
+    assert time.monotonic() - t < 30
+    assert not psutil.pid_exists(int(pid_file.read_text()))
