@@ -100,10 +100,11 @@ def choose(export_rows: list[dict], results: dict, model: str, variant: str, win
         pick = min(timed, key=lambda t: (t[0], -t[1]["accuracy"], t[1]["size_bytes"]))[1]
         sources = {source(r) for _, r in timed}
         how = ""
-        if "interleaved rounds" in sources:
-            how = (" (for the files timed in interleaved rounds: the median over rounds of p50 / the round's median "
-                   "over every file, times the median round" + ("; else the length sweep's p50)"
-                                                                 if "length sweep" in sources else ")"))
+        level = "the median over rounds of p50 / the round's median over every file, times the median round"
+        if sources == {"interleaved rounds"}:
+            how = f" (every file timed in interleaved rounds: {level})"
+        elif "interleaved rounds" in sources:
+            how = f" (for the files timed in interleaved rounds: {level}; else the length sweep's p50)"
         rule = (f"fastest {target} p50 at {length} tokens among {want_model} {kinds} files whose test "
                 f"accuracy is within {window:.3f} of the best ({best:.4f})" + how)
     else:

@@ -3,10 +3,8 @@ timed in onnxruntime-web inside headless Chromium, in one browser run. Needs nod
 Chromium (`make web-deps`); without them the test is skipped with the reason the target itself reports."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -131,13 +129,13 @@ def test_every_file_timed_failed_or_skipped_with_reason(student_files, tmp_path)
     assert out[("browser-wasm", ("student", "int8-dynamic-fastgelu", "ort"))]["cross_check"]["node-wasm"]["p50_ms"] > 0
     assert "cross_check" not in out[("browser-wasm", ("student", "int8-static", "onnx"))]
     assert "cross_check" not in out[("browser-wasm-mt", ("student", "fp32", "onnx"))]  # 1 thread only
-    # the int8 files the web goal can pick, timed again after the 1-thread page's sweep, in the same page, in
-    # interleaved rounds (bench.head_to_head_rounds); not the fp32 file, the one that failed, or the 2-thread page
-    for variant, fmt in (("int8-dynamic", "onnx"), ("int8-dynamic", "ort"), ("int8-dynamic-fastgelu", "ort")):
+    # every file the web goal can pick, timed again after the 1-thread page's sweep, in the same page, in
+    # interleaved rounds (bench.head_to_head_rounds); not the one that failed, or the 2-thread page
+    for variant, fmt in (("fp32", "onnx"), ("int8-dynamic", "onnx"), ("int8-dynamic", "ort"),
+                         ("int8-dynamic-fastgelu", "ort")):
         r = out[("browser-wasm", ("student", variant, fmt))]["chromium_rounds"]
         assert r["length"] == 16 and len(r["round_p50_ms"]) == 9 and all(x > 0 for x in r["round_p50_ms"])
         assert r["v8_flags"] == V8_FLAGS  # the sweep's page and flags
-    assert "chromium_rounds" not in out[("browser-wasm", ("student", "fp32", "onnx"))]
     assert "chromium_rounds" not in out[("browser-wasm", ("student", "int8-static", "onnx"))]
     assert "chromium_rounds" not in out[("browser-wasm-mt", ("student", "int8-dynamic", "ort"))]
 
@@ -260,7 +258,6 @@ def test_node_goal_is_the_median_of_same_round_ratios():
 
 
 def _web_ctx(tmp_path, **bundle):
-    from pipeline.tasks.classification import web as stages_web
     from pipeline.config import config_from_dict
     from pipeline.task import StageContext
 

@@ -60,6 +60,7 @@ def test_each_bundle_is_chosen_on_its_own_target(web_run):
     froms = {c["browser-wasm_p50_from"] for c in ok}
     assert froms <= {"interleaved rounds", "length sweep"}
     assert ("for the files timed in interleaved rounds" in choice["rule"]) == (len(froms) == 2)
+    assert ("every file timed in interleaved rounds" in choice["rule"]) == (froms == {"interleaved rounds"})
     results = json.loads((cfg.run_dir / "report" / "results.json").read_text())
     row = next(r for r in results["rows"] if (r["model"], r["variant"], r["format"]) ==
                ("student", best["variant"], best["format"]))
