@@ -233,6 +233,7 @@ def gpu_info() -> dict | None:
 def nvidia_driver() -> str | None:
     """The NVIDIA driver's version as nvidia-smi reports it (None without nvidia-smi, e.g. on ROCm)."""
     import shutil
+
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
