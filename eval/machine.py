@@ -115,6 +115,12 @@ def note_descendants() -> float:
     of all ever seen, each as last seen. Chromium's renderers, where the browser bench's WASM runs, are not
     waited for up to this process (the browser ends their parent first), so their time never reaches its
     children's: only seeing them alive counts it. run_watched calls this every half second."""
+    _look()
+    return sum(_SEEN.values())
+
+
+def _look() -> float:
+    """Note every descendant's CPU seconds in _SEEN; return the sum over those still this process's descendants."""
     import psutil
 
     procs = psutil.Process().children(recursive=True)
@@ -125,14 +131,17 @@ def note_descendants() -> float:
                 procs.append(psutil.Process(pid))
             except psutil.Error:
                 pass
+    live = 0.0
     for proc in procs:
         try:
             key, t = (proc.pid, proc.create_time()), proc.cpu_times()
-        except psutil.Error:  # ended since the listing: its last sighting stands
+        except psutil.Error:  # ended since the listing: its last sighting stands (once waited for, its children's)
             continue
         if proc.pid in listed or key in _SEEN:  # not a stranger that reused a seen pid
             _SEEN[key] = t.user + t.system
-    return sum(_SEEN.values())
+        if proc.pid in listed:
+            live += t.user + t.system
+    return live
 
 
 def _own_seconds() -> tuple[float, float]:
@@ -142,17 +151,9 @@ def _own_seconds() -> tuple[float, float]:
     used after it was last seen."""
     import psutil
 
-    me = psutil.Process()
-    c = me.cpu_times()
-    live = 0.0
-    for child in me.children(recursive=True):
-        try:
-            ct = child.cpu_times()
-            live += ct.user + ct.system
-        except psutil.Error:  # ended between the listing and the read: counted once waited for
-            pass
-    mine = c.user + c.system
-    return mine + c.children_user + c.children_system + live, mine + note_descendants()
+    c = psutil.Process().cpu_times()
+    mine, live = c.user + c.system, _look()  # one look at the tree for both counts
+    return mine + c.children_user + c.children_system + live, mine + sum(_SEEN.values())
 
 
 def run_watched(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess:
