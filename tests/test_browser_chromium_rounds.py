@@ -1,5 +1,7 @@
 """The Chromium goal against Optimum reads interleaved rounds from the page where they ran (the 1-thread sweep page;
 eval/browser_cross.py round_job / chromium_rounds), and the sweep's p50s only where they did not."""
+import pytest
+
 from eval.browser_cross import paired
 from eval.browser_goals import browser_goals, chromium_ratio
 
@@ -41,6 +43,8 @@ def test_chromium_pairs_the_files_the_goal_can_pick():
     assert paired({"model": "student", "variant": "optimum-fp32", "format": "onnx"})
     assert paired({"model": "student", "variant": "optimized", "format": "onnx"})
     assert not paired({"model": "teacher", "variant": "int8-dynamic", "format": "onnx"})
+    assert paired({"model": "teacher", "variant": "fp32", "format": "ort"})  # the 1/10 goal's reference
+    assert not paired({"model": "lstm", "variant": "fp32", "format": "onnx"})
     assert not paired({"model": "student", "variant": "int8", "format": "coreml"})
 
 
@@ -154,3 +158,48 @@ def test_round_job_asks_the_1_thread_page_for_the_paired_files_at_the_headline_l
     assert round_job(bench, points, files) == {"threads": 1, "keys": ["int8-dynamic/onnx", "optimum-fp32/onnx"],
                                                "length": "64", "rounds": 9, "runs": PER_ROUND, "warmup": 10}
     assert round_job(bench, points[:1] + points[2:], files) is None  # one file: no ratio to take
+
+
+def _teacher_goal(rows):
+    return next(g for g in browser_goals(rows, 64, ["browser-wasm"]) if "1/10 of the fp32 teacher" in g["goal"])
+
+
+def test_the_teacher_goal_is_the_median_of_same_round_ratios_against_the_teachers_faster_file():
+    """The demo run of 2026-11-29 divided the FastGelu file's rounds (3.91 ms) by the teacher's sweep point (56.8
+    ms): 0.0688, where the two sweep points gave 0.0856. With the teacher in the rounds, both sides of the ratio are
+    timed alike, round by round."""
+    fast = _row("int8-dynamic-fastgelu", "ort", 4.87, rounds=[3.9, 4.0, 5.0])
+    rows = [fast, _row("fp32", "onnx", 58.4, model="teacher", rounds=[50.0, 50.0, 50.0]),
+            _row("fp32", "ort", 56.8, model="teacher", rounds=[40.0, 50.0, 45.0])]
+    g = _teacher_goal(rows)
+    # against the .ort: 3.9/40, 4.0/50, 5.0/45 -> median 0.0975; against the .onnx: 0.078, 0.08, 0.1 -> 0.08
+    assert g["value"] == pytest.approx(0.0975) and "teacher fp32 .ort" in g["detail"]
+    assert "interleaved-round ratios in one page" in g["detail"] and g["met"] is True
+
+
+def test_without_teacher_rounds_the_teacher_goal_reads_its_sweep_point_and_says_so():
+    rows = [_row("int8-dynamic-fastgelu", "ort", 4.87, rounds=[3.9, 4.0, 5.0]),
+            _row("int8-dynamic", "ort", 5.0, rounds=[5.0, 5.0, 5.0]),
+            _row("fp32", "onnx", 58.4, model="teacher"), _row("fp32", "ort", 56.8, model="teacher")]
+    g = _teacher_goal(rows)
+    assert g["value"] == pytest.approx(4.0 / 56.8) and "teacher fp32 .ort" in g["detail"]
+    assert "its sweep p50 against the student's pick p50" in g["detail"]
+
+
+def test_round_job_gives_the_teachers_files_fewer_runs_per_round():
+    from pathlib import Path
+    from types import SimpleNamespace as NS
+
+    from eval.browser_cross import PER_ROUND, TEACHER_RUNS, round_job
+    from eval.targets import get_target
+
+    bench = NS(b=NS(headline_length=64, browser_iterations=10, head_to_head_rounds=9, browser_warmup=2))
+    t = get_target("browser-wasm")
+    points = [(t, {"model": m, "variant": v, "format": f, "_path": Path(f"/runs/{m}-{v}.{f}")}, NS(lengths=[64]))
+              for m, v, f in [("student", "int8-dynamic", "ort"), ("teacher", "fp32", "onnx"),
+                              ("teacher", "fp32", "ort"), ("teacher", "int8-dynamic", "ort")]]
+    files = {str(row["_path"]): {"key": str(row["_path"].name)} for _, row, _ in points}
+    job = round_job(bench, points, files)
+    assert job["keys"] == ["student-int8-dynamic.ort", "teacher-fp32.onnx", "teacher-fp32.ort"]
+    assert job["runs"] == PER_ROUND and TEACHER_RUNS < PER_ROUND
+    assert job["file_runs"] == {"teacher-fp32.onnx": TEACHER_RUNS, "teacher-fp32.ort": TEACHER_RUNS}

@@ -2,7 +2,7 @@
 //   node web/bench.mjs JOB.json OUT.json
 // JOB: { chromium, js_flags, threads: [1, 2], warmup, iterations, max_seconds, file_warmup_seconds,
 //        files: [{ key, path, inputs: { "<n>": { input_ids: [...], attention_mask: [...] } } }],
-//        rounds?: { threads, keys: [...], length: "<n>", rounds, runs, warmup } }
+//        rounds?: { threads, keys: [...], length: "<n>", rounds, runs, warmup, file_runs?: { key: runs } } }
 // OUT: { versions, js_flags, runs: { "<threads>": { isolated,
 //        files: { key: { "<n>": [ms, ...], load_s, warmup_s } | { error } },
 //        rounds?: { seconds, files: { key: { rounds: [median ms of each round], mins: [...] } | { error } } } | { error } } } }
@@ -105,7 +105,9 @@ try {
     result.runs[String(threads)] = { isolated, page_errors: errors, files: timed };
     const r = job.rounds;
     if (r && r.threads === threads) {
-      const picked = files.filter((f) => r.keys.includes(f.key)).map((f) => ({ key: f.key, url: f.url, input: f.inputs[r.length] }));
+      const picked = files.filter((f) => r.keys.includes(f.key)).map((f) => ({
+        key: f.key, url: f.url, input: f.inputs[r.length], runs: r.file_runs?.[f.key],
+      }));
       try {  // a second measurement: its failure is recorded, the sweep's timings stand
         result.runs[String(threads)].rounds = await page.evaluate(roundsInPage, {
           files: picked, threads, warmup: r.warmup, runs: r.runs, rounds: r.rounds,
