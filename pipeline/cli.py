@@ -146,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "search":  # its flags are overrides of [search] keys (so its fingerprint has them)
             from pipeline import search
 
-            args.overrides = args.overrides + search.flag_overrides(args)
-        cfg = load_config(args.config, args.overrides)
+            flags = search.flag_overrides(args)
+            args.overrides = args.overrides + list(flags)
+        cfg = load_config(args.config, args.overrides, flags if args.command == "search" else {})
         if args.command not in ("show-config", "status"):
             _quiet_libraries()
         if args.command == "search":

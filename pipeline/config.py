@@ -630,7 +630,10 @@ def _check_override(section: str, key: str, value: Any, text: str) -> None:
     _build_section(section, {key: value}, where)  # the file's checks, named as this item
 
 
-def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (),
+                flags: dict[str, str] | None = None) -> Config:
+    """The config at path with the --set overrides applied; flags: {override: the CLI flag it came from} for
+    overrides a subcommand's flags made (search --trials), which an error about their value names."""
     raw: dict[str, Any] = {}
     source = "<defaults>"
     if path:
@@ -660,7 +663,8 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
     except PipelineError as e:  # a checked value that --set gave: say so, the file does not hold it
         given = [t for t in overrides if re.search(rf"(?<![\w.]){re.escape(t.split('=', 1)[0].strip())}\b", str(e))]
         if given:
-            raise PipelineError(f"{e} [the value came from --set {given[-1]!r}]") from None
+            raise PipelineError(f"{e} [the value came from {(flags or {}).get(given[-1]) or f'--set {given[-1]!r}'}]") \
+                from None
         raise
 
 

@@ -511,13 +511,14 @@ FLAGS = ("target", "budget_ms", "max_mb", "trials", "space", "fraction", "storag
          "reference", "seed")
 
 
-def flag_overrides(args) -> list[str]:
-    """The flags given, as --set overrides of [search] (after the config's and --set's, so they win)."""
+def flag_overrides(args) -> dict[str, str]:
+    """The flags given, as --set overrides of [search] (after the config's and --set's, so they win), each
+    with the flag as typed, which an error about its value names."""
     given = {key: getattr(args, key) for key in FLAGS if getattr(args, key, None) is not None}
     for key, value in given.items():  # argparse takes "nan" and "inf" as floats: name the flag, not a --set
         if isinstance(value, float) and not math.isfinite(value):
             raise PipelineError(f"search --{key.replace('_', '-')} {value}: give a finite number")
-    return [f"search.{key}={json.dumps(value)}" for key, value in given.items()]
+    return {f"search.{key}={json.dumps(value)}": f"--{key.replace('_', '-')} {value}" for key, value in given.items()}
 
 
 def add_cli(sub) -> None:

@@ -166,6 +166,19 @@ def test_bad_search_arguments_are_one_error(search_cfg, capsys, argv, needle):
     assert err.startswith("error: ") and needle in err and err.count("\n") == 1
 
 
+def test_a_bad_flag_value_names_the_flag_not_a_set_item(search_cfg, capsys):
+    """search's flags are [search] overrides: an error about a flag's value names the flag the user typed, and
+    the --set item where one gave it."""
+    from pipeline.cli import main
+
+    path, _ = search_cfg
+    assert main(["search", "--config", str(path), "--target", "host-cpu", "--budget-ms", "2", "--trials", "0"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("give at least 1 trial [the value came from --trials 0]")
+    assert main(["search", "--config", str(path), "--target", "host-cpu", "--budget-ms", "2",
+                 "--set", "search.trials=0"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith("[the value came from --set 'search.trials=0']")
+
+
 def test_size_limit_prunes_before_training(search_cfg, distill_calls):
     from pipeline.search import run_search
 
