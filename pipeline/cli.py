@@ -143,12 +143,13 @@ def main(argv: list[str] | None = None) -> int:
             from pipeline import phone
 
             return phone.run_cli(args)
+        flags: dict[str, str] = {}
         if args.command == "search":  # its flags are overrides of [search] keys (so its fingerprint has them)
             from pipeline import search
 
             flags = search.flag_overrides(args)
             args.overrides = args.overrides + list(flags)
-        cfg = load_config(args.config, args.overrides, flags if args.command == "search" else {})
+        cfg = load_config(args.config, args.overrides, flags)
         if args.command not in ("show-config", "status"):
             _quiet_libraries()
         if args.command == "search":
