@@ -131,8 +131,9 @@ def paired(row: dict) -> bool:
 
 
 # timed calls per round for the teacher's files: a call costs about ten of the student's (57 against 4-6 ms at 64
-# tokens in the demo), so 5 calls give its round p50 in about the time 20 of a student's take (2.6 s per file
-# over 9 rounds, against 10 s at PER_ROUND)
+# tokens in the demo), so 5 calls give its round p50 in about the time 20 of a student's take. The demo's two
+# teacher files added about 10 s to the rounds (22 s for 13 files, 11-13 s for the 11 before), loading their
+# 91 MB each and warm-up included; at PER_ROUND calls, about 15 s more
 TEACHER_RUNS = 5
 
 
@@ -149,7 +150,8 @@ def round_job(bench, points, files: dict[str, dict]) -> dict | None:
     rounds, _ = plan(bench.b.browser_iterations, bench.b.head_to_head_rounds)
     teacher = {files[str(row["_path"])]["key"]: TEACHER_RUNS for _, row in chosen if row["model"] == "teacher"}
     return {"threads": resolved_threads(chosen[0][0]), "keys": keys, "length": str(n), "rounds": rounds,
-            "runs": PER_ROUND, "warmup": max(bench.b.browser_warmup, 10), **({"file_runs": teacher} if teacher else {})}
+            "runs": PER_ROUND, "warmup": max(bench.b.browser_warmup, 10),
+            **({"file_runs": teacher} if teacher else {})}
 
 
 def chromium_rounds(out: dict, files: dict[str, dict], rows: list[dict], doc: dict, job: dict | None) -> None:

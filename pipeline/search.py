@@ -518,7 +518,14 @@ def flag_overrides(args) -> dict[str, str]:
     for key, value in given.items():  # argparse takes "nan" and "inf" as floats: name the flag, not a --set
         if isinstance(value, float) and not math.isfinite(value):
             raise PipelineError(f"search --{key.replace('_', '-')} {value}: give a finite number")
-    return {f"search.{key}={json.dumps(value)}": f"--{key.replace('_', '-')} {value}" for key, value in given.items()}
+    return {f"search.{key}={json.dumps(value)}": _as_typed(key, value) for key, value in given.items()}
+
+
+def _as_typed(key: str, value) -> str:
+    """The flag that set key to value, as on the command line: --no-reference, --variants a b, --trials 0."""
+    if value is False:  # the store_false flags
+        return f"--no-{key.replace('_', '-')}"
+    return " ".join([f"--{key.replace('_', '-')}", *map(str, value if isinstance(value, list) else [value])])
 
 
 def add_cli(sub) -> None:

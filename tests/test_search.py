@@ -738,11 +738,12 @@ def test_no_reference_flag(search_cfg):
 
     args = argparse.Namespace(target=None, budget_ms=None, max_mb=None, trials=None, space=None, fraction=None,
                               storage=None, variants=None, survivors=None, reference=False, seed=None)
-    assert flag_overrides(args) == ["search.reference=false"]
+    assert flag_overrides(args) == {"search.reference=false": "--no-reference"}
     args.reference = None
-    assert flag_overrides(args) == []
-    args.seed = 7
-    assert flag_overrides(args) == ["search.seed=7"]
+    assert flag_overrides(args) == {}
+    args.seed, args.variants = 7, ["int8-dynamic", "fp16"]
+    assert flag_overrides(args) == {"search.variants=[\"int8-dynamic\", \"fp16\"]": "--variants int8-dynamic fp16",
+                                    "search.seed=7": "--seed 7"}
 
 
 def test_another_sampler_seed_is_another_study(search_cfg):

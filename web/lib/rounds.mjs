@@ -1,9 +1,10 @@
 // Interleaved rounds inside a Chromium page (page.evaluate(roundsInPage, args): Playwright sends the function's
-// source, so it must not use anything from this module's scope). Shared by web/bench.mjs (the Optimum goal's
+// source, so it must not use anything from this module's scope). Shared by web/bench.mjs (the browser goals'
 // rounds, after the 1-thread sweep, in the same page) and web/profile.mjs (mode "compare", a page of its own).
-// files: [{ key, url, input: { input_ids, attention_mask }, runs? }]. Every session is created and warmed (`warmup`
-// runs) before any is timed; then `rounds` rounds time `runs` runs of each file in turn (a file's own `runs`
-// where it has one: the teacher's calls take ten times a student's), keeping each round's median and fastest run. Returns { seconds, files: { key: { rounds: [ms], mins: [ms] } | { error } } }.
+// files: [{ key, url, input: { input_ids, attention_mask }, runs? }]. Every session is created and warmed
+// (`warmup` runs) before any is timed; then `rounds` rounds time `runs` runs of each file in turn (a file's own
+// `runs` where it has one: a teacher call takes as long as ten of a student's), keeping each round's median and
+// fastest run. Returns { seconds, files: { key: { rounds: [ms], mins: [ms] } | { error } } }.
 // (web/profile.mjs's interleave() is the Node side's loop: a page function can share no helper with it.)
 export async function roundsInPage({ files, threads, warmup, runs, rounds }) {
   const t00 = performance.now();
