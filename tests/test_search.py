@@ -488,16 +488,7 @@ def test_a_finished_search_is_in_the_report(search_cfg, tmp_path):
     bl = blocks(res, {}, tmp_path)
     md = to_markdown(bl)
     assert "## Student search" in md and f"trial #{s['best_trial']}" in md and "](search_pareto.png)" in md
-    # one table row per trial with a score. Trial 1 is halved after its first rung if it scores below trial 0 (a
-    # halved trial keeps only its rung score and has no row): the two near-chance tiny models tie here (0.3333
-    # each), so the row count rested on a tie this test is not about
-    scored = [t for t in s["trials"] if t.get(s["metric"]) is not None]
-    assert scored and md.count("| #") == len(scored)
-    halved = [t for t in s["trials"] if t.get(s["metric"]) is None]
-    assert all(t["pruned_because"].startswith("successive halving") and t["validation_accuracy_per_rung"]
-               for t in halved)
-    both = dict(s, trials=[dict(t, validation_accuracy=t["validation_accuracy_per_rung"][-1]) for t in s["trials"]])
-    assert to_markdown(blocks(dict(res, search=both), {}, tmp_path)).count("| #") == 2
+    assert md.count("| #") == 2  # both trials trained: one table row each
     assert "data:image/png;base64," in to_html([b for b in bl if b[0] == "img" and "search" in b[2]])
     # with survivors: a "full schedule" column, and the best trial's two scores in the text
     best = s["best_trial"]
