@@ -517,7 +517,7 @@ def flag_overrides(args) -> dict[str, str]:
     given = {key: getattr(args, key) for key in FLAGS if getattr(args, key, None) is not None}
     for key, value in given.items():  # argparse takes "nan" and "inf" as floats: name the flag, not a --set
         if isinstance(value, float) and not math.isfinite(value):
-            raise PipelineError(f"search --{key.replace('_', '-')} {value}: give a finite number")
+            raise PipelineError(f"search {_as_typed(key, value)}: give a finite number")
     return {f"search.{key}={json.dumps(value)}": _as_typed(key, value) for key, value in given.items()}
 
 
