@@ -1,7 +1,7 @@
 """Cross-check of the browser-wasm rows outside the browser (web/cross_check.mjs): the files the browser
-goals compare (the fp32 teacher and every student file, ours and Optimum's), at the headline length,
-timed again in Node with the same onnxruntime-web WASM build and with onnxruntime-node (ONNX Runtime's
-native CPU build), 1 thread each.
+goals compare (`paired`: the fp32 teacher's .onnx and .ort, every student file, ours and Optimum's), at the
+headline length, timed again in Node with the same onnxruntime-web WASM build and with onnxruntime-node (ONNX
+Runtime's native CPU build), 1 thread each.
 
 What it tells: Chromium and Node run the same .wasm, so their p50s should agree to within the machine's
 noise; a large gap points at the page (isolation, throttling, a slow tier-up), not at the model. The
@@ -30,10 +30,23 @@ log = logging.getLogger("pocketformer")
 RUNTIMES = ("node-wasm", "node-native")
 
 
-def wanted(row: dict) -> bool:
-    """The rows the browser goals read: the fp32 teacher .onnx and every student .onnx / .ort."""
+def paired(row: dict) -> bool:
+    """The rows Chromium times again in interleaved rounds, as the Node cross-check does: every student file the
+    web goal and the web bundle can pick (.onnx / .ort of any variant, the FastGelu web file among them),
+    Optimum's two, and the teacher's fp32 .onnx / .ort (the 1/10 goal's reference). Only int8 files were, until a run picked the optimized fp32
+    .onnx by its sweep p50 (5.30 ms) over the FastGelu file's rounds (5.36): the sweep reads low against the
+    rounds (Optimum's int8 file 5.60 against 7.8), so a file without rounds won by the way it was timed. The
+    teacher joined on 2026-11-29: the 1/10 goal divided the student's rounds (3.91 ms) by the teacher's sweep
+    point (56.8), two ways of timing in one ratio (the student's sweep point read 4.87)."""
     return row["format"] in ("onnx", "ort") and (
-        row_key(row) == ("teacher", "fp32", "onnx") or row["model"] == "student")
+        row["model"] == "student" or (row["model"], row["variant"]) == ("teacher", "fp32"))
+
+
+# timed calls per round for the teacher's files: a call costs about ten of the student's (57 against 4-6 ms at 64
+# tokens in the demo), so 5 calls give its round p50 in about the time 20 of a student's take. The demo's two
+# teacher files added about 10 s to the rounds (22 s for 13 files, 11-13 s for the 11 before), loading their
+# 91 MB each and warm-up included; at PER_ROUND calls, about 15 s more
+TEACHER_RUNS = 5
 
 
 def unavailable() -> str | None:
@@ -57,10 +70,12 @@ def plan(iterations: int, rounds: int) -> tuple[int, int]:
 
 
 def run_cross_check(files: list[dict], warmup: int, iterations: int, max_seconds: float,
-                    timeout_s: float = 900, rounds: int = 1) -> dict:
+                    timeout_s: float = 900, rounds: int = 1, file_runs: dict[str, int] | None = None) -> dict:
     """web/cross_check.mjs's document for files ({key, path, inputs: {n: {input_ids, attention_mask}}}),
-    timed in `rounds` interleaved rounds."""
+    timed in `rounds` interleaved rounds; file_runs: {key: calls a round} for files timed in every round at
+    their own count (the teacher's, TEACHER_RUNS), not cut short by max_seconds."""
     job = {"warmup": warmup, "iterations": iterations, "max_seconds": max_seconds, "rounds": rounds,
+           **({"file_runs": file_runs} if file_runs else {}),
            "files": [dict(f, path=str(Path(f["path"]).resolve())) for f in files]}
     return run_node_script("cross_check.mjs", job, timeout_s)
 
@@ -83,15 +98,20 @@ def cross_check(bench, out: dict, files: dict[str, dict], rows: list[dict]) -> N
     """Add `cross_check` to the browser-wasm entries in out ({(target, row key): entry}) of the wanted
     rows, at the headline length. Failures are recorded in the entries, never raised."""
     n = str(bench.b.headline_length)
-    picked = {f["key"]: dict(f, inputs={n: f["inputs"][n]}) for f in _timed_files(out, files, rows, n, wanted)}
+    picked = {f["key"]: dict(f, inputs={n: f["inputs"][n]}) for f in _timed_files(out, files, rows, n, paired)}
     if not picked:
         return
     why = unavailable()
     t0 = time.perf_counter()
     rounds, iterations = plan(bench.b.browser_iterations, bench.b.head_to_head_rounds)
+    # the teacher's files in every round at TEACHER_RUNS calls, as in Chromium's rounds: cut short by
+    # max_seconds_per_point, the teacher's .onnx had one round to the students' nine, and its .ort none
+    teacher = {f["key"]: TEACHER_RUNS for row in rows if row["model"] == "teacher"
+               and (f := files.get(str(row["_path"]))) and f["key"] in picked}
     try:
         doc = None if why else run_cross_check(list(picked.values()), max(bench.b.browser_warmup, 10),
-                                               iterations, bench.b.max_seconds_per_point, rounds=rounds)
+                                               iterations, bench.b.max_seconds_per_point, rounds=rounds,
+                                               file_runs=teacher)
     except Exception as e:  # the cross-check is a second opinion: its failure is recorded, the rows stand
         why = f"{type(e).__name__}: {str(e)[:300]}"
         doc = None
@@ -116,25 +136,6 @@ def cross_check(bench, out: dict, files: dict[str, dict], rows: list[dict]) -> N
         if doc is not None:
             check["versions"] = doc["versions"]
         entry["cross_check"] = check
-
-
-def paired(row: dict) -> bool:
-    """The rows Chromium times again in interleaved rounds: every student file the web goal and the web bundle
-    can pick (.onnx / .ort of any variant, the FastGelu web file among them), Optimum's two, and the teacher's
-    fp32 .onnx / .ort (the 1/10 goal's reference). Only int8 files were, until a run picked the optimized fp32
-    .onnx by its sweep p50 (5.30 ms) over the FastGelu file's rounds (5.36): the sweep reads low against the
-    rounds (Optimum's int8 file 5.60 against 7.8), so a file without rounds won by the way it was timed. The
-    teacher joined on 2026-11-29: the 1/10 goal divided the student's rounds (3.91 ms) by the teacher's sweep
-    point (56.8), two ways of timing in one ratio (the student's sweep point read 4.87)."""
-    return row["format"] in ("onnx", "ort") and (
-        row["model"] == "student" or (row["model"], row["variant"]) == ("teacher", "fp32"))
-
-
-# timed calls per round for the teacher's files: a call costs about ten of the student's (57 against 4-6 ms at 64
-# tokens in the demo), so 5 calls give its round p50 in about the time 20 of a student's take. The demo's two
-# teacher files added about 10 s to the rounds (22 s for 13 files, 11-13 s for the 11 before), loading their
-# 91 MB each and warm-up included; at PER_ROUND calls, about 15 s more
-TEACHER_RUNS = 5
 
 
 def round_job(bench, points, files: dict[str, dict]) -> dict | None:

@@ -354,7 +354,10 @@ def _browser_cross(res: dict) -> list[Block]:
                           "build without Chromium, and onnxruntime-node (ONNX Runtime's native CPU build, what a "
                           "desktop or Electron app runs), the files interleaved in rounds. Chromium and Node-WASM "
                           "should agree to within the machine's noise; the goals above also give their ratio in "
-                          "Node-WASM (the median of the same-round ratios). Chromium's column is the median of the "
+                          "Node-WASM (the median of the same-round ratios). Node / Chromium divides two processes "
+                          "timed minutes apart: a shared machine's slower phase moves every file of one run "
+                          "together, so the ratios between files, each timed in one process, are what should "
+                          "agree most closely (docs/browser.md). Chromium's column is the median of the "
                           f"file's interleaved rounds where its page timed it in them ({ROUNDS_MARK}, its sweep point "
                           f"beside it), else its sweep point. Versions: {used or 'n/a'}."),
                     ("table", ["model", "variant", "format", "Chromium WASM p50 ms", "Node WASM p50 ms",
