@@ -477,7 +477,8 @@ def test_a_finished_search_is_in_the_report(search_cfg, tmp_path):
     assert search_summary(tmp_path / "no-search", tmp_path) is None
     summary = run_search(with_search(cfg, target="host-cpu", budget_ms=1000.0, trials=2, space="tiny", fraction=0.5))
     s = search_summary(cfg.run_dir / "search", tmp_path)
-    assert len(s["trials"]) == 2 and s["best_trial"] == summary["best_trial"] and s["metric"] == "validation_accuracy"
+    # this test failed now and then in CI with no output kept: its asserts carry what they read
+    assert len(s["trials"]) == 2 and s["best_trial"] == summary["best_trial"] and s["metric"] == "validation_accuracy", s
     assert s["best"]["number"] == s["best_trial"] and s["config"] == "search/best-host-cpu.toml"
     assert (tmp_path / s["plot"]).read_bytes() == (cfg.run_dir / "search" / "pareto.png").read_bytes()
     from tests.test_report_render import _doc, _row, classified
@@ -488,7 +489,7 @@ def test_a_finished_search_is_in_the_report(search_cfg, tmp_path):
     bl = blocks(res, {}, tmp_path)
     md = to_markdown(bl)
     assert "## Student search" in md and f"trial #{s['best_trial']}" in md and "](search_pareto.png)" in md
-    assert md.count("| #") == 2  # both trials trained: one table row each
+    assert md.count("| #") == 2, (s["trials"], md)  # both trials trained: one table row each
     assert "data:image/png;base64," in to_html([b for b in bl if b[0] == "img" and "search" in b[2]])
     # with survivors: a "full schedule" column, and the best trial's two scores in the text
     best = s["best_trial"]
