@@ -94,7 +94,7 @@ def measure_browser(bench, targets: list[Target], rows: list[dict]) -> dict[tupl
                             "v8_flags": doc.get("js_flags"), "load_s": timed.get("load_s"),
                             "warmup_s": timed.get("warmup_s")}
         out[k] = entry
-    if b.browser_cross_check:
-        cross_check(bench, out, files, [row for (_, row, _) in points.values()])
     chromium_rounds(out, files, [row for (_, row, _) in points.values()], doc, rounds)
+    if b.browser_cross_check:  # after the rounds: it times the teacher file they found faster
+        cross_check(bench, out, files, [row for (_, row, _) in points.values()])
     return out

@@ -1,6 +1,6 @@
 """The Node cross-check's rounds (eval/browser_cross.py cross_check, web/cross_check.mjs): the teacher's fp32
-.onnx and .ort are timed in every round at their own call count, as in Chromium's rounds, so the 1/10 goal's
-Node figure is a median of same-round ratios against the teacher file the goal reads."""
+file the 1/10 goal reads (the faster in Chromium) is timed in every round at its own call count, as in
+Chromium's rounds, so the goal's Node figure is a median of same-round ratios against that file."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,11 +16,9 @@ def _row(model: str, variant: str, fmt: str) -> dict:
     return {"model": model, "variant": variant, "format": fmt, "_path": Path(f"/runs/{model}-{variant}.{fmt}")}
 
 
-def test_the_node_cross_check_times_the_teachers_files_in_every_round(monkeypatch):
-    rows = [_row("student", "int8-dynamic-fastgelu", "ort"), _row("student", "optimum-int8-dynamic", "onnx"),
-            _row("teacher", "fp32", "onnx"), _row("teacher", "fp32", "ort"), _row("teacher", "int8-dynamic", "ort")]
+def _cross_check(monkeypatch, out: dict, rows: list[dict]) -> dict:
+    """cross_check on rows with Node's run replaced: {keys, rounds, file_runs} of the job it was given."""
     files = {str(r["_path"]): {"key": r["_path"].name, "path": str(r["_path"]), "inputs": {"64": {}}} for r in rows}
-    out = {("browser-wasm", (r["model"], r["variant"], r["format"])): {"64": {"p50_ms": 1.0}} for r in rows}
     seen = {}
 
     def run(picked, warmup, iterations, max_seconds, **kw):
@@ -34,14 +32,35 @@ def test_the_node_cross_check_times_the_teachers_files_in_every_round(monkeypatc
     bench = NS(b=NS(headline_length=64, browser_iterations=10, head_to_head_rounds=9, browser_warmup=2,
                     max_seconds_per_point=1.5))
     browser_cross.cross_check(bench, out, files, rows)
-    # the teacher's .ort too (its faster file in the browser), not its int8 files: the goals never read them
+    return seen
+
+
+def test_the_node_cross_check_times_the_teachers_faster_file_in_every_round(monkeypatch):
+    rows = [_row("student", "int8-dynamic-fastgelu", "ort"), _row("student", "optimum-int8-dynamic", "onnx"),
+            _row("teacher", "fp32", "onnx"), _row("teacher", "fp32", "ort"), _row("teacher", "int8-dynamic", "ort")]
+    out = {("browser-wasm", (r["model"], r["variant"], r["format"])): {"64": {"p50_ms": 1.0}} for r in rows}
+    # Chromium's rounds found the teacher's .ort faster (its sweep point says otherwise: the rounds decide)
+    out[("browser-wasm", ("teacher", "fp32", "onnx"))].update({"64": {"p50_ms": 70.0},
+                                                            "chromium_rounds": {"round_p50_ms": [80.0, 81.0, 79.0]}})
+    out[("browser-wasm", ("teacher", "fp32", "ort"))].update({"64": {"p50_ms": 90.0},
+                                                           "chromium_rounds": {"round_p50_ms": [60.0, 62.0, 95.0]}})
+    seen = _cross_check(monkeypatch, out, rows)
+    # the 1/10 goal's teacher file, not the other one or the teacher's int8 files: the goals never read them
     assert seen["keys"] == ["student-int8-dynamic-fastgelu.ort", "student-optimum-int8-dynamic.onnx",
-                            "teacher-fp32.onnx", "teacher-fp32.ort"]
-    assert seen["rounds"] == 9
-    assert seen["file_runs"] == {"teacher-fp32.onnx": browser_cross.TEACHER_RUNS,
-                                 "teacher-fp32.ort": browser_cross.TEACHER_RUNS}
+                            "teacher-fp32.ort"]
+    assert seen["rounds"] == 9 and seen["file_runs"] == {"teacher-fp32.ort": browser_cross.TEACHER_RUNS}
     assert len(out[("browser-wasm", ("teacher", "fp32", "ort"))]["cross_check"]["node-wasm"]["round_p50_ms"]) == 9
+    assert "cross_check" not in out[("browser-wasm", ("teacher", "fp32", "onnx"))]
     assert "cross_check" not in out[("browser-wasm", ("teacher", "int8-dynamic", "ort"))]
+
+
+def test_without_chromium_rounds_the_teachers_sweep_point_picks_its_file(monkeypatch):
+    rows = [_row("student", "int8-dynamic", "ort"), _row("teacher", "fp32", "onnx"), _row("teacher", "fp32", "ort")]
+    out = {("browser-wasm", (r["model"], r["variant"], r["format"])): {"64": {"p50_ms": ms}}
+           for r, ms in zip(rows, (4.0, 58.0, 61.0))}
+    seen = _cross_check(monkeypatch, out, rows)
+    assert seen["keys"] == ["student-int8-dynamic.ort", "teacher-fp32.onnx"]
+    assert seen["file_runs"] == {"teacher-fp32.onnx": browser_cross.TEACHER_RUNS}
 
 
 def test_the_1_10_goal_gives_its_node_ratio_against_the_teacher_file_it_reads():
