@@ -145,14 +145,14 @@ def _slower_teachers(out: dict, files: dict[str, dict], rows: list[dict], n: str
     """Keys of the teacher's fp32 files other than the one the 1/10 goal reads, the faster in Chromium (the
     median of its interleaved rounds where the page timed it in them, else its sweep p50): the cross-check
     times that one only. Both in every round cost about 13 s of Node's 34 (60-90 ms a call), one about 7."""
-    timed = []
+    timed = {}  # by file key: rows come once per browser target
     for row in rows:
         entry = out.get((TARGET, row_key(row))) or {}
         if (row["model"], row["variant"]) != ("teacher", "fp32") or "p50_ms" not in entry.get(n, {}):
             continue
         ms = sorted(entry.get("chromium_rounds", {}).get("round_p50_ms") or [entry[n]["p50_ms"]])
-        timed.append((ms[len(ms) // 2], files[str(row["_path"])]["key"]))
-    return [key for _, key in sorted(timed)[1:]]
+        timed[files[str(row["_path"])]["key"]] = ms[len(ms) // 2]
+    return sorted(timed, key=timed.get)[1:]
 
 
 def round_job(bench, points, files: dict[str, dict]) -> dict | None:
