@@ -81,10 +81,16 @@ def test_every_file_timed_failed_or_skipped_with_reason(student_files, tmp_path)
     from eval.browser_bench import measure_browser
     from eval.targets import get_target, host_threads
 
+    from eval.bench import Models
+
     browser_or_skip("browser tests")
     models, rows = student_files
+    # the teacher's fp32 .onnx / .ort (the student's files stand in): the 1/10 goal's reference
+    teacher = [dict(r, model="teacher") for r in rows if (r["variant"], r["format"]) in (("fp32", "onnx"), ("fp32", "ort"))]
+    models = Models({**models.folders, "teacher": models.folders["student"]},
+                    {**models.tokenizers, "teacher": models.tokenizers["student"]})
     targets = [get_target("browser-wasm"), get_target("browser-wasm-mt"), get_target("host-cpu")]
-    out = measure_browser(_bench(models, tmp_path), targets, rows)
+    out = measure_browser(_bench(models, tmp_path), targets, rows + teacher)
     assert {t for t, _ in out} == {"browser-wasm", "browser-wasm-mt"}  # host-cpu is not a browser target
     for target, threads in (("browser-wasm", 1), ("browser-wasm-mt", host_threads())):
         fp32 = out[(target, ("student", "fp32", "onnx"))]
@@ -138,6 +144,12 @@ def test_every_file_timed_failed_or_skipped_with_reason(student_files, tmp_path)
         assert r["v8_flags"] == V8_FLAGS  # the sweep's page and flags
     assert "chromium_rounds" not in out[("browser-wasm", ("student", "int8-static", "onnx"))]
     assert "chromium_rounds" not in out[("browser-wasm-mt", ("student", "int8-dynamic", "ort"))]
+    # the teacher's two files are in Chromium's rounds; Node times the one faster there, in every round
+    rounds = {fmt: out[("browser-wasm", ("teacher", "fp32", fmt))]["chromium_rounds"]["round_p50_ms"] for fmt in ("onnx", "ort")}
+    faster = min(rounds, key=lambda fmt: sorted(rounds[fmt])[4])
+    slower = "ort" if faster == "onnx" else "onnx"
+    assert len(out[("browser-wasm", ("teacher", "fp32", faster))]["cross_check"]["node-wasm"]["round_p50_ms"]) == 9
+    assert "cross_check" not in out[("browser-wasm", ("teacher", "fp32", slower))]
 
 
 def test_missing_chromium_is_a_skip_naming_the_setting(student_files, tmp_path):

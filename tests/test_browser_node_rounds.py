@@ -105,3 +105,22 @@ def test_cross_check_mjs_times_a_file_with_its_own_runs_in_every_round(tmp_path)
     wasm = doc["runs"]["node-wasm"]["files"]
     assert len(wasm["own"]["4"]) == 12 and len(wasm["own"]["round_p50s"]["4"]) == 3
     assert len(wasm["plain"]["4"]) == 20 and len(wasm["plain"]["round_p50s"]["4"]) == 1  # one round of 60 / 3
+
+
+def test_the_goal_and_the_cross_check_take_the_same_teacher_file(monkeypatch):
+    """Where the same-round ratios and the median round p50s would choose differently, both take the file with
+    the lower median round p50, so the goal's detail has its Node figure (a re-bench once chose apart)."""
+    student = [4.0, 4.0, 8.0]
+    rounds = {"onnx": [50.0, 50.0, 100.0], "ort": [45.0, 60.0, 60.0]}  # ratio medians: 0.08 and 0.089
+    rows = [dict(_row("student", "int8-dynamic-fastgelu", "ort"), accuracy=0.75)] + \
+           [dict(_row("teacher", "fp32", fmt), accuracy=0.75) for fmt in ("onnx", "ort")]
+    out = {}  # the bench's browser-wasm entries, which the report then reads as the rows' latency
+    for r, ms in zip(rows, [student, rounds["onnx"], rounds["ort"]]):
+        entry = {"64": {"p50_ms": ms[0]}, "chromium_rounds": {"length": 64, "round_p50_ms": ms}}
+        out[("browser-wasm", (r["model"], r["variant"], r["format"]))] = entry
+        r["latency"] = {"browser-wasm": entry}
+    seen = _cross_check(monkeypatch, out, rows)
+    assert "teacher-fp32.onnx" in seen["keys"] and "teacher-fp32.ort" not in seen["keys"]
+    g = browser_goals(rows, 64, ["browser-wasm"])[0]
+    assert "vs teacher fp32 .onnx" in g["detail"] and g["value"] == pytest.approx(0.08)
+    assert "; cross-check in Node (same WASM build): " in g["detail"]
