@@ -144,7 +144,7 @@ def cross_check(bench, out: dict, files: dict[str, dict], rows: list[dict]) -> N
 def _slower_teachers(out: dict, files: dict[str, dict], rows: list[dict], n: str) -> list[str]:
     """Keys of the teacher's fp32 files other than the one the 1/10 goal reads, the faster in Chromium (the
     median of its interleaved rounds where the page timed it in them, else its sweep p50): the cross-check
-    times that one only. Both in every round cost about 13 s of Node's 34 (60-90 ms a call), one about 7."""
+    times that one only: both in every round took about 13 s of the demo's 34 s cross-check (60-90 ms a call)."""
     timed = {}  # by file key: rows come once per browser target
     for row in rows:
         entry = out.get((TARGET, row_key(row))) or {}
