@@ -96,8 +96,9 @@ def _picked_entries(out: dict, files: dict[str, dict], rows: list[dict], picked:
 
 
 def cross_check(bench, out: dict, files: dict[str, dict], rows: list[dict]) -> None:
-    """Add `cross_check` to the browser-wasm entries in out ({(target, row key): entry}) of the wanted
-    rows, at the headline length. Failures are recorded in the entries, never raised."""
+    """Add `cross_check` to the browser-wasm entries in out ({(target, row key): entry}) of the paired
+    rows (of the teacher's, its faster file), at the headline length. Failures are recorded in the entries,
+    never raised. Runs after chromium_rounds, whose rounds choose the teacher's file."""
     n = str(bench.b.headline_length)
     picked = {f["key"]: dict(f, inputs={n: f["inputs"][n]}) for f in _timed_files(out, files, rows, n, paired)}
     for key in _slower_teachers(out, files, rows, n):
