@@ -9,7 +9,7 @@ same-round ratios of its interleaved rounds (as eval/paired.py), or the p50s' ra
 from __future__ import annotations
 
 from eval.paired import ratios_of
-from eval.rows import find, goal, p50, pick_p50, point
+from eval.rows import find, goal, p50, pick_p50, point, rounds_p50
 
 TARGET = "browser-wasm"
 WINDOW = 0.01  # bundle.accuracy_window's default: the report has no bundle settings
@@ -64,13 +64,11 @@ def chromium_ratio(ours: dict | None, other: dict | None) -> tuple[float, str] |
     return _round_ratio(*rounds, " in one page")
 
 
-def round_level(entry: dict, n: str) -> tuple[bool, float]:
-    """A browser-wasm entry's place when choosing the faster of two files (lower is faster): (False, median of
-    its Chromium round p50s) where the page timed it in rounds, else (True, its sweep p50 at n, inf if none)."""
-    rounds = sorted((entry.get("chromium_rounds") or {}).get("round_p50_ms") or [])
-    if rounds:
-        return False, rounds[len(rounds) // 2]
-    return True, (entry.get(n) or {}).get("p50_ms") or float("inf")
+def round_level(row: dict, length: int | str) -> tuple[bool, float]:
+    """A row's place when choosing the faster of two files on browser-wasm (lower is faster): (False, the median
+    of its Chromium round p50s) where the page timed it in rounds, else (True, its sweep p50, inf if none)."""
+    got = rounds_p50(row, TARGET, length)
+    return (False, got) if got is not None else (True, p50(row, TARGET, length) or float("inf"))
 
 
 def _again(ours: dict | None, other: dict | None) -> str:
@@ -100,8 +98,7 @@ def browser_goals(rows: list[dict], length: int, targets: list[str]) -> list[dic
     by_rounds = [(r, x) for fmt in ("onnx", "ort") if ours and (r := find(rows, "teacher", "fp32", fmt))
                  and (x := chromium_ratio(ours[0], r))]
     if by_rounds:  # the faster: the lower median round p50, the file the Node cross-check times (browser_cross)
-        teacher, (vs_teacher, teacher_how) = min(by_rounds, key=lambda p: round_level(p[0]["latency"][TARGET],
-                                                                                       str(length)))
+        teacher, (vs_teacher, teacher_how) = min(by_rounds, key=lambda p: round_level(p[0], length))
     vs_peer = ours[1] / peer[1] if ours and peer else None
     how = "sweep p50s, not alternating rounds"
     if ours and peer:  # Optimum's faster file by the same rounds, and the ratio from them, where they ran

@@ -41,9 +41,9 @@ def test_the_node_cross_check_times_the_teachers_faster_file_in_every_round(monk
     out = {("browser-wasm", (r["model"], r["variant"], r["format"])): {"64": {"p50_ms": 1.0}} for r in rows}
     # Chromium's rounds found the teacher's .ort faster (its sweep point says otherwise: the rounds decide)
     out[("browser-wasm", ("teacher", "fp32", "onnx"))].update({"64": {"p50_ms": 70.0},
-                                                            "chromium_rounds": {"round_p50_ms": [80.0, 81.0, 79.0]}})
+                                                            "chromium_rounds": {"length": 64, "round_p50_ms": [80.0, 81.0, 79.0]}})
     out[("browser-wasm", ("teacher", "fp32", "ort"))].update({"64": {"p50_ms": 90.0},
-                                                           "chromium_rounds": {"round_p50_ms": [60.0, 62.0, 95.0]}})
+                                                           "chromium_rounds": {"length": 64, "round_p50_ms": [60.0, 62.0, 95.0]}})
     seen = _cross_check(monkeypatch, out, rows + rows)  # measure_browser passes each row once per browser target
     # the 1/10 goal's teacher file, not the other one or the teacher's int8 files: the goals never read them
     assert seen["keys"] == ["student-int8-dynamic-fastgelu.ort", "student-optimum-int8-dynamic.onnx",
