@@ -240,6 +240,16 @@ def _head_to_head(res: dict) -> list[Block]:
                             "the plain fp32 file is Optimum's torch.onnx export but for its last layer")
         note += (" Our files' last layer computes the [CLS] position only (quantize.cls_only_last_layer: the "
                  "classifier reads nothing else), so part of each ratio is that work saved, not faster kernels.")
+    trim = next(((r.get("details") or {}).get("graph_trim") or {} for r in res.get("rows", [])
+                 if r["model"] == "student" and r["variant"] == "optimized" and r["format"] == "onnx"), {})
+    if "nodes_after" in trim:  # export/web_graph.trim_bookkeeping: same function, fewer nodes per call
+        derived = any((r.get("details") or {}).get("source") == "optimized" for r in res.get("rows", [])
+                      if r["model"] == "student" and r["variant"] == "int8-dynamic" and r["format"] == "onnx")
+        note += (f" After the fusions, the bookkeeping only that last layer reads (its expanded attention mask, "
+                 f"reshape shapes computed per call) is trimmed from the optimized file"
+                 f"{', which int8-dynamic is quantized from' if derived else ''}: {trim['nodes_before']} -> "
+                 f"{trim['nodes_after']} nodes, the same outputs (max relative difference "
+                 f"{trim['max_relative_difference']:.1g}).")
     if any(r.get("folded_embedding") for r in res.get("rows", []) if r["model"] == "student"):
         note += (" Optimum cannot load our compact input embedding (restricted rows, factorized), so its export was "
                  "given the same embedding folded into a stock table of every tokenizer id (eval/peer.py "
@@ -398,12 +408,12 @@ def _summary(res: dict) -> list[Block]:
         cells += [_gflops_cell(point(r)) if "gflops" in point(r) else "-"] if rates else []
         rows.append(cells)
     return [("h2", f"Summary at {L} tokens, batch 1"),
-            ("p", f"'smaller' and 'faster' are ratios against the fp32 teacher (size: its PyTorch checkpoint; speed: "
-                  f"the fp32 teacher in the same format on the same target). "
+            ("p", "'smaller' and 'faster' are ratios against the fp32 teacher (size: its PyTorch checkpoint; speed: "
+                  "the fp32 teacher in the same format on the same target). "
                   + (f"Retention = {metric} / the teacher's. " if higher else
                      f"{metric} / teacher = the row's {metric} over the fp32 teacher's (lower is better). ")
-                  + f"'-' = not run on that target "
-                  f"(reasons under Skipped). "
+                  + "'-' = not run on that target "
+                  "(reasons under Skipped). "
                   + (f"p50 and 'faster' are the length sweep's (one stretch of calls per file); '({ROUNDS_MARK} x)' = "
                      "the median of the same file's interleaved rounds (timed again after the sweep, "
                      "alternating with the other files; what the goals and the bundles' picks read), shown where "

@@ -18,7 +18,8 @@ demo student); the bookkeeping below depends on the input's shape, so ORT's own 
   same function), Add bias: ~22 us against ~40 us per [1, 64, 128] norm in the WASM build, 9 norms in the
   demo student (`layer_norm_as_centered_rms`).
 
-The first three are exact (checked on random padded inputs, 1e-5 relative); the LayerNorm rewrite is exact
+The first three are exact (checked on random padded inputs, 1e-5 relative), so the "optimized" file gets
+them too, for every runtime (`trim_bookkeeping`, export/registry.py); the LayerNorm rewrite is exact
 up to float rounding, which the int8 activations' dynamic quantization may round one step further (checked
 at 1e-2; demo student: labels identical on all 3816 test texts, max logit difference 0.005). Measured on the
 demo student's FastGelu .ort, 64 tokens, 1 thread: 7-8% faster in Chromium and in Node's WASM
@@ -226,17 +227,31 @@ def layer_norm_as_centered_rms(model) -> int:
 
 
 def prune(model) -> int:
-    """Remove nodes none of whose outputs is used (repeatedly); the number removed."""
+    """Remove nodes none of whose outputs is used (repeatedly), then the initializers no node reads (a folded
+    table's; ONNX Runtime would warn about each at load); the number of nodes removed."""
     outputs = {o.name for o in model.graph.output}
     removed = 0
     while True:
         used = {x for n in model.graph.node for x in n.input} | outputs
         dead = [n for n in model.graph.node if not any(o in used for o in n.output)]
         if not dead:
+            used |= _subgraph_reads(model.graph)  # an If / Loop body may read an outer initializer
+            for t in [t for t in model.graph.initializer if t.name not in used]:
+                model.graph.initializer.remove(t)
             return removed
         for n in dead:
             model.graph.node.remove(n)
         removed += len(dead)
+
+
+def _subgraph_reads(graph) -> set[str]:
+    """The names the nodes of graph's subgraphs (If / Loop / Scan bodies, nested) read."""
+    reads: set[str] = set()
+    for n in graph.node:
+        for a in n.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                reads |= {x for m in g.node for x in m.input} | _subgraph_reads(g)
+    return reads
 
 
 def _id_bound(model, name: str) -> int:
@@ -281,6 +296,48 @@ def max_difference(a: Path, b: Path, checks: int = 3) -> float:
     return worst
 
 
+def _bookkeeping(src: Path, out: Path, exact: float) -> tuple[dict, str]:
+    """The exact trims (mask expansion, constant token-type row, computed reshape shapes) of src, written to
+    out: (their counts, "") when any applied and out computes src's outputs within `exact` (relative) on
+    random padded inputs; ({}, why) when that check failed; ({}, "") when nothing matched."""
+    import onnx
+
+    model = onnx.load(str(src))
+    counts = {"mask_expands_dropped": unexpand_mask(model), "constant_rows_folded": fold_constant_rows(model),
+              "reshape_shapes_constant": constant_reshape_shapes(model)}
+    if not any(counts.values()):
+        return {}, ""
+    prune(model)
+    onnx.save(model, str(out))
+    why = _differs(src, out, exact)
+    return ({}, why) if why else (counts, "")
+
+
+def trim_bookkeeping(src: Path, out: Path, exact: float = 1e-5) -> dict:
+    """Write src with the exact trims applied to out, for every runtime (the "optimized" file: natively its
+    last, [CLS]-only layer otherwise rebuilds the [B, 1, S, S] mask and four reshape shapes per call, about
+    3% of the demo student's batch-1 time; docs/results/2026-11-29-twenty-ninth-session.md). Returns the
+    counts with nodes_before, nodes_after and max_relative_difference; nothing to trim or a failed check:
+    src copied unchanged, {"skipped": why}."""
+    import shutil
+    import tempfile
+
+    import onnx
+
+    with tempfile.TemporaryDirectory() as d:
+        step = Path(d) / "bookkeeping.onnx"
+        counts, why = _bookkeeping(src, step, exact)
+        if not counts:
+            shutil.copyfile(src, out)
+            return {"skipped": why or "nothing to trim (no expanded attention mask, no constant embedding row, "
+                    "no reshape by a computed shape)"}
+        record = {**counts, "nodes_before": len(onnx.load(str(src), load_external_data=False).graph.node),
+                  "nodes_after": len(onnx.load(str(step), load_external_data=False).graph.node),
+                  "max_relative_difference": max_difference(src, step)}
+        shutil.copyfile(step, out)
+    return record
+
+
 def trim_web_graph(src: Path, out: Path, exact: float = 1e-5, close: float = 1e-2) -> dict:
     """Write src with the trims applied to out (ONNX) and say what changed: {mask_expands_dropped,
     constant_rows_folded, reshape_shapes_constant, layer_norms_as_centered_rms, nodes_before, nodes_after,
@@ -290,28 +347,22 @@ def trim_web_graph(src: Path, out: Path, exact: float = 1e-5, close: float = 1e-
     - the LayerNorm rewrite gives the same function up to float rounding, which the int8 activations'
       dynamic quantization can round a step further: outputs within `close` of the previous graph's, else
       it is not used ("layer_norm_skipped"). The export stage then checks the file's labels on the test split.
-    Nothing to trim: src copied unchanged, {"skipped": why}."""
+    A source made from the "optimized" file comes with the bookkeeping already trimmed (trim_bookkeeping):
+    only the LayerNorm rewrite is left. Nothing to trim: src copied unchanged, {"skipped": why}."""
     import shutil
     import tempfile
 
     import onnx
 
-    model = onnx.load(str(src))
-    record: dict = {"nodes_before": len(model.graph.node)}
+    record: dict = {"nodes_before": len(onnx.load(str(src), load_external_data=False).graph.node)}
     with tempfile.TemporaryDirectory() as d:
         step = Path(d) / "bookkeeping.onnx"
-        expands, rows, shapes = unexpand_mask(model), fold_constant_rows(model), constant_reshape_shapes(model)
-        base = src
-        if expands or rows or shapes:
-            prune(model)
-            onnx.save(model, str(step))
-            why = _differs(src, step, exact)
-            if why:
-                record["bookkeeping_skipped"] = why
-                model = onnx.load(str(src))
-            else:
-                record.update(mask_expands_dropped=expands, constant_rows_folded=rows, reshape_shapes_constant=shapes)
-                base = step
+        counts, why = _bookkeeping(src, step, exact)
+        if why:
+            record["bookkeeping_skipped"] = why
+        record.update(counts)
+        base = step if counts else src
+        model = onnx.load(str(base))
         norms = layer_norm_as_centered_rms(model)
         if norms:
             onnx.save(model, str(out))

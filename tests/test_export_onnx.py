@@ -71,7 +71,8 @@ def onnx_files(models, tmp_path_factory):
     for k, m in models.items():
         run_exporter("onnx", m, out / f"{k}-fp32.onnx")
         files[k] = {"fp32": out / f"{k}-fp32.onnx"}
-    run_exporter("onnx-optimized", models["bert"], out / "bert-optimized.onnx", files["bert"])
+    files["optimized-details"] = run_exporter("onnx-optimized", models["bert"], out / "bert-optimized.onnx",
+                                              files["bert"])
     files["bert"]["optimized"] = out / "bert-optimized.onnx"
     return files
 
@@ -106,6 +107,12 @@ def test_exporter_onnx_optimized(models, inputs, onnx_files):
     assert counts.get("LayerNormalization") == 5  # embeddings + 2 per layer
     got, ref = compare(onnx_files["bert"]["optimized"], models["bert"], inputs)
     assert np.abs(got - ref).max() < 1e-4
+    # after the fusions, the mask and shape bookkeeping only the [CLS]-only layer read is trimmed (exact)
+    trim = onnx_files["optimized-details"]["graph_trim"]
+    assert trim["mask_expands_dropped"] == 1 and trim["constant_rows_folded"] == 1, trim
+    assert trim["reshape_shapes_constant"] == 4  # that layer's K, V and context reshapes, and its query's
+    assert trim["nodes_after"] < trim["nodes_before"] and trim["max_relative_difference"] <= 1e-5
+    assert not {"Expand", "ConstantOfShape", "Concat"} & set(counts)
     every = onnx_files["bert"]["fp32"].with_name("every-fusion.onnx")
     details = run_exporter("onnx-optimized", models["bert"], every, onnx_files["bert"], skip_fusions=[])
     assert details["fused_ops"]["SkipLayerNormalization"] == 4 and details["fused_ops"]["EmbedLayerNormalization"] == 1
@@ -114,6 +121,17 @@ def test_exporter_onnx_optimized(models, inputs, onnx_files):
     with pytest.raises(PipelineError, match="transformer models only"):
         run_exporter("onnx-optimized", models["lstm"], onnx_files["lstm"]["fp32"].with_name("x.onnx"),
                      onnx_files["lstm"])
+
+
+def test_trim_bookkeeping_copies_a_graph_with_nothing_to_trim(onnx_files, tmp_path):
+    """The LSTM's graph has no attention mask or computed reshape: the file is copied byte for byte, and
+    the record says why."""
+    from export.web_graph import trim_bookkeeping
+
+    src, out = onnx_files["lstm"]["fp32"], tmp_path / "out.onnx"
+    assert trim_bookkeeping(src, out) == {"skipped": "nothing to trim (no expanded attention mask, no constant "
+                                          "embedding row, no reshape by a computed shape)"}
+    assert out.read_bytes() == src.read_bytes()
 
 
 @pytest.mark.parametrize("kind", ["bert", "lstm"])
@@ -253,9 +271,6 @@ def test_lstm_int8_dynamic_keeps_its_int8_lstm_under_4bit_embeddings(models, onn
 def test_cls_only_last_layer_keeps_the_logits_and_drops_the_work(models, inputs, tmp_path):
     """quantize.cls_only_last_layer: the exported graph gives the full model's logits on padded batches,
     the model itself is left untouched, and the last layer's feed-forward runs on one position, not T."""
-    import onnx
-    import onnxruntime as ort
-
     from export.cls_only import ClsOnlyLayer, supports_cls_only
 
     m = models["bert"]

@@ -291,6 +291,26 @@ def test_head_to_head_says_when_optimum_was_given_the_folded_embedding():
     assert "folded" not in text([peer])
 
 
+def test_head_to_head_says_what_the_optimized_files_graph_trim_dropped():
+    """The optimized file's exact bookkeeping trim (export/web_graph.trim_bookkeeping) is part of what the fp32
+    ratio measures: the note gives its node counts, and says nothing when the trim was skipped."""
+    from eval.report import _head_to_head
+
+    pair = {"target": "host-cpu", "batch": 1, "ours": {"variant": "optimized", "format": "onnx"},
+            "peer": {"variant": "optimum-fp32", "format": "onnx"}, "ours_p50_ms": 1.2, "peer_p50_ms": 1.7,
+            "ratio": 0.7, "ratio_min": 0.6, "ratio_max": 0.8, "rounds": 9, "iterations_per_round": 100, "seq_len": 64}
+    trim = {"mask_expands_dropped": 1, "nodes_before": 163, "nodes_after": 108, "max_relative_difference": 0.0}
+    row = {"model": "student", "variant": "optimized", "format": "onnx", "details": {"graph_trim": trim}}
+    text = lambda rows: to_markdown(_head_to_head({"head_to_head": [pair], "rows": rows}))  # noqa: E731
+    int8 = {"model": "student", "variant": "int8-dynamic", "format": "onnx", "details": {"source": "optimized"}}
+    assert ("is trimmed from the optimized file, which int8-dynamic is quantized from: 163 -> 108 nodes, the same "
+            "outputs (max relative difference 0)") in text([row, int8])
+    # quantize.dynamic_source = "fp32": the int8 file does not carry the trim
+    assert "optimized file: 163 -> 108 nodes" in text([row, {**int8, "details": {"source": "fp32"}}])
+    skipped = {**row, "details": {"graph_trim": {"skipped": "nothing to trim"}}}
+    assert "trimmed" not in text([skipped]) and "trimmed" not in text([{**row, "format": "ort"}])
+
+
 def test_head_to_head_explains_a_4bit_word_table_against_optimums_fp32_one():
     from eval.report import _table_bits_note
 

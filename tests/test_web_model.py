@@ -297,6 +297,26 @@ def test_graph_trims_compute_the_same_function_on_the_float_graph(fake_run, tmp_
         np.testing.assert_allclose(_ort_run(out, feeds), _ort_run(src, feeds), rtol=1e-5, atol=1e-5)
 
 
+def test_prune_drops_dead_nodes_and_unread_initializers_but_keeps_what_a_subgraph_reads():
+    """A folded token-type table leaves its initializer unread (ONNX Runtime warns about it at every load):
+    prune removes it with the dead nodes, and keeps an outer initializer that only an If branch reads."""
+    from export.web_graph import prune
+
+    one = np.ones(2, np.float32)
+    branch = lambda name: h.make_graph([h.make_node("Add", ["x", "outer"], [name])], name, [],  # noqa: E731
+                                       [h.make_tensor_value_info(name, T.FLOAT, [2])])
+    nodes = [h.make_node("Mul", ["x", "table"], ["dead"]), h.make_node("Neg", ["dead"], ["dead2"]),
+             h.make_node("If", ["cond"], ["y"], then_branch=branch("a"), else_branch=branch("b"))]
+    graph = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2]),
+                                      h.make_tensor_value_info("cond", T.BOOL, [])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [2])],
+                         [nh.from_array(one, "table"), nh.from_array(one, "outer"), nh.from_array(one, "unread")])
+    model = h.make_model(graph)
+    assert prune(model) == 2
+    assert [n.op_type for n in model.graph.node] == ["If"]
+    assert [t.name for t in model.graph.initializer] == ["outer"]
+
+
 def test_graph_trim_leaves_a_mask_it_cannot_prove_broadcast_alone(tmp_path):
     """An Expand of the mask whose result is used as a whole (here: a graph output) keeps its full shape; a
     graph with nothing to trim is copied unchanged and says so."""
