@@ -318,7 +318,7 @@ def _bookkeeping(src: Path, out: Path, exact: float, rows: bool = True) -> tuple
 def trim_bookkeeping(src: Path, out: Path, exact: float = 1e-5) -> dict:
     """Write src with the mask and reshape trims applied to out, for every runtime (the "optimized" file:
     natively its last, [CLS]-only layer otherwise rebuilds the [B, 1, S, S] mask and four reshape shapes per
-    call, about 3% of the demo student's batch-1 time; docs/results/2026-11-29-twenty-ninth-session.md).
+    call, 2-4% of the demo student's batch-1 time; docs/results/2026-11-29-twenty-ninth-session.md).
     The token-type row stays a Gather: int8-dynamic is quantized from this file, and a row folded into a
     float constant would escape the table's int8 rounding, moving that file's logits (the demo's int8
     accuracies moved by 0.001-0.0014 when it did). Returns the counts with nodes_before, nodes_after and
