@@ -351,8 +351,9 @@ def trim_web_graph(src: Path, out: Path, exact: float = 1e-5, close: float = 1e-
     - the LayerNorm rewrite gives the same function up to float rounding, which the int8 activations'
       dynamic quantization can round a step further: outputs within `close` of the previous graph's, else
       it is not used ("layer_norm_skipped"). The export stage then checks the file's labels on the test split.
-    A source made from the "optimized" file comes with the bookkeeping already trimmed (trim_bookkeeping):
-    only the LayerNorm rewrite is left. Nothing to trim: src copied unchanged, {"skipped": why}."""
+    A source made from the "optimized" file comes with the mask and reshapes already trimmed
+    (trim_bookkeeping): the token-type row and the LayerNorm rewrite are left. Nothing to trim: src copied
+    unchanged, {"skipped": why}."""
     import shutil
     import tempfile
 
