@@ -124,6 +124,20 @@ def test_exporter_onnx_optimized(models, inputs, onnx_files):
                      onnx_files["lstm"])
 
 
+def test_every_layer_fused_leaves_the_optimized_file_nothing_to_trim(models, inputs, tmp_path):
+    """quantize.cls_only_last_layer = false: every layer's attention is fused and reads attention_mask itself, so
+    no mask or reshape bookkeeping is left; the record says so and the file still gives the model's logits."""
+    m = models["bert"]
+    run_exporter("onnx", m, tmp_path / "fp32.onnx", cls_only_last_layer=False)
+    details = run_exporter("onnx-optimized", m, tmp_path / "opt.onnx", {"fp32": tmp_path / "fp32.onnx"},
+                           cls_only_last_layer=False)
+    assert details["graph_trim"] == {"skipped": "nothing to trim (no expanded attention mask, no reshape by a "
+                                                "computed shape)"}
+    assert details["fused_ops"]["Attention"] == 2
+    got, ref = compare(tmp_path / "opt.onnx", m, inputs)
+    assert np.abs(got - ref).max() < 1e-4
+
+
 def test_trim_bookkeeping_copies_a_graph_with_nothing_to_trim(onnx_files, tmp_path):
     """The LSTM's graph has no attention mask or computed reshape: the file is copied byte for byte, and
     the record says why."""
