@@ -256,9 +256,19 @@ def _subgraph_reads(graph) -> set[str]:
 
 def _id_bound(model, name: str) -> int:
     """The smallest row count of a constant table gathered directly by input name (the vocabulary), 100
-    when none is."""
-    rows = [t.shape[0] for n in model.graph.node if n.op_type == "Gather" and n.input[1] == name
-            and (t := constant_value(model, n.input[0])) is not None and t.ndim >= 1]
+    when none is. ORT's EmbedLayerNormalization fusion (quantize.skip_fusions without embed_layer_norm) reads
+    the ids itself, cast to int32: its table is the node's third input."""
+    cast = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Cast"}
+
+    def origin(x: str) -> str:
+        while x in cast:
+            x = cast[x]
+        return x
+
+    tables = [(n.input[0], n.input[1]) if n.op_type == "Gather" else (n.input[2], n.input[0])
+              for n in model.graph.node if n.op_type == "Gather" or n.op_type == "EmbedLayerNormalization"]
+    rows = [t.shape[0] for table, ids in tables
+            if origin(ids) == name and (t := constant_value(model, table)) is not None and t.ndim >= 1]
     return max(2, min(rows)) if rows else 100
 
 
