@@ -240,11 +240,11 @@ def _head_to_head(res: dict) -> list[Block]:
                             "the plain fp32 file is Optimum's torch.onnx export but for its last layer")
         note += (" Our files' last layer computes the [CLS] position only (quantize.cls_only_last_layer: the "
                  "classifier reads nothing else), so part of each ratio is that work saved, not faster kernels.")
-    trim = next(((r.get("details") or {}).get("graph_trim") or {} for r in res.get("rows", [])
-                 if r["model"] == "student" and r["variant"] == "optimized" and r["format"] == "onnx"), {})
+    rows_ = res.get("rows", [])
+    trim = ((find(rows_, "student", "optimized", "onnx") or {}).get("details") or {}).get("graph_trim") or {}
     if "nodes_after" in trim:  # export/web_graph.trim_bookkeeping: same function, fewer nodes per call
-        derived = any((r.get("details") or {}).get("source") == "optimized" for r in res.get("rows", [])
-                      if r["model"] == "student" and r["variant"] == "int8-dynamic" and r["format"] == "onnx")
+        int8 = find(rows_, "student", "int8-dynamic", "onnx") or {}
+        derived = (int8.get("details") or {}).get("source") == "optimized"
         note += (f" After the fusions, the bookkeeping only that last layer reads (its expanded attention mask, "
                  f"reshape shapes computed per call) is trimmed from the optimized file"
                  f"{', which int8-dynamic is quantized from' if derived else ''}: {trim['nodes_before']} -> "

@@ -75,6 +75,24 @@ def optimize_transformer(src: Path, out: Path, num_heads: int, hidden_size: int,
     return fused
 
 
+def optimized_file(src: Path, out: Path, num_heads: int, hidden_size: int, model_name: str,
+                   model_type: str = "bert", skip: list[str] | tuple[str, ...] = (),
+                   source_type: str | None = None) -> tuple[dict[str, int], dict]:
+    """The "optimized" file as the exporter writes it: optimize_transformer's fusions, then the exact mask /
+    reshape trim (export/web_graph.trim_bookkeeping; after the fusions, which find the attention mask by its
+    pattern: what is left of that bookkeeping serves the [CLS]-only last layer alone). Returns (fused op
+    counts, the trim's record); raises as optimize_transformer does, leaving no file at out."""
+    import tempfile
+
+    from export.web_graph import trim_bookkeeping
+
+    with tempfile.TemporaryDirectory() as d:
+        fused_file = Path(d) / "fused.onnx"
+        fused = optimize_transformer(src, fused_file, num_heads, hidden_size, model_name, model_type, skip,
+                                     source_type)
+        return fused, trim_bookkeeping(fused_file, out)
+
+
 def _nothing_fused(what: str, source_type: str, counts: dict[str, int]) -> PipelineError:
     if source_type not in FUSED_TYPES:  # expected: a skip, not an error
         return NothingFused(f"{what}: it has no fusion patterns for model type '{source_type}' (it fuses "

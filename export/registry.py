@@ -90,8 +90,7 @@ def _onnx(job: ExportJob) -> dict:
 
 @exporter("onnx-optimized", "onnx", lossless=True, transformer_only=True)
 def _onnx_optimized(job: ExportJob) -> dict:
-    from export.optimize import optimize_transformer
-    from export.web_graph import trim_bookkeeping
+    from export.optimize import optimized_file
 
     if job.loaded.kind != "hf":
         raise PipelineError(f"{job.model_name} -> onnx-optimized: ORT's transformer optimizer applies to "
@@ -103,13 +102,8 @@ def _onnx_optimized(job: ExportJob) -> dict:
     # ORT's own name where it has one, the encoder patterns otherwise; the model's type decides whether
     # nothing fused is an error or a skip (export/optimize.py)
     ort_type = hf_cfg.model_type if hf_cfg.model_type in MODEL_TYPES else "bert"
-    with tempfile.TemporaryDirectory() as d:
-        fused_file = Path(d) / "fused.onnx"
-        fused = optimize_transformer(src, fused_file, hf_cfg.num_attention_heads, hf_cfg.hidden_size,
-                                     job.model_name, ort_type, job.quantize.skip_fusions, hf_cfg.model_type)
-        # after the fusions, which find the attention mask by its pattern: what is left of the mask and shape
-        # bookkeeping serves the [CLS]-only last layer alone; the trims are exact and checked
-        trim = trim_bookkeeping(fused_file, job.out)
+    fused, trim = optimized_file(src, job.out, hf_cfg.num_attention_heads, hf_cfg.hidden_size, job.model_name,
+                                 ort_type, job.quantize.skip_fusions, hf_cfg.model_type)
     return {"source": src_name, "fused_ops": fused, "graph_trim": trim}
 
 

@@ -19,7 +19,7 @@ demo student); the bookkeeping below depends on the input's shape, so ORT's own 
   demo student (`layer_norm_as_centered_rms`).
 
 The first three are exact (checked on random padded inputs, 1e-5 relative), so the "optimized" file gets
-the first and third too, for every runtime (`trim_bookkeeping`, export/registry.py); the LayerNorm rewrite is exact
+the first and third too, for every runtime (`trim_bookkeeping`, export/optimize.py); the LayerNorm rewrite is exact
 up to float rounding, which the int8 activations' dynamic quantization may round one step further (checked
 at 1e-2; demo student: labels identical on all 3816 test texts, max logit difference 0.005). Measured on the
 demo student's FastGelu .ort, 64 tokens, 1 thread: 7-8% faster in Chromium and in Node's WASM

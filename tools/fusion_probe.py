@@ -71,17 +71,14 @@ def build_files(fp32: Path, heads: int, hidden: int, model_type: str, quantize, 
                 work: Path) -> dict[str, Path]:
     """The model's graphs with and without the fusions, made by the pipeline's own functions:
     label -> file (.onnx runs on any target here, .ort is the phone file)."""
-    from export.optimize import optimize_transformer
+    from export.optimize import optimized_file
     from export.ort_format import optimize_graph
     from export.quantize import quantize_int8_dynamic
-    from export.web_graph import trim_bookkeeping
 
     files = {"fp32, plain export": fp32}
-    for tag, skip in (("all", ()), ("opt", tuple(quantize.skip_fusions))):
-        # as the onnx-optimized exporter writes it: the fusions, then the exact mask / reshape trim
-        optimize_transformer(fp32, work / f"{tag}-fused.onnx", heads, hidden, name, model_type, skip)
-        trim_bookkeeping(work / f"{tag}-fused.onnx", work / f"{tag}.onnx")
+    optimized_file(fp32, work / "all.onnx", heads, hidden, name, model_type, ())
     files["fp32, every fusion"] = work / "all.onnx"
+    optimized_file(fp32, work / "opt.onnx", heads, hidden, name, model_type, quantize.skip_fusions)
     files[f"fp32, optimized (skip {', '.join(quantize.skip_fusions) or 'nothing'})"] = work / "opt.onnx"
     for src, tag in ((fp32, "unfused"), (work / "opt.onnx", "optimized")):
         q = work / f"int8-{tag}.onnx"
