@@ -104,6 +104,8 @@ CASES = [
     (GEN + ["distill.hidden_weight=1.0"], "distill.hidden_weight", True),
     (GEN + ["student.max_length=64"], "student.max_length", True),
     (GEN + ["bench.headline_length=32"], "bench.headline_length", True),
+    # the misspelt name first: the 4-bit table's message suggested a skip_fusions list that kept it
+    (["quantize.embedding_bits=4", 'quantize.skip_fusions=["skip_layer_nrom"]'], "quantize.skip_fusions", False),
 ]
 # the suggested fix (a list of strings is shell-quoted), not the "[the value came from --set '...']" suffix
 FIX = re.compile(r"(?<!came from )--set '?([a-z_]+\.[a-z_]+=(?:\[[^\]]*\]|\"[^\"]*\"|[^\s,)']+))")

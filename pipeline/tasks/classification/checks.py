@@ -25,10 +25,10 @@ def validate(cfg) -> str | None:
     problem = (check_names(cfg, NAMES) or source_problem(cfg.data.source, "classification")
                or paths_problem(cfg.data) or unread_problem(cfg.data, "classification"))
     for rule in (_search_ships_what_is_made, _search_npu_chips, _step_budget_is_generation, _columns_differ,
-                 _embedding_4bit_width, _npu_device, _layer_map_covers_the_student, _quantize_starts_from_fp32,
-                 _bench_lengths, _web_target, _bundle_choice_is_made, _classification_exports,
-                 _student_init_fits_teacher, _length_fits_teacher, _fine_tune_off_needs_a_classifier,
-                 _caps_leave_what_the_stages_need):
+                 _fusion_names, _embedding_4bit_width, _npu_device, _layer_map_covers_the_student,
+                 _quantize_starts_from_fp32, _bench_lengths, _web_target, _bundle_choice_is_made,
+                 _classification_exports, _student_init_fits_teacher, _length_fits_teacher,
+                 _fine_tune_off_needs_a_classifier, _caps_leave_what_the_stages_need):
         problem = problem or rule(cfg)
     return problem
 
@@ -209,11 +209,16 @@ def _classification_exports(cfg) -> str | None:
     if bad := [m for m in e.coreml_models if m not in COREML_MODELS]:
         return (f"'export.coreml_models' names {bad}; Core ML export is for {', '.join(COREML_MODELS)} (the teacher "
                 f"is the model too big to ship): {_set('export.coreml_models', [m for m in e.coreml_models if m not in bad])}")
-    if "optimized" in q.variants:
+    return None
+
+
+def _fusion_names(cfg) -> str | None:
+    """A misspelt quantize.skip_fusions name, before the rules that suggest a skip_fusions list built on it."""
+    if "optimized" in cfg.quantize.variants:
         from export.optimize import fusion_options
 
         try:
-            fusion_options("bert", q.skip_fusions)  # a misspelt fusion name
+            fusion_options("bert", cfg.quantize.skip_fusions)
         except PipelineError as err:
             return str(err)
     return None
