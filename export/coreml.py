@@ -237,7 +237,10 @@ def spec_summary(path: Path) -> dict:
     desc = spec.description
     ops = dict(Counter(op.type for fn in spec.mlProgram.functions.values()
                        for block in fn.block_specializations.values() for op in block.operations))
-    return {"inputs": [i.name for i in desc.input], "outputs": [o.name for o in desc.output],
+    array_type = ct.proto.FeatureTypes_pb2.ArrayFeatureType.ArrayDataType.Name  # FLOAT16, INT32, ...
+    dtypes = {f.name: array_type(f.type.multiArrayType.dataType).lower().replace("double", "float64")
+              for f in (*desc.input, *desc.output) if f.type.HasField("multiArrayType")}
+    return {"inputs": [i.name for i in desc.input], "outputs": [o.name for o in desc.output], "dtypes": dtypes,
             "metadata": dict(desc.metadata.userDefined), "spec_version": spec.specificationVersion, "ops": ops}
 
 

@@ -72,21 +72,31 @@ def _tokenizer(tokenizer_dir: Path, dest: Path, max_length: int) -> list[str]:
     if missing:
         raise PipelineError(f"{tokenizer_dir} lacks {', '.join(missing)}, which Hugging Face clients need; the "
                             f"model's tokenizer must be a fast (tokenizers) one: re-run the quantize stage")
-    copied = []
-    for name in TOKENIZER_FILES:
-        src = tokenizer_dir / name
-        if not src.is_file():
-            continue
-        if name == "tokenizer_config.json":
-            tc = json.loads(src.read_text())
-            # save_pretrained leaves "no limit" (1e30) here; clients truncate to model_max_length, and past
-            # max_length the exported model has no positions (or was never trained), so the limit must travel
-            tc["model_max_length"] = max_length
-            (dest / name).write_text(json.dumps(tc, indent=2))
-        else:
-            shutil.copy2(src, dest / name)
-        copied.append(name)
+    copied = [name for name in TOKENIZER_FILES if (tokenizer_dir / name).is_file()]
+    for name in copied:
+        shutil.copy2(tokenizer_dir / name, dest / name)
+    cap_tokenizer(dest, max_length)
     return copied
+
+
+def cap_tokenizer(folder: Path, max_length: int) -> None:
+    """Make a shipped tokenizer folder cut texts at max_length, as the pipeline does.
+
+    save_pretrained leaves "no limit" (1e30) or the teacher's 512 in tokenizer_config.json, and no truncation
+    in tokenizer.json. Past max_length the exported model has no positions (or they were never trained), so an
+    app that runs the folder as it is (the tokenizers library, transformers.js) fails or mislabels a long
+    text: the limit must travel in both files. transformers still cuts only when asked (truncation=True)."""
+    conf = folder / "tokenizer_config.json"
+    if conf.is_file():
+        tc = json.loads(conf.read_text(encoding="utf-8"))
+        tc["model_max_length"] = max_length
+        conf.write_text(json.dumps(tc, indent=2), encoding="utf-8")
+    fast = folder / "tokenizer.json"
+    if fast.is_file():
+        tj = json.loads(fast.read_text(encoding="utf-8"))
+        # what tokenizers' enable_truncation(max_length) writes: keep the first tokens, [SEP] stays last
+        tj["truncation"] = {"direction": "Right", "max_length": max_length, "strategy": "LongestFirst", "stride": 0}
+        fast.write_text(json.dumps(tj, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
 def write_hf_layout(dest: Path, model_dir: Path, tokenizer_dir: Path, labels: list[str], max_length: int,

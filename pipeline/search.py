@@ -574,5 +574,11 @@ def run_cli(cfg, args) -> int:
     best = folder / summary["best_config"]
     if summary.get("verdict"):
         print(f"search: {summary['verdict']}")
-    print(f"best student config: {best}\nrun it with: make all CONFIG={best}")
+    dist = Path(cfg.bundle.dist_dir) / cfg.run.name
+    # the file keeps run.name: a run of it reuses this run's data, teacher and logits (minutes saved) and
+    # replaces its student, report and bundle; said here, so the replacement is never a surprise
+    print(f"best student config: {best}\nrun it with: make all CONFIG={best}\n  (run.name is "
+          f"{cfg.run.name!r}: it reuses {cfg.run_dir}'s data, teacher and logits and replaces its student, report "
+          f"and {dist}; to keep them, add SET='run.name=\"{cfg.run.name}-{cfg.search.target}\"', which "
+          f"trains a new run from its data)")
     return 0

@@ -2,7 +2,8 @@
 
 1. metadata.json is well formed, lists at least one file, and every path it names stays inside the bundle;
 2. every listed file exists with its size and sha256 (a changed file fails, naming it, and saying when it is a
-   copy of another listed file or matches none: a file from another run);
+   copy of another listed file or matches none: a file from another run), and no other file is there (what
+   file managers leave, .DS_Store and the like, excepted);
 3. the bundle's task and kind (metadata.json "task" and "kind": app / web) pick the checks: the task's verify
    (pipeline/tasks/<task>/verify.py) checks metadata.json against its own digest and the bundle's files, then
    replays the samples with the shipped files in a fresh process and compares them with what the build stored.
@@ -43,7 +44,22 @@ def check_files(bundle: Path) -> dict:
     listed = set(meta["files"])
     extra = sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*")
                    if p.is_file() and p.name != METADATA and p.relative_to(bundle).as_posix() not in listed)
+    # a file the build did not write is checked by nothing, and an app copying the folder ships it (a stray
+    # model, a script): refused. What file managers leave behind is let through, and named.
+    foreign = [rel for rel in extra if not _os_litter(rel)]
+    if foreign:
+        raise PipelineError(f"{bundle}: {len(foreign)} file{'s' if len(foreign) > 1 else ''} that metadata.json "
+                            f"does not list ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}): not "
+                            f"part of the build, so no sha256 or replay checks {'them' if len(foreign) > 1 else 'it'}; "
+                            f"delete {'them' if len(foreign) > 1 else 'it'}, or {restore}")
     return {"meta": meta, "checked": len(listed), "unlisted": extra}
+
+
+def _os_litter(rel: str) -> bool:
+    """Finder's, Explorer's and macOS archives' own files (.DS_Store, ._name, __MACOSX/, Thumbs.db)."""
+    parts = rel.split("/")
+    return parts[-1] in (".DS_Store", "Thumbs.db", "desktop.ini") or parts[-1].startswith("._") \
+        or "__MACOSX" in parts
 
 
 def _changed(meta: dict, rel: str, digest: str) -> str:
@@ -107,7 +123,8 @@ def run_cli(args: argparse.Namespace) -> int:
             for line in s["lines"]:
                 print(f"  {line}")
             if s["unlisted_files"]:
-                print(f"  note: files not in metadata.json (not checked): {', '.join(s['unlisted_files'][:5])}")
+                print(f"  note: file managers' files, not in metadata.json (not checked): "
+                      f"{', '.join(s['unlisted_files'][:5])}")
             print(f"bundle OK: {s['bundle']} ({s['files_checked']} files, sha256 match)")
     except (PipelineError, PermissionError) as e:
         print(error_line(e), file=sys.stderr)

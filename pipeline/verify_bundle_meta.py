@@ -258,6 +258,22 @@ def cross_check(bundle: Path, meta: dict) -> None:
             raise PipelineError(f"{bundle}/{METADATA}: max_length is {max_length}, beyond the tokenizer's "
                                 f"model_max_length {limit} ({conf}): one of the two was edited; restore them from "
                                 f"the build's runs/<run>/ folder or {_REBUILD}")
+        if limit != max_length:
+            raise uncapped(bundle, conf, f"model_max_length {limit!r}", max_length)
+    fast = "tokenizer/tokenizer.json"
+    if fast in files:
+        tj = read_json(bundle / fast)
+        cut = tj.get("truncation") if isinstance(tj, dict) else None
+        if not (isinstance(cut, dict) and cut.get("max_length") == max_length):
+            raise uncapped(bundle, fast, f"truncation {cut!r}", max_length)
+
+
+def uncapped(bundle: Path, rel: str, has: str, max_length: int) -> PipelineError:
+    """A tokenizer file that does not cut texts where the model does (export/hf_layout.py cap_tokenizer): an
+    app running it as it is feeds a long text past the model's positions."""
+    return PipelineError(f"{bundle}: {rel} has {has}, not the bundle's max_length {max_length}, so an app "
+                         f"running it would pass long texts the model cannot take (a bundle built before "
+                         f"pocketformer capped its tokenizer, or an edit); {_REBUILD}")
 
 
 def check_workloads(bundle: Path, meta: dict) -> None:

@@ -122,6 +122,9 @@ def test_bundle_contents_and_choice(built):
     assert [i["name"] for i in meta["models"]["ort"]["inputs"]] == ["input_ids", "attention_mask"]
     assert meta["models"]["string_onnx"]["inputs"] == [{"name": "text", "type": "tensor(string)", "shape": [1]}]
     assert meta["text_normalisation"]["lowercase"] is True and meta["max_length"] == 32
+    # Core ML's types as the shipped package declares them (an fp16 package returns float16 logits)
+    cm = meta["models"]["coreml"]
+    assert [i["type"] for i in cm["inputs"]] == ["int32", "int32"] and cm["outputs"][0]["type"] == "float16"
     assert meta["string_model_check"]["agreement"] >= cfg.bundle.min_agreement
     assert meta["string_model_check"]["texts"] == 120 and meta["string_model_check"]["token_ids_differ"] == 0
     assert "onnxruntime" in meta["versions"] and "onnxruntime-extensions" in meta["versions"]
@@ -193,10 +196,40 @@ def test_samples_take_names_from_metadata(built):
     assert '["ids": inputIds' in s2 and 'featureValue(for: "scores")' in s2
     readme = (bundle / "README.md").read_text()
     assert "Android Studio" in readme and "Xcode" in readme and "verify-bundle" in readme
+    assert f"Core ML's {cm_target(meta)}: set the app's minimum deployment to iOS " in readme
+    assert "output\n   `logits` (float16)" in readme or "`logits` (float16)" in " ".join(readme.split())
+    assert ("## Android NPU" in readme) == bool(meta["qnn"].get("shipped"))  # where context binaries ship
+    # the Swift tokenizer follows the tokenizer's own switches: a cased one neither lower-cases nor strips
+    assert "let lowercase = true" in sw and "let stripAccents = true" in sw and "let chineseChars = true" in sw
+    cased = json.loads(json.dumps(meta))
+    cased["text_normalisation"].update(lowercase=False, strip_accents=None, tokenize_chinese_chars=False)
+    s3 = swift(cased)
+    assert "let lowercase = false" in s3 and "let stripAccents = false" in s3 and "let chineseChars = false" in s3
+    assert "/// - lower-case" not in s3 and "/// - lower-case" in sw
     # a latency measured on a stand-in for the phone says so (the report and metadata label it a proxy)
     proxied = [t for t, v in meta["latency"].items() if v.get("proxy") and "p50_ms" in v]
     assert proxied and all(f"{t} {meta['latency'][t]['p50_ms']:.2f} ms (host proxy, not a phone)" in readme
                            for t in proxied)
+
+
+def cm_target(meta: dict) -> str:
+    return meta["models"]["coreml"]["deployment_target"]
+
+
+def test_readme_npu_section_where_context_binaries_ship(built):
+    """Where the bundle ships HTP context binaries, the README says where each file goes in the app."""
+    from export.app_samples import classification_readme
+
+    _, cfg = built
+    m = _meta(cfg)
+    m["qnn"] = {"shipped": True, "fallback": "model/student-int8-dynamic.ort",
+                "chips": {"8gen2": {"name": "Snapdragon 8 Gen 2", "android_soc_model": "SM8550"}}}
+    readme = " ".join(classification_readme(m).split())
+    assert "## Android NPU (Qualcomm Hexagon, ONNX Runtime QNN)" in readme
+    assert "for Snapdragon 8 Gen 2 (`SM8550`)" in readme and "`android/PocketformerNpuClassifier.kt`" in readme
+    assert ("Copy the bundle's `npu/` folder into `app/src/main/assets/` as it is, and "
+            "`model/student-int8-dynamic.ort` to `assets/student-int8-dynamic.ort`") in readme
+    assert f"(it cuts at {m['max_length']} tokens)" in readme
 
 
 def _verify(path: Path) -> subprocess.CompletedProcess:

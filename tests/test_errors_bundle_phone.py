@@ -270,7 +270,9 @@ def test_a_tokenizer_json_the_tokenizers_library_cannot_parse(copy):  # noqa: F8
     from pipeline.verify import verify_bundle
 
     meta = _meta(copy)
-    (copy / "tokenizer" / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "Nonsense"}}')
+    cut = {"direction": "Right", "max_length": meta["max_length"], "strategy": "LongestFirst", "stride": 0}
+    (copy / "tokenizer" / "tokenizer.json").write_text(json.dumps({"version": "1.0", "truncation": cut,
+                                                                    "model": {"type": "Nonsense"}}))
     _rehash(copy, meta)
     with pytest.raises(PipelineError, match=rf"^{re.escape(str(copy))}: tokenizer/tokenizer\.json cannot be read by "
                                             r"the tokenizers library \(.+\); restore it from the build's "

@@ -142,6 +142,10 @@ def test_passed_binaries_ship_verify_on_the_emulator_and_an_edit_is_refused(tmp_
     assert 'addConfigEntry("session.disable_cpu_ep_fallback", "1")' in kt and "libQnnHtp.so" in kt
     assert "NPU path off, running s.ort on the CPU: $why" in kt
     assert "IntBuffer.wrap(x)" in kt and "LongBuffer.wrap(LongArray(ids.size)" in kt  # int32 NPU, int64 .ort
+    # copies of the binaries are per install (an app update never runs the old ones) and written whole
+    assert "getPackageInfo(context.packageName, 0).lastUpdateTime" in kt and "val dst = File(copies, path)" in kt
+    assert "part.renameTo(dst)" in kt and kt.index("private val copies") < kt.index("init {")
+    assert "assets.open(\"s.ort\")" in kt and "to assets/s.ort" in kt
     assert kt.count("{") == kt.count("}")
 
 

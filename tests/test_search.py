@@ -82,6 +82,10 @@ def test_tiny_search_end_to_end(search_cfg, capsys):
     best = out / "best-host-cpu.toml"
     printed = capsys.readouterr().out
     assert str(best) in printed and f"make all CONFIG={best}" in printed
+    # the file keeps run.name, so a run of it replaces this run's student and bundle: said, with the way out
+    flat = " ".join(printed.split())
+    assert f"(run.name is {cfg.run.name!r}: it reuses {cfg.run_dir}'s data, teacher and logits and replaces" in flat
+    assert f"""add SET='run.name="{cfg.run.name}-host-cpu"'""" in flat
     best_cfg = load_config(best)
     top = doc["trials"][doc["best_trial"]]
     # search.survivors (default 3): the best short-schedule trials, trained again in full; the best of them wins

@@ -10,6 +10,13 @@ import pytest
     ("bundle_tolerance", ["--run", "{tmp}/none"], "{tmp}/none has no finished bundle stage; run `make bundle` first"),
     ("throughput", ["--config", "{tmp}/none.toml"], "config file {tmp}/none.toml does not exist"),
     ("throughput", ["--set", "distill.nosuch=1"], "unknown key 'distill.nosuch'"),
+    # these four and the two below exited 1 (SystemExit with a message) where the README says 2
+    ("fusion_probe", ["--config", "{tmp}/none.toml"], "config file {tmp}/none.toml does not exist"),
+    ("compact_probe", ["--config", "{tmp}/none.toml"], "config file {tmp}/none.toml does not exist"),
+    ("static_probe", ["--config", "{tmp}/none.toml"], "config file {tmp}/none.toml does not exist"),
+    ("shape_files", ["--config", "{tmp}/none.toml", "--tokenizer", "t", "--out", "o"],
+     "config file {tmp}/none.toml does not exist"),
+    ("compare_files", ["{tmp}/a.ort", "{tmp}/b.ort", "--tokenizer", "t", "--texts", "x"], "{tmp}/a.ort does not exist"),
 ])
 def test_a_missing_run_or_bad_config_is_one_error_line(module, argv, message, tmp_path, capsys, monkeypatch):
     import importlib

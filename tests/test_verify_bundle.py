@@ -165,6 +165,58 @@ def test_a_reference_off_by_more_than_the_bound_fails(copy):
         verify_bundle(copy)
 
 
+def test_the_shipped_tokenizer_cuts_at_max_length_and_verify_checks_it(copy, capsys):
+    """tokenizer/ as an app runs it (the tokenizers library) cuts a long text at max_length, [SEP] last, and
+    says so in tokenizer_config.json: save_pretrained left 512 / no truncation there, and a long text then
+    fed the model positions it does not have. A bundle without the cap is refused, naming the file."""
+    from tokenizers import Tokenizer
+
+    meta = json.loads((copy / "metadata.json").read_text())
+    n, sep = meta["max_length"], meta["text_normalisation"]["special_tokens"]["sep_token"]["id"]
+    for folder in ("tokenizer", "hf"):
+        ids = Tokenizer.from_file(str(copy / folder / "tokenizer.json")).encode("good movie " * 100).ids
+        assert len(ids) == n and ids[-1] == sep, folder
+        assert json.loads((copy / folder / "tokenizer_config.json").read_text())["model_max_length"] == n
+    fast, conf = copy / "tokenizer" / "tokenizer.json", copy / "tokenizer" / "tokenizer_config.json"
+    original = fast.read_text(encoding="utf-8")
+    edited = json.loads(original)
+    edited["truncation"] = None
+    fast.write_text(json.dumps(edited), encoding="utf-8")
+    _rehash(copy, meta)
+    rc, out, err = _cli(copy, capsys)
+    assert rc == 2 and "bundle OK" not in out
+    assert f"tokenizer/tokenizer.json has truncation None, not the bundle's max_length {n}, so an app" in err
+    fast.write_text(original, encoding="utf-8")
+    tc = json.loads(conf.read_text())
+    conf.write_text(json.dumps({**tc, "model_max_length": 512}))
+    _rehash(copy, meta)
+    rc, _, err = _cli(copy, capsys)
+    assert rc == 2 and f"tokenizer/tokenizer_config.json has model_max_length 512, not the bundle's max_length {n}" in err
+
+
+def test_files_the_build_did_not_write_are_refused(copy, capsys):
+    """A file metadata.json does not list would ship unchecked (a stray model): refused, naming it; what file
+    managers leave (.DS_Store, ._name) is let through with a note."""
+    (copy / "model" / "extra.onnx").write_bytes(b"not from the build")
+    rc, out, err = _cli(copy, capsys)
+    assert rc == 2 and "bundle OK" not in out and len(err.strip().splitlines()) == 1
+    assert "1 file that metadata.json does not list (model/extra.onnx): not part of the build" in err
+    (copy / "model" / "extra.onnx").unlink()
+    (copy / ".DS_Store").write_bytes(b"\0")
+    (copy / "model" / "._student.onnx").write_bytes(b"\0")
+    rc, out, err = _cli(copy, capsys)
+    assert rc == 0, err
+    assert "note: file managers' files, not in metadata.json (not checked): .DS_Store, model/._student.onnx" in out
+    # a model file gone along with its 'files' entry: the entry that names it is refused
+    meta = json.loads((copy / "metadata.json").read_text())
+    rel = meta["models"]["onnx"]["file"]
+    meta["files"].pop(rel)
+    (copy / rel).unlink()
+    (copy / "metadata.json").write_text(json.dumps(meta))
+    rc, _, err = _cli(copy, capsys)
+    assert rc == 2 and f"models.onnx.file = {rel!r} is not in 'files'" in err, err
+
+
 # --- 2. untrusted metadata ------------------------------------------------------------------------------
 
 def test_paths_outside_the_bundle_are_refused(copy, tmp_path, capsys):
@@ -184,6 +236,7 @@ def test_paths_outside_the_bundle_are_refused(copy, tmp_path, capsys):
         rc, out, err = _cli(copy, capsys)
         assert rc == 2 and why in err and "bundle OK" not in out, (rel, err)
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    (copy / "link.txt").unlink()  # else refused first as a file metadata.json does not list
     m = json.loads(json.dumps(meta))
     m["samples_file"] = "/etc/passwd"
     (copy / "metadata.json").write_text(json.dumps(m))
@@ -242,7 +295,8 @@ def test_a_link_loop_is_one_error_naming_the_file(copy, capsys):
                                                           """not ["labels.json"]""")),
     (lambda m: m["files"].update({"labels.json": "abc"}), r"files\['labels\.json'\] needs 'bytes'"),
     (lambda m: m["files"]["labels.json"].update(bytes="12"), r"files\['labels\.json'\] needs 'bytes'"),
-    (lambda m: m["files"].pop(m["models"]["onnx"]["file"]), "models.onnx.file = .* is not in 'files'"),
+    # the file is still there, unlisted: refused as not the build's (gone too: the test below)
+    (lambda m: m["files"].pop(m["models"]["onnx"]["file"]), r"1 file that metadata.json does not list \(model/"),
     (lambda m: m.update(models={}), "'models' names no model"),
     (lambda m: m["models"]["ort"].pop("inputs"), "models.ort.inputs must list named tensors"),
     (lambda m: m["models"]["ort"].update(file=None), "models.ort.file names None"),
@@ -523,6 +577,11 @@ def test_npu_files_outside_the_hashes_are_refused(npu_copy, capsys):
     assert rc == 2 and re.search(rf"{re.escape(rel)} was changed: it is not the file this bundle \(run 'tiny'\)", err)
     meta["files"].pop(rel)
     (npu_copy / "metadata.json").write_text(json.dumps(meta))
+    rc, out, err = _cli(npu_copy, capsys)
+    # the file is there but unlisted: refused as a file the build did not write; gone as well: the entry is named
+    assert rc == 2 and f"1 file that metadata.json does not list ({rel}): not part of the build" in err
+    assert "bundle OK" not in out
+    (npu_copy / rel).unlink()
     rc, out, err = _cli(npu_copy, capsys)
     assert rc == 2 and f"npu.nnapi-int8.files.16.file = {rel!r} is not in 'files', so its sha256 is unchecked" in err
     assert "bundle OK" not in out

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"(no timing: {ref_ort} is not there yet; it needs the reference run's export stage)")
             ref_ort = None
     except PipelineError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise PipelineError(str(e)) from None  # main_exit: one error: line, exit 2
     labels = read_labels(run / "data")
     rows = read_split(run / "data", "test")
     texts, y = [r["text"] for r in rows], np.array([labels.index(r["label"]) for r in rows])

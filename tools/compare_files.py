@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     for p in (a.first, a.second, a.texts, a.tokenizer):
         if not p.exists():
-            raise SystemExit(f"error: {p} does not exist")
+            raise PipelineError(f"{p} does not exist")
     try:
         texts = _texts(a.texts)
         tok = AutoTokenizer.from_pretrained(a.tokenizer)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         ids, _ = L.make_batch(stream, a.length, 1, tok.cls_token_id, tok.sep_token_id)
         res = compare([a.first, a.second], ids, tok.pad_token_id or 0, a.threads, a.rounds, a.calls)
     except PipelineError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise PipelineError(str(e)) from None  # main_exit: one error: line, exit 2
     for f, p in zip(res["files"], res["p50_ms"]):
         print(f"{p:8.3f} ms  {f}")
     lo, hi = res["ratio_range"]

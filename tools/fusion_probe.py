@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         if hf.get("model_type") != "bert":
             raise PipelineError(f"the fusion probe is for BERT-family encoders; {args.model} is {hf.get('model_type')!r}")
     except PipelineError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise PipelineError(str(e)) from None  # main_exit: one error: line, exit 2
     tok = AutoTokenizer.from_pretrained(run / "quantize" / args.model / "tokenizer")
     texts = [r["text"] for r in read_split(run / "data", "test")]
     ids, mask = L.make_batch(L.token_stream(tok, texts, args.length), args.length, 1, tok.cls_token_id,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+
+from pipeline.errors import PipelineError
 from tools.cli import ToolParser, non_negative_int, positive_int
 
 
@@ -31,10 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     why = unavailable_reason()
     if why:
-        raise SystemExit(f"qnn_agreement: {why}")
+        raise PipelineError(why)
     quantize = a.run_dir / "quantize"
     if not (quantize / "npu.json").is_file():
-        raise SystemExit(f"qnn_agreement: {quantize / 'npu.json'} does not exist: give a run folder whose quantize "
+        raise PipelineError(f"{quantize / 'npu.json'} does not exist: give a run folder whose quantize "
                          f"stage made npu-student files (student.arch = \"npu\"), e.g. runs/demo")
     texts = [r["text"] for r in read_split(a.run_dir / "data", "test")]
     texts = texts[: a.texts] if a.texts else texts
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{num.get('argmax_agreement', float('nan')):.4f} of {num.get('samples', 0)}  "
                       f"max|diff| {num.get('max_abs_diff', float('nan')):.4g}", flush=True)
     if not rows:
-        raise SystemExit(f"qnn_agreement: {quantize / 'npu.json'} lists no npu-student file at {a.length} tokens "
+        raise PipelineError(f"{quantize / 'npu.json'} lists no npu-student file at {a.length} tokens "
                          + (f"that passed its quantize check (failed: {', '.join(failed)})" if failed else
                             "(quantize.npu_lengths, student.arch = \"npu\")"))
     if a.out:

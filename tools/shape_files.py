@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
             raise PipelineError(f"--tokenizer {a.tokenizer} is not a folder (use a run's distill/student)")
         files = build(cfg, a.tokenizer, a.out)
     except PipelineError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise PipelineError(str(e)) from None  # main_exit: one error: line, exit 2
     for name, path in files.items():
         print(f"{path.stat().st_size:>12,} B  {path}  ({name})")
 

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             rows = probe(cfg, args.model, args.texts, settings, Path(tmp))
     except (PipelineError, json.JSONDecodeError) as e:
-        raise SystemExit(f"error: {e}") from None
+        raise PipelineError(str(e)) from None  # main_exit: one error: line, exit 2
     print(f"\n{args.model} int8-static, {cfg.run.name}\n")
     print("| setting | argmax agreement with fp32 | accuracy |\n|---|---|---|")
     for r in rows:

@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from pipeline.errors import PipelineError
+
 
 def main() -> None:
     from distill import distributed as D
@@ -37,7 +39,7 @@ def main() -> None:
     cfg = load_config(args.config, args.overrides)
     run_dir = cfg.run_dir
     if not (run_dir / "logits" / "manifest.json").is_file():
-        raise SystemExit(f"error: {run_dir}/logits is missing: run `make distill CONFIG={args.config}` first")
+        raise PipelineError(f"{run_dir}/logits is missing: run `make distill CONFIG={args.config}` first")
     D.init()
     seed_everything(cfg.run.seed)
     labels = read_labels(run_dir / "data")

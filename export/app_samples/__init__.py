@@ -66,15 +66,16 @@ def classification_readme(meta: dict) -> str:
 3. Call `try PocketformerClassifier.demo()` (for example from your view's `onAppear`): it prints the label.
    `PocketformerClassifier(computeUnits: .cpuAndNeuralEngine)` picks the compute units.
 4. Inputs `{cm['inputs'][0]['name']}`, `{cm['inputs'][1]['name']}` (token ids and mask, [1, n]); output
-   `{cm['outputs'][0]['name']}`. The Swift WordPiece tokenizer follows `text_normalisation` in metadata.json;
-   compare a few texts with the string-in ONNX model (`python -m pipeline verify-bundle` shows its labels).
-""" if cm and meta.get("bert_wordpiece", True) else f"""## iOS / macOS (Xcode, Core ML)
+   `{cm['outputs'][0]['name']}` ({cm['outputs'][0]['type']}). The Swift WordPiece tokenizer follows
+   `text_normalisation` in metadata.json; compare a few texts with the string-in ONNX model (`python -m pipeline
+   verify-bundle` shows its labels).
+{_deployment(cm, 5)}""" if cm and meta.get("bert_wordpiece", True) else f"""## iOS / macOS (Xcode, Core ML)
 
 `{cm['file']}` takes token ids (inputs `{cm['inputs'][0]['name']}`, `{cm['inputs'][1]['name']}`, [1, n]); there is
 no Swift sample: its tokenizer ({meta['text_normalisation']['tokenizer_class']}) is not BERT's WordPiece, which is
 the only one the sample implements. Tokenize with `tokenizer/tokenizer.json` (any Hugging Face tokenizers
 port) and compare the ids with `samples.json`.
-""" if cm else "## iOS\n\nNo Core ML package for this model (the export stage makes them for the student and "
+{_deployment(cm)}""" if cm else "## iOS\n\nNo Core ML package for this model (the export stage makes them for the student and "
            "LSTM models).\n")
     return f"""# pocketformer bundle: {m['name']} {m['variant']} (run {meta['run']})
 
@@ -100,7 +101,42 @@ text per call) and compares its logits with that file's own reference logits sto
 ## Android (Android Studio, ONNX Runtime)
 
 {_android(models, text)}
-{ios}"""
+{_npu(meta)}{ios}"""
+
+
+# Core ML's deployment targets and the OS releases that run them (coremltools' target.iOS15.. names)
+_MACOS_FOR_IOS = {"iOS15": "macOS 12", "iOS16": "macOS 13", "iOS17": "macOS 14", "iOS18": "macOS 15"}
+
+
+def _deployment(cm: dict, step: int | None = None) -> str:
+    """The OS an app needs to load the package: Xcode refuses an older deployment target for it."""
+    target = cm.get("deployment_target")
+    if not target:
+        return ""
+    mac = _MACOS_FOR_IOS.get(target)
+    return (f"{f'{step}. ' if step else ''}The package targets Core ML's {target}: set the app's minimum "
+            f"deployment to {target[:3]} {target[3:]}{f' / {mac}' if mac else ''} or later.\n")
+
+
+def _npu(meta: dict) -> str:
+    """The README section on the HTP context binaries (npu/qnn/), where the bundle ships them."""
+    qnn = meta.get("qnn") or {}
+    if not qnn.get("shipped"):
+        return ""
+    chips = ", ".join(f"{e['name']} (`{e.get('android_soc_model', '?')}`)" for e in qnn["chips"].values())
+    fallback = qnn["fallback"]
+    return f"""## Android NPU (Qualcomm Hexagon, ONNX Runtime QNN)
+
+`npu/qnn/<chip>/` holds the model compiled ahead by Qualcomm's HTP compiler for {chips}: an EP-context
+`_ctx.onnx` per sequence length with its `_ctx_qnn.bin`, each checked on the HTP emulator when the bundle was
+built. `android/PocketformerNpuClassifier.kt` picks the chip by `Build.SOC_MODEL` and runs `{fallback}` on the
+CPU on any other phone:
+1. Depend on `com.microsoft.onnxruntime:onnxruntime-android-qnn` (in place of `onnxruntime-android`).
+2. Copy the bundle's `npu/` folder into `app/src/main/assets/` as it is, and `{fallback}` to
+   `assets/{fallback.split('/')[-1]}`.
+3. Tokenize with `tokenizer/tokenizer.json` (it cuts at {meta['max_length']} tokens) and call `classify(ids)`.
+
+"""
 
 
 def _string_model(text: dict | None, check: dict) -> str:
@@ -112,10 +148,15 @@ def _string_model(text: dict | None, check: dict) -> str:
     return f"""The `-text.onnx` model takes raw text (input `{text['inputs'][0]['name']}`, one string) and returns
 `logits` and `probabilities`: the tokenizer runs inside the graph (onnxruntime-extensions), so the app cannot
 tokenize differently from training. On the test split it picks the same label as tokenizer + model on
-{100 * check['agreement']:.2f}% of {check['texts']} texts (its token ids differ from the training
-tokenizer's on {check.get('token_ids_differ', '?')} of them: the extensions op lower-cases and strips accents of
-some non-Latin letters differently).
+{100 * check['agreement']:.2f}% of {check['texts']} texts{_differ(check.get('token_ids_differ'))}.
 """
+
+
+def _differ(n: object) -> str:
+    if n == 0:
+        return " (and its token ids are the training tokenizer's on every one)"
+    return (f" (its token ids differ from the training tokenizer's on {n if n is not None else '?'} of them: the "
+            f"extensions op lower-cases and strips accents of some non-Latin letters differently)")
 
 
 def _android(models: dict, text: dict | None) -> str:

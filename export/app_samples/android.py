@@ -184,8 +184,9 @@ def npu_classifier(meta: dict) -> str:
 // bundle was built). Token ids in (the app's tokenizer: tokenizer/tokenizer.json), label out.
 // Gradle (app/build.gradle.kts):
 //   implementation("com.microsoft.onnxruntime:onnxruntime-android-qnn:{ort_version(meta)}")  // QNN EP + libQnnHtp.so
-// Copy npu/qnn/ and {ort_model['file']} into app/src/main/assets/ (keep the folder layout: a _ctx.onnx names
-// its _ctx_qnn.bin, which must sit beside it on disk). On any other phone this class runs {ort_asset} on the CPU.
+// Copy the bundle's npu/ folder into app/src/main/assets/ as it is (assets/npu/qnn/<chip>/...: a _ctx.onnx names
+// its _ctx_qnn.bin, which must sit beside it on disk) and {ort_model['file']} to assets/{ort_asset}. On any other
+// phone this class runs {ort_asset} on the CPU.
 {_package("android.os.Build", "java.io.File", "java.nio.IntBuffer", "java.nio.LongBuffer")}
 
 class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
@@ -195,6 +196,15 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
     private val npu = HashMap<Int, OrtSession>()  // length -> HTP session; empty on the CPU path
     private var lengths: List<Int> = emptyList()
     private val cpu: OrtSession?
+    // Assets are not files: the QNN provider opens a context binary by path, so they are copied out once per
+    // install (lastUpdateTime changes with every app update, so rebuilt binaries of the same name never meet
+    // the old copies, which are deleted)
+    private val copies: File = run {{
+        val stamp = context.packageManager.getPackageInfo(context.packageName, 0).lastUpdateTime.toString()
+        val root = File(context.filesDir, "pocketformer-npu")
+        root.listFiles()?.filter {{ it.name != stamp }}?.forEach {{ it.deleteRecursively() }}
+        File(root, stamp)
+    }}
 
     init {{
         val soc = if (Build.VERSION.SDK_INT >= 31) Build.SOC_MODEL else "unknown (API < 31)"
@@ -226,12 +236,15 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
         }}
     }}
 
-    /** Assets are not files; the QNN provider opens the context binary by path, beside the .onnx. */
+    /** One asset as a file under this install's copies, beside its neighbours (written whole, then renamed,
+     *  so a copy cut short by the app being killed is never taken for a finished one). */
     private fun copyAsset(path: String): File {{
-        val dst = File(context.filesDir, path)
+        val dst = File(copies, path)
         if (!dst.exists()) {{
             dst.parentFile!!.mkdirs()
-            context.assets.open(path).use {{ input -> dst.outputStream().use {{ input.copyTo(it) }} }}
+            val part = File(dst.path + ".part")
+            context.assets.open(path).use {{ input -> part.outputStream().use {{ input.copyTo(it) }} }}
+            check(part.renameTo(dst)) {{ "could not move $part to $dst" }}
         }}
         return dst
     }}

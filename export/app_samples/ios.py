@@ -14,6 +14,12 @@ def classifier(meta: dict) -> str:
     ids, mask = (i["name"] for i in cm["inputs"][:2])
     out = cm["outputs"][0]["name"]
     norm = meta["text_normalisation"]
+    # HF strips accents when it lower-cases and strip_accents is unset (null)
+    strip = norm["strip_accents"] if norm["strip_accents"] is not None else norm["lowercase"]
+    chinese = norm.get("tokenize_chinese_chars", True)
+    steps = "".join(f"\n/// - {step}" for step, on in (("spaces around CJK ideographs", chinese),
+                                                        ("strip accents (NFD, nonspacing marks dropped)", strip),
+                                                        ("lower-case", norm["lowercase"])) if on)
     special = {k: v["id"] for k, v in norm["special_tokens"].items()}
     labels = ", ".join(json.dumps(label) for label in meta["labels"])
     package = cm["file"].split("/")[-1]
@@ -28,15 +34,20 @@ def classifier(meta: dict) -> str:
 import CoreML
 import Foundation
 
-/// BERT WordPiece tokenization as the training tokenizer does it: {'lower-case, ' if norm['lowercase'] else ''}\
-strip accents (when HF does), split on whitespace and punctuation, greedy longest-match word pieces,
-/// [CLS] ... [SEP], at most {norm['max_length']} tokens. The string-in ONNX model in this bundle is the reference:
-/// check a few texts against it.
+/// BERT WordPiece tokenization, step for step as the training tokenizer does it (Hugging Face tokenizers'
+/// BertNormalizer, BertPreTokenizer and WordPiece), on Unicode scalars as tokenizers works on code points:
+/// - drop NUL, U+FFFD and control characters; whitespace becomes a space{steps}
+/// - split on whitespace and punctuation (ASCII punctuation and Unicode's P* categories)
+/// - greedy longest-match word pieces; a word with an unmatched piece, or over 100 scalars, is [UNK]
+/// - [CLS] ... [SEP], at most {norm['max_length']} tokens
+/// samples.json's token_ids and the string-in ONNX model in this bundle are the reference: check a few texts.
 struct WordPieceTokenizer {{
     let vocab: [String: Int32]
     let lowercase = {str(norm['lowercase']).lower()}
-    let stripAccents = {str(norm['strip_accents'] if norm['strip_accents'] is not None else norm['lowercase']).lower()}
+    let stripAccents = {str(strip).lower()}
+    let chineseChars = {str(chinese).lower()}
     let maxLength = {norm['max_length']}
+    let maxScalarsPerWord = 100
     let cls: Int32 = {special.get('cls_token', 101)}, sep: Int32 = {special.get('sep_token', 102)}, \
 unk: Int32 = {special.get('unk_token', 100)}
 
@@ -47,16 +58,59 @@ unk: Int32 = {special.get('unk_token', 100)}
         vocab = v
     }}
 
-    private func words(_ text: String) -> [String] {{
-        var s = lowercase ? text.lowercased() : text
-        if stripAccents {{ s = s.folding(options: .diacriticInsensitive, locale: nil) }}
-        var out: [String] = [], cur = ""
-        for ch in s {{
-            if ch.isWhitespace {{ if !cur.isEmpty {{ out.append(cur); cur = "" }} }}
-            else if ch.isPunctuation || ch.isSymbol {{
-                if !cur.isEmpty {{ out.append(cur); cur = "" }}
-                out.append(String(ch))
-            }} else {{ cur.append(ch) }}
+    private static func isControl(_ u: Unicode.Scalar) -> Bool {{
+        if u == "\\t" || u == "\\n" || u == "\\r" {{ return false }}  // whitespace, not control
+        switch u.properties.generalCategory {{
+        case .control, .format, .privateUse, .surrogate: return true
+        default: return false  // an unassigned code point stays (and becomes [UNK]), as in tokenizers
+        }}
+    }}
+
+    private static func isCJK(_ v: UInt32) -> Bool {{
+        let blocks: [ClosedRange<UInt32>] = [0x4E00...0x9FFF, 0x3400...0x4DBF, 0x20000...0x2A6DF, 0x2A700...0x2B73F,
+                                             0x2B740...0x2B81F, 0x2B820...0x2CEAF, 0xF900...0xFAFF, 0x2F800...0x2FA1F]
+        return blocks.contains {{ $0.contains(v) }}
+    }}
+
+    private static func isPunctuation(_ u: Unicode.Scalar) -> Bool {{
+        let v = u.value
+        if (33...47).contains(v) || (58...64).contains(v) || (91...96).contains(v) || (123...126).contains(v) {{
+            return true  // ASCII punctuation, $ + < = > ^ ` | ~ included (symbols to Unicode)
+        }}
+        switch u.properties.generalCategory {{
+        case .connectorPunctuation, .dashPunctuation, .openPunctuation, .closePunctuation, .initialPunctuation,
+             .finalPunctuation, .otherPunctuation: return true
+        default: return false
+        }}
+    }}
+
+    private func normalize(_ text: String) -> String {{
+        var out = String.UnicodeScalarView()
+        for u in text.unicodeScalars {{
+            if u.value == 0 || u.value == 0xFFFD || Self.isControl(u) {{ continue }}
+            if u.properties.isWhitespace {{ out.append(" ") }}
+            else if chineseChars && Self.isCJK(u.value) {{ out.append(" "); out.append(u); out.append(" ") }}
+            else {{ out.append(u) }}
+        }}
+        var s = String(out)
+        if stripAccents {{
+            var kept = String.UnicodeScalarView()
+            for u in s.decomposedStringWithCanonicalMapping.unicodeScalars {{
+                if u.properties.generalCategory != .nonspacingMark {{ kept.append(u) }}
+            }}
+            s = String(kept)
+        }}
+        return lowercase ? s.lowercased() : s
+    }}
+
+    private func words(_ text: String) -> [[Unicode.Scalar]] {{
+        var out: [[Unicode.Scalar]] = [], cur: [Unicode.Scalar] = []
+        for u in normalize(text).unicodeScalars {{
+            if u == " " {{ if !cur.isEmpty {{ out.append(cur); cur = [] }} }}
+            else if Self.isPunctuation(u) {{
+                if !cur.isEmpty {{ out.append(cur); cur = [] }}
+                out.append([u])
+            }} else {{ cur.append(u) }}
         }}
         if !cur.isEmpty {{ out.append(cur) }}
         return out
@@ -65,13 +119,14 @@ unk: Int32 = {special.get('unk_token', 100)}
     func encode(_ text: String) -> [Int32] {{
         var ids: [Int32] = [cls]
         for word in words(text) {{
-            var start = word.startIndex, pieces: [Int32] = [], bad = false
-            while start < word.endIndex {{
-                var end = word.endIndex, found: Int32? = nil
+            if word.count > maxScalarsPerWord {{ ids.append(unk); continue }}
+            var start = 0, pieces: [Int32] = [], bad = false
+            while start < word.count {{
+                var end = word.count, found: Int32? = nil
                 while start < end {{
-                    let sub = (start == word.startIndex ? "" : "##") + String(word[start..<end])
+                    let sub = (start > 0 ? "##" : "") + String(String.UnicodeScalarView(word[start..<end]))
                     if let id = vocab[sub] {{ found = id; break }}
-                    end = word.index(before: end)
+                    end -= 1
                 }}
                 guard let id = found else {{ bad = true; break }}
                 pieces.append(id)

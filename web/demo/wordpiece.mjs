@@ -7,7 +7,8 @@
 const CJK = [[0x4e00, 0x9fff], [0x3400, 0x4dbf], [0x20000, 0x2a6df], [0x2a700, 0x2b73f], [0x2b740, 0x2b81f],
   [0x2b820, 0x2ceaf], [0xf900, 0xfaff], [0x2f800, 0x2fa1f]];
 const isCJK = (cp) => CJK.some(([a, b]) => cp >= a && cp <= b);
-const isWhitespace = (c) => c === " " || c === "\t" || c === "\n" || c === "\r" || /\p{Zs}/u.test(c);
+// Unicode's White_Space (Rust's char::is_whitespace): U+2028 / U+2029 too, which Zs alone left out
+const isWhitespace = (c) => /\p{White_Space}/u.test(c);
 // Cc, Cf, Co, Cs but not Cn: an unassigned code point stays (and becomes [UNK]), as in tokenizers
 const isControl = (c) => !(c === "\t" || c === "\n" || c === "\r") && /[\p{Cc}\p{Cf}\p{Co}\p{Cs}]/u.test(c);
 const isPunct = (c) => /[!-/:-@[-`{-~]/.test(c) || /\p{P}/u.test(c);

@@ -56,16 +56,17 @@ TASK = Task(
         # bundle.accuracy_window: the report's "which file for which workload" table picks as the bundle does
         "report": Step(lazy("pipeline.tasks.common:report"), ("bundle.accuracy_window",)),
         # data.* / teacher.model: the model card names the dataset and the teacher; export.coreml_lengths:
-        # the metadata's Core ML sequence lengths
+        # the metadata's Core ML sequence lengths; revision 2 (both bundles): tokenizer/ cuts at max_length
+        # (export/hf_layout.py cap_tokenizer)
         "bundle": Step(lazy(f"{_HERE}.bundle:stage_bundle"),
                        ("bundle.model", "bundle.variant", "bundle.accuracy_window", "bundle.min_agreement",
                         "bundle.sample_texts", "bundle.dist_dir", "data.source", "data.train_path", "data.hub_name",
-                        "data.hub_config", "teacher.model", "export.coreml_lengths")),
+                        "data.hub_config", "teacher.model", "export.coreml_lengths"), revision=2),
         # bench.browser_executable: whether the page check runs, recorded in the bundle's metadata
         "web-bundle": Step(lazy(f"{_HERE}.web:stage_web_bundle"),
                            ("bundle.web", "bundle.web_target", "bundle.model", "bundle.variant",
                             "bundle.accuracy_window", "bundle.min_agreement", "bundle.sample_texts",
-                            "bundle.dist_dir", "bench.browser_executable")),
+                            "bundle.dist_dir", "bench.browser_executable"), revision=2),
         # every section: best-<target>.toml is the whole resolved config with the best trial's shape (a change
         # the study's name does not hash re-runs no trial, it only rewrites the outputs)
         "search": Step(lazy("pipeline.search:stage_search"), ("*",)),

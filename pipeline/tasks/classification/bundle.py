@@ -48,6 +48,8 @@ def stage_bundle(ctx: StageContext) -> dict:
     from export.bundle import bundle_workloads, choose, coreml_row, finish, io_spec, latency_for, normalisation
     from export.checks import agreement_texts, ort_runner, predict, require_texts
     from export.client_files import add_client_files, readme_sections
+    from export.coreml import spec_summary
+    from export.hf_layout import cap_tokenizer
     from export.npu_bundle import add_npu_files, not_shipped
     from export.qnn_bundle import add_qnn_files
     from export.ort_session import ort_session
@@ -89,6 +91,7 @@ def stage_bundle(ctx: StageContext) -> dict:
     _copy(ctx.run_dir / row["file"], out / "model" / f"{stem}.ort")
     _copy(ctx.run_dir / onnx_row["file"], out / "model" / f"{stem}.onnx")
     _copy(tok_src, out / "tokenizer")
+    cap_tokenizer(out / "tokenizer", max_length)  # an app running tokenizer.json as it is must cut where we do
     (out / "labels.json").write_text(json.dumps(labels, indent=2))
     tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
     # no in-graph op tokenizes as a sentencepiece or DeBERTa tokenizer does: the bundle ships without the
@@ -129,11 +132,13 @@ def stage_bundle(ctx: StageContext) -> dict:
         models["string_onnx"] = {"file": f"model/{stem}-text.onnx", **io_spec(text_session), "format": "onnx",
                                  "needs": "onnxruntime-extensions (custom op library)"}
     if cm:
-        spec = cm.get("check", {}).get("spec", {})
-        models["coreml"] = {"file": f"model/{name}-{cm['variant']}.mlpackage", "variant": cm["variant"],
+        rel = f"model/{name}-{cm['variant']}.mlpackage"
+        spec = spec_summary(out / rel)  # read from the shipped package: the logits are float16 in an fp16 one
+        models["coreml"] = {"file": rel, "variant": cm["variant"],
                             "format": "coreml", "deployment_target": cm.get("deployment_target"),
-                            "inputs": [{"name": n, "type": "int32", "shape": [1, "sequence"]} for n in spec["inputs"]],
-                            "outputs": [{"name": n, "type": "float", "shape": [1, len(labels)]}
+                            "inputs": [{"name": n, "type": spec["dtypes"][n], "shape": [1, "sequence"]}
+                                       for n in spec["inputs"]],
+                            "outputs": [{"name": n, "type": spec["dtypes"][n], "shape": [1, len(labels)]}
                                         for n in spec["outputs"]],
                             "sequence_shapes": cm.get("sequence_shapes"),
                             # the lengths the package was exported for, and export.padding's rule to reach one

@@ -141,8 +141,7 @@ def check_tokenizer(bundle: Path, meta: dict, samples: list[dict]) -> dict:
     except Exception as e:  # tokenizers raises a bare Exception for a file it cannot parse
         raise PipelineError(f"{bundle}: {rel} cannot be read by the tokenizers library ({str(e)[:200]}); restore "
                             f"it from the build's runs/<run>/bundle/ or rebuild the bundle with `make bundle`") from None
-    tok.no_padding()
-    tok.enable_truncation(meta["max_length"])
+    tok.no_padding()  # truncation: the file's own (cross_check has checked it cuts at max_length)
     for n, s in enumerate(samples, 1):
         ids = tok.encode(s["text"]).ids
         if ids != s["token_ids"]:

@@ -47,6 +47,7 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     from export import web_bundle as W
     from export.bundle import choose, finish, io_spec, latency_for, normalisation, write_metadata
     from export.checks import agreement_texts, ort_runner, predict, require_texts
+    from export.hf_layout import cap_tokenizer
     from export.ort_session import ort_session
     from export.web_model import gelu_record
     from pipeline.manifest import library_versions
@@ -79,11 +80,12 @@ def stage_web_bundle(ctx: StageContext) -> dict:
     (out / "model").mkdir()
     shutil.copy2(ctx.run_dir / row["file"], out / rel)
     shutil.copytree(tok_src, out / "tokenizer")
+    max_length = json.loads((out / "tokenizer" / "pocketformer.json").read_text())["max_length"]
+    cap_tokenizer(out / "tokenizer", max_length)  # a page or app running tokenizer.json must cut where we do
     W.copy_page(out)
     labels = read_labels(ctx.input("data"))
     (out / "labels.json").write_text(json.dumps(labels, indent=2))
     tokenizer = AutoTokenizer.from_pretrained(out / "tokenizer")
-    max_length = json.loads((out / "tokenizer" / "pocketformer.json").read_text())["max_length"]
     norm = normalisation(tokenizer, max_length)
     gelu = gelu_record(row, rows)  # which GELU form ships and why (the FastGelu rows carry their check)
 
