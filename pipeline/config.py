@@ -693,9 +693,12 @@ def validate(cfg: Config) -> None:
             raise PipelineError(f"{cfg.source}: '{section}.{key}' = {value!r}; choose one of {', '.join(choices)}")
     # first: the folder rules (config_rules._folders) build paths from it
     name = cfg.run.name
-    if not name or "/" in name or "\\" in name or name.startswith(".") or "\0" in name or len(name.encode()) > 200:
-        raise PipelineError(f"{cfg.source}: 'run.name' must be a plain folder name (no '/', no leading '.', at "
-                            f"most 200 bytes), got {name[:80]!r}{'...' if len(name) > 80 else ''}")
+    # control characters and edge spaces: a folder (and a dist/ bundle) that no one can type or tell apart
+    if not name or "/" in name or "\\" in name or name.startswith(".") or name != name.strip() \
+            or any(ord(c) < 32 or ord(c) == 127 for c in name) or len(name.encode()) > 200:
+        raise PipelineError(f"{cfg.source}: 'run.name' must be a plain folder name (no '/', no leading '.', no "
+                            f"control characters or spaces at either end, at most 200 bytes), got "
+                            f"{name[:80]!r}{'...' if len(name) > 80 else ''}")
     from pipeline.config_rules import check_all  # ranges and registry names, declared as tables there
 
     if problem := check_all(cfg):

@@ -182,14 +182,20 @@ def _folders(cfg) -> str | None:
     """run.runs_dir and bundle.dist_dir: folders (not files), and the published bundles apart from the run
     folder. Publishing replaces <dist_dir>/<run> (and <run>-web) whole: were that the run folder, or inside
     or above it, the run's own stages would be deleted."""
-    for key in ("run.runs_dir", "bundle.dist_dir"):
-        path = Path(cfg.value(key))
+    for key, default in (("run.runs_dir", "runs"), ("bundle.dist_dir", "dist")):
+        value = cfg.value(key)
+        if not value.strip():  # an unset shell variable: the run would land in the current folder
+            return f"'{key}' is empty (an unset variable?); point it at a folder, e.g. \"{default}\""
+        path = Path(value)
         try:
+            if "\0" in value:  # pathlib's exists() says False for it, and resolve() raised
+                raise ValueError("a NUL byte in the name")
             if path.exists() and not path.is_dir():
                 return f"'{key}' = {str(path)!r} is a file, not a folder; point it at a folder (made if missing)"
-        except (OSError, ValueError) as e:  # a name too long for the file system, a NUL byte
+            path.resolve()
+        except (OSError, ValueError, RuntimeError) as e:  # too long a name, a NUL byte, a symlink loop
             return (f"'{key}' = {str(path)[:80]!r}{'...' if len(str(path)) > 80 else ''} is not a usable path "
-                    f"({getattr(e, 'strerror', None) or e}); point it at a folder, e.g. \"runs\"")
+                    f"({getattr(e, 'strerror', None) or e}); point it at a folder, e.g. \"{default}\"")
     run = cfg.run_dir.resolve()
     for name in (cfg.run.name, f"{cfg.run.name}-web"):
         dest = (Path(cfg.bundle.dist_dir) / name).resolve()

@@ -19,7 +19,7 @@ from pipeline.config import Config, DataSection
 from pipeline.data_csv import read_rows
 from pipeline.data_clean import (check_label_column, check_rows, dedupe_across_splits, label_text,
                                  merge_label_variants, shared_texts, text_value)
-from pipeline.data_files import check_file, decoding_notes, read_text
+from pipeline.data_files import check_file, decoding_notes, read_text, text_lines
 from pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def read_csv(path: Path, d: DataSection) -> list[Example]:
 
 def read_jsonl(path: Path, d: DataSection) -> list[Example]:
     rows = []
-    for n, line in enumerate(read_text(path, d, "a JSON Lines file").splitlines(), 1):
+    for n, line in enumerate(text_lines(read_text(path, d, "a JSON Lines file")), 1):
         if not line.strip():
             continue
         try:
@@ -379,7 +379,7 @@ def read_split(data_dir: Path, split: str) -> list[Example]:
     path = data_dir / f"{split}.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return [json.loads(line) for line in text_lines(path.read_text(encoding="utf-8")) if line]
 
 
 def read_labels(folder: Path) -> list[str]:

@@ -23,6 +23,16 @@ log = logging.getLogger(__name__)
 BINARY_SHARE = 0.25
 _CONTROL = bytes([c for c in range(32) if chr(c) not in "\t\n\r\f\v"] + [0x7F])
 _ESCAPED = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of an undecodable byte
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+def text_lines(text: str) -> list[str]:
+    """A file's lines, cut at \\n, \\r\\n or \\r only: str.splitlines also cuts at U+2028, U+2029, U+0085 and
+    other separators, which JSON keeps raw inside a string, so a text holding one broke its JSON line in two (and
+    shifted every line number after it)."""
+    return _NEWLINE.split(text)
+
+
 _MAGIC = {b"\x1f\x8b": ("gzip-compressed (.gz)", "decompress it first (gunzip FILE) and point data.*_path at the "
                                                     "result"),
           b"PK\x03\x04": ("a zip archive (an .xlsx workbook is one)", "extract it, or export the sheet as CSV"),
@@ -69,7 +79,7 @@ def read_text(path: Path, d: DataSection, what: str = "a text file") -> str:
                             f"UTF-8 text ({bad} undecodable, {control} control bytes): binary data, or text in another "
                             f"encoding. Give {what} saved as UTF-8 (e.g. iconv -f latin1 -t utf-8 FILE)")
     if bad:
-        lines = [n for n, line in enumerate(escaped.splitlines(), 1) if _ESCAPED.search(line)]
+        lines = [n for n, line in enumerate(text_lines(escaped), 1) if _ESCAPED.search(line)]
         if d.encoding_errors == "strict":
             raise PipelineError(f"{path}: {bad} byte(s) on {len(lines)} line(s) are not UTF-8, e.g. line {lines[0]}. "
                                 f"Save the file as UTF-8, or set data.encoding_errors = \"replace\" to replace them")

@@ -262,11 +262,27 @@ def test_odd_manifests_and_names_are_one_line(tmp_path, capsys):
     (tmp_path / "s" / "manifest.json").write_text(json.dumps(
         {"config_hash": "x", "summary": {}, "inputs": {}, "outputs": {}, "notes": 5}))
     assert read_manifest(tmp_path / "s") is None  # a damaged manifest is an unfinished stage, not a TypeError later
-    for value, what in (('"a\\u0000b"', "run.name"), ('"' + "x" * 300 + '"', "run.name")):
+    for value, what in (('"a\\u0000b"', "run.name"), ('"' + "x" * 300 + '"', "run.name"), ('"a\\nb"', "run.name"),
+                        ('"a\\tb"', "run.name"), ('"demo "', "run.name"), ('" demo"', "run.name")):
         with pytest.raises(PipelineError, match=f"'{what}' must be a plain folder name"):
             load_config(None, [f"{what}={value}"])
     with pytest.raises(PipelineError, match=r"'run.runs_dir' = 'xxx.*'\.\.\. is not a usable path \(File name too long\)"):
         load_config(None, ['run.runs_dir="' + "x" * 5000 + '"'])
+    # an unset variable, a NUL byte, a symlink loop: one line each (an empty runs_dir wrote into the current
+    # folder; the other two were tracebacks)
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    for item, message in (("run.runs_dir=", "'run.runs_dir' is empty (an unset variable?); point it at a folder, "
+                                            "e.g. \"runs\""),
+                          ('bundle.dist_dir=" "', "'bundle.dist_dir' is empty"),
+                          ('run.runs_dir="r\\u0000"', "'run.runs_dir' = 'r\\x00' is not a usable path (a NUL byte"),
+                          ('bundle.dist_dir="d\\u0000"', "'bundle.dist_dir' = 'd\\x00' is not a usable path"),
+                          (f"run.runs_dir={tmp_path / 'loop1'}", f"'run.runs_dir' = '{tmp_path / 'loop1'}' is not a "
+                                                                  f"usable path (Symlink loop"),
+                          (f"bundle.dist_dir={tmp_path / 'loop2'}", "is not a usable path (Symlink loop")):
+        with pytest.raises(PipelineError) as e:
+            load_config(None, [item])
+        assert message in str(e.value), (item, str(e.value))
 
 
 def test_permission_denied_is_one_line(monkeypatch, capsys):

@@ -335,3 +335,24 @@ def test_numeric_labels_keep_their_value_order(tmp_path):
     p = write_csv(tmp_path / "d.csv", [f"t{i},{i % 11}" for i in range(220)])
     s = build_splits(cfg_for(p, tmp_path))
     assert s["labels"] == [str(i) for i in range(11)]
+
+
+def test_line_and_paragraph_separators_inside_texts_survive_the_jsonl_round_trip(tmp_path):
+    """U+2028 / U+2029 / U+0085 stay raw inside JSON strings: the jsonl source refused such a file ("not valid
+    JSON"), and the data stage wrote train.jsonl that read_split then broke in two (str.splitlines)."""
+    from pipeline.data import read_split, write_jsonl as write_split
+
+    odd = ["line\u2028break", "para\u2029graph", "next\u0085line"]
+    rows = [{"t": f"{odd[i % 3]} {i}", "y": "a" if i % 2 else "b"} for i in range(40)]
+    src = tmp_path / "d.jsonl"
+    src.write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\r\n", encoding="utf-8")
+    s = build_splits(cfg_for(src, tmp_path, source="jsonl"))
+    got = sorted(r["text"] for split in ("train", "validation", "test") for r in s[split])
+    assert got == sorted(" ".join(r["t"].split()) for r in rows)  # every row whole; cleaning makes them spaces
+    # a split file holding them raw (a generation text corpus keeps its line separators) reads back whole
+    raw = [{"text": r["t"], "label": r["y"]} for r in rows]
+    write_split(tmp_path / "train.jsonl", raw)
+    assert read_split(tmp_path, "train") == raw
+    src.write_text(json.dumps(rows[0], ensure_ascii=False) + "\n{broken\n", encoding="utf-8")
+    with pytest.raises(PipelineError, match="d.jsonl:2: not valid JSON"):  # line numbers count \n only
+        build_splits(cfg_for(src, tmp_path, source="jsonl"))
