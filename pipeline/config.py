@@ -645,9 +645,11 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         try:  # utf-8-sig: a byte-order mark (Windows editors write one) is not part of the TOML
             raw = tomllib.loads(p.read_bytes().decode("utf-8-sig"))
         except UnicodeDecodeError as e:
-            line = p.read_bytes()[: e.start].count(b"\n") + 1
+            head = p.read_bytes()
+            line = head[: e.start].count(b"\n") + 1
+            utf16 = head[:2] in (b"\xff\xfe", b"\xfe\xff") or head[1:40:2].count(0) > 10
             raise PipelineError(f"{p}: not UTF-8 text (byte {e.start}, line {line}); TOML files are UTF-8: save it "
-                                f"as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+                                f"as UTF-8 (e.g. iconv -f {'utf-16' if utf16 else 'latin1'} -t utf-8)") from None
         except tomllib.TOMLDecodeError as e:
             raise PipelineError(f"{p}: not valid TOML ({e})") from None
         source = str(p)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import os
 import random
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -95,6 +97,9 @@ def _rows_to_examples(rows: list[dict], d: DataSection, where: str) -> list[Exam
             # a header written "review, sentiment" has a column ' sentiment': name the stray space
             spaced = [c for c in map(str, columns) if c.strip() == col]
             hint = f" (the file has {spaced[0]!r}: remove the spaces around the name in its header)" if spaced else ""
+            # a file without a header row: its first row's values pose as column names
+            if not hint and where.endswith((".csv", ".tsv", ".txt")) and any(" " in str(c) for c in columns):
+                hint = " (if the first line is data, not a header, add a header line naming the columns)"
             raise PipelineError(f"{where}: no column '{col}' (data.{key}){hint}. Columns found: "
                                 f"{', '.join(sorted(map(str, columns)))}. Set data.{key} to one of them")
     # JSON Lines rows need not share keys: a row without the text key is not an empty text
@@ -184,7 +189,10 @@ def hub_split(d: DataSection, split: str):
     try:
         dsd = datasets.load_dataset(d.hub_name, d.hub_config or None)
     except Exception as e:  # network, missing name, bad config: the library's message says which
-        raise PipelineError(f"could not load dataset '{d.hub_name}': {e}") from None
+        offline = "Offline" in type(e).__name__ + str(e) or os.environ.get("HF_DATASETS_OFFLINE") == "1"
+        fix = (" (the hub is off: make sets HF_*_OFFLINE=1 unless given OFFLINE=0, e.g. `OFFLINE=0 make all "
+               "CONFIG=...`; or point data.hub_name at a local dataset folder)" if offline else "")
+        raise PipelineError(f"could not load dataset '{d.hub_name}': {str(e).strip()[:300]}{fix}") from None
     if split == "train" and split not in dsd:  # the other splits may be held out of it; the training data may not
         raise PipelineError(f"dataset '{d.hub_name}' has no 'train' split (its splits: {', '.join(dsd) or 'none'}), "
                             f"which the training data is read from. Give the dataset a 'train' split (in a local "
@@ -212,17 +220,22 @@ def load_hub(d: DataSection, split: str) -> list[Example]:
     return _rows_to_examples(rows, d, f"dataset {d.hub_name}[{split}]")
 
 
-def stratified_split(examples: list[Example], fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
-    """Split off round(fraction * N) examples, each label in proportion (largest remainder), seeded."""
+def stratified_split(examples: list[Example], fraction: float, seed: int,
+                     keep_one: bool = False) -> tuple[list[Example], list[Example]]:
+    """Split off round(fraction * N) examples, each label in proportion (largest remainder), seeded.
+    keep_one (holding out test / validation): never every example of a label, or a rare class's only example
+    went to the held split and the run stopped on a label "never seen in training" that the file does hold."""
     rng = random.Random(seed)
     by_label: dict[str, list[Example]] = {}
     for ex in examples:
         by_label.setdefault(ex["label"], []).append(ex)
     target = round(len(examples) * fraction)
     exact = {lab: len(items) * fraction for lab, items in by_label.items()}
-    quota = {lab: int(v) for lab, v in exact.items()}
-    # hand the rounding leftovers to the labels with the largest remainders
-    for lab in sorted(exact, key=lambda k: (quota[k] - exact[k], k))[: max(0, target - sum(quota.values()))]:
+    limit = {lab: len(items) - keep_one for lab, items in by_label.items()}
+    quota = {lab: min(int(v), limit[lab]) for lab, v in exact.items()}
+    # hand the rounding leftovers to the labels with the largest remainders (that can still give one)
+    room = [lab for lab in exact if quota[lab] < limit[lab]]
+    for lab in sorted(room, key=lambda k: (quota[k] - exact[k], k))[: max(0, target - sum(quota.values()))]:
         quota[lab] += 1
     keep, held = [], []
     for label in sorted(by_label):
@@ -309,8 +322,18 @@ def build_splits(cfg: Config) -> dict:
     merges = merge_label_variants(splits, d.label_variants)
     seed = cfg.run.seed
     total = sum(len(v) for v in splits.values())
-    made = hold_out(splits, d, seed, stratified_split, "the data, stratified")
+    counts = Counter(ex["label"] for ex in splits["train"])
+    splitting = not splits["test"] or (not splits["validation"] and d.validation_fraction > 0)
+    if splitting and len(counts) > 10 and max(counts.values()) == 1:  # an id, a date or a text column?
+        raise PipelineError(f"each of the {len(counts)} labels in column '{d.label_column}' (data.label_column) is "
+                            f"used once, so no example can be held out for testing: if that column is an id or a "
+                            f"text, point data.label_column at the classes; for few-shot data give data.test_path "
+                            f"(and data.validation_path, or data.validation_fraction = 0)")
+    made = hold_out(splits, d, seed, partial(stratified_split, keep_one=True), "the data, stratified")
     too_small(splits, d, total, "examples")
+    if made and (rare := sorted(set(counts) - {ex["label"] for ex in splits["test"]}, key=label_order)):
+        log.warning("WARNING: label(s) %s have too few examples to hold one out: all kept for training, so the test "
+                    "split never scores them; add examples to measure them", ", ".join(rare[:10]))
     removed = dedupe_across_splits(splits, d.dedupe_across_splits)
     if not splits["train"]:
         raise PipelineError("every training text is also in the test or validation split, so none is left for "

@@ -37,6 +37,7 @@ _MAGIC = {b"\x1f\x8b": ("gzip-compressed (.gz)", "decompress it first (gunzip FI
                                                     "result"),
           b"PK\x03\x04": ("a zip archive (an .xlsx workbook is one)", "extract it, or export the sheet as CSV"),
           b"PAR1": ("a Parquet file", "set data.source = \"parquet\"")}
+_UTF16_BOM = {b"\xff\xfe": "little-endian", b"\xfe\xff": "big-endian"}
 _HANDLED = {"replace": "replaced by U+FFFD", "ignore": "dropped", "backslashreplace": "written as \\x escapes"}
 
 _notes: list[dict] | None = None  # per-file decoding counts, collected while a data step reads its files
@@ -51,6 +52,14 @@ def decoding_notes() -> Iterator[list[dict]]:
         yield _notes
     finally:
         _notes = outer
+
+
+def _utf16_hint(body: bytes) -> str:
+    """UTF-16 without a byte-order mark has a NUL beside every ASCII character: name it, or the encoding to try."""
+    head = body[:4000]
+    if len(head) >= 4 and (head[1::2].count(0) > 0.4 * len(head) / 2 or head[0::2].count(0) > 0.4 * len(head) / 2):
+        return "this one looks like UTF-16: iconv -f utf-16le -t utf-8 FILE"
+    return "from Windows: -f cp1252"
 
 
 def check_file(path: Path) -> None:
@@ -69,6 +78,14 @@ def read_text(path: Path, d: DataSection, what: str = "a text file") -> str:
     for magic, (kind, fix) in _MAGIC.items():
         if raw.startswith(magic):
             raise PipelineError(f"{path} is {kind}, not {what} (data.source = \"{d.source}\"): {fix}")
+    if raw[:2] in _UTF16_BOM:  # Excel's "Unicode Text" and Windows' "Unicode" save: UTF-16 with its byte-order mark
+        try:
+            text = raw.decode("utf-16")
+        except UnicodeDecodeError as e:
+            raise PipelineError(f"{path} starts as UTF-16 ({_UTF16_BOM[raw[:2]]}) but byte {e.start} is not: save "
+                                f"it as UTF-8 (e.g. iconv -f utf-16 -t utf-8 FILE)") from None
+        log.info("%s is UTF-16 (%s): read as such", path, _UTF16_BOM[raw[:2]])
+        return text
     body = raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
     # surrogateescape maps each undecodable byte to one lone surrogate: count them without a second pass
     escaped = body.decode("utf-8", errors="surrogateescape")
@@ -77,7 +94,8 @@ def read_text(path: Path, d: DataSection, what: str = "a text file") -> str:
     if body and (bad + control) / len(body) > BINARY_SHARE:
         raise PipelineError(f"{path}: {bad + control} of {len(body)} bytes ({(bad + control) / len(body):.0%}) are not "
                             f"UTF-8 text ({bad} undecodable, {control} control bytes): binary data, or text in another "
-                            f"encoding. Give {what} saved as UTF-8 (e.g. iconv -f latin1 -t utf-8 FILE)")
+                            f"encoding. Give {what} saved as UTF-8 (e.g. iconv -f latin1 -t utf-8 FILE; "
+                            f"{_utf16_hint(body)})")
     if bad:
         lines = [n for n, line in enumerate(text_lines(escaped), 1) if _ESCAPED.search(line)]
         if d.encoding_errors == "strict":

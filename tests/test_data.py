@@ -356,3 +356,62 @@ def test_line_and_paragraph_separators_inside_texts_survive_the_jsonl_round_trip
     src.write_text(json.dumps(rows[0], ensure_ascii=False) + "\n{broken\n", encoding="utf-8")
     with pytest.raises(PipelineError, match="d.jsonl:2: not valid JSON"):  # line numbers count \n only
         build_splits(cfg_for(src, tmp_path, source="jsonl"))
+
+
+def test_utf16_files_are_read_or_named(tmp_path):
+    """Excel's "Unicode Text" (UTF-16 with a byte-order mark, tab-separated) is read as it is; without the mark
+    it was called binary data, with iconv -f latin1 as the fix (which made it worse): now the hint says UTF-16."""
+    rows = [f"texte {i} é\t{'pos' if i % 2 else 'neg'}" for i in range(40)]
+    text = "t\ty\n" + "\n".join(rows) + "\n"
+    with_bom = tmp_path / "excel.txt"
+    with_bom.write_bytes(text.encode("utf-16"))  # Python writes the byte-order mark, as Excel does
+    s = build_splits(cfg_for(with_bom, tmp_path, delimiter="\t"))
+    assert sorted(r["text"] for r in s["train"] + s["validation"] + s["test"]) == sorted(r.split("\t")[0] for r in rows)
+    bare = tmp_path / "bare.txt"
+    bare.write_bytes(text.encode("utf-16-le"))
+    with pytest.raises(PipelineError, match=r"this one looks like UTF-16: iconv -f utf-16le -t utf-8 FILE"):
+        build_splits(cfg_for(bare, tmp_path, delimiter="\t"))
+
+
+def test_a_utf16_config_names_utf16(tmp_path):
+    from pipeline.config import load_config
+
+    p = tmp_path / "c.toml"
+    p.write_bytes('[run]\nname = "x"\n'.encode("utf-16"))
+    with pytest.raises(PipelineError, match=r"TOML files are UTF-8: save it as UTF-8 \(e.g. iconv -f utf-16 -t utf-8\)"):
+        load_config(p, [])
+
+
+def test_a_rare_class_stays_in_training_and_an_id_column_is_named(tmp_path, caplog):
+    """A class with one example: the seeded split gave it to validation, and the run stopped on a label "never
+    seen in training" that the file holds. An id column as the label: the same message, blaming the labels."""
+    rows = [f"text {i} {'good' if i % 2 else 'bad'},{'pos' if i % 2 else 'neg'}" for i in range(60)]
+    rows += [f"odd text {k},rare{k}" for k in range(4)]
+    s = build_splits(cfg_for(write_csv(tmp_path / "d.csv", rows), tmp_path))
+    counts = s["info"]["label_counts"]
+    assert all(counts["train"][f"rare{k}"] == 1 for k in range(4))
+    assert not any(lab.startswith("rare") for lab in [*counts["validation"], *counts["test"]])
+    assert "label(s) rare0, rare1, rare2, rare3 have too few examples to hold one out" in caplog.text
+    ids = write_csv(tmp_path / "ids.csv", [f"{1000 + i},text {i},{'pos' if i % 2 else 'neg'}" for i in range(60)],
+                    header="id,t,y")
+    with pytest.raises(PipelineError, match=r"each of the 60 labels in column 'id' \(data.label_column\) is used "
+                                            r"once, so no example can be held out for testing: if that column is an "
+                                            r"id or a text, point data.label_column at the classes"):
+        build_splits(cfg_for(ids, tmp_path, label_column="id"))
+
+
+def test_a_missing_header_and_an_offline_hub_say_what_to_do(tmp_path, monkeypatch):
+    rows = [f"text number {i},{'pos' if i % 2 else 'neg'}" for i in range(30)]
+    p = tmp_path / "d.csv"
+    p.write_text("\n".join(rows) + "\n")
+    with pytest.raises(PipelineError, match=r"no column 't' \(data.text_column\) \(if the first line is data, not a "
+                                            r"header, add a header line naming the columns\)\. Columns found: neg, "
+                                            r"text number 0"):
+        build_splits(cfg_for(p, tmp_path))
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path / "runs")},
+                            "data": {"source": "hub", "hub_name": "no-such-user/no-such-set"}}, "test")
+    with pytest.raises(PipelineError, match=r"could not load dataset 'no-such-user/no-such-set': .*\(the hub is off: "
+                                            r"make sets HF_\*_OFFLINE=1 unless given OFFLINE=0"):
+        build_splits(cfg)
