@@ -116,13 +116,29 @@ def read_csv(path: Path, d: DataSection) -> list[Example]:
     return _rows_to_examples(rows, d, str(path))
 
 
+class _TwiceError(ValueError):
+    """A key twice in one JSON object (json.loads would keep the last value silently)."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise _TwiceError(key)
+        out[key] = value
+    return out
+
+
 def read_jsonl(path: Path, d: DataSection) -> list[Example]:
     rows = []
     for n, line in enumerate(text_lines(read_text(path, d, "a JSON Lines file")), 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=_unique_keys)
+        except _TwiceError as e:
+            raise PipelineError(f"{path}:{n}: the key {e.args[0]!r} appears twice in one object; a JSON reader keeps "
+                                f"only the last, so the other value would be lost without a word: keep one") from None
         except json.JSONDecodeError as e:
             hint = (f" ({path.name} looks like CSV: set data.source = \"csv\")"
                     if n == 1 and path.suffix.lower() in (".csv", ".tsv") else "")
@@ -256,11 +272,14 @@ def cap(examples: list[Example], n: int, seed: int) -> list[Example]:
     return sub
 
 
+_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"  # zero-width space / (non-)joiner, word joiner, BOM, soft hyphen
+
+
 def clean(examples: list[Example], d: DataSection, where: str) -> tuple[list[Example], int]:
     out, dropped = [], 0
     for i, ex in enumerate(examples):
         text = " ".join(ex["text"].split())  # collapse whitespace: the same normalisation the app bundle records
-        if not text:
+        if not text.strip(_INVISIBLE + " "):  # zero-width spaces and joiners alone are no text either
             if d.on_empty_text == "error":
                 raise PipelineError(f"{where}: example {i + 1} has an empty text. Remove it, or set "
                                     f"data.on_empty_text = \"drop\"")

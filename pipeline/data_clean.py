@@ -44,7 +44,9 @@ def check_rows(rows: list[dict], text_col: str, label_col: str, where: str) -> N
     if missing:
         raise PipelineError(f"{where}: {len(missing)} row(s) have no label in column '{label_col}' (empty or NaN), "
                             f"e.g. row {missing[0]}. Fill in their labels or remove those rows")
-    nested = [(i + 1, r[label_col]) for i, r in enumerate(rows) if not isinstance(r[label_col], (str, int, float))]
+    # an Infinity in JSON became a class "inf"
+    nested = [(i + 1, r[label_col]) for i, r in enumerate(rows) if not isinstance(r[label_col], (str, int, float))
+              or (isinstance(r[label_col], float) and math.isinf(r[label_col]))]
     if nested:
         n, v = nested[0]
         raise PipelineError(f"{where}: {len(nested)} label(s) in column '{label_col}' are not a name or a number, "

@@ -68,6 +68,9 @@ def check_file(path: Path) -> None:
         raise PipelineError(f"data path {path} is a folder; give a file in data.train_path / data.validation_path / "
                             f"data.test_path (e.g. {path}/train.csv)")
     if not path.is_file():
+        if path.exists():  # a named pipe, a device (/dev/null): reading it would block or give nothing
+            raise PipelineError(f"data file {path} is not a regular file (a pipe or a device); give a file in "
+                                f"data.*_path")
         raise PipelineError(f"data file {path} does not exist; check the data.*_path settings")
 
 

@@ -415,3 +415,28 @@ def test_a_missing_header_and_an_offline_hub_say_what_to_do(tmp_path, monkeypatc
     with pytest.raises(PipelineError, match=r"could not load dataset 'no-such-user/no-such-set': .*\(the hub is off: "
                                             r"make sets HF_\*_OFFLINE=1 unless given OFFLINE=0"):
         build_splits(cfg)
+
+
+def test_infinite_labels_repeated_keys_invisible_texts_and_pipes_are_refused(tmp_path):
+    """Each was taken: an Infinity label became a class "inf", a key given twice kept its last value without a
+    word, a text of zero-width spaces was a text, and a named pipe or /dev/null "did not exist"."""
+    import os
+
+    rows = [{"t": f"text {i}", "y": "a" if i % 2 else "b"} for i in range(30)]
+    rows[3]["y"] = float("inf")
+    with pytest.raises(PipelineError, match=r"1 label\(s\) in column 'y' are not a name or a number, e.g. row 4: inf"):
+        build_splits(cfg_for(write_jsonl(tmp_path / "inf.jsonl", rows), tmp_path, source="jsonl"))
+    p = tmp_path / "twice.jsonl"
+    p.write_text('{"t": "one", "y": "a"}\n{"t": "two", "y": "a", "y": "b"}\n')
+    with pytest.raises(PipelineError, match=r"twice.jsonl:2: the key 'y' appears twice in one object; a JSON reader "
+                                            r"keeps only the last"):
+        build_splits(cfg_for(p, tmp_path, source="jsonl"))
+    rows = [{"t": f"text {i}", "y": "a" if i % 2 else "b"} for i in range(30)]
+    rows[5]["t"] = "\u200b \u200d\ufeff"
+    with pytest.raises(PipelineError, match=r"example 6 has an empty text"):
+        build_splits(cfg_for(write_jsonl(tmp_path / "zw.jsonl", rows), tmp_path, source="jsonl"))
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/null"):
+        with pytest.raises(PipelineError, match=r"is not a regular file \(a pipe or a device\)"):
+            build_splits(cfg_for(path, tmp_path))
