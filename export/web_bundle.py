@@ -138,7 +138,7 @@ need (`index.html?threads=4`).
 
 - Model: {m['name']} {m['variant']} ({m['format']}), chosen on **{m['choice']['target']}** rows: {m['choice']['rule']}.
   There: {when}.
-- Labels: {', '.join(meta['labels'])}. Test accuracy {meta['accuracy']['accuracy']:.4f}.
+- Labels: {', '.join(meta['labels'])}. Test accuracy {meta['accuracy']['accuracy']:.4f}: {meta['accuracy']['source']}.
 - Tokenizer: ids identical to the Python tokenizer on {meta['tokenizer_check']['agreement']:.2%} of
   {meta['tokenizer_check']['texts']} test texts.
 - Demo page driven in headless Chromium at build time: {checked}.

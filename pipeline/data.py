@@ -91,7 +91,7 @@ def paths_problem(d: DataSection) -> str | None:
 def _rows_to_examples(rows: list[dict], d: DataSection, where: str) -> list[Example]:
     if not rows:
         raise PipelineError(f"{where}: no rows. Point data paths at a file with a header and at least one row")
-    columns = set(rows[0].keys())
+    columns = set().union(*(row.keys() for row in rows))  # JSON Lines rows need not share keys: not the first row's
     for col, key in ((d.text_column, "text_column"), (d.label_column, "label_column")):
         if col not in columns:
             # a header written "review, sentiment" has a column ' sentiment': name the stray space

@@ -440,3 +440,10 @@ def test_infinite_labels_repeated_keys_invisible_texts_and_pipes_are_refused(tmp
     for path in (fifo, "/dev/null"):
         with pytest.raises(PipelineError, match=r"is not a regular file \(a pipe or a device\)"):
             build_splits(cfg_for(path, tmp_path))
+
+
+def test_a_first_jsonl_row_without_the_label_is_a_row_without_a_label_not_a_missing_column(tmp_path):
+    """The columns were the first row's keys: "no column 'y' ... Columns found: t", though every other row has it."""
+    rows = [{"t": "first"}] + [{"t": f"text {i}", "y": "a" if i % 2 else "b"} for i in range(30)]
+    with pytest.raises(PipelineError, match=r"1 row\(s\) have no label in column 'y' \(empty or NaN\), e.g. row 1\."):
+        build_splits(cfg_for(write_jsonl(tmp_path / "d.jsonl", rows), tmp_path, source="jsonl"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.config import ExportSection, QuantizeSection
+from pipeline.errors import PipelineError
 from test_export_onnx import inputs, models, onnx_files  # noqa: F401  (module fixtures shared with the ONNX tests)
 
 
@@ -39,5 +40,5 @@ def test_probe_on_an_unfinished_run_names_the_stage_to_run(tmp_path):
     from tools import fusion_probe as F
 
     demo = Path(__file__).parents[1] / "configs" / "demo.toml"
-    with pytest.raises(SystemExit, match=r"quantize/student/fp32.onnx is missing: run `python -m pipeline quantize"):
+    with pytest.raises(PipelineError, match=r"quantize/student/fp32.onnx is missing: run `python -m pipeline quantize"):
         F.main(["--config", str(demo), "--set", f'run.runs_dir="{tmp_path}"'])

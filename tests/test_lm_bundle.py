@@ -142,8 +142,9 @@ def test_verify_bundle_passes_then_catches_changes(built, tmp_path):
     (lambda m: {**m, "graph": "onnx/model_quantized.onnx"}, "'graph' needs a 'file'"),
     (lambda m: {**m, "graph": {**m["graph"], "file": "../outside.onnx"}}, "climbs out with '..'"),
     (lambda m: {**m, "special_ids": {"eos_token_id": "2"}}, "'special_ids' needs 'eos_token_id'"),
+    # still there but unlisted: refused as a file the build did not write (gone too: the test below)
     (lambda m: {**m, "files": {k: v for k, v in m["files"].items() if k != "tokenizer.json"}},
-     "'files' does not list tokenizer.json"),
+     re.escape("1 file that metadata.json does not list (tokenizer.json): not part of the build")),
 ])
 def test_malformed_generation_metadata_is_one_error(built, tmp_path, edit, match):
     """A generation bundle's metadata.json gets the same untrusted-input checks as a classification one: one
@@ -298,3 +299,16 @@ def test_the_generation_report_holds_the_generation_tasks_goals(built):
     ratio = res["goals"][0]
     rows = {r["model"]: r["perplexity"] for r in res["rows"] if r["format"] == "pytorch"}
     assert ratio["value"] == pytest.approx(rows["student"] / rows["teacher"])
+
+
+def test_an_unlisted_tokenizer_gone_too_is_named_by_its_entry(built, tmp_path):
+    from pipeline.verify import verify_bundle
+
+    _, dist, _ = built
+    copy = shutil.copytree(dist, tmp_path / "copy")
+    meta = json.loads((copy / "metadata.json").read_text())
+    meta["files"].pop("tokenizer.json")
+    (copy / "tokenizer.json").unlink()
+    (copy / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(PipelineError, match="'files' does not list tokenizer.json"):
+        verify_bundle(copy)

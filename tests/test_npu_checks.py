@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import negate_logits, tiny_run_config
+from pipeline.errors import PipelineError
 from test_npu_student import texts, tiny_student
 
 
@@ -169,7 +170,7 @@ def test_qnn_agreement_probe_skips_a_file_that_failed_its_quantize_check(tmp_pat
     (tmp_path / "quantize" / "npu.json").write_text(json.dumps([
         {"model": "student", "variant": "npu-int8", "files": {"64": "quantize/student/npu-int8-64.onnx"},
          "status": "failed", "check": {"value": 0.5, "tolerance": 0.9}}]))
-    with pytest.raises(SystemExit, match=r"no npu-student file at 64 tokens that passed its quantize check "
+    with pytest.raises(PipelineError, match=r"no npu-student file at 64 tokens that passed its quantize check "
                                          r"\(failed: npu-int8\)"):
         qnn_agreement.main([str(tmp_path), "--length", "64"])
     out = capsys.readouterr().out

@@ -105,12 +105,12 @@ def test_static_probe_on_an_unfinished_run_names_the_stage(tmp_path):
     from tools import static_probe
 
     demo = ["--config", str(Path(__file__).parents[1] / "configs" / "demo.toml"), "--set", f'run.runs_dir="{tmp_path}"']
-    with pytest.raises(SystemExit, match=r"teacher/model is missing: run `python -m pipeline teacher"):
+    with pytest.raises(PipelineError, match=r"teacher/model is missing: run `python -m pipeline teacher"):
         static_probe.main(demo)
-    with pytest.raises(SystemExit, match=r"unknown key 'quantize.floats'"):
+    with pytest.raises(PipelineError, match=r"unknown key 'quantize.floats'"):
         static_probe.main(demo + ["--setting", '{"floats": []}'])
     # a setting's values go through the config's checks (they were tracebacks inside the quantizer)
-    with pytest.raises(SystemExit, match=r"'quantize.calibration_samples' = 0 must be > 0"):
+    with pytest.raises(PipelineError, match=r"'quantize.calibration_samples' = 0 must be > 0"):
         static_probe.main(demo + ["--setting", '{"calibration_samples": 0}'])
-    with pytest.raises(SystemExit, match=r"'quantize.activation_type' = 'int16'; choose one of uint8, int8"):
+    with pytest.raises(PipelineError, match=r"'quantize.activation_type' = 'int16'; choose one of uint8, int8"):
         static_probe.main(demo + ["--setting", '{"activation_type": "int16"}'])

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from pipeline.errors import PipelineError
 from test_bundle_stage import tiny_run_dict
 
 pytestmark = pytest.mark.e2e
@@ -106,5 +107,5 @@ def test_compact_probe_scores_the_run_and_refuses_posthoc_on_a_compact_student(r
     rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
     assert {"PyTorch", "fp32", "optimized", "int8-dynamic", "int8-dynamic.ort"} <= set(rows)
     assert '"rows": 24' in out and "ratio" in out
-    with pytest.raises(SystemExit, match="already has a restricted or factorized one"):
+    with pytest.raises(PipelineError, match="already has a restricted or factorized one"):
         main(["--config", str(cfg_file), "--reference", str(run_cfg.run_dir), "--posthoc"])
