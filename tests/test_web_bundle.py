@@ -225,3 +225,18 @@ def test_node_and_replay_processes_past_their_time_are_error_lines(tmp_path):
         _node("page_check.mjs", ["chromium", str(tmp_path)], {"texts": ["a"]}, "the demo page", timeout_s=0.001)
     with pytest.raises(RuntimeError, match=r"^web/bench\.mjs gave no answer in 0\.001 s$"):
         run_node_script("bench.mjs", {}, timeout_s=0.001)
+
+
+def test_serve_py_takes_a_port_or_says_what_it_takes():
+    """`python3 serve.py --help` (or any word) was a ValueError traceback from int()."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    serve = Path(__file__).resolve().parents[1] / "web" / "demo" / "serve.py"
+    ok = subprocess.run([sys.executable, str(serve), "--help"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "Usage: python3 serve.py [port]" in ok.stdout
+    for argv in (["x"], ["70000"], ["80", "81"]):
+        bad = subprocess.run([sys.executable, str(serve), *argv], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr
+        assert bad.stderr.startswith("error: usage: python3 serve.py [port] (a port is a number from 1 to 65535")

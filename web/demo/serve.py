@@ -17,8 +17,20 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         super().end_headers()
 
 
+def port_of(argv: list[str]) -> int:
+    """The port from `python3 serve.py [port]`; anything else is one line and exit status 2, not a traceback."""
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        sys.exit(0)
+    if len(argv) > 1 or (argv and not (argv[0].isdigit() and 0 < int(argv[0]) < 65536)):
+        print(f"error: usage: python3 serve.py [port] (a port is a number from 1 to 65535, got "
+              f"{' '.join(argv)!r})", file=sys.stderr)
+        sys.exit(2)
+    return int(argv[0]) if argv else 8000
+
+
 if __name__ == "__main__":
-    port = int(sys.argv[1]) if len(sys.argv) > 1 else 8000
+    port = port_of(sys.argv[1:])
     handler = functools.partial(Handler, directory=str(Path(__file__).resolve().parent))
     with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as httpd:
         print(f"http://127.0.0.1:{port}/index.html")
