@@ -342,7 +342,8 @@ def build_splits(cfg: Config) -> dict:
     seed = cfg.run.seed
     total = sum(len(v) for v in splits.values())
     counts = Counter(ex["label"] for ex in splits["train"])
-    splitting = not splits["test"] or (not splits["validation"] and d.validation_fraction > 0)
+    test_made = not splits["test"]
+    splitting = test_made or (not splits["validation"] and d.validation_fraction > 0)
     if splitting and len(counts) > 10 and max(counts.values()) == 1:  # an id, a date or a text column?
         raise PipelineError(f"each of the {len(counts)} labels in column '{d.label_column}' (data.label_column) is "
                             f"used once, so no example can be held out for testing: if that column is an id or a "
@@ -350,7 +351,8 @@ def build_splits(cfg: Config) -> dict:
                             f"(and data.validation_path, or data.validation_fraction = 0)")
     made = hold_out(splits, d, seed, partial(stratified_split, keep_one=True), "the data, stratified")
     too_small(splits, d, total, "examples")
-    if made and (rare := sorted(set(counts) - {ex["label"] for ex in splits["test"]}, key=label_order)):
+    # a given test file may lack a label for its own reasons; a made one lacks it because keep_one kept it back
+    if test_made and (rare := sorted(set(counts) - {ex["label"] for ex in splits["test"]}, key=label_order)):
         log.warning("WARNING: label(s) %s have too few examples to hold one out: all kept for training, so the test "
                     "split never scores them; add examples to measure them", ", ".join(rare[:10]))
     removed = dedupe_across_splits(splits, d.dedupe_across_splits)
