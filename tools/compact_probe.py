@@ -83,19 +83,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=positive_int, default=7)
     ap.add_argument("--calls", type=positive_int, default=100)
     args = ap.parse_args(argv)
-    try:
-        cfg = load_config(args.config, args.set)
-        run = cfg.run_dir
-        if args.posthoc and not args.reference:
-            raise PipelineError("--posthoc needs --reference (the run whose trained student is compacted)")
-        student = posthoc(cfg, Path(args.reference)) if args.posthoc else load_model(run / "distill" / "student")
-        run = Path(args.reference) if args.posthoc else run  # whose data split is scored
-        ref_ort = Path(args.reference) / "export" / "student" / "int8-dynamic.ort" if args.reference else None
-        if ref_ort is not None and not ref_ort.is_file():
-            print(f"(no timing: {ref_ort} is not there yet; it needs the reference run's export stage)")
-            ref_ort = None
-    except PipelineError as e:
-        raise PipelineError(str(e)) from None  # main_exit: one error: line, exit 2
+    cfg = load_config(args.config, args.set)
+    run = cfg.run_dir
+    if args.posthoc and not args.reference:
+        raise PipelineError("--posthoc needs --reference (the run whose trained student is compacted)")
+    student = posthoc(cfg, Path(args.reference)) if args.posthoc else load_model(run / "distill" / "student")
+    run = Path(args.reference) if args.posthoc else run  # whose data split is scored
+    ref_ort = Path(args.reference) / "export" / "student" / "int8-dynamic.ort" if args.reference else None
+    if ref_ort is not None and not ref_ort.is_file():
+        print(f"(no timing: {ref_ort} is not there yet; it needs the reference run's export stage)")
+        ref_ort = None
     labels = read_labels(run / "data")
     rows = read_split(run / "data", "test")
     texts, y = [r["text"] for r in rows], np.array([labels.index(r["label"]) for r in rows])

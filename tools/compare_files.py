@@ -91,14 +91,11 @@ def main(argv: list[str] | None = None) -> None:
     for p in (a.first, a.second, a.texts, a.tokenizer):
         if not p.exists():
             raise PipelineError(f"{p} does not exist")
-    try:
-        texts = _texts(a.texts)
-        tok = AutoTokenizer.from_pretrained(a.tokenizer)
-        stream = L.token_stream(tok, texts, a.length * 4)
-        ids, _ = L.make_batch(stream, a.length, 1, tok.cls_token_id, tok.sep_token_id)
-        res = compare([a.first, a.second], ids, tok.pad_token_id or 0, a.threads, a.rounds, a.calls)
-    except PipelineError as e:
-        raise PipelineError(str(e)) from None  # main_exit: one error: line, exit 2
+    texts = _texts(a.texts)
+    tok = AutoTokenizer.from_pretrained(a.tokenizer)
+    stream = L.token_stream(tok, texts, a.length * 4)
+    ids, _ = L.make_batch(stream, a.length, 1, tok.cls_token_id, tok.sep_token_id)
+    res = compare([a.first, a.second], ids, tok.pad_token_id or 0, a.threads, a.rounds, a.calls)
     for f, p in zip(res["files"], res["p50_ms"]):
         print(f"{p:8.3f} ms  {f}")
     lo, hi = res["ratio_range"]

@@ -119,20 +119,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=positive_int, default=7)
     ap.add_argument("--calls", type=positive_int, default=100, help="timed calls per file per round")
     args = ap.parse_args(argv)
-    try:
-        cfg = load_config(args.config, args.set)
-        run = cfg.run_dir
-        fp32 = run / "quantize" / args.model / "fp32.onnx"
-        stage, sub = MODEL_FOLDERS[args.model]
-        hf_config = run / stage / sub / "config.json"
-        for p, what in ((fp32, "quantize"), (hf_config, stage), (run / "data" / "test.jsonl", "data")):
-            if not p.is_file():
-                raise PipelineError(f"{p} is missing: run `python -m pipeline {what} --config {args.config}` first")
-        hf = json.loads(hf_config.read_text())
-        if hf.get("model_type") != "bert":
-            raise PipelineError(f"the fusion probe is for BERT-family encoders; {args.model} is {hf.get('model_type')!r}")
-    except PipelineError as e:
-        raise PipelineError(str(e)) from None  # main_exit: one error: line, exit 2
+    cfg = load_config(args.config, args.set)
+    run = cfg.run_dir
+    fp32 = run / "quantize" / args.model / "fp32.onnx"
+    stage, sub = MODEL_FOLDERS[args.model]
+    hf_config = run / stage / sub / "config.json"
+    for p, what in ((fp32, "quantize"), (hf_config, stage), (run / "data" / "test.jsonl", "data")):
+        if not p.is_file():
+            raise PipelineError(f"{p} is missing: run `python -m pipeline {what} --config {args.config}` first")
+    hf = json.loads(hf_config.read_text())
+    if hf.get("model_type") != "bert":
+        raise PipelineError(f"the fusion probe is for BERT-family encoders; {args.model} is {hf.get('model_type')!r}")
     tok = AutoTokenizer.from_pretrained(run / "quantize" / args.model / "tokenizer")
     texts = [r["text"] for r in read_split(run / "data", "test")]
     ids, mask = L.make_batch(L.token_stream(tok, texts, args.length), args.length, 1, tok.cls_token_id,

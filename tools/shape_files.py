@@ -54,13 +54,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokenizer", type=Path, required=True, help="a model folder with the teacher's tokenizer files")
     ap.add_argument("--out", type=Path, required=True, help="folder for the files (created)")
     a = ap.parse_args(argv)
-    try:
-        cfg = load_config(a.config, a.set)
-        if not a.tokenizer.is_dir():
-            raise PipelineError(f"--tokenizer {a.tokenizer} is not a folder (use a run's distill/student)")
-        files = build(cfg, a.tokenizer, a.out)
-    except PipelineError as e:
-        raise PipelineError(str(e)) from None  # main_exit: one error: line, exit 2
+    cfg = load_config(a.config, a.set)
+    if not a.tokenizer.is_dir():
+        raise PipelineError(f"--tokenizer {a.tokenizer} is not a folder (use a run's distill/student)")
+    files = build(cfg, a.tokenizer, a.out)
     for name, path in files.items():
         print(f"{path.stat().st_size:>12,} B  {path}  ({name})")
 

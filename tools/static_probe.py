@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> None:
             load_config(args.config, args.overrides + [f"quantize.{k}={json.dumps(v)}" for k, v in s.items()])
         with tempfile.TemporaryDirectory() as tmp:
             rows = probe(cfg, args.model, args.texts, settings, Path(tmp))
-    except (PipelineError, json.JSONDecodeError) as e:
-        raise PipelineError(str(e)) from None  # main_exit: one error: line, exit 2
+    except json.JSONDecodeError as e:  # a --setting that is not JSON: one error: line (main_exit), exit 2
+        raise PipelineError(str(e)) from None
     print(f"\n{args.model} int8-static, {cfg.run.name}\n")
     print("| setting | argmax agreement with fp32 | accuracy |\n|---|---|---|")
     for r in rows:

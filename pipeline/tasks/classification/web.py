@@ -124,9 +124,10 @@ def stage_web_bundle(ctx: StageContext) -> dict:
             "labels": labels, "label_map": {str(i): lab for i, lab in enumerate(labels)}, "max_length": max_length,
             "text_normalisation": norm,
             "accuracy": {"accuracy": row["accuracy"], "macro_f1": row.get("macro_f1"), "split": "test",
-                         "source": f"the {fmt} file, scored by the quantize / export stage in padded batches of "
-                                   f"{cfg.teacher.eval_batch_size} (an int8 file's score can move in the fourth "
-                                   f"digit one text per call, as a page runs it)"},
+                         # the row's own stage batched the texts (teacher.eval_batch_size, read there)
+                         "source": f"the {fmt} file, scored by the quantize / export stage in padded batches (an "
+                                   f"int8 file's score can move in the fourth digit one text per call, as a page "
+                                   f"runs it)"},
             "headline_length": results.get("plan", {}).get("headline_length"),
             "latency": latency_for(results, name, variant, fmt),
             "runtime": {"onnxruntime-web": W.ort_web_version(), "backend": "wasm", "threads": 1},
