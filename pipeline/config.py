@@ -530,8 +530,10 @@ ALWAYS_READ = ("run.seed", "run.task")
 
 def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
     """A step's declared reads with every section wildcard ("train.*" or "train") expanded into its keys, plus
-    ALWAYS_READ, sorted; an entry "-section.key" takes that key back out of a wildcard. An unknown section or
-    key is a bug in the declaration (it would never re-run the stage): ValueError."""
+    ALWAYS_READ, sorted. An entry "-section.key" is a key the step reads although what it writes does not depend
+    on it (a check that fails early, a warning, a checkpoint cadence): left out of the result, wildcards
+    included (unkeyed_reads lists them). An unknown section or key is a bug in the declaration (it would never
+    re-run the stage): ValueError."""
     out = set(ALWAYS_READ)
     minus = tuple(e[1:] for e in reads if e.startswith("-"))
     dropped = set(read_keys(minus)) - set(ALWAYS_READ) if minus else set()
@@ -550,6 +552,12 @@ def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
         else:
             raise ValueError(f"reads names unknown key {entry!r}")
     return tuple(sorted(out - dropped))
+
+
+def unkeyed_reads(reads: tuple[str, ...]) -> tuple[str, ...]:
+    """The "-section.key" entries of a step's reads, expanded: keys it reads that its output does not depend on."""
+    minus = tuple(e[1:] for e in reads if e.startswith("-"))
+    return tuple(sorted(set(read_keys(minus)) - set(ALWAYS_READ))) if minus else ()
 
 
 def _owners(key: str) -> list[str]:

@@ -119,6 +119,54 @@ def browser_or_skip(what: str) -> None:
         pytest.skip(why)
 
 
+# What a stage may read without declaring it: where the run lives and how many threads it trains on change no
+# result (pipeline.config ALWAYS_READ has the two run keys that do)
+UNDECLARED_OK = ("run.name", "run.runs_dir", "run.threads")
+
+
+def _recording(cfg, seen: set):
+    """A copy of cfg whose sections add every "section.key" read from them to seen."""
+    from dataclasses import fields, replace
+
+    from pipeline.config import SECTIONS
+
+    sections = {}
+    for name, cls in SECTIONS.items():
+        obj, keys = getattr(cfg, name), {f.name for f in fields(cls)}
+
+        def read(self, attr, _name=name, _keys=keys):
+            if attr in _keys:
+                seen.add(f"{_name}.{attr}")
+            return object.__getattribute__(self, attr)
+        copy = object.__new__(type(cls.__name__, (type(obj),), {"__getattribute__": read}))
+        copy.__dict__.update(obj.__dict__)
+        sections[name] = copy
+    return replace(cfg, **sections)
+
+
+@pytest.fixture(autouse=True)
+def stages_read_only_declared_keys(monkeypatch):
+    """Every stage any test runs through pipeline.stage reads only the config keys its step declares (Step.reads,
+    "-" entries included): a key read but not declared would leave the stage's result stale when it changes.
+    The check rides along every test that runs stages, tiny end-to-end runs included."""
+    from pipeline import stage as st
+    from pipeline.config import read_keys, unkeyed_reads
+    from pipeline.tasks import task_of
+
+    real, runs = st.StageContext, []
+
+    def context(cfg, name, *args, **kwargs):
+        seen: set = set()
+        runs.append((task_of(cfg).step(name), name, task_of(cfg).name, seen))
+        return real(_recording(cfg, seen), name, *args, **kwargs)
+    monkeypatch.setattr(st, "StageContext", context)
+    yield
+    for step, name, task, seen in runs:
+        declared = {*read_keys(step.reads), *unkeyed_reads(step.reads), *UNDECLARED_OK}
+        assert seen <= declared, (f"{task} step '{name}' reads {sorted(seen - declared)} without declaring them "
+                                  f"in its Step.reads")
+
+
 def use_toy_stages(monkeypatch, stages):
     """Replace the stage graph and the classification task's steps with toy ones for runner tests.
     stages: [(name, fn, deps, sections)]."""

@@ -28,8 +28,9 @@ READERS = {
         "data.hub_name": ("data", "bundle"), "data.hub_config": ("data", "bundle"),  # the model card names them
         "data.max_unlabeled": ("logits",),  # how many of data/left_out.jsonl join the distillation set
         "teacher.*": ("teacher",), "teacher.model": ("teacher", "bundle"), "teacher.max_length": ("teacher", "baseline"),
-        # batches only the teacher's validation score; the cached and test logits move by ~1e-8 with it
-        "teacher.eval_batch_size": ("logits", "eval", "quantize", "export"),
+        # batches only the teacher's validation score; the cached and test logits move by ~1e-8 with it; the
+        # bundle's metadata names the batch the report's accuracy was scored in
+        "teacher.eval_batch_size": ("logits", "eval", "quantize", "export", "bundle"),
         # the teacher stage's validation score and the logits pass; eval scores the teacher on test in fp32
         "teacher.precision": ("teacher", "logits"),
         "augment.*": ("logits",),

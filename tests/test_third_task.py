@@ -420,7 +420,7 @@ def test_the_shared_report_step_writes_the_toys_own_goals(toy, tmp_path, monkeyp
 
     # its results read bundle.accuracy_window, so its report step declares it (a change re-runs the report)
     report = Step(lazy("pipeline.tasks.common:report"), ("bundle.accuracy_window",))
-    steps = {**TASKS[TOY].steps, "bench": Step(bench), "report": report}
+    steps = {**TASKS[TOY].steps, "bench": Step(bench, TOY_READS["bench"]), "report": report}
     monkeypatch.setitem(TASKS, TOY, replace(TASKS[TOY], steps=steps, results=toy_results))
     cfg = toy_cfg(tmp_path, bundle={"accuracy_window": 0.02})
     run(cfg, ["report"])

@@ -96,7 +96,8 @@ def report(ctx: StageContext) -> dict:
     doc = json.loads((ctx.input("bench") / "latency.json").read_text())
     # the task's goals and sections; classification's workload table picks within the bundle's accuracy window,
     # as the bundle does (its report step reads bundle.accuracy_window)
-    results = build_results(doc, task_of(ctx.cfg).results, ctx.cfg.bundle.accuracy_window)
+    part = task_of(ctx.cfg).results
+    results = build_results(doc, part, ctx.cfg.bundle.accuracy_window) if part else build_results(doc)
     merge_saved(ctx.run_dir, results)  # keep phone measurements (runs/<run>/phone/) across report re-runs
     # variants the quantize stage could not make for a model (no row to time): a teacher type ORT has no fusion
     # patterns for has no "optimized" file. The RNNs' transformer-only skips are the rule, not news.

@@ -20,8 +20,9 @@ TASK = Task(
         # teacher.eval_batch_size only batches the validation score in the summary: the model is the same
         # (teacher.precision is kept: it moves that score by bf16 rounding);
         # the student / layer-map checks here only fail early (the distill step reads those keys)
-        "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"), ("teacher.*", "-teacher.eval_batch_size", *TRAIN_READS),
-                        distributed=True),
+        "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"),
+                        ("teacher.*", "-teacher.eval_batch_size", *TRAIN_READS, "-student.hidden", "-student.layers",
+                         "-student.init", "-distill.layer_map"), distributed=True),
         # teacher.eval_batch_size: length-sorted batches padded per batch, so the batch size moves logits ~1e-8
         # data.max_unlabeled: how many of data/left_out.jsonl join the distillation set (the data stage writes them all)
         "logits": Step(lazy(f"{_HERE}.train:stage_logits"),
@@ -51,17 +52,19 @@ TASK = Task(
         # Chromium rounds run in the 1-thread sweep page, with its V8 flags (eval/browser_cross.py chromium_rounds);
         # 6: host-cpu's .onnx files are timed in interleaved rounds too (eval/paired.py teacher_rounds), and rounds
         # on more than one thread pause before each file's turn (eval/paired.py SETTLE_S)
-        "bench": Step(lazy(f"{_HERE}.bench:stage_bench"), ("bench.*", "-bench.optimum_peer", "-bench.peer_eval_texts"),
-                      revision=6),
+        # student.max_length: only a warning when bench.headline_length is past it
+        "bench": Step(lazy(f"{_HERE}.bench:stage_bench"),
+                      ("bench.*", "-bench.optimum_peer", "-bench.peer_eval_texts", "-student.max_length"), revision=6),
         # bundle.accuracy_window: the report's "which file for which workload" table picks as the bundle does
         "report": Step(lazy("pipeline.tasks.common:report"), ("bundle.accuracy_window",)),
         # data.* / teacher.model: the model card names the dataset and the teacher; export.coreml_lengths:
-        # the metadata's Core ML sequence lengths; revision 2 (both bundles): tokenizer/ cuts at max_length
+        # the metadata's Core ML sequence lengths; teacher.eval_batch_size: the batch the report's accuracy used; revision 2 (both bundles): tokenizer/ cuts at max_length
         # (export/hf_layout.py cap_tokenizer)
         "bundle": Step(lazy(f"{_HERE}.bundle:stage_bundle"),
                        ("bundle.model", "bundle.variant", "bundle.accuracy_window", "bundle.min_agreement",
                         "bundle.sample_texts", "bundle.dist_dir", "data.source", "data.train_path", "data.hub_name",
-                        "data.hub_config", "teacher.model", "export.coreml_lengths"), revision=2),
+                        "data.hub_config", "teacher.model", "export.coreml_lengths", "teacher.eval_batch_size"),
+                       revision=2),
         # bench.browser_executable: whether the page check runs, recorded in the bundle's metadata
         "web-bundle": Step(lazy(f"{_HERE}.web:stage_web_bundle"),
                            ("bundle.web", "bundle.web_target", "bundle.model", "bundle.variant",

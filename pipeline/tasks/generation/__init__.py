@@ -21,7 +21,9 @@ TASK = Task(
         "data": Step(lazy(f"{_HERE}.train:stage_data"), ("data.*", "lm.split_blocks")),
         # revision 2: the tokenizer adds <bos> where the checkpoint says so, and a GGUF teacher's eos is the
         # file's (docs/results/2026-11-26-gguf-eos.md); a teacher stage run before keeps the old tokenizer
-        "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"), ("teacher.model",), revision=2),
+        # student.hidden / init: the teacher-pca check fails before anything trains (the distill step reads them)
+        "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"), ("teacher.model", "-student.hidden", "-student.init"),
+                        revision=2),
         # lm.eval_batch_size batches the teacher pass
         "logits": Step(lazy(f"{_HERE}.train:stage_logits"),
                        ("lm.context_length", "lm.restrict_vocab", "lm.teacher_windows", "lm.extra_windows", "lm.offset_windows",
@@ -60,7 +62,8 @@ TASK = Task(
         "bench": Step(lazy(f"{_HERE}.ship:stage_bench"),
                       ("bench.targets", "bench.npu_device", "lm.bench_prompt_tokens", "lm.bench_decode_tokens",
                        "lm.bench_iterations", "lm.eval_windows", "lm.context_length")),
-        "report": Step(lazy("pipeline.tasks.common:report")),
+        # the shared report hands bundle.accuracy_window to the task's results, which generation's does not use
+        "report": Step(lazy("pipeline.tasks.common:report"), ("-bundle.accuracy_window",)),
         "bundle": Step(lazy(f"{_HERE}.bundle:stage_bundle"),
                        ("bundle.model", "bundle.variant", "bundle.dist_dir", "lm.prompts", "lm.check_tokens",
                         "lm.sample_tokens")),
