@@ -61,9 +61,11 @@ TASK = Task(
                       ("bench.targets", "bench.npu_device", "lm.bench_prompt_tokens", "lm.bench_decode_tokens",
                        "lm.bench_iterations", "lm.eval_windows", "lm.context_length")),
         "report": Step(lazy("pipeline.tasks.common:report")),
+        # lm.context_length: the metadata's trained_context_length; revision 2: that key, the samples' prompt
+        # checks, and no teacher chat template
         "bundle": Step(lazy(f"{_HERE}.bundle:stage_bundle"),
                        ("bundle.model", "bundle.variant", "bundle.dist_dir", "lm.prompts", "lm.check_tokens",
-                        "lm.sample_tokens")),
+                        "lm.sample_tokens", "lm.context_length"), revision=2),
         "web-bundle": Step(partial(lazy(f"{_SKIP}:skip_web_bundle"),
                                    reason="the web bundle and its demo page are built for the classification task")),
         # best-<target>.toml is the whole resolved config: every key counts
