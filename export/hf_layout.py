@@ -231,6 +231,6 @@ def generation_config(ids: dict, context: int) -> dict:
 
 
 def cut_at_eos(tokens: list[int], eos: int) -> list[int]:
-    """A continuation as an app sees it: generation stops after the first eos (kept, as both runtimes
-    return it)."""
+    """A continuation as an app sees it: generation stops after the first eos, kept (ONNX Runtime's loop and
+    the samples' loops return it; onnxruntime-genai reports it as the last step's token)."""
     return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens

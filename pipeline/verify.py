@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from pipeline.errors import PipelineError, error_line
-from pipeline.verify_bundle_meta import METADATA, bundle_kind, load_metadata, resolve
+from pipeline.verify_bundle_meta import METADATA, bundle_kind, is_int, load_metadata, resolve
 
 
 def check_files(bundle: Path) -> dict:
@@ -25,7 +25,11 @@ def check_files(bundle: Path) -> dict:
     from pipeline.manifest import sha256_file
 
     meta = load_metadata(bundle)
-    if meta.get("schema_version") != SCHEMA_VERSION:
+    if not is_int(version := meta.get("schema_version")):
+        raise PipelineError(f"{bundle}: metadata.json's schema_version is {version!r}, not an integer: the file was "
+                            f"edited; restore it from the build's runs/<run>/ folder, or rebuild the bundle with "
+                            f"`make bundle` (a web bundle: `make web-bundle`)")
+    if version != SCHEMA_VERSION:
         raise PipelineError(f"{bundle}: metadata.json has schema_version {meta.get('schema_version')!r}, this "
                             f"verify-bundle reads {SCHEMA_VERSION} (a digest of metadata.json, its kind); rebuild "
                             f"the bundle with `make bundle`, which re-runs the stage for an older schema (a web "

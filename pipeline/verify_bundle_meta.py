@@ -27,6 +27,10 @@ def resolve(bundle: Path, rel: object, where: str) -> Path:
         bad = "is absolute"
     elif ".." in PurePosixPath(rel.replace("\\", "/")).parts:
         bad = "climbs out with '..'"
+    elif "\0" in rel:  # the OS refuses it with a ValueError, not an OSError
+        bad = "holds a NUL byte"
+    elif any(len(part.encode("utf-8", "surrogatepass")) > 255 for part in PurePosixPath(rel).parts):
+        bad = "has a name longer than 255 bytes, which no file system here holds"
     else:
         try:
             inside = (bundle / rel).resolve().is_relative_to(bundle.resolve())
@@ -84,6 +88,12 @@ def fresh_process(bundle: Path, module: str, args: list[str], plan: str | None, 
                             f"{fix}") from None
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:400]
+        # fix names the packages; any other failure is a runtime refusing a file that the hashes let through
+        # (edited and re-hashed) or a runtime version that reads it otherwise
+        if not any(e in last for e in ("ModuleNotFoundError", "ImportError", "No module named")):
+            fix = (f"a runtime refused a bundle file: restore the bundle from the build's runs/<run>/ folder or "
+                   f"{_REBUILD}; if it came from a build with other runtime versions, install those (metadata.json "
+                   f"'versions')")
         raise PipelineError(f"{bundle}: running the {what} in a fresh process failed ({last}); {fix}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     if "error" in result:

@@ -112,6 +112,25 @@ def test_onnxruntime_genai_generates_the_pipeline_tokens(built):
     assert "og.Tokenizer(model)" in readme_python_generates(dist)  # a BPE file: genai's own tokenizer reads it
 
 
+def test_genai_replay_keeps_the_eos_it_stops_at(built, tmp_path):
+    """genai marks the generator done on eos without appending it to the sequence; the replay keeps the eos, as
+    the stored continuation and an app's loop do (a model whose first greedy token is its eos)."""
+    pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai is not installed (pip install "
+                                                    "onnxruntime-genai==0.18.0)")
+    import onnxruntime_genai as og
+
+    from pipeline.tasks.generation.replay import genai_greedy
+
+    _, dist, _ = built
+    s = json.loads((dist / "samples.json").read_text())[0]
+    first = s["continuation_ids"][0]
+    copy = shutil.copytree(dist, tmp_path / "eos")
+    g = json.loads((copy / "genai_config.json").read_text())
+    g["model"]["eos_token_id"] = first
+    (copy / "genai_config.json").write_text(json.dumps(g))
+    assert genai_greedy(og.Model(str(copy)), [s["prompt_ids"]], [s["max_new_tokens"]]) == [[first]]
+
+
 def test_verify_bundle_passes_then_catches_changes(built, tmp_path):
     from export.bundle import write_metadata
     from pipeline.verify import verify_bundle
@@ -267,7 +286,8 @@ def test_fp32_variant_ships_model_onnx_and_verifies(built, tmp_path):
 
 @pytest.mark.parametrize("edit,match", [
     (lambda m: m["special_ids"].update(eos_token_id=m["special_ids"]["eos_token_id"] + 1),
-     r"special_ids\.eos_token_id is \d+ in metadata\.json and \d+ in genai_config\.json: one of the two was edited"),
+     r"special_ids\.eos_token_id is \d+ in metadata\.json, but genai_config\.json has model\.eos_token_id = \d+: "
+     r"one of the two was edited"),
     (lambda m: m["model"].update(perplexity=1.0), r"metadata\.json was edited after the build"),
     (lambda m: m.update(kind="web"), r"'kind' is 'web': the generation task publishes app bundles only"),
 ])
@@ -284,6 +304,80 @@ def test_edited_generation_metadata_is_named(built, tmp_path, edit, match):
     (copy / "metadata.json").write_text(json.dumps(meta, indent=2))
     with pytest.raises(PipelineError, match=match):
         verify_bundle(copy)
+
+
+def _resigned(dist: Path, folder: Path, edit) -> Path:
+    """A copy of the bundle with edit(copy) applied and every hash and the metadata digest rewritten to match, as
+    a careful hand would: only what the files say can catch it."""
+    from export.bundle import write_metadata
+
+    copy = shutil.copytree(dist, folder)
+    edit(copy)
+    meta = json.loads((copy / "metadata.json").read_text())
+    meta["files"] = {k: v for k, v in meta["files"].items() if (copy / k).is_file()}
+    write_metadata(copy, {k: v for k, v in meta.items() if k != "files"})
+    return copy
+
+
+def _edit_json(rel: str, change):
+    def edit(copy: Path) -> None:
+        doc = json.loads((copy / rel).read_text())
+        change(doc)
+        (copy / rel).write_text(json.dumps(doc))
+    return edit
+
+
+@pytest.mark.parametrize("edit,match", [
+    # transformers.js reads these two: an eos edited there ends its generation elsewhere
+    (_edit_json("config.json", lambda c: c.update(eos_token_id=c["eos_token_id"] + 1)),
+     r"special_ids\.eos_token_id is \d+ in metadata\.json, but config\.json has eos_token_id = \d+"),
+    (_edit_json("generation_config.json", lambda c: c.update(max_length=20)),
+     r"graph\.context_length is \d+ in metadata\.json, but generation_config\.json has max_length = 20"),
+    (_edit_json("genai_config.json", lambda c: c["search"].update(max_length=20)),
+     r"genai_config\.json has search\.max_length = 20"),
+    (_edit_json("genai_config.json", lambda c: c["model"]["decoder"].update(num_key_value_heads=1)),
+     r"graph\.num_key_value_heads is \d+ in metadata\.json, but genai_config\.json has "
+     r"model\.decoder\.num_key_value_heads = 1"),
+    (lambda copy: (copy / "generation_config.json").unlink(), r"'files' does not list generation_config\.json"),
+    (lambda copy: (copy / "tokenizer_config.json").unlink(), r"'files' does not list tokenizer_config\.json"),
+    (_edit_json("samples.json", lambda s: s[0].update(continuation=[1, 2])),
+     r"sample 1 needs .*'continuation' \(its text\)"),
+    (_edit_json("metadata.json", lambda m: m.update(trained_context_length=10 ** 6)),
+     r"'trained_context_length' is 1000000: it must be a positive integer up to graph\.context_length"),
+])
+def test_resigned_edits_of_what_runtimes_read_are_refused(built, tmp_path, edit, match):
+    """Edits with every hash and the digest rewritten: the files an app's runtime reads must still agree with
+    metadata.json, and the files it needs must be there."""
+    from pipeline.verify import verify_bundle
+
+    _, dist, _ = built
+    with pytest.raises(PipelineError, match=match):
+        verify_bundle(_resigned(dist, tmp_path / "copy", edit))
+
+
+def test_the_bundle_states_its_context_and_ships_no_chat_template(built):
+    """The position table (lm.max_cache) is not the trained window (lm.context_length): README, metadata and both
+    phone samples say which is which, and the samples refuse an empty prompt or one past the positions. The
+    teacher's chat template (tokens the student never saw) is not shipped."""
+    cfg, dist, d = built
+    meta = json.loads((dist / "metadata.json").read_text())
+    positions, trained = meta["graph"]["context_length"], meta["trained_context_length"]
+    assert (positions, trained) == (d["lm"]["max_cache"], d["lm"]["context_length"]) and trained < positions
+    readme = (dist / "README.md").read_text()
+    assert f"Context: {positions} positions" in readme and f"windows of {trained} ids" in readme
+    assert f"past {trained} ids it runs on positions it never trained on" in readme
+    eos = meta["special_ids"]["eos_token_id"]
+    assert f"start from\n`[{eos}]` (the eos id, which ends every training document)" in readme
+    assert 'import { env, pipeline } from "@huggingface/transformers"' in readme
+    kt = (dist / "android" / "PocketformerGenerator.kt").read_text()
+    sw = (dist / "ios" / "PocketformerGenerator.swift").read_text()
+    assert f"const val MAX_POSITIONS = {positions}" in kt and "require(prompt.size + maxNewTokens <= MAX_POSITIONS)" in kt
+    assert f"maxPositions = {positions}, trainedContext = {trained}" in sw
+    assert "guard prompt.count + maxNewTokens <= Self.maxPositions" in sw and "guard !prompt.isEmpty" in sw
+    assert "#if canImport(OnnxRuntimeBindings)" in sw  # the Swift package's module; the CocoaPod's otherwise
+    assert "session.run(feed) } finally {" in kt and ".use { it.readBytes() }" in kt
+    assert not (dist / "chat_template.jinja").exists()
+    assert "chat_template" not in json.loads((dist / "tokenizer_config.json").read_text())
 
 
 def test_the_generation_report_holds_the_generation_tasks_goals(built):

@@ -289,6 +289,11 @@ def test_a_link_loop_is_one_error_naming_the_file(copy, capsys):
 
 @pytest.mark.parametrize("change, message", [
     (lambda m: m.update(schema_version=1), r"schema_version 1, this verify-bundle reads 3 .*re-runs the stage"),
+    (lambda m: m.update(schema_version="3"), r"schema_version is '3', not an integer: the file was edited"),
+    # the OS refuses both names with exceptions of its own (a ValueError; ENAMETOOLONG from is_file)
+    (lambda m: m["files"].update({"a\0b.json": {"bytes": 1, "sha256": "0" * 64}}), r"names 'a\\x00b.json', which "
+                                                                                     r"holds a NUL byte"),
+    (lambda m: m["files"].update({"x" * 300: {"bytes": 1, "sha256": "0" * 64}}), "has a name longer than 255 bytes"),
     (lambda m: m.update(files={}), "'files' lists no files"),
     (lambda m: m.pop("files"), "'files' is missing"),
     (lambda m: m.update(files=["labels.json"]), re.escape("""'files' must be an object of path -> {bytes, sha256}, """
@@ -617,3 +622,17 @@ def test_npu_reference_edits_and_swapped_files_are_named(npu_copy):
 def _restore(samples: list[dict], k: int, rel: str) -> list[dict]:
     samples[k]["reference_logits"][rel][0] -= 0.5
     return samples
+
+
+def test_a_failed_replay_process_gets_the_fix_for_its_failure(tmp_path):
+    """A missing package is fixed by installing it; any other failure of the replay process is a runtime refusing
+    a file, which no install fixes."""
+    from pipeline.errors import PipelineError
+    from pipeline.verify_bundle_meta import fresh_process
+
+    with pytest.raises(PipelineError, match=r"No module named .*; install onnxruntime$"):
+        fresh_process(tmp_path, "no_such_module_pocketformer", [], None, "models", "install onnxruntime")
+    with pytest.raises(PipelineError, match=r"failed \(FileNotFoundError: .*metadata\.json'\); a runtime refused a "
+                                            r"bundle file: restore the bundle"):
+        fresh_process(tmp_path, "pipeline.tasks.generation.replay", ["--child", str(tmp_path)], None, "decoder",
+                      "install onnxruntime")

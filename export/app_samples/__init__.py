@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 
 from export.app_samples import android, ios
+from export.app_samples.common import from_nothing
+
 
 def _write(out: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
@@ -187,6 +189,11 @@ def generation_readme(meta: dict) -> str:
              else "this tokenizer adds nothing in front; the line keeps prompts encoded as in training")
     app_start = f", and put {first} (the tokenizer's start token, as in training) first" if first else ""
     path = meta.get('dist_path', 'dist/' + meta['run'])
+    trained = meta.get("trained_context_length", g["context_length"])
+    past = (f"past {trained} ids it runs on positions it never trained on, and its quality drops."
+            if trained < g["context_length"] else "it trained on every position it has.")
+    nothing_why = ("the tokenizer's start token, as training put before every text" if meta.get("prompt_start_ids")
+                   else "the eos id, which ends every training document")
     if unread := meta.get("genai_tokenizer_unread"):  # genai runs the graph over ids; the tokenizers library encodes
         tokenize = (f"    from tokenizers import Tokenizer\n    model = og.Model({json.dumps(path)})\n"
                     f"    # onnxruntime-genai's tokenizer {unread}: the tokenizers library reads it\n"
@@ -205,6 +212,11 @@ A {g['num_hidden_layers']}-layer Llama decoder ({m.get('params') or '?'} paramet
 its KV cache as graph inputs and outputs, in the Hugging Face layout: onnxruntime-genai and transformers.js
 load this folder as it is. Token ids are the teacher tokenizer's (`tokenizer.json`); ids the student never
 saw in training get the lowest logit, so greedy decoding never picks them.
+
+Context: {g['context_length']} positions, prompt and new ids together (onnxruntime-genai's `max_length` below; the
+phone samples refuse more). The student trained on windows of {trained} ids, and the perplexity above is over such
+windows: {past} A prompt needs at least one id; to generate from no text, start from
+`{from_nothing(meta)}` ({nothing_why}).
 
 Greedy sample (`samples.json` holds all of them): {json.dumps(s['prompt'])} ->
 {json.dumps(s['continuation'])}
@@ -225,7 +237,7 @@ Greedy sample (`samples.json` holds all of them): {json.dumps(s['prompt'])} ->
 
 ## JavaScript: transformers.js
 
-    import {{ pipeline }} from "@huggingface/transformers";
+    import {{ env, pipeline }} from "@huggingface/transformers";
     const generate = await pipeline("text-generation", "<this folder>", {{ dtype: "{g['transformers_js_dtype']}" }});
     // local folder: env.localModelPath = "<parent folder>"; env.allowRemoteModels = false
     const out = await generate({json.dumps(s['prompt'])}, {{ max_new_tokens: {s['max_new_tokens']}, do_sample: false }});

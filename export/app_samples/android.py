@@ -34,13 +34,11 @@ def classifier(meta: dict) -> str:
 
 class PocketformerClassifier(context: Context) : AutoCloseable {{
     private val env = OrtEnvironment.getEnvironment()
-    private val session: OrtSession
-
-    init {{
-        val options = OrtSession.SessionOptions()
+    // the session keeps what it needs of the options: both they and the asset stream are closed once it loads
+    private val session: OrtSession = OrtSession.SessionOptions().use {{ options ->
         // the tokenizer inside the graph is an onnxruntime-extensions op: register it before loading
         options.registerCustomOpLibrary(OrtxPackage.getLibraryPath())
-        session = env.createSession(context.assets.open("{asset}").readBytes(), options)
+        env.createSession(context.assets.open("{asset}").use {{ it.readBytes() }}, options)
     }}
 
     /** (label, probability) for one text; the graph tokenizes it exactly as in training. */
@@ -86,14 +84,22 @@ def generator(meta: dict) -> str:
 
 class PocketformerGenerator(context: Context) : AutoCloseable {{
     private val env = OrtEnvironment.getEnvironment()
-    private val session: OrtSession =
-        env.createSession(context.assets.open("{f['file']}").readBytes(), OrtSession.SessionOptions())
+    private val session: OrtSession = OrtSession.SessionOptions().use {{ options ->
+        env.createSession(context.assets.open("{f['file']}").use {{ it.readBytes() }}, options)
+    }}
 
     private fun longs(values: LongArray) =
         OnnxTensor.createTensor(env, LongBuffer.wrap(values), longArrayOf(1, values.size.toLong()))
 
     /** Greedy continuation (token ids) of prompt ids, at most maxNewTokens, ending at eos if it comes. */
     fun generate(prompt: LongArray, maxNewTokens: Int): LongArray {{
+        require(prompt.isNotEmpty()) {{ "the prompt holds no token ids: to generate from nothing, start from {f['start']}" }}
+        // the position table ends there (the model trained on windows of TRAINED_CONTEXT ids: past them, it
+        // runs on positions it never trained on, and its quality drops)
+        require(prompt.size + maxNewTokens <= MAX_POSITIONS) {{
+            "${{prompt.size}} prompt ids + $maxNewTokens new ones exceed the model's $MAX_POSITIONS positions: " +
+                "keep the prompt's last ids, or generate fewer"
+        }}
         val out = ArrayList<Long>()
         val emptyPast = OnnxTensor.createTensor(env, FloatBuffer.allocate(0), longArrayOf(1, KV_HEADS, 0, HEAD_SIZE))
         var previous: OrtSession.Result? = null  // holds the present tensors fed back as the next past
@@ -114,8 +120,7 @@ class PocketformerGenerator(context: Context) : AutoCloseable {{
                             previous?.let {{ it.get("present.$i.$kind").get() as OnnxTensor }} ?: emptyPast
                     }}
                 }}
-                val result = session.run(feed)
-                step.forEach {{ it.close() }}
+                val result = try {{ session.run(feed) }} finally {{ step.forEach {{ it.close() }} }}
                 previous?.close()
                 previous = result
                 val logits = (result.get("logits").get() as OnnxTensor).floatBuffer  // [1, n, VOCAB]
@@ -142,6 +147,8 @@ class PocketformerGenerator(context: Context) : AutoCloseable {{
         const val HEAD_SIZE = {f['head']}L
         const val VOCAB = {f['vocab']}
         const val EOS = {f['eos']}L
+        const val MAX_POSITIONS = {f['positions']}
+        const val TRAINED_CONTEXT = {f['trained']}
 
         /** Replays the first prompt of samples.json and logs whether the stored tokens came back. */
         fun demo(context: Context) {{
@@ -213,12 +220,13 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
         if (chip != null) {{
             try {{
                 for (n in chip.lengths) {{
-                    val options = OrtSession.SessionOptions()
-                    options.addConfigEntry("session.disable_cpu_ep_fallback", "1")  // all on the NPU, or not at all
-                    options.addQnn(mapOf("backend_path" to "libQnnHtp.so"))
                     val ctxFile = copyAsset("npu/qnn/${{chip.folder}}/${{chip.variant}}-${{n}}_ctx.onnx")
                     copyAsset("npu/qnn/${{chip.folder}}/${{chip.variant}}-${{n}}_ctx_qnn.bin")
-                    npu[n] = env.createSession(ctxFile.path, options)
+                    npu[n] = OrtSession.SessionOptions().use {{ options ->
+                        options.addConfigEntry("session.disable_cpu_ep_fallback", "1")  // all on the NPU, or none
+                        options.addQnn(mapOf("backend_path" to "libQnnHtp.so"))
+                        env.createSession(ctxFile.path, options)
+                    }}
                 }}
                 lengths = chip.lengths
             }} catch (e: Exception) {{
@@ -229,7 +237,9 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
         }}
         cpu = if (npu.isEmpty()) {{
             Log.i("pocketformer", "NPU path off, running {ort_asset} on the CPU: $why")
-            env.createSession(context.assets.open("{ort_asset}").readBytes(), OrtSession.SessionOptions())
+            OrtSession.SessionOptions().use {{ options ->
+                env.createSession(context.assets.open("{ort_asset}").use {{ it.readBytes() }}, options)
+            }}
         }} else {{
             Log.i("pocketformer", "NPU path on: ${{chip!!.variant}} for $soc at lengths $lengths")
             null

@@ -25,4 +25,11 @@ def generation_facts(meta: dict) -> dict:
             "prompt": ", ".join(f"{i}L" for i in s["prompt_ids"]), "want": ", ".join(f"{i}L" for i in s["continuation_ids"]),
             "prompt_swift": ", ".join(str(i) for i in s["prompt_ids"]),
             "want_swift": ", ".join(str(i) for i in s["continuation_ids"]), "n": s["max_new_tokens"],
-            "text": kt_string(s["prompt"])}
+            "text": kt_string(s["prompt"]), "positions": g["context_length"],
+            "trained": meta["trained_context_length"], "start": from_nothing(meta)}
+
+
+def from_nothing(meta: dict) -> list[int]:
+    """The prompt that generates from no text: the tokenizer's start token where it has one, else the eos that
+    ends every training document (so what follows it is a new one)."""
+    return meta.get("prompt_start_ids") or [meta["special_ids"]["eos_token_id"]]

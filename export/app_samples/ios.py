@@ -194,11 +194,19 @@ def generator(meta: dict) -> str:
 // {f['kv']} key/value heads of size {f['head']}, vocabulary {f['vocab']} (the teacher tokenizer's ids), eos {f['eos']}.
 // Add {f['file']} to the app target. Tokenize with tokenizer.json (e.g. swift-transformers' Tokenizers).
 import Foundation
+// the module is OnnxRuntimeBindings in the Swift package, onnxruntime_objc in the CocoaPod
+#if canImport(OnnxRuntimeBindings)
+import OnnxRuntimeBindings
+#else
 import onnxruntime_objc
+#endif
 
 final class PocketformerGenerator {{
     static let layers = {f['layers']}, kvHeads = {f['kv']}, headSize = {f['head']}, vocab = {f['vocab']}
     static let eos: Int64 = {f['eos']}
+    // the position table ends at maxPositions ids; the model trained on windows of trainedContext: past them, it
+    // runs on positions it never trained on, and its quality drops
+    static let maxPositions = {f['positions']}, trainedContext = {f['trained']}
     private let env: ORTEnv
     private let session: ORTSession
 
@@ -218,6 +226,15 @@ final class PocketformerGenerator {{
 
     /// Greedy continuation (token ids) of prompt ids, at most maxNewTokens, ending at eos if it comes.
     func generate(prompt: [Int64], maxNewTokens: Int) throws -> [Int64] {{
+        guard !prompt.isEmpty else {{
+            throw NSError(domain: "pocketformer", code: 2, userInfo: [NSLocalizedDescriptionKey:
+                "the prompt holds no token ids: to generate from nothing, start from {f['start']}"])
+        }}
+        guard prompt.count + maxNewTokens <= Self.maxPositions else {{
+            throw NSError(domain: "pocketformer", code: 3, userInfo: [NSLocalizedDescriptionKey:
+                "\\(prompt.count) prompt ids + \\(maxNewTokens) new ones exceed the model's \\(Self.maxPositions) " +
+                "positions: keep the prompt's last ids, or generate fewer"])
+        }}
         let kinds = ["key", "value"]
         let empty = try ORTValue(tensorData: NSMutableData(length: 0)!, elementType: .float,
                                  shape: [1, NSNumber(value: Self.kvHeads), 0, NSNumber(value: Self.headSize)])

@@ -56,6 +56,10 @@ def stage_bundle(ctx: StageContext) -> dict:
     start = start_ids(tok)
     tc = json.loads((out / "tokenizer_config.json").read_text())
     tc["add_bos_token"] = bool(start)
+    # the teacher's chat template (SmolLM2's <|im_start|> turns): the student trained on plain text, and those
+    # tokens are ids it never saw (they get the lowest logit), so a runtime applying it would prompt it wrongly
+    tc.pop("chat_template", None)
+    (out / "chat_template.jinja").unlink(missing_ok=True)
     (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2, ensure_ascii=False) + "\n")
     for extra in ("vocab_map.json", "pocketformer.json"):  # save_pretrained never writes these; stale copies
         (out / extra).unlink(missing_ok=True)
@@ -95,6 +99,8 @@ def stage_bundle(ctx: StageContext) -> dict:
                       "vocabulary": "teacher ids in and out; ids the student never saw in training get the "
                                     "lowest float logit (never picked)",
                       **io_spec(shipped.session)},
+            # context_length is the position table (lm.max_cache); training saw windows of this many ids
+            "trained_context_length": lmc.context_length,
             "tokenizer": "tokenizer.json", "special_ids": ids, "prompt_start_ids": start,
             "samples_file": "samples.json",
             "samples": samples[:1], "greedy_check": check, "versions": library_versions(),

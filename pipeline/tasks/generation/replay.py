@@ -19,7 +19,11 @@ from pipeline.errors import PipelineError
 from pipeline.verify_bundle_meta import (METADATA, bundle_kind, fresh_process, int_list, is_int, need,
                                          read_json, require_digest, resolve)
 
-REQUIRED = ("genai_config.json", "tokenizer.json", "config.json", "samples.json")
+# what the runtimes read: onnxruntime-genai the genai and tokenizer files, transformers.js the configs too
+# the decoder's shape as metadata.json, genai_config.json's decoder and config.json (but head_size) give it
+SHAPE = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "head_size")
+REQUIRED = ("genai_config.json", "tokenizer.json", "tokenizer_config.json", "config.json", "generation_config.json",
+            "samples.json")
 
 
 def check_metadata(bundle: Path, meta: dict) -> dict:
@@ -34,28 +38,44 @@ def check_metadata(bundle: Path, meta: dict) -> dict:
     ids = meta.get("special_ids")
     need(isinstance(ids, dict) and is_int(ids.get("eos_token_id")), bundle, "'special_ids' needs 'eos_token_id'")
     need(meta.get("samples_file") == "samples.json", bundle, "'samples_file' must be samples.json")
+    trained, context = meta.get("trained_context_length"), graph.get("context_length")
+    need(trained is None or (is_int(trained) and is_int(context) and 0 < trained <= context), bundle,
+         f"'trained_context_length' is {trained!r}: it must be a positive integer up to graph.context_length "
+         f"({context!r})")
     _cross_check(bundle, meta)
     return meta
 
 
 def _cross_check(bundle: Path, meta: dict) -> None:
-    """metadata.json against genai_config.json (hashed), which the runtimes read: the same graph file, special
-    ids and context length, else one of them was edited."""
-    try:
-        model = json.loads((bundle / "genai_config.json").read_text())["model"]
-        theirs = {"graph.file": model["decoder"]["filename"], "graph.context_length": model.get("context_length"),
-                  **{f"special_ids.{k}": model.get(k) for k in meta["special_ids"]}}
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise PipelineError(f"{bundle}/genai_config.json is unreadable ({e!r}); rebuild the bundle with "
-                            f"`make bundle`") from None
-    ours = {"graph.file": meta["graph"]["file"], "graph.context_length": meta["graph"].get("context_length"),
-            **{f"special_ids.{k}": v for k, v in meta["special_ids"].items()}}
-    for key, v in ours.items():
-        if v is not None and theirs.get(key) is not None and v != theirs[key]:
+    """metadata.json against the files the runtimes read (all hashed): genai_config.json (onnxruntime-genai),
+    config.json and generation_config.json (transformers.js) must give the same graph file, shape, special ids,
+    context length and vocabulary, else one of them was edited."""
+    graph = meta["graph"]
+    # (metadata key, its value, file, where in that file); a value missing on either side is not compared
+    pairs = [("graph.file", graph["file"], "genai_config.json", "model.decoder.filename")]
+    for key, theirs in (("context_length", ("genai_config.json", "model.context_length")),
+                        # genai's default max_length: an edited one cuts every app's generation that keeps it
+                        ("context_length", ("genai_config.json", "search.max_length")),
+                        ("context_length", ("config.json", "max_position_embeddings")),
+                        ("context_length", ("generation_config.json", "max_length")),
+                        ("vocab_size", ("genai_config.json", "model.vocab_size")),
+                        ("vocab_size", ("config.json", "vocab_size")),
+                        *((k, ("genai_config.json", f"model.decoder.{k}")) for k in SHAPE),
+                        *((k, ("config.json", k)) for k in SHAPE if k != "head_size")):
+        pairs.append((f"graph.{key}", graph.get(key), *theirs))
+    for k, v in meta["special_ids"].items():
+        pairs += [(f"special_ids.{k}", v, rel, at) for rel, at in (("genai_config.json", f"model.{k}"),
+                                                                  ("config.json", k), ("generation_config.json", k))]
+    docs = {rel: read_json(bundle / rel) for rel in ("genai_config.json", "config.json", "generation_config.json")}
+    for key, ours, rel, at in pairs:
+        theirs = docs[rel]
+        for part in at.split("."):
+            theirs = theirs.get(part) if isinstance(theirs, dict) else None
+        if ours is not None and theirs is not None and ours != theirs:
             # both files are hashed and their hashes pass: either may be the edited one
-            raise PipelineError(f"{bundle}: {key} is {v!r} in {METADATA} and {theirs[key]!r} in genai_config.json: "
-                                f"one of the two was edited; restore them from runs/<run>/bundle/ or rebuild the "
-                                f"bundle with `make bundle`")
+            raise PipelineError(f"{bundle}: {key} is {ours!r} in {METADATA}, but {rel} has {at} = {theirs!r}: one "
+                                f"of the two was edited; restore them from runs/<run>/bundle/ or rebuild the bundle "
+                                f"with `make bundle`")
 
 
 def load_samples(bundle: Path) -> list[dict]:
@@ -66,10 +86,11 @@ def load_samples(bundle: Path) -> list[dict]:
     for n, s in enumerate(samples, 1):
         ok = (isinstance(s, dict) and isinstance(s.get("prompt"), str) and is_int(s.get("max_new_tokens"))
               and int_list(s.get("prompt_ids")) and isinstance(s.get("continuation_ids"), list)
-              and all(map(is_int, s["continuation_ids"])))
+              and all(map(is_int, s["continuation_ids"])) and isinstance(s.get("continuation"), str))
         if not ok:
-            raise PipelineError(f"{where}: sample {n} needs 'prompt', 'prompt_ids' (integers), 'max_new_tokens' and "
-                                f"'continuation_ids' (integers); rebuild the bundle with `make bundle`")
+            raise PipelineError(f"{where}: sample {n} needs 'prompt', 'prompt_ids' (integers), 'max_new_tokens', "
+                                f"'continuation_ids' (integers) and 'continuation' (its text); rebuild the bundle "
+                                f"with `make bundle`")
     return samples
 
 
@@ -113,9 +134,13 @@ def genai_greedy(model, prompts: list[list[int]], n: list[int]) -> list[list[int
         params.set_search_options(max_length=len(p) + k, do_sample=False)
         gen = og.Generator(model, params)
         gen.append_tokens(p)
+        tokens = []
+        # each step's token as get_next_tokens reports it: on eos, genai (0.18) marks the generator done without
+        # appending the eos to get_sequence, while the stored continuation keeps it, as an app's loop returns it
         while not gen.is_done():
             gen.generate_next_token()
-        out.append([int(t) for t in gen.get_sequence(0)][len(p):])
+            tokens.append(int(gen.get_next_tokens()[0]))
+        out.append(tokens)
     return out
 
 
@@ -173,7 +198,7 @@ def verify(bundle: Path, files: dict) -> dict:
     require_digest(bundle, meta)
     samples = load_samples(bundle)
     got = fresh_process(bundle, "pipeline.tasks.generation.replay", ["--child", str(bundle.resolve())], None, "decoder",
-                        "install onnxruntime and tokenizers, or rebuild the bundle with `make bundle`")
+                        "install onnxruntime and tokenizers (pip install onnxruntime tokenizers)")
     for who, encoded in got["token_ids"].items():
         for s, ids in zip(samples, encoded):
             if ids != s["prompt_ids"]:
@@ -203,7 +228,7 @@ def verify(bundle: Path, files: dict) -> dict:
     # the graph gives the stored ids (above): text that differs is tokenizer.json's or samples.json's edit
     for who, texts in got["decoded"].items():
         for n, (s, text) in enumerate(zip(samples, texts), 1):
-            if isinstance(s.get("continuation"), str) and text != s["continuation"]:
+            if text != s["continuation"]:
                 raise PipelineError(f"{bundle}: {who} decodes sample {n}'s continuation as {text[:40]!r}, not the "
                                     f"text samples.json stores, {s['continuation'][:40]!r}: one of the two was edited, "
                                     f"and an app shows what {who} decodes; restore them from runs/<run>/bundle/ or "
