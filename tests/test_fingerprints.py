@@ -71,7 +71,8 @@ READERS = {
                                                 "coreml_models", "coreml_variants", "coreml_target",
                                                 "coreml_min_weight_elements")},
         "bench.targets": ("bench",), "bench.npu_device": ("bench",),
-        "lm.context_length": ("logits", "distill", "baseline", "eval", "quantize", "export", "bench"),
+        # the bundle's metadata: trained_context_length
+        "lm.context_length": ("logits", "distill", "baseline", "eval", "quantize", "export", "bench", "bundle"),
         "lm.split_blocks": ("data",),
         **{f"lm.{k}": ("logits",) for k in ("teacher_windows", "extra_windows", "offset_windows", "top_k", "teacher_precision",
                                             "restrict_vocab")},
