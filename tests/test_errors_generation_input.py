@@ -14,7 +14,7 @@ import pytest
 from pipeline.config import SECTIONS, config_from_dict, load_config, read_keys, unkeyed_reads
 from pipeline.errors import PipelineError
 from pipeline.stage import run
-from test_errors_config_data import _saved_folder, datasets_cache, lm_cfg  # noqa: F401  (fixture)
+from test_errors_config_data import datasets_cache, lm_cfg  # noqa: F401  (fixture)
 from test_gpt_pipeline import corpus, gen_cfg, tiny_llama_dir  # noqa: F401  (fixtures)
 
 GEN = 'run.task="generation"'
