@@ -262,13 +262,13 @@ def set_fix(key: str, value: Any) -> str:
 
 
 def _prompts(cfg) -> str | None:
-    from pipeline.data import _INVISIBLE
+    from pipeline.data_clean import INVISIBLE
 
     prompts = cfg.lm.prompts
     # zero-width characters alone are no text either (a data text of them is refused the same way)
-    if empty := [i for i, p in enumerate(prompts) if not p.strip(_INVISIBLE + " \t\n\r\f\v")]:
+    if empty := [i for i, p in enumerate(prompts) if not p.strip(INVISIBLE + " \t\n\r\f\v")]:
         return (f"'lm.prompts' item {empty[0]} is empty: a prompt needs text to continue; give one or remove it, "
-                f"e.g. {set_fix('lm.prompts', [p for p in prompts if p.strip(_INVISIBLE + ' ')] or ['ROMEO:'])}")
+                f"e.g. {set_fix('lm.prompts', [p for p in prompts if p.strip(INVISIBLE + ' ')] or ['ROMEO:'])}")
     return None
 
 

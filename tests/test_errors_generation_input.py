@@ -23,8 +23,8 @@ GEN = 'run.task="generation"'
 @pytest.mark.parametrize("sets,match", [
     (["lm.sample_tokens=0"], r"'lm.sample_tokens' = 0 must be > 0"),
     (["lm.context_length=300"], r"'lm.context_length' = 300 is longer than the students' positions 'lm.max_cache' "
-                                r"\(256\), the table they are trained, exported and shipped with; --set "
-                                r"lm.max_cache=300"),
+                                r"\(256\), the table they are trained, exported and shipped with; shorten the "
+                                r"windows, --set lm.context_length=256, or raise lm.max_cache"),
     (['bench.targets=["edge-npu"]'], r"'bench.targets' = \['edge-npu'\]: the generation bench skips each of them "
                                      r"\(.*\), so it would time nothing; add one it times"),
     (['lm.prompts=["\u200b\u200d"]'], r"'lm.prompts' item 0 is empty"),

@@ -141,15 +141,11 @@ def _token_budgets(cfg) -> str | None:
     exported with: eval's samples, the quantize and export checks, the bundle's samples, the bench). A prompt's
     own length needs the tokenizer (the stage checks it); at least one token of it is counted here."""
     lm = cfg.lm
-    if lm.context_length > lm.max_cache:
-        # the student would train on positions its exported graphs and bundle do not have
-        return (f"'lm.context_length' = {lm.context_length} is longer than the students' positions 'lm.max_cache' "
-                f"({lm.max_cache}), the table they are trained, exported and shipped with; "
-                f"{_set('lm.max_cache', lm.context_length)} or shorten the windows")
     if lm.bench_prompt_tokens + lm.bench_decode_tokens + 1 > lm.max_cache:
+        need = max(lm.bench_prompt_tokens + lm.bench_decode_tokens + 1, lm.context_length)
         return (f"'lm.bench_prompt_tokens' ({lm.bench_prompt_tokens}) + 'lm.bench_decode_tokens' "
                 f"({lm.bench_decode_tokens}) + 1 exceeds the students' positions 'lm.max_cache' ({lm.max_cache}); "
-                f"{_set('lm.max_cache', lm.bench_prompt_tokens + lm.bench_decode_tokens + 1)} or shorten the bench")
+                f"{_set('lm.max_cache', need)} or shorten the bench")
     # eval_windows 0 = every test window: only the bench, which has the split, can count their tokens
     if lm.eval_windows > 0 and (held := lm.eval_windows * (lm.context_length + 1)) < lm.bench_prompt_tokens:
         # the bench's prompt is cut from the held-out windows run together: fewer tokens were timed than reported
@@ -161,7 +157,12 @@ def _token_budgets(cfg) -> str | None:
         if (n := cfg.value(key)) + 1 > lm.max_cache:
             return (f"'{key}' = {n}: a prompt of even one token + {n} new tokens exceeds the students' positions "
                     f"'lm.max_cache' ({lm.max_cache}); generate fewer, e.g. {_set(key, lm.max_cache // 2)}, or "
-                    f"{_set('lm.max_cache', n + 64)}")
+                    f"{_set('lm.max_cache', max(n + 64, lm.context_length))}")
+    if lm.context_length > lm.max_cache:
+        # the students would train on positions their exported graphs and bundle do not have
+        return (f"'lm.context_length' = {lm.context_length} is longer than the students' positions 'lm.max_cache' "
+                f"({lm.max_cache}), the table they are trained, exported and shipped with; shorten the windows, "
+                f"{_set('lm.context_length', lm.max_cache)}, or raise lm.max_cache")
     return None
 
 
