@@ -61,9 +61,11 @@ def train_lstm_lm(model: LSTMLM, windows: np.ndarray, b: BaselineSection, seed: 
     # model.zero_state, not m's: m may be the DistributedDataParallel wrapper
     step, parts = lm_distill_step(lambda m, x: m(x, *model.zero_state(len(x), x.device))[0], windows,
                                   *(teacher or (None, None)), alpha, temperature)
-    losses = fit(model, batches, step, total_steps=total, lr=b.lr, weight_decay=0.0, warmup_fraction=0.05,
-                 desc=desc, lr_hint="baseline.lr", opts=opts, records=parts)["losses"]
-    out = {"steps": total, "windows": len(windows), "passes": round(total * b.batch_size / len(windows), 3),
+    fitted = fit(model, batches, step, total_steps=total, lr=b.lr, weight_decay=0.0, warmup_fraction=0.05,
+                 desc=desc, lr_hint="baseline.lr", opts=opts, records=parts)
+    losses = fitted["losses"]
+    out = {"steps": total, "resumed_from_step": fitted["resumed_from"], "windows": len(windows),
+           "passes": round(total * b.batch_size / len(windows), 3),
            "final_train_ce": tail_mean(losses, total)}
     if teacher is not None:  # the loss mixes both terms: each on its own, as distill_lm reports them
         out.update(teacher_windows=len(teacher[0]), alpha=alpha, temperature=temperature,

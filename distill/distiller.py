@@ -153,10 +153,12 @@ def distill_lm(student, windows: np.ndarray, topk_ids: np.ndarray | None, topk_l
     batches, total = window_batches(len(windows), d.batch_size, d.epochs, seed, d.steps)
     step, parts = lm_distill_step(lambda m, x: m(input_ids=x).logits, windows, topk_ids, topk_logits, alpha,
                                   d.temperature)
-    losses = fit(student, batches, step, total_steps=total, lr=d.lr, weight_decay=d.weight_decay,
+    fitted = fit(student, batches, step, total_steps=total, lr=d.lr, weight_decay=d.weight_decay,
                  warmup_fraction=d.warmup_fraction, desc="distill student", lr_hint="distill.lr", opts=opts,
-                 records=parts)["losses"]
-    return {"steps": total, "windows": len(windows), "teacher_windows": 0 if topk_ids is None else len(topk_ids),
+                 records=parts)
+    losses = fitted["losses"]
+    return {"steps": total, "resumed_from_step": fitted["resumed_from"], "windows": len(windows),
+            "teacher_windows": 0 if topk_ids is None else len(topk_ids),
             "passes": round(total * d.batch_size / len(windows), 3), "alpha": alpha,
             "temperature": d.temperature, "final_loss": tail_mean(losses, total),
             "final_train_ce": tail_mean(parts["hard"], total),

@@ -206,6 +206,8 @@ def eos_id(tokenizer, model=None) -> int:
     """The id that separates documents in the token stream."""
     for cand in (tokenizer.eos_token_id, getattr(getattr(model, "config", None), "eos_token_id", None),
                  tokenizer.pad_token_id):
+        if isinstance(cand, list) and cand and all(isinstance(i, int) for i in cand):
+            cand = cand[0]  # a Llama-3 style list: the first is end-of-text, as the bundle takes it
         if isinstance(cand, int):
             return cand
-    return 0
+    return 0  # the teacher stage refuses a teacher without an eos (pipeline/tasks/generation/train.py)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import math
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -20,6 +22,8 @@ from tqdm.auto import tqdm
 from distill import distributed as D
 from distill.batching import epoch_stream, pad, param_device, steps_for
 from pipeline.errors import PipelineError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -106,8 +110,7 @@ def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, objec
     losses: list[float] = []
     start = 0
     ckpt = _ckpt_path(opts, desc)
-    if ckpt is not None and ckpt.is_file():
-        state = torch.load(ckpt, weights_only=True, map_location="cpu")
+    if ckpt is not None and ckpt.is_file() and (state := _load_checkpoint(ckpt, desc)) is not None:
         if state.get("key") == opts.key and state.get("total_steps") == total_steps:
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["optimizer"])
@@ -156,15 +159,37 @@ def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, objec
     return {"losses": losses, "optimizer_steps": opt_steps, "resumed_from": start}
 
 
+def _load_checkpoint(path: Path, desc: str) -> dict | None:
+    """The resume checkpoint, or None for one that cannot be read (cut short by a power cut or a full disk, before
+    the save below fsynced): training then starts over, as it would without one, instead of every re-run failing."""
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as e:  # torch raises EOFError, RuntimeError (zip), UnpicklingError, ... for a damaged file
+        state, why = None, f"{type(e).__name__}: {str(e)[:120]}"
+    else:
+        why = "not a checkpoint" if not isinstance(state, dict) else ""
+    if why:
+        log.warning("WARNING: %s: the resume checkpoint %s cannot be read (%s); training starts from step 0",
+                    desc, path, why)
+        D.barrier()  # every rank has read it before the main one removes it
+        if D.is_main():
+            path.unlink(missing_ok=True)
+        return None
+    return state
+
+
 def _save(path: Path, model, opt, sched, losses, step, total_steps, key, records: dict) -> None:
     rng = D.gather(_rng_state())  # every rank's RNG, so each resumes its own dropout stream
     if not D.is_main():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part")
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                "losses": losses, "step": step, "total_steps": total_steps, "key": key, "rng": rng,
-                "records": records}, tmp)
+    with open(tmp, "wb") as f:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                    "losses": losses, "step": step, "total_steps": total_steps, "key": key, "rng": rng,
+                    "records": records}, f)
+        f.flush()
+        os.fsync(f.fileno())  # on disk before the rename: a power cut leaves the old checkpoint or the new one
     tmp.replace(path)  # a kill during the save leaves the previous checkpoint intact
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import platform
 import re
 import subprocess
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import lookup
+from pipeline.errors import PipelineError, lookup, write_failure
 
 INSTALL_HINT = ("pip install '.[qnn]'; wheels exist for Linux x86_64 (glibc >= 2.35) and Windows")
 EMULATOR_NOTE = ("compiled for the chip and run on QAIRT's x86 HTP emulator: the logits are the compiled "
@@ -115,7 +116,7 @@ def _worker(job: dict, timeout_s: float) -> tuple[dict | None, str]:
     # the worker runs from the repository root (where `-m pipeline.qnn_worker` is found): paths go absolute
     paths = {k: str(Path(v).resolve()) for k, v in job.items() if k in ("onnx", "context", "feeds", "logits") and v}
     with tempfile.TemporaryDirectory() as tmp:
-        job = {**job, **paths, "chip": chip, "result": str(Path(tmp) / "result.json")}
+        job = {**job, **paths, "chip": chip, "result": str(Path(tmp) / "result.json"), "parent": os.getpid()}
         (Path(tmp) / "job.json").write_text(json.dumps(job))
         try:
             proc = subprocess.run([sys.executable, "-m", "pipeline.qnn_worker", str(Path(tmp) / "job.json")],
@@ -158,6 +159,10 @@ def compile_htp(onnx_path: Path, chip: str, out_dir: Path, name: str = "", timeo
     if result["compiled"]:
         result["nodes_on_htp"] = result["nodes_total"]
     error = [re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", result["error"])] if result.get("error") else []
+    if error and write_failure(error[0]):  # the disk, not the compiler: recorded as "not compiled", never retried
+        raise PipelineError(f"the HTP compile of {Path(onnx_path).name} for {c.name} could not write {ctx.parent} "
+                            f"({error[0]}): a full disk or a folder it may not write, not a refusal; free space on "
+                            f"run.runs_dir's disk and re-run")
     message = error + parsed["messages"]
     files = context_files(ctx) if result["compiled"] else {}
     return {"chip": chip, "chip_name": c.name, "soc_model": c.soc_model, "htp_arch": c.htp_arch,

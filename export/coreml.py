@@ -12,6 +12,8 @@ import contextlib
 import functools
 import json
 import platform
+import signal
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -116,6 +118,29 @@ def sequence_shapes(mode: str, lengths: list[int], target, max_length: int) -> t
 
 
 @contextlib.contextmanager
+def keep_interrupts():
+    """A Ctrl-C during coremltools' convert still stops the run: the converter wraps a sympy solve in a bare
+    `except:`, which swallowed the KeyboardInterrupt and carried on with another shape path, so the stage
+    finished as if never interrupted. The signal is remembered here and raised again once convert returns."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+    hit: list[int] = []
+
+    def handler(signum, frame):
+        hit.append(signum)
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if hit:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
 def quiet():
     """coremltools' console output that says nothing to act on: a progress bar per conversion pass (about a
     dozen lines per file, for passes of a few milliseconds; the stage prints one line per file) and numpy's
@@ -145,7 +170,7 @@ def convert(loaded, model_name: str, target_name: str, shapes_mode: str, lengths
     shape, note = sequence_shapes(shapes_mode, lengths, target, loaded.max_length)
     inputs = [ct.TensorType(name=name, shape=shape, dtype=np.int32) for name in ("input_ids", "attention_mask")]
     try:
-        with quiet():
+        with quiet(), keep_interrupts():
             ml = ct.convert(traced, inputs=inputs, outputs=[ct.TensorType(name="logits")], convert_to="mlprogram",
                             minimum_deployment_target=target, compute_precision=ct.precision.FLOAT16)
     except (NotImplementedError, RuntimeError, ValueError, TypeError) as e:

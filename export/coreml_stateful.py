@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from export.coreml import MASK_FILL, deployment_target
+from export.coreml import MASK_FILL, deployment_target, keep_interrupts
 
 
 class StatefulLlama(nn.Module):
@@ -98,11 +98,12 @@ def convert_student(hf, max_len: int, target_name: str):
     T = ct.RangeDim(1, max_len, default=1)
     E = ct.RangeDim(1, max_len, default=1)
     shape = tuple(module.k_cache.shape)
-    ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, T), dtype=int),
-                                    ct.TensorType("causal_mask", shape=(1, 1, T, E))],
-                    outputs=[ct.TensorType("logits")],
-                    states=[ct.StateType(ct.TensorType(shape=shape), name=n) for n in ("k_cache", "v_cache")],
-                    minimum_deployment_target=deployment_target(target_name), convert_to="mlprogram")
+    with keep_interrupts():
+        ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, T), dtype=int),
+                                        ct.TensorType("causal_mask", shape=(1, 1, T, E))],
+                        outputs=[ct.TensorType("logits")],
+                        states=[ct.StateType(ct.TensorType(shape=shape), name=n) for n in ("k_cache", "v_cache")],
+                        minimum_deployment_target=deployment_target(target_name), convert_to="mlprogram")
     return ml, f"stateful KV cache ({target_name} states), up to {max_len} positions"
 
 
@@ -113,8 +114,10 @@ def convert_lstm_lm(model, max_len: int, target_name: str):
     model = model.eval()
     h, c = model.zero_state(1)
     traced = torch.jit.trace(model, (torch.zeros((1, 4), dtype=torch.int64), h, c))
-    ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, ct.RangeDim(1, max_len, default=1)), dtype=int),
-                                    ct.TensorType("h0", shape=tuple(h.shape)), ct.TensorType("c0", shape=tuple(c.shape))],
-                    outputs=[ct.TensorType("logits"), ct.TensorType("h"), ct.TensorType("c")],
-                    minimum_deployment_target=deployment_target(target_name), convert_to="mlprogram")
+    with keep_interrupts():
+        ml = ct.convert(traced, inputs=[ct.TensorType("input_ids", shape=(1, ct.RangeDim(1, max_len, default=1)),
+                                                      dtype=int),
+                                        ct.TensorType("h0", shape=tuple(h.shape)), ct.TensorType("c0", shape=tuple(c.shape))],
+                        outputs=[ct.TensorType("logits"), ct.TensorType("h"), ct.TensorType("c")],
+                        minimum_deployment_target=deployment_target(target_name), convert_to="mlprogram")
     return ml, f"LSTM with explicit state, 1..{max_len} tokens per call"

@@ -134,7 +134,7 @@ RANGES: dict[str, Rule] = {
     "lm.top_k": positive,
     "lm.eval_windows": at_least(0),
     "lm.eval_batch_size": positive,
-    "lm.sample_tokens": at_least(0),
+    "lm.sample_tokens": positive,  # the bundle's samples: a continuation of none cannot be replayed
     "lm.max_cache": positive,
     "lm.check_tokens": positive,
     "lm.bench_prompt_tokens": positive,
@@ -262,10 +262,13 @@ def set_fix(key: str, value: Any) -> str:
 
 
 def _prompts(cfg) -> str | None:
+    from pipeline.data_clean import INVISIBLE
+
     prompts = cfg.lm.prompts
-    if empty := [i for i, p in enumerate(prompts) if not p.strip()]:
+    # zero-width characters alone are no text either (a data text of them is refused the same way)
+    if empty := [i for i, p in enumerate(prompts) if not p.strip(INVISIBLE + " \t\n\r\f\v")]:
         return (f"'lm.prompts' item {empty[0]} is empty: a prompt needs text to continue; give one or remove it, "
-                f"e.g. {set_fix('lm.prompts', [p for p in prompts if p.strip()] or ['ROMEO:'])}")
+                f"e.g. {set_fix('lm.prompts', [p for p in prompts if p.strip(INVISIBLE + ' ')] or ['ROMEO:'])}")
     return None
 
 

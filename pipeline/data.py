@@ -19,7 +19,7 @@ from typing import Callable
 
 from pipeline.config import Config, DataSection
 from pipeline.data_csv import read_rows
-from pipeline.data_clean import (check_label_column, check_rows, dedupe_across_splits, label_text,
+from pipeline.data_clean import (INVISIBLE, check_label_column, check_rows, dedupe_across_splits, label_text,
                                  merge_label_variants, shared_texts, text_value)
 from pipeline.data_files import check_file, decoding_notes, read_text, text_lines
 from pipeline.errors import PipelineError
@@ -272,14 +272,13 @@ def cap(examples: list[Example], n: int, seed: int) -> list[Example]:
     return sub
 
 
-_INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"  # zero-width space / (non-)joiner, word joiner, BOM, soft hyphen
 
 
 def clean(examples: list[Example], d: DataSection, where: str) -> tuple[list[Example], int]:
     out, dropped = [], 0
     for i, ex in enumerate(examples):
         text = " ".join(ex["text"].split())  # collapse whitespace: the same normalisation the app bundle records
-        if not text.strip(_INVISIBLE + " "):  # zero-width spaces and joiners alone are no text either
+        if not text.strip(INVISIBLE + " "):  # zero-width spaces and joiners alone are no text either
             if d.on_empty_text == "error":
                 raise PipelineError(f"{where}: example {i + 1} has an empty text. Remove it, or set "
                                     f"data.on_empty_text = \"drop\"")

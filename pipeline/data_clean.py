@@ -13,6 +13,9 @@ from typing import Any
 
 from pipeline.errors import PipelineError
 
+# zero-width space / (non-)joiner, word joiner, BOM, soft hyphen: a text of them alone is no text
+INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"
+
 log = logging.getLogger(__name__)
 SPLIT_ORDER = ("test", "validation", "train")  # a text in two splits stays in the earlier one
 

@@ -69,6 +69,16 @@ def human_bytes(n: int | None) -> str:
     return f"{n:.1f} GB"
 
 
+# How ONNX Runtime (and the OS through it) says a file could not be written: a full disk, a read-only folder. A
+# converter or compiler failing so has not refused the model, and a stage must not record it as a verdict.
+_WRITE_FAILURES = ("Failed to write", "Failed to save", "No space left", "Disk quota exceeded",
+                   "Read-only file system")
+
+
+def write_failure(message: str) -> bool:
+    return any(w in message for w in _WRITE_FAILURES)
+
+
 def disk_error(exc: BaseException, folder, setting: str, needed: int | None = None,
                needed_note: str = "") -> "PipelineError | None":
     """One PipelineError for a full disk (ENOSPC, EDQUOT) or a folder that cannot be written (EACCES, EPERM,

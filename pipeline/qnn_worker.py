@@ -92,8 +92,27 @@ def emulate_job(job: dict) -> dict:
     return {"samples": n, "emulator_seconds_per_inference": seconds / max(n, 1)}
 
 
+def die_with_parent(parent: int | None) -> None:
+    """Linux: have the kernel kill this process when the pipeline that started it dies (a `kill`, a crash): a
+    worker left running would go on compiling into the dead run's folder while the next run uses it."""
+    import os
+    import signal
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent and os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[0]).read_text())
+    die_with_parent(job.get("parent"))
     result = {"compile": compile_job, "emulate": emulate_job}[job["kind"]](job)
     Path(job["result"]).write_text(json.dumps(result))
     return 0

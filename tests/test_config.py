@@ -79,7 +79,7 @@ def test_generation_training_stages_rerun_when_train_settings_change():
 
 def test_generation_bench_settings_rerun_the_generation_bench_only():
     """lm.bench_* are timing settings: they must not re-train the models (report and bundle follow bench's
-    output); lm.context_length reaches every stage that cuts windows, and no other (tests/test_fingerprints.py
+    output); lm.context_length reaches every stage that cuts windows and the bundle, and no other (tests/test_fingerprints.py
     has the whole table)."""
     from pipeline.cli import _stages
     from pipeline.stage import config_hash
@@ -92,9 +92,10 @@ def test_generation_bench_settings_rerun_the_generation_bench_only():
     corpus = config_from_dict({**gen, "lm": {"context_length": 64}}, "c.toml")
     for name in ("data", "teacher", "logits", "distill", "baseline", "eval", "quantize", "export", "report"):
         assert config_hash(a, STAGES[name])[1] == config_hash(timing, STAGES[name])[1], name
-    for name in ("logits", "distill", "baseline", "eval", "quantize", "export", "bench"):
+    # the bundle: its metadata's trained_context_length
+    for name in ("logits", "distill", "baseline", "eval", "quantize", "export", "bench", "bundle"):
         assert config_hash(a, STAGES[name])[1] != config_hash(corpus, STAGES[name])[1], name
-    for name in ("data", "teacher", "report", "bundle"):
+    for name in ("data", "teacher", "report"):
         assert config_hash(a, STAGES[name])[1] == config_hash(corpus, STAGES[name])[1], name
     assert config_hash(a, STAGES["bench"])[1] != config_hash(timing, STAGES["bench"])[1]
 
@@ -221,7 +222,8 @@ def test_auto_precision_follows_the_hardware(monkeypatch):
     monkeypatch.setattr(eval.machine, "all_cpu_flags", lambda: {"avx2", "avx512_bf16", "amx_bf16"})
     assert choose_precision("auto").precision == "bf16"
     assert choose_precision("fp32").precision == "fp32" and choose_precision("bf16").precision == "bf16"
-    cfg = config_from_dict({"train": {"precision": "auto"}, "lm": {"teacher_precision": "auto"}}, "t")
+    cfg = config_from_dict({"run": {"task": "generation"}, "train": {"precision": "auto"},
+                            "lm": {"teacher_precision": "auto"}}, "t")
     assert cfg.train.precision == cfg.lm.teacher_precision == "auto"
 
 

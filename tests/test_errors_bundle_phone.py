@@ -472,9 +472,10 @@ def gen_run(tmp_path_factory):
 
 
 @pytest.mark.parametrize("text, said", [
-    ('{"model": {"decoder": ', r"JSONDecodeError\('Expecting value: line 1 column 23 \(char 22\)'\)"),
-    ('{"search": {"max_length": 64}}', r"KeyError\('model'\)"),
-], ids=["not-json", "no-model"])
+    ('{"model": {"decoder": ', r"is not valid JSON \(Expecting value: line 1 column 23 \(char 22\)\)"),
+    ('{"search": {"max_length": 64}}', r"has no model\.decoder section, which onnxruntime-genai and the replay read"),
+    ('[1, 2]', r"is not a JSON object"),
+], ids=["not-json", "no-model", "a-list"])
 def test_an_unreadable_genai_config_is_named(gen_run, tmp_path, text, said):
     from pipeline.verify import verify_bundle
 
@@ -482,7 +483,7 @@ def test_an_unreadable_genai_config_is_named(gen_run, tmp_path, text, said):
     copy = shutil.copytree(dist, tmp_path / "copy")
     (copy / "genai_config.json").write_text(text)
     _rehash(copy, _meta(copy))
-    with pytest.raises(PipelineError, match=rf"^{re.escape(str(copy))}/genai_config\.json is unreadable \({said}\); "
+    with pytest.raises(PipelineError, match=rf"^{re.escape(str(copy))}/genai_config\.json {said}; "
                                             r"rebuild the bundle with `make bundle`$"):
         verify_bundle(copy)
 
@@ -500,8 +501,9 @@ def test_a_generation_sample_without_its_prompt_fields_is_named(gen_run, tmp_pat
     _rehash(copy, _meta(copy))
     with pytest.raises(PipelineError) as e:
         verify_bundle(copy)
-    assert str(e.value) == (f"{copy}/samples.json: sample 2 needs 'prompt', 'prompt_ids' (integers), 'max_new_tokens' "
-                            f"and 'continuation_ids' (integers); rebuild the bundle with `make bundle`")
+    assert str(e.value) == (f"{copy}/samples.json: sample 2 needs 'prompt', 'prompt_ids' (integers), 'max_new_tokens', "
+                            f"'continuation_ids' (integers) and 'continuation' (its text); rebuild the bundle with "
+                            f"`make bundle`")
 
 
 def test_phone_bench_on_a_generation_run_says_it_times_classification_bundles(gen_run, tmp_path, capsys):

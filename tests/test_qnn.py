@@ -4,6 +4,7 @@ rows, and the skip where onnxruntime-qnn is missing. Compile and emulator tests 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +117,19 @@ def test_a_crashing_compiler_is_a_record_not_a_crash(tmp_path, monkeypatch):
                                                                       "QNN_COMMON_ERROR_MEM_ALLOC"))
     rec = qnn.compile_htp(tmp_path / "x.onnx", "8elite", tmp_path)
     assert rec["compiled"] is False and rec["message"][0] == "the QNN process died (signal 6)"
+
+
+def test_a_compile_that_could_not_write_fails_the_stage_instead_of_recording_a_refusal(tmp_path, monkeypatch):
+    """A full disk while the compiler wrote its context cache was recorded as "not compiled", and the finished
+    stage never tried again."""
+    from pipeline.errors import PipelineError
+
+    monkeypatch.setattr(qnn, "_worker", lambda job, timeout_s: ({
+        "compiled": False, "error": "[ONNXRuntimeError] : 1 : FAIL : Failed to write context cache file.",
+        "nodes_on_htp": 3, "nodes_total": 5, "htp_partitions": 1, "cpu_nodes": [], "compile_seconds": 1.0}, ""))
+    with pytest.raises(PipelineError, match=r"the HTP compile of x.onnx for .* could not write .* \(Failed to write "
+                                            r"context cache file.\): a full disk or a folder it may not write"):
+        qnn.compile_htp(tmp_path / "x.onnx", "8elite", tmp_path)
 
 
 def test_an_emulator_past_its_time_is_an_error_not_a_traceback(tmp_path):
@@ -315,3 +329,34 @@ def test_a_flip_within_the_emulators_own_logit_difference_is_a_near_tie():
     assert _worst_agreement([{**num}, {"argmax_agreement": 1.0, "samples": 8}]) == \
         "87.5% (of 8 each; 1 near tie, counted as agreeing)"
     assert _worst_agreement([{"argmax_agreement": 1.0, "samples": 8}]) == "100.0% (of 8 each)"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_dies_with_the_pipeline_that_started_it(tmp_path):
+    """A `kill` of the pipeline left its QNN workers compiling into the dead run's folder, beside the next run:
+    each worker now asks the kernel to kill it when its parent dies."""
+    import signal
+    import subprocess
+    import time
+
+    child = tmp_path / "child.pid"
+    (tmp_path / "worker.py").write_text(
+        "import os, sys, time\nfrom pipeline.qnn_worker import die_with_parent\n"
+        f"die_with_parent(int(sys.argv[1]))\nopen({str(child)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n")
+    (tmp_path / "parent.py").write_text(
+        f"import os, subprocess, sys\nsubprocess.run([sys.executable, {str(tmp_path / 'worker.py')!r}, "
+        f"str(os.getpid())])\n")
+    repo = Path(__file__).resolve().parents[1]
+    parent = subprocess.Popen([sys.executable, str(tmp_path / "parent.py")], cwd=repo,
+                              env={**__import__("os").environ, "PYTHONPATH": str(repo)})
+    deadline = time.time() + 30
+    while not child.exists() or not child.read_text():
+        assert time.time() < deadline and parent.poll() is None, "the worker never started"
+        time.sleep(0.05)
+    pid = int(child.read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 10
+    while Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text():
+        assert time.time() < deadline, "the worker outlived its parent"
+        time.sleep(0.05)

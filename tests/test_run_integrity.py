@@ -238,3 +238,19 @@ def test_status_table_durations_and_total(tmp_path):
     from pipeline.cli import _duration
 
     assert (_duration(59.94), _duration(119.7), _duration(60)) == ("59.9 s", "2 min 0 s", "1 min 0 s")
+
+
+def test_a_cache_save_killed_before_its_rename_is_cleaned_up(tmp_path):
+    """A kill between writing the hash cache and renaming it left .sha256-cache.json.<pid>.part for good; the next
+    save removes it, unless that process is alive (it is saving now)."""
+    import os
+
+    dead = tmp_path / f"{CACHE_NAME}.999999999.part"
+    dead.write_text("{}")
+    live = tmp_path / f"{CACHE_NAME}.{os.getppid()}.part"
+    live.write_text("{}")
+    (tmp_path / "f.txt").write_text("x")
+    cache = HashCache(tmp_path)
+    cache.sha256(tmp_path / "f.txt")
+    cache.save()
+    assert not dead.exists() and live.exists() and (tmp_path / CACHE_NAME).is_file()

@@ -14,7 +14,7 @@ GEN = ["run.task=generation"]
 CASES = [
     (["bench.seq_lengths=[]"], "bench.seq_lengths", True),
     (["bench.headline_length=100"], "bench.headline_length", True),
-    (['lm.prompts=[""]'], "lm.prompts", True),
+    (GEN + ['lm.prompts=[""]'], "lm.prompts", True),
     (['bundle.web_target="host-cpu"'], "bundle.web_target", True),
     (['bench.targets=["host-cpu","browser-wasm"]', 'bundle.web_target="browser-wasm-mt"'], "bundle.web_target", True),
     (['export.ort_variants=["fp32","int8-dynamic"]', 'bundle.variant="int8-static"'], "bundle.variant", True),
@@ -141,14 +141,19 @@ def test_show_config_refuses_the_same(overrides, key, has_fix, capsys, tmp_path)
 @pytest.mark.parametrize("task,key", [("classification", "teacher.max_length"), ("generation", "lm.context_length")])
 def test_a_length_beyond_a_local_teacher_folders_positions_is_refused_at_load(tmp_path, task, key):
     """A local folder's config.json gives the position table (its 128 rows here) before any stage runs."""
+    from transformers import LlamaConfig
+
     from conftest import tiny_bert_config
 
     folder = tmp_path / "teacher"
-    tiny_bert_config().save_pretrained(folder)  # no weights: the config load reads config.json alone
-    base = [f'teacher.model="{folder}"', f'run.task="{task}"', 'student.init="random"']
+    # no weights: the config load reads config.json alone (a decoder's for generation, whose teacher must be one)
+    config = tiny_bert_config() if task == "classification" else LlamaConfig(max_position_embeddings=128)
+    config.save_pretrained(folder)
+    base = [f'teacher.model="{folder}"', f'run.task="{task}"', 'student.init="random"', "lm.max_cache=256"]
+    base = base if task == "generation" else base[:-1]
     assert load_config(None, [*base, f"{key}=128"]).value(key) == 128
-    with pytest.raises(PipelineError, match=rf"^<defaults>: '{key}' = 129, but the teacher \(bert\) has positions "
-                                            rf"for 128 tokens only; set {key} <= 128"):
+    with pytest.raises(PipelineError, match=rf"^<defaults>: '{key}' = 129, but the teacher \({config.model_type}\) "
+                                            rf"has positions for 128 tokens only; set {key} <= 128"):
         load_config(None, [*base, f"{key}=129"])
 
 
@@ -211,7 +216,7 @@ def test_a_checked_value_from_set_is_traced_to_it_and_a_second_line_is_not_dropp
     with pytest.raises(PipelineError, match=r"^--set 'distill.epochs=2\\ndistill.lr=0.1': one section.key=value "
                                             r"per --set; .*\('distill.lr=0.1'\)"):
         load_config(None, ["distill.epochs=2\ndistill.lr=0.1"])
-    assert load_config(None, ['lm.prompts=["a\\nb"]']).lm.prompts == ["a\nb"]  # an escaped newline is a value
+    assert load_config(None, [*GEN, 'lm.prompts=["a\\nb"]']).lm.prompts == ["a\nb"]  # an escaped newline is a value
 
 
 @pytest.mark.parametrize("argv", [["show-config", "--config", ""], ["run", "--until", ""]])

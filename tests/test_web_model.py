@@ -191,6 +191,30 @@ def test_a_fastgelu_variant_that_fails_its_check_is_recorded_failed(fake_run, tm
                             _texts(fake_run)) == ([], [])
 
 
+@pytest.mark.parametrize("error", [RuntimeError("[ONNXRuntimeError] : 1 : FAIL : Failed to save ORT format model"),
+                                   OSError(28, "No space left on device")], ids=["ort", "os"])
+def test_a_fastgelu_file_that_could_not_be_written_fails_the_stage(fake_run, tmp_path, monkeypatch, error):
+    """A full disk while the .ort was written was recorded as a skipped variant, and the finished stage kept it."""
+    from dataclasses import replace
+
+    import export.registry as registry
+    from pipeline.errors import PipelineError
+    from pipeline.tasks.classification import fast_gelu
+
+    real = registry.get_exporter
+
+    def fail(job):
+        raise error
+    monkeypatch.setattr(registry, "get_exporter", lambda name: replace(real(name), fn=fail))
+    with pytest.raises((PipelineError, OSError)) as e:
+        fast_gelu.export_fast_gelu(_ctx(fake_run, tmp_path), [_qrow(0.5)], _texts(fake_run))
+    if isinstance(error, RuntimeError):
+        assert "student -> ort-fastgelu: writing" in str(e.value) and "a full disk or a folder it may not write" \
+            in str(e.value)
+    else:
+        assert e.value is error
+
+
 def _events(warmup: int, runs: list[dict[str, float]]) -> list[dict]:
     """Profiler events: one model_run per run, kernels inside it (Add then Gelu per run)."""
     ev, ts = [], 0

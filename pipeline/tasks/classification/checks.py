@@ -22,7 +22,7 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def validate(cfg) -> str | None:
-    problem = (check_names(cfg, NAMES) or source_problem(cfg.data.source, "classification")
+    problem = (_generation_config(cfg) or check_names(cfg, NAMES) or source_problem(cfg.data.source, "classification")
                or paths_problem(cfg.data) or unread_problem(cfg.data, "classification"))
     for rule in (_search_ships_what_is_made, _search_npu_chips, _step_budget_is_generation, _columns_differ,
                  _fusion_names, _embedding_4bit_width, _npu_device, _layer_map_covers_the_student,
@@ -94,6 +94,26 @@ def _npu_device(cfg) -> str | None:
         get_device(load_devices(cfg.bench.devices_file), cfg.bench.npu_device)
     except PipelineError as e:
         return str(e)
+    return None
+
+
+def _generation_config(cfg) -> str | None:
+    """A generation setting in a classification run: [lm] (which no classification stage reads) or a decoder
+    student, most often a generation config that lacks run.task."""
+    from dataclasses import fields
+
+    from distill.student import STUDENTS
+    from pipeline.config import LMSection
+
+    if "generation" in STUDENTS.get(cfg.student.arch, STUDENTS["bert"]).tasks:
+        return (f"'student.arch' = {cfg.student.arch!r} is a generation student, and run.task is 'classification': "
+                f"a generation config sets run.task = \"generation\" under [run]; a classification one picks "
+                f"{' or '.join(repr(a) for a, arch in STUDENTS.items() if 'classification' in arch.tasks)}")
+    default = LMSection()
+    for f in fields(LMSection):
+        if (value := getattr(cfg.lm, f.name)) != getattr(default, f.name):
+            return (f"'lm.{f.name}' = {value!r} is a generation setting no classification stage reads: remove it, or "
+                    f"set run.task = \"generation\" under [run] if this is a generation run")
     return None
 
 

@@ -9,7 +9,7 @@ import logging
 
 import numpy as np
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, write_failure
 
 log = logging.getLogger("pocketformer")
 
@@ -104,6 +104,12 @@ def export_fast_gelu(ctx, qrows: list[dict], check_texts: list[str]) -> tuple[li
         except Exception as err:  # noqa: BLE001 - ours (e.g. a graph with no GELU) or ORT's own exception types:
             # the other files stand, the skip says why
             last = str(err).strip().splitlines()[-1][:300] if str(err).strip() else type(err).__name__
+            if isinstance(err, OSError):
+                raise  # a full disk or a folder it may not write: the stage fails (and says so), nothing is kept
+            if write_failure(str(err)):
+                raise PipelineError(f"{model} -> ort-fastgelu: writing {out} failed ({last}): a full disk or a "
+                                    f"folder it may not write, not the model; free space on run.runs_dir's disk "
+                                    f"and re-run (nothing of the export stage was kept)") from None
             reason = (str(err) if isinstance(err, PipelineError) else
                       f"{model} -> ort-fastgelu: converting {src.name} failed: {last}")
             log.warning("[export] %s", reason)

@@ -21,9 +21,11 @@ TASK = Task(
         "data": Step(lazy(f"{_HERE}.train:stage_data"), ("data.*", "lm.split_blocks")),
         # revision 2: the tokenizer adds <bos> where the checkpoint says so, and a GGUF teacher's eos is the
         # file's (docs/results/2026-11-26-gguf-eos.md); a teacher stage run before keeps the old tokenizer
-        # student.hidden / init: the teacher-pca check fails before anything trains (the distill step reads them)
-        "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"), ("teacher.model", "-student.hidden", "-student.init"),
-                        revision=2),
+        # student.hidden / init, lm.prompts and the token counts: checks that fail before anything trains (the
+        # steps after it read those keys)
+        "teacher": Step(lazy(f"{_HERE}.train:stage_teacher"),
+                        ("teacher.model", "-student.hidden", "-student.init", "-lm.prompts", "-lm.sample_tokens",
+                         "-lm.check_tokens", "-lm.max_cache"), revision=2),
         # lm.eval_batch_size batches the teacher pass
         "logits": Step(lazy(f"{_HERE}.train:stage_logits"),
                        ("lm.context_length", "lm.restrict_vocab", "lm.teacher_windows", "lm.extra_windows", "lm.offset_windows",

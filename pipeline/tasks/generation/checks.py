@@ -4,9 +4,11 @@ from __future__ import annotations
 from dataclasses import fields
 
 import pipeline.tasks.generation.data  # noqa: F401  (registers the generation data sources)
-from pipeline.config import SECTIONS, AugmentSection, BenchSection
-from pipeline.config_rules import check_names, set_fix as _set, teacher_positions_problem, teacher_problem
+from pipeline.config import SECTIONS, AugmentSection, BenchSection, NpuSection
+from pipeline.config_rules import (check_names, set_fix as _set, teacher_config, teacher_positions_problem,
+                                   teacher_problem)
 from pipeline.data import paths_problem, source_problem, unread_problem
+from pipeline.errors import PipelineError
 from pipeline.tasks.generation import TASK
 
 COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
@@ -49,6 +51,19 @@ CLASSIFICATION_ONLY = {
     "bench.devices_file": "",
     # the browser targets are skipped (eval/bench.py DECODE_SKIPPED) and the web bundle is classification's
     **{f"bench.{f.name}": "" for f in fields(BenchSection) if f.name.startswith("browser_")},
+    "bundle.web": "", "bundle.web_target": "",
+    # the classification bundle's replay of sample texts against the .ort; a generation bundle replays lm.prompts
+    "bundle.min_agreement": "", "bundle.sample_texts": "lm.prompts",
+    # int8-static, its calibration and fusions, and the NPU files are classification's; the decoders are quantized
+    # int8-dynamic (quantize.per_channel and quantize.opset apply) and checked greedy token for token
+    **{f"quantize.{k}": "" for k in ("activation_type", "calibration_samples", "cls_only_last_layer", "dynamic_source",
+                                     "npu_lengths", "npu_variants", "reduce_range", "skip_fusions", "static_float",
+                                     "lossless_atol", "min_argmax_agreement")},
+    "quantize.check_samples": "lm.check_tokens",
+    # the decoders' Core ML packages take one token a step against their KV cache state (lm.max_cache)
+    "export.coreml_lengths": "lm.max_cache", "export.coreml_shapes": "", "export.fast_gelu_variants": "",
+    # the HTP compile is skipped for a decoder (dynamic shapes)
+    **{f"npu.{f.name}": "" for f in fields(NpuSection)},
 }
 
 
@@ -56,7 +71,8 @@ def validate(cfg) -> str | None:
     problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation") or paths_problem(cfg.data)
     problem = problem or unread_problem(cfg.data, "generation")
     for rule in (_search_decoder, _prompts_given, _classification_only, _generation_settings, _token_budgets,
-                 _lm_exports, _lm_bundle_choice_is_made, _student_init_fits_teacher, _context_fits_teacher):
+                 _lm_exports, _lm_bundle_choice_is_made, _bench_times_something, _teacher_is_causal,
+                 _student_init_fits_teacher, _context_fits_teacher, _bench_fits_teacher):
         problem = problem or rule(cfg)
     return problem
 
@@ -126,9 +142,10 @@ def _token_budgets(cfg) -> str | None:
     own length needs the tokenizer (the stage checks it); at least one token of it is counted here."""
     lm = cfg.lm
     if lm.bench_prompt_tokens + lm.bench_decode_tokens + 1 > lm.max_cache:
+        need = max(lm.bench_prompt_tokens + lm.bench_decode_tokens + 1, lm.context_length)
         return (f"'lm.bench_prompt_tokens' ({lm.bench_prompt_tokens}) + 'lm.bench_decode_tokens' "
                 f"({lm.bench_decode_tokens}) + 1 exceeds the students' positions 'lm.max_cache' ({lm.max_cache}); "
-                f"{_set('lm.max_cache', lm.bench_prompt_tokens + lm.bench_decode_tokens + 1)} or shorten the bench")
+                f"{_set('lm.max_cache', need)} or shorten the bench")
     # eval_windows 0 = every test window: only the bench, which has the split, can count their tokens
     if lm.eval_windows > 0 and (held := lm.eval_windows * (lm.context_length + 1)) < lm.bench_prompt_tokens:
         # the bench's prompt is cut from the held-out windows run together: fewer tokens were timed than reported
@@ -140,7 +157,12 @@ def _token_budgets(cfg) -> str | None:
         if (n := cfg.value(key)) + 1 > lm.max_cache:
             return (f"'{key}' = {n}: a prompt of even one token + {n} new tokens exceeds the students' positions "
                     f"'lm.max_cache' ({lm.max_cache}); generate fewer, e.g. {_set(key, lm.max_cache // 2)}, or "
-                    f"{_set('lm.max_cache', n + 64)}")
+                    f"{_set('lm.max_cache', max(n + 64, lm.context_length))}")
+    if lm.context_length > lm.max_cache:
+        # the students would train on positions their exported graphs and bundle do not have
+        return (f"'lm.context_length' = {lm.context_length} is longer than the students' positions 'lm.max_cache' "
+                f"({lm.max_cache}), the table they are trained, exported and shipped with; shorten the windows, "
+                f"{_set('lm.context_length', lm.max_cache)}, or raise lm.max_cache")
     return None
 
 
@@ -148,6 +170,44 @@ def _student_init_fits_teacher(cfg) -> str | None:
     from distill.student import check_causal_init
 
     return teacher_problem(cfg, check_causal_init)
+
+
+def _bench_times_something(cfg) -> str | None:
+    """bench.targets whose every entry the decode bench skips: the run would time nothing and report no goal."""
+    from eval.bench import DECODE_SKIPPED
+
+    if cfg.bench.targets and all(t in DECODE_SKIPPED for t in cfg.bench.targets):
+        return (f"'bench.targets' = {list(cfg.bench.targets)}: the generation bench skips each of them "
+                f"({DECODE_SKIPPED[cfg.bench.targets[0]]}), so it would time nothing; add one it times, e.g. "
+                f"{_set('bench.targets', [*cfg.bench.targets, 'mobile-cpu'])}")
+    return None
+
+
+def _teacher_is_causal(cfg) -> str | None:
+    """The teacher stage's check (a decoder, not an encoder) where the teacher's config is known at load."""
+    from distill.teacher_checks import check_causal
+
+    if (config := teacher_config(cfg)) is None or not hasattr(config, "model_type"):
+        return None
+    try:
+        check_causal(config, repr(cfg.teacher.model))
+    except PipelineError as e:
+        return str(e)
+    return None
+
+
+def _bench_fits_teacher(cfg) -> str | None:
+    """The teacher is timed decoding too: its prompt and new tokens must fit its own position table."""
+    from distill.teacher_checks import position_limit
+
+    lm = cfg.lm
+    need = lm.bench_prompt_tokens + lm.bench_decode_tokens + 1
+    if (config := teacher_config(cfg)) is None or not (limit := position_limit(config)) or need <= limit:
+        return None
+    return (f"'lm.bench_prompt_tokens' ({lm.bench_prompt_tokens}) + 'lm.bench_decode_tokens' "
+            f"({lm.bench_decode_tokens}) + 1 exceeds the teacher's positions ({config.model_type}: {limit}), and the "
+            f"bench times the teacher decoding as well; shorten the bench, e.g. "
+            f"{_set('lm.bench_prompt_tokens', max(1, limit - lm.bench_decode_tokens - 1))}")
 
 
 def _context_fits_teacher(cfg) -> str | None:

@@ -21,7 +21,7 @@ import numpy as np
 from pipeline.config import Config, DataSection
 from pipeline.errors import PipelineError
 from pipeline.data import SOURCES, file_source, hold_out, hub_split, read_split, source, too_small
-from pipeline.data_clean import dedupe_across_splits, shared_texts
+from pipeline.data_clean import dedupe_across_splits, shared_texts, text_value
 from pipeline.data_files import check_file, decoding_notes, read_text
 
 log = logging.getLogger(__name__)
@@ -30,19 +30,25 @@ TEXT_SUFFIXES = (".txt", ".md", ".text")
 
 
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
-_ITALIC = re.compile(r"(?<![\w*])[_*](.+?)[_*](?![\w*])")
+# emphasis: _text_, or *text* hugging its text as Markdown reads it (" * " is a multiplication); an escaped \*
+# is no marker
+_ITALIC = re.compile(r"(?<![\w*\\])(?:_(.+?)_|\*(?=\S)(.+?)(?<=[^\s\\])\*)(?![\w*])")
+# a backslash escapes ASCII punctuation only ("C:\tools" keeps its backslash); one ending a line breaks it
+_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])|\\$")
 _HEADING = re.compile(r"^#{1,6}\s*")
 
 
 def strip_markdown(text: str) -> str:
-    """Markdown play text -> plain play text: headings, bold speaker names and italic stage directions
-    lose their markup, the two-space hard line breaks go, runs of blank lines become one."""
+    """Markdown -> the text a reader sees rendered (the packaged plays, and any .md file of a text corpus):
+    headings, bold (speaker names) and emphasis (stage directions) lose their markers, backslash escapes and
+    hard line breaks go, runs of blank lines become one. What Markdown keeps stays: "a * b", "C:\\tools",
+    snake_case."""
     lines = []
     for line in text.splitlines():
         line = _HEADING.sub("", line.rstrip())
         line = _BOLD.sub(r"\1", line)
-        line = _ITALIC.sub(r"\1", line)
-        lines.append(line.replace("\\", ""))
+        line = _ITALIC.sub(lambda m: m[1] if m[1] is not None else m[2], line)
+        lines.append(_ESCAPE.sub(r"\1", line))
     out = re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
     return out.strip() + "\n"
 
@@ -55,11 +61,19 @@ def _read(path: Path, d: DataSection) -> str:
 
 
 def read_documents(path: Path, d: DataSection) -> list[Doc]:
-    """One document per text file; a folder gives every .txt/.md/.text file under it, sorted."""
+    """One document per text file; a folder gives every .txt/.md/.text file under it, sorted (the others are
+    named in a warning, but for hidden files and Python's own). A .md file is read as a reader sees it rendered
+    (strip_markdown)."""
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+        found = sorted(p for p in path.rglob("*") if p.is_file())
+        files = [p for p in found if p.suffix.lower() in TEXT_SUFFIXES]
         if not files:
             raise PipelineError(f"{path} holds no {'/'.join(TEXT_SUFFIXES)} files; point data.*_path at text files")
+        if other := [p.relative_to(path).as_posix() for p in found if p.suffix.lower() not in TEXT_SUFFIXES
+                     and not any(part.startswith((".", "__")) for part in p.relative_to(path).parts)]:
+            log.warning("WARNING: %s: %d file(s) are not %s and are left out (%s%s); rename the text files among "
+                        "them to one of those suffixes", path, len(other), "/".join(TEXT_SUFFIXES),
+                        ", ".join(other[:5]), ", ..." if len(other) > 5 else "")
         return [{"name": p.relative_to(path).as_posix(), "text": _read(p, d)} for p in files]
     check_file(path)
     return [{"name": path.name, "text": _read(path, d)}]
@@ -94,7 +108,13 @@ def load_hub_text(d: DataSection, split: str) -> list[Doc]:
         raise PipelineError(f"dataset {d.hub_name}[{split}] has no column '{d.text_column}' (data.text_column). "
                             f"Columns: {', '.join(ds.column_names)}. Set data.text_column to the one that holds the "
                             f"text")
-    return [{"name": f"{split}-{i}", "text": str(t or "")} for i, t in enumerate(ds[d.text_column])]
+    texts = ds[d.text_column]
+    if odd := [(i, t) for i, t in enumerate(texts) if text_value(t) is None]:
+        i, t = odd[0]
+        raise PipelineError(f"dataset {d.hub_name}[{split}]: {len(odd)} text(s) in column '{d.text_column}' are not "
+                            f"strings, e.g. row {i + 1}: {str(t)[:60]!r} ({type(t).__name__}). Point data.text_column at "
+                            f"the text column, or store the texts as strings")
+    return [{"name": f"{split}-{i}", "text": text_value(t)} for i, t in enumerate(texts)]
 
 
 def _blocks(doc: Doc, n: int) -> list[Doc]:

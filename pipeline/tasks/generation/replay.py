@@ -66,7 +66,16 @@ def _cross_check(bundle: Path, meta: dict) -> None:
     for k, v in meta["special_ids"].items():
         pairs += [(f"special_ids.{k}", v, rel, at) for rel, at in (("genai_config.json", f"model.{k}"),
                                                                   ("config.json", k), ("generation_config.json", k))]
-    docs = {rel: read_json(bundle / rel) for rel in ("genai_config.json", "config.json", "generation_config.json")}
+    rebuild = "rebuild the bundle with `make bundle`"
+    docs = {rel: read_json(bundle / rel, f"{bundle}/{rel}", rebuild)
+            for rel in ("genai_config.json", "config.json", "generation_config.json")}
+    for rel, doc in docs.items():
+        if not isinstance(doc, dict):
+            raise PipelineError(f"{bundle}/{rel} is not a JSON object; {rebuild}")
+    model = docs["genai_config.json"].get("model")
+    if not (isinstance(model, dict) and isinstance(model.get("decoder"), dict)):
+        raise PipelineError(f"{bundle}/genai_config.json has no model.decoder section, which onnxruntime-genai and "
+                            f"the replay read; {rebuild}")
     for key, ours, rel, at in pairs:
         theirs = docs[rel]
         for part in at.split("."):

@@ -47,10 +47,35 @@ def stage_teacher(ctx: StageContext) -> dict:
     model, tok = load_causal_teacher(cfg.teacher.model)
     # a student that cannot start from this teacher fails now, not after the logits pass (as classification's)
     check_causal_init(cfg.student, model.config)
+    check_eos_and_prompts(cfg, model, tok)
     save_causal(ctx.out / "model", model, tok, {"source": cfg.teacher.model})
     return {"source": cfg.teacher.model, "model_type": model.config.model_type,
             "layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size,
             "vocab": model.config.vocab_size, **count_params(model)}
+
+
+def check_eos_and_prompts(cfg, model, tok) -> None:
+    """What the stages after training would refuse, checked once the tokenizer is loaded: an eos token (documents
+    are joined with it, generation stops at it, the bundle names it), and every lm.prompts item within the
+    students' positions with the tokens generated after it (eval's samples, the quantize / export checks and
+    the bundle's samples)."""
+    from export.hf_layout import special_ids
+    from pipeline.tasks.generation.data import encode_prompt
+
+    try:
+        special_ids(tok, model.config)
+    except PipelineError:
+        raise PipelineError(f"teacher.model {cfg.teacher.model!r}: its tokenizer and config name no eos token, which "
+                            f"ends every training document and every generation, and which the bundle's runtimes "
+                            f"stop at; give the tokenizer one (tokenizer.eos_token = ...; tokenizer.save_pretrained("
+                            f"folder)) or pick another teacher") from None
+    lm = cfg.lm
+    for i, text in enumerate(lm.prompts):
+        new = max(lm.sample_tokens, lm.check_tokens) if i == 0 else lm.sample_tokens  # the first is the check's
+        if (n := len(encode_prompt(tok, text))) + new > lm.max_cache:
+            raise PipelineError(f"'lm.prompts' item {i} ({text[:40]!r}...) is {n} tokens: with {new} new tokens "
+                                f"after it, it exceeds the students' positions 'lm.max_cache' ({lm.max_cache}); "
+                                f"shorten it, or raise lm.max_cache to at least {n + new}")
 
 
 def stage_logits(ctx: StageContext) -> dict:
@@ -72,6 +97,8 @@ def stage_logits(ctx: StageContext) -> dict:
     sep = eos_id(tok, teacher)
     tokens = token_stream(tok, ctx.input("data"), "train", sep)
     start = start_ids(tok)  # the tokenizer's <bos>, if it adds one
+    # eval scores the test split in these windows: one too short to hold one fails here, before any training
+    windows(token_stream(tok, ctx.input("data"), "test", sep), lm.context_length, "test split", 1, start)
     vmap = VocabMap.build(tokens, teacher.config.vocab_size, lm.restrict_vocab, always=(sep, *start))
     win, extra = split_windows(windows(tokens, lm.context_length, "training split", 0, start), lm.teacher_windows,
                                lm.extra_windows)  # (N, T + 1), (M, T + 1)

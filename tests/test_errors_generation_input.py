@@ -1,0 +1,163 @@
+"""What a generation user's own config and data get (an audit on 2026-11-29): settings the run would refuse only
+after training, or never, now refused when the config loads or by the first stage that can tell; data that was
+silently changed is read as it is written, or named."""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+from dataclasses import fields
+
+import pytest
+
+from pipeline.config import SECTIONS, config_from_dict, load_config, read_keys, unkeyed_reads
+from pipeline.errors import PipelineError
+from pipeline.stage import run
+from test_errors_config_data import datasets_cache, lm_cfg  # noqa: F401  (fixture)
+from test_gpt_pipeline import corpus, gen_cfg, tiny_llama_dir  # noqa: F401  (fixtures)
+
+GEN = 'run.task="generation"'
+
+
+@pytest.mark.parametrize("sets,match", [
+    (["lm.sample_tokens=0"], r"'lm.sample_tokens' = 0 must be > 0"),
+    (["lm.context_length=300"], r"'lm.context_length' = 300 is longer than the students' positions 'lm.max_cache' "
+                                r"\(256\), the table they are trained, exported and shipped with; shorten the "
+                                r"windows, --set lm.context_length=256, or raise lm.max_cache"),
+    (['bench.targets=["edge-npu"]'], r"'bench.targets' = \['edge-npu'\]: the generation bench skips each of them "
+                                     r"\(.*\), so it would time nothing; add one it times"),
+    (['lm.prompts=["\u200b\u200d"]'], r"'lm.prompts' item 0 is empty"),
+    (["quantize.min_argmax_agreement=0.99"], r"'quantize.min_argmax_agreement' = 0.99 is a classification setting "
+                                             r"no generation stage reads: remove it"),
+    (["quantize.check_samples=500"], r"is a classification setting no generation stage reads \(generation has "
+                                     r"'lm.check_tokens'\)"),
+    (["export.coreml_lengths=[8]"], r"\(generation has 'lm.max_cache'\)"),
+    (["bundle.sample_texts=2"], r"\(generation has 'lm.prompts'\)"),
+    (["npu.emulator_samples=5"], r"'npu.emulator_samples' = 5 is a classification setting"),
+])
+def test_generation_settings_a_run_would_refuse_late_are_refused_at_load(sets, match):
+    with pytest.raises(PipelineError, match=match):
+        load_config(None, [GEN, *sets])
+
+
+def test_every_setting_no_generation_step_reads_is_refused():
+    """The keys no generation stage declares reading (pipeline/tasks/generation/__init__.py), but for those the
+    commands read (run, search, phone) and the ones refused by their own check, are all CLASSIFICATION_ONLY: a
+    value there was silently ignored (no gate, no re-run)."""
+    from pipeline.tasks import TASKS
+    from pipeline.tasks.generation.checks import CLASSIFICATION_ONLY
+
+    task = TASKS["generation"]
+    read = {k for name, step in task.steps.items() if name != "search"
+            for k in (*read_keys(step.reads), *unkeyed_reads(step.reads))}
+    every = {f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)}
+    commands = {k for k in every if k.split(".")[0] in ("run", "search", "phone")} | {"teacher.fine_tune"}
+    assert every - read - commands <= set(CLASSIFICATION_ONLY), sorted(every - read - commands - set(CLASSIFICATION_ONLY))
+
+
+@pytest.mark.parametrize("key,value", [("lm.top_k", "3"), ("lm.prompts", '["ROMEO:"]'), ("lm.max_cache", "64")])
+def test_classification_refuses_generation_settings(key, value):
+    with pytest.raises(PipelineError, match=rf"'{key}' = .* is a generation setting no classification stage reads: "
+                                            rf"remove it, or set run.task = \"generation\" under \[run\]"):
+        load_config(None, [f"{key}={value}"])
+
+
+def test_a_generation_config_without_its_task_says_so():
+    with pytest.raises(PipelineError, match=r"'student.arch' = 'llama' is a generation student, and run.task is "
+                                            r"'classification': a generation config sets run.task = \"generation\" "
+                                            r"under \[run\]; a classification one picks 'bert' or 'npu'"):
+        load_config(None, ['student.arch="llama"'])
+
+
+def test_local_teacher_folders_are_checked_at_load(tmp_path, corpus, tiny_llama_dir, tiny_bert_dir):
+    """A BERT folder is no decoder; the bench's prompt and new tokens must fit the teacher's own 256 positions,
+    as the bench times it decoding too (it blamed lm.max_cache after the whole run)."""
+    with pytest.raises(PipelineError, match="is a 'bert' model .* not a causal language model"):
+        config_from_dict(gen_cfg(tmp_path, corpus, tiny_bert_dir), "tiny-gen")
+    long = gen_cfg(tmp_path, corpus, tiny_llama_dir, lm__eval_windows=0, lm__bench_prompt_tokens=250,
+                   lm__bench_decode_tokens=40, lm__max_cache=300)
+    with pytest.raises(PipelineError, match=r"'lm.bench_prompt_tokens' \(250\) \+ 'lm.bench_decode_tokens' \(40\) "
+                                            r"\+ 1 exceeds the teacher's positions \(llama: 256\).*"
+                                            r"--set lm.bench_prompt_tokens=215"):
+        config_from_dict(long, "tiny-gen")
+
+
+def test_a_teacher_without_eos_is_refused_by_the_teacher_stage(tmp_path, corpus, tiny_llama_dir):
+    """Documents are joined with the eos and generation stops at it: before, every stage ran (documents joined
+    with id 0) and the bundle refused the run at the end."""
+    teacher = shutil.copytree(tiny_llama_dir, tmp_path / "noeos")
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "config.json", "generation_config.json"):
+        path = teacher / name
+        if path.is_file():
+            d = json.loads(path.read_text())
+            for key in ("eos_token", "pad_token"):
+                d.pop(key, None)
+            if name.endswith("config.json") and name != "tokenizer_config.json":
+                d.update(eos_token_id=None, pad_token_id=None)  # absent, LlamaConfig would default it to 2
+            path.write_text(json.dumps(d))
+    cfg = config_from_dict(gen_cfg(tmp_path, corpus, teacher), "tiny-gen")
+    with pytest.raises(PipelineError, match=r"its tokenizer and config name no eos token, which ends every training "
+                                            r"document and every generation"):
+        run(cfg, ["teacher"])
+    assert not (cfg.run_dir / "teacher").exists()
+
+
+def test_a_prompt_past_the_positions_is_refused_before_training(tmp_path, corpus, tiny_llama_dir):
+    long = "ROMEO : " + " ".join(["love"] * 70)
+    cfg = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, lm__prompts=["KING : the crown", long]),
+                           "tiny-gen")
+    with pytest.raises(PipelineError, match=r"'lm.prompts' item 1 \('ROMEO : love love.*'\.\.\.\) is 72 tokens: with 6 "
+                                            r"new tokens after it, it exceeds the students' positions 'lm.max_cache' "
+                                            r"\(64\); shorten it, or raise lm.max_cache to at least 78"):
+        run(cfg, ["teacher"])
+
+
+def test_a_test_split_shorter_than_a_window_is_refused_before_the_teacher_pass(tmp_path, tiny_llama_dir):
+    """eval scores the test split in windows: one too short to hold one was found after distill and baseline."""
+    plays = tmp_path / "plays"
+    plays.mkdir()
+    for i, word in enumerate(("love", "crown", "sword", "night", "day")):
+        (plays / f"p{i}.txt").write_text(" ".join([f"ROMEO : my {word} is here ."] * 20) + "\n")
+    (tmp_path / "test.txt").write_text("KING : the crown .\n")
+    cfg = config_from_dict(gen_cfg(tmp_path, plays, tiny_llama_dir, data__test_path=str(tmp_path / "test.txt")),
+                           "tiny-gen")
+    with pytest.raises(PipelineError, match=r"test split: the text has \d+ tokens, shorter than one window of "
+                                            r"lm.context_length \+ 1 = 17"):
+        run(cfg, ["logits"])
+    assert not (cfg.run_dir / "logits").exists() and not (cfg.run_dir / "distill").exists()
+
+
+@pytest.mark.parametrize("values,shown", [([["#", "A"], ["b"]], "\"['#', 'A']\" (list)"), ([1, 2], "'1' (int)")])
+def test_hub_texts_that_are_not_strings_are_refused(values, shown, tmp_path, datasets_cache):  # noqa: F811
+    from pipeline.tasks.generation.data import build_lm_splits
+
+    folder = tmp_path / "ds"
+    datasets_cache.DatasetDict({"train": datasets_cache.Dataset.from_dict({"text": values * 10})}).save_to_disk(
+        str(folder))
+    with pytest.raises(PipelineError, match=r"ds\[train\]: 20 text\(s\) in column 'text' are not strings, e.g. row 1: "
+                                            + re.escape(shown)):
+        build_lm_splits(lm_cfg(source="hub", hub_name=str(folder)))
+
+
+def test_markdown_is_read_as_it_renders():
+    """A user's .md file keeps what Markdown keeps (it ate backslashes and spaced asterisks)."""
+    from pipeline.tasks.generation.data import strip_markdown
+
+    md = "# Setup\n\nRun `C:\\tools\\setup.exe`, then a * b * c = 2 * 3.  \nKeep snake_case and x*y*z.\\\n" \
+         "**ROMEO** _aside_ *softly* \\*not emphasis\\*"
+    assert strip_markdown(md) == ("Setup\n\nRun `C:\\tools\\setup.exe`, then a * b * c = 2 * 3.\nKeep snake_case and "
+                                  "x*y*z.\nROMEO aside softly *not emphasis*\n")
+
+
+def test_files_a_corpus_folder_leaves_out_are_named(tmp_path, caplog):
+    from pipeline.tasks.generation.data import read_documents
+
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.txt").write_text("one text\n")
+    for name in ("b.rst", "README", ".hidden", "__init__.py"):
+        (tmp_path / "c" / name).write_text("more text\n")
+    with caplog.at_level(logging.WARNING):
+        docs = read_documents(tmp_path / "c", lm_cfg().data)
+    assert [d["name"] for d in docs] == ["a.txt"]
+    assert "2 file(s) are not .txt/.md/.text and are left out (README, b.rst)" in caplog.text
