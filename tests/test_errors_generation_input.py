@@ -81,6 +81,8 @@ def test_local_teacher_folders_are_checked_at_load(tmp_path, corpus, tiny_llama_
                                             r"\+ 1 exceeds the teacher's positions \(llama: 256\).*"
                                             r"--set lm.bench_prompt_tokens=215"):
         config_from_dict(long, "tiny-gen")
+    long["quantize"]["models"] = ["student", "lstm", "lstm_distilled"]  # the teacher is not timed: nothing to fit
+    assert config_from_dict(long, "tiny-gen").lm.bench_prompt_tokens == 250
 
 
 def test_a_teacher_without_eos_is_refused_by_the_teacher_stage(tmp_path, corpus, tiny_llama_dir):

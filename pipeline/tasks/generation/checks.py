@@ -202,6 +202,8 @@ def _bench_fits_teacher(cfg) -> str | None:
 
     lm = cfg.lm
     need = lm.bench_prompt_tokens + lm.bench_decode_tokens + 1
+    if "teacher" not in cfg.quantize.models:  # only the graphs quantize builds are timed
+        return None
     if (config := teacher_config(cfg)) is None or not (limit := position_limit(config)) or need <= limit:
         return None
     return (f"'lm.bench_prompt_tokens' ({lm.bench_prompt_tokens}) + 'lm.bench_decode_tokens' "
