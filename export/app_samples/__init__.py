@@ -215,7 +215,8 @@ saw in training get the lowest logit, so greedy decoding never picks them.
 
 Context: {g['context_length']} positions, prompt and new ids together (onnxruntime-genai's `max_length` below; the
 phone samples refuse more). The student trained on windows of {trained} ids, and the perplexity above is over such
-windows: {past} A prompt needs at least one id; to generate from no text, start from
+windows: {past}
+A prompt needs at least one id; to generate from no text, start from
 `{from_nothing(meta)}` ({nothing_why}).
 
 Greedy sample (`samples.json` holds all of them): {json.dumps(s['prompt'])} ->
