@@ -17,7 +17,8 @@ def _temp_name(dest: Path, kind: str) -> str:
     return f".{dest.name}.{kind}-{os.getpid()}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process pid runs (another process's temp file is a write in progress)."""
     if pid == os.getpid():
         return False  # ours from an earlier call in this process: finished or failed, never in progress
     try:
@@ -36,7 +37,7 @@ def stale_temps(dest: Path) -> list[Path]:
         return []
     pattern = re.compile(rf"\.{re.escape(dest.name)}\.(partial|old)-(\d+)")
     return sorted(p for p in dest.parent.iterdir()
-                  if (m := pattern.fullmatch(p.name)) and not _pid_alive(int(m.group(2))))
+                  if (m := pattern.fullmatch(p.name)) and not pid_alive(int(m.group(2))))
 
 
 class _CopyFailed(Exception):

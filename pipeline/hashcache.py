@@ -64,8 +64,11 @@ class HashCache:
         if not self.dirty or not self.run_dir.is_dir():
             return
         tmp = self.path.with_name(f"{CACHE_NAME}.{os.getpid()}.part")
+        from export.publish import pid_alive
+
         for old in self.run_dir.glob(f"{CACHE_NAME}.*.part"):  # a save that was killed before its rename
-            if old != tmp and not _alive(old.name.split(".")[-2]):
+            pid = old.name.split(".")[-2]
+            if old != tmp and not (pid.isdigit() and pid_alive(int(pid))):
                 old.unlink(missing_ok=True)
         try:
             tmp.write_text(json.dumps(self.entries, sort_keys=True))
@@ -73,14 +76,3 @@ class HashCache:
         except OSError:
             tmp.unlink(missing_ok=True)  # a read-only run folder: the cache is an optimisation only
         self.dirty = False
-
-
-def _alive(pid: str) -> bool:
-    """Whether a process of that id runs (another run saving its cache right now keeps its file)."""
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True

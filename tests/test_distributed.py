@@ -70,7 +70,11 @@ def test_two_gloo_processes_match_one(tiny_cfg_dict, tiny_bert_dir, tmp_path):
     assert np.abs(np1 - np2).max() < 1e-3  # the cache merged from two shards equals the single-process one
 
 
-def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tiny_cfg_dict, tmp_path, monkeypatch):
+def _killed_distill(tiny_cfg_dict, tmp_path, monkeypatch):
+    """(an uninterrupted distill run, a run killed at distill step 20 with its checkpoint kept); the kill is
+    undone on return, so the next run(killed, ["distill"]) resumes."""
+    from dataclasses import replace
+
     tiny_cfg_dict["train"] = {"checkpoint_every": 3}
     tiny_cfg_dict["distill"].update(attention_weight=0.0)
     plain = config_from_dict({**tiny_cfg_dict, "run": {**tiny_cfg_dict["run"], "runs_dir": str(tmp_path / "a")}})
@@ -78,54 +82,43 @@ def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tiny_cfg_di
     killed = config_from_dict({**tiny_cfg_dict, "run": {**tiny_cfg_dict["run"], "runs_dir": str(tmp_path / "b")}})
     run(killed, ["logits"])
     real = stages.train_options
-
-    def dying(ctx):
-        from dataclasses import replace
-
-        return replace(real(ctx), fail_at_step=20)
-
-    monkeypatch.setattr(stages, "train_options", dying)
+    monkeypatch.setattr(stages, "train_options", lambda ctx: replace(real(ctx), fail_at_step=20))
     with pytest.raises(KeyboardInterrupt):
         run(killed, ["distill"])
+    monkeypatch.setattr(stages, "train_options", real)
+    return plain, killed
+
+
+def _same_student(plain, killed) -> None:
+    a = load_file(str(plain.run_dir / "distill" / "student" / "model.safetensors"))
+    b = load_file(str(killed.run_dir / "distill" / "student" / "model.safetensors"))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
+
+
+def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tiny_cfg_dict, tmp_path, monkeypatch):
+    plain, killed = _killed_distill(tiny_cfg_dict, tmp_path, monkeypatch)
     assert not (killed.run_dir / "distill").exists() and not (killed.run_dir / ".distill.partial").exists()
     assert list((killed.run_dir / ".resume" / "distill").glob("*.pt")), "no checkpoint survived the kill"
-    monkeypatch.setattr(stages, "train_options", real)
     run(killed, ["distill"])
     summary = json.loads((killed.run_dir / "distill" / "manifest.json").read_text())["summary"]
     # killed in the layer-transfer phase (27 steps) at step 20: resumed from the checkpoint at step 18
     assert summary["intermediate"]["resumed_from_step"] == 18 and summary["logit"]["resumed_from_step"] == 0
     assert not (killed.run_dir / ".resume" / "distill").exists()
-    a = load_file(str(plain.run_dir / "distill" / "student" / "model.safetensors"))
-    b = load_file(str(killed.run_dir / "distill" / "student" / "model.safetensors"))
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
+    _same_student(plain, killed)
 
 
 def test_a_damaged_resume_checkpoint_starts_training_over(tiny_cfg_dict, tmp_path, monkeypatch, caplog):
     """A checkpoint cut short (a power cut before it reached the disk, a full disk) made every re-run fail with a
     torch traceback: it is dropped with a warning, and training starts over from step 0, as if never killed."""
-    tiny_cfg_dict["train"] = {"checkpoint_every": 3}
-    tiny_cfg_dict["distill"].update(attention_weight=0.0)
-    plain = config_from_dict({**tiny_cfg_dict, "run": {**tiny_cfg_dict["run"], "runs_dir": str(tmp_path / "a")}})
-    run(plain, ["distill"])
-    killed = config_from_dict({**tiny_cfg_dict, "run": {**tiny_cfg_dict["run"], "runs_dir": str(tmp_path / "b")}})
-    run(killed, ["logits"])
-    real = stages.train_options
-    monkeypatch.setattr(stages, "train_options", lambda ctx: __import__("dataclasses").replace(real(ctx),
-                                                                                                fail_at_step=20))
-    with pytest.raises(KeyboardInterrupt):
-        run(killed, ["distill"])
+    plain, killed = _killed_distill(tiny_cfg_dict, tmp_path, monkeypatch)
     (ckpt,) = (killed.run_dir / ".resume" / "distill").glob("*.pt")
     ckpt.write_bytes(ckpt.read_bytes()[:1000])
-    monkeypatch.setattr(stages, "train_options", real)
     run(killed, ["distill"])
     assert "the resume checkpoint" in caplog.text and "training starts from step 0" in caplog.text
     summary = json.loads((killed.run_dir / "distill" / "manifest.json").read_text())["summary"]
     assert summary["intermediate"]["resumed_from_step"] == 0
-    a = load_file(str(plain.run_dir / "distill" / "student" / "model.safetensors"))
-    b = load_file(str(killed.run_dir / "distill" / "student" / "model.safetensors"))
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
+    _same_student(plain, killed)
 
 
 @pytest.fixture(scope="module")
