@@ -410,12 +410,17 @@ def _plain_lm_losses(logits, win, scored, ids, vals, t):
     return hard, (logp.exp() * (logp - logq)).sum(-1).mean() * t * t
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here (a device lease runs these)")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize("t, dtype, rows", [(1.0, torch.float32, 128), (2.0, torch.float32, 128),
                                             (1.0, torch.bfloat16, 4), (0.5, torch.bfloat16, 4)])
-def test_the_fused_lm_losses_give_plain_autograds_values_and_gradients(t, dtype, rows, monkeypatch):
+def test_the_fused_lm_losses_give_plain_autograds_values_and_gradients(t, dtype, rows, device, monkeypatch):
     """lm_losses' hand-written backward (one softmax per chunk of rows) against autograd through F.log_softmax:
     the same values and gradients to float rounding, over chunks smaller than a window (rows = 4 of T = 6), with
-    two top-k ids that map to one student id (the vocabulary's "other" row), in float32 and in bf16."""
+    two top-k ids that map to one student id (the vocabulary's "other" row), in float32 and in bf16, on the CPU
+    and (where there is one) a CUDA GPU, whose training steps use the same loss."""
     from distill import losses
 
     monkeypatch.setattr(losses, "ROWS", rows)
@@ -427,6 +432,7 @@ def test_the_fused_lm_losses_give_plain_autograds_values_and_gradients(t, dtype,
     ids = torch.stack([torch.randperm(V, generator=g)[:K] for _ in range(3 * T)]).view(3, T, K)
     ids[0, :, 1] = ids[0, :, 0]  # a repeated id
     vals = torch.randn(3, T, K, generator=g).half()
+    base, win, scored, ids, vals = (x.to(device) for x in (base, win, scored, ids, vals))
     a, b = base.clone().requires_grad_(), base.clone().requires_grad_()
     hard, soft = lm_losses(a, win, scored, ids, vals, t)
     (ga,) = torch.autograd.grad(0.3 * hard + 0.7 * soft, a)

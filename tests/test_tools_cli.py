@@ -52,6 +52,8 @@ def test_a_missing_run_or_bad_config_is_one_error_line(module, argv, message, tm
     ("teacher_families", ["o", "--task", "x"], "argument --task: invalid choice: 'x'"),
     ("bundle_tolerance", ["--run", "r", "--texts", "0"], "argument --texts: must be at least 1, got 0"),
     ("throughput", ["--steps", "5", "--warmup", "10"], "--steps (5) must be more than --warmup (10)"),
+    ("lm_loss_bench", ["--calls", "0"], "argument --calls: must be at least 1, got 0"),
+    ("lm_loss_bench", ["--dtype", "fp8"], "argument --dtype: invalid choice: 'fp8'"),
 ])
 def test_counts_are_checked_by_the_parser(module, argv, message, capsys, monkeypatch):
     import importlib
