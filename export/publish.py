@@ -4,40 +4,28 @@ instead of saying "up to date")."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
 
 from export.hashing import METADATA, sha256_file
+from pipeline import procs
 from pipeline.errors import PipelineError, disk_error, make_folder, tree_bytes
 
 
 def _temp_name(dest: Path, kind: str) -> str:
-    return f".{dest.name}.{kind}-{os.getpid()}"
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process pid runs (another process's temp file is a write in progress)."""
-    if pid == os.getpid():
-        return False  # ours from an earlier call in this process: finished or failed, never in progress
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
+    return f".{dest.name}.{kind}-{procs.tag()}"  # pid and start time: a reused pid is not taken for this copy
 
 
 def stale_temps(dest: Path) -> list[Path]:
-    """Hidden .<name>.partial-<pid> / .old-<pid> folders beside dest whose process is gone: a copy killed
-    before it could clean up (a live pid's folder is a copy in progress and is left alone)."""
+    """Hidden .<name>.partial-<pid>-<start> / .old-<pid>-<start> folders beside dest whose process is gone (or
+    whose pid now belongs to another process): a copy killed before it could clean up. A live writer's folder is
+    a copy in progress and is left alone; older names hold the pid alone (pipeline.procs.alive judges those)."""
     if not dest.parent.is_dir():
         return []
-    pattern = re.compile(rf"\.{re.escape(dest.name)}\.(partial|old)-(\d+)")
+    pattern = re.compile(rf"\.{re.escape(dest.name)}\.(partial|old)-(\d+(?:-\d+)?)")
     return sorted(p for p in dest.parent.iterdir()
-                  if (m := pattern.fullmatch(p.name)) and not pid_alive(int(m.group(2))))
+                  if (m := pattern.fullmatch(p.name)) and not procs.writer_alive(m.group(2), p))
 
 
 class _CopyFailed(Exception):

@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+from pipeline import procs
 from pipeline.manifest import sha256_file
 
 CACHE_NAME = ".sha256-cache.json"
@@ -63,12 +64,10 @@ class HashCache:
     def save(self) -> None:
         if not self.dirty or not self.run_dir.is_dir():
             return
-        tmp = self.path.with_name(f"{CACHE_NAME}.{os.getpid()}.part")
-        from export.publish import pid_alive
-
+        # named by pid and start time, so a killed save's file is not kept for an unrelated process given its pid
+        tmp = self.path.with_name(f"{CACHE_NAME}.{procs.tag()}.part")
         for old in self.run_dir.glob(f"{CACHE_NAME}.*.part"):  # a save that was killed before its rename
-            pid = old.name.split(".")[-2]
-            if old != tmp and not (pid.isdigit() and pid_alive(int(pid))):
+            if old != tmp and not procs.writer_alive(old.name[len(CACHE_NAME) + 1:-len(".part")], old):
                 old.unlink(missing_ok=True)
         try:
             tmp.write_text(json.dumps(self.entries, sort_keys=True))

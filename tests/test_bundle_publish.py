@@ -77,6 +77,31 @@ def test_publish_removes_dead_copies_and_keeps_live_ones(tmp_path):
     assert (dest / "a.txt").read_text() == "new"
 
 
+def test_a_reused_pid_does_not_keep_a_killed_copy(tmp_path):
+    """A killed copy's folder named by its pid alone was kept for good once that pid went to another process: it
+    is named by pid and start time now, and kept only while that very process runs. A folder of the older name
+    counts only if the process at its pid started before the folder was written."""
+    import psutil
+
+    from export.publish import publish, stale_temps
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("new")
+    dest = tmp_path / "dist" / "run"
+    ppid = os.getppid()  # a live process: pytest's parent
+    started = int(psutil.Process(ppid).create_time())
+    reused = dest.parent / f".run.partial-{ppid}-{started - 3600}"  # its pid, another (dead) process's start
+    old_name = dest.parent / f".run.old-{ppid}"  # written before that process started: not its folder
+    live = dest.parent / f".run.partial-{ppid}-{started}"  # a copy in progress in that very process
+    for folder in (reused, old_name, live):
+        (folder / "model").mkdir(parents=True)
+    os.utime(old_name, (started - 3600, started - 3600))
+    assert stale_temps(dest) == sorted([old_name, reused])  # on main: [] (the pid runs, so all three were kept)
+    publish(src, dest)
+    assert sorted(p.name for p in dest.parent.iterdir()) == sorted([live.name, "run"])
+
+
 def test_generation_runs_publish_nothing_and_old_schemas_rebuild(built, monkeypatch):
     from pipeline.stage import STAGES
 

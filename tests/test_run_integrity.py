@@ -254,3 +254,28 @@ def test_a_cache_save_killed_before_its_rename_is_cleaned_up(tmp_path):
     cache.sha256(tmp_path / "f.txt")
     cache.save()
     assert not dead.exists() and live.exists() and (tmp_path / CACHE_NAME).is_file()
+
+
+def test_a_cache_save_under_a_reused_pid_is_cleaned_up(tmp_path):
+    """A killed save's .part named by its pid alone stayed once that pid went to another process: the name holds
+    the pid and its start time now, and a file of the older name counts only if that pid's process started
+    before the file was written."""
+    import os
+
+    import psutil
+
+    ppid = os.getppid()  # a live process: pytest's parent
+    started = int(psutil.Process(ppid).create_time())
+    reused = tmp_path / f"{CACHE_NAME}.{ppid}-{started - 3600}.part"
+    old_name = tmp_path / f"{CACHE_NAME}.{ppid}.part"
+    live = tmp_path / f"{CACHE_NAME}.{ppid}-{started}.part"
+    for f in (reused, old_name, live):
+        f.write_text("{}")
+    os.utime(old_name, (started - 3600, started - 3600))  # written an hour before that process started
+    (tmp_path / "f.txt").write_text("x")
+    cache = HashCache(tmp_path)
+    cache.sha256(tmp_path / "f.txt")
+    cache.save()
+    assert not reused.exists() and not old_name.exists() and live.exists()
+    assert (tmp_path / CACHE_NAME).is_file()
+
