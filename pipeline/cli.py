@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         from pipeline.config import dumps, load_config
-        from pipeline.stage import STAGES, default_targets, run, statuses
+        from pipeline.stage import STAGES, default_targets, run, running, statuses
 
         if args.command == "phone-bench":  # verify-bundle returned above
             from pipeline import phone
@@ -158,11 +159,17 @@ def main(argv: list[str] | None = None) -> int:
             print(dumps(cfg))
             return 0
         if args.command == "status":
-            print(status_table(cfg, statuses(cfg, list(STAGES))))
-            # an interrupted stage's scratch folder: never taken as finished, replaced when the stage runs again
+            states = statuses(cfg, list(STAGES))
+            # a stage a live process runs now has no manifest yet: say so, not "not run yet" or "interrupted"
+            live = {name: now for name in STAGES if (now := running(cfg.run_dir, name))}
+            states.update({name: (False, now) for name, now in live.items()})
+            print(status_table(cfg, states))
+            # an interrupted stage's scratch folder: never taken as finished, replaced when the stage runs again.
+            # A running stage's (rank 0's .<stage>.partial, other ranks' .<stage>.rankN.partial) is its work.
             for left in sorted(cfg.run_dir.glob(".*.partial")):
-                print(f"note: {left} is what an interrupted stage left; the next run of that stage (or a run that "
-                      f"finds it up to date) removes it")
+                if re.sub(r"\.rank\d+$", "", left.name[1:-len(".partial")]) not in live:
+                    print(f"note: {left} is what an interrupted stage left; the next run of that stage (or a run "
+                          f"that finds it up to date) removes it")
             return 0
         if args.command == "run":
             targets = [args.until] if args.until else default_targets()

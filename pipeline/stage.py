@@ -1,14 +1,18 @@
 """The stage graph and the runner that executes stages in dependency order, skipping finished ones."""
 from __future__ import annotations
 
+import json
 import logging
+import os
 import shutil
+import socket
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
+from pipeline import procs
 from pipeline.config import Config, read_keys
 from pipeline.errors import NO_SPACE, PipelineError, disk_error, lookup, tree_bytes, writing
 from pipeline.hashcache import HashCache
@@ -75,6 +79,26 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           optional=True),
 )}
 GRAPH = {n: s.deps for n, s in STAGES.items()}  # stage -> its deps, for StageContext.upstream
+
+
+def _marker(run_dir: Path, name: str) -> Path:
+    """runs/<run>/.<stage>.running: who runs the stage now (pid, start time, host), for `status` alone. The
+    runner never reads it: a stage is finished only by its manifest, so a marker left by a kill means nothing
+    more than that the stage was interrupted."""
+    return run_dir / f".{name}.running"
+
+
+def running(run_dir: Path, name: str) -> str | None:
+    """'running now (pid N)' when a live process runs stage `name` of this run folder; None when none does (no
+    marker, or the process that wrote it is gone, or its pid now belongs to another process)."""
+    try:
+        who = json.loads(_marker(run_dir, name).read_text())
+        pid, start, host = int(who["pid"]), int(who["start"]), str(who["host"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if host != socket.gethostname():  # a run folder on a shared disk: another machine's pids cannot be checked
+        return f"running on {host} (pid {pid}), unless it was killed there"
+    return f"running now (pid {pid})" if procs.alive(pid, start) else None
 
 
 def default_targets() -> list[str]:
@@ -198,9 +222,23 @@ def statuses(cfg: Config, names: list[str],
 def run_stage(cfg: Config, name: str) -> dict | None:
     from distill import distributed as D
 
-    # rank 0 holds the run folder's lock for the whole launch
+    # rank 0 holds the run folder's lock for the whole launch, and says which stage it runs
     with run_lock(cfg.run_dir, f"stage {name} of {cfg.source or 'a config'}") if D.is_main() else nullcontext():
-        return _run_stage(cfg, name)
+        with _marked(cfg.run_dir, name) if D.is_main() else nullcontext():
+            return _run_stage(cfg, name)
+
+
+@contextmanager
+def _marked(run_dir: Path, name: str) -> Iterator[None]:
+    """The stage's running marker for the block (see running()); the run lock is held, so no other writer."""
+    marker = _marker(run_dir, name)
+    with writing(marker):
+        marker.write_text(json.dumps({"pid": os.getpid(), "start": procs.start_time(os.getpid()),
+                                      "host": socket.gethostname()}))
+    try:
+        yield
+    finally:
+        marker.unlink(missing_ok=True)
 
 
 def _run_stage(cfg: Config, name: str) -> dict | None:

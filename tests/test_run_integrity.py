@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -279,3 +281,57 @@ def test_a_cache_save_under_a_reused_pid_is_cleaned_up(tmp_path):
     assert not reused.exists() and not old_name.exists() and live.exists()
     assert (tmp_path / CACHE_NAME).is_file()
 
+
+def test_status_shows_the_stage_a_live_process_runs(tmp_path, capsys, monkeypatch):
+    """`status` during a run said the running stage had not run and called its scratch folder what an interrupted
+    stage left: the runner marks the stage it runs (pid and start time) and status says "running now (pid N)".
+    A marker whose process is gone, or whose pid went to another process, is an interrupted stage again, and no
+    marker makes the runner take a stage as finished."""
+    import psutil
+
+    from pipeline import cli
+    from pipeline import stage as st
+
+    cli._stages()
+    seen: list[list[str]] = []
+
+    def data(ctx):
+        (ctx.out / "labels.json").write_text("[]")
+        return {}
+
+    def train(ctx):  # `status` from inside the stage: this process runs it now
+        assert cli.main(["status", "--config", str(cfg_file)]) == 0
+        seen.append(capsys.readouterr().out.splitlines())
+        (ctx.out / "model.json").write_text("{}")
+        return {}
+
+    use_toy_stages(monkeypatch, [("data", data, (), ("data",)), ("train", train, ("data",), ())])
+    monkeypatch.setattr(cli, "_stages", lambda: st.STAGES)
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text(f'[run]\nruns_dir = "{tmp_path}"\n')
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
+    marker = cfg.run_dir / ".train.running"
+    assert run(cfg, ["train"]) == ["data", "train"]
+    (lines,) = seen
+    assert lines[2].startswith("train") and lines[2].endswith(f"running now (pid {os.getpid()})")
+    assert not any(line.startswith("note:") for line in lines)  # its .train.partial is its work in progress
+    assert not marker.exists()  # removed when the stage ended
+
+    # a kill leaves the marker: its pid dead, or its pid reused by another process (started at another time)
+    ppid = os.getppid()
+    started = int(psutil.Process(ppid).create_time())
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    shutil.rmtree(cfg.run_dir / "train")
+    (cfg.run_dir / ".train.partial").mkdir()
+    for pid, start in ((int(dead.stdout), started), (ppid, started - 3600)):
+        marker.write_text(json.dumps({"pid": pid, "start": start, "host": socket.gethostname()}))
+        assert cli.main(["status", "--config", str(cfg_file)]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[2].split() == ["train", "-", "-", "not", "run", "yet"]
+        assert out[-1].startswith(f"note: {cfg.run_dir / '.train.partial'} is what an interrupted stage left")
+    # a live process's marker (pytest's parent's) changes nothing for the runner: no manifest, no finished stage
+    marker.write_text(json.dumps({"pid": ppid, "start": started, "host": socket.gethostname()}))
+    assert st.running(cfg.run_dir, "train") == f"running now (pid {ppid})"
+    assert status(cfg, "train") == (False, "not run yet")
+    assert run(cfg, ["train"]) == ["train"] and len(seen) == 2
+    assert not marker.exists()
