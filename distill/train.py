@@ -110,15 +110,15 @@ def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, objec
     losses: list[float] = []
     start = 0
     ckpt = _ckpt_path(opts, desc)
-    if ckpt is not None and ckpt.is_file() and (state := _load_checkpoint(ckpt, desc)) is not None:
-        if state.get("key") == opts.key and state.get("total_steps") == total_steps:
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["optimizer"])
-            sched.load_state_dict(state["scheduler"])
-            losses, start = list(state["losses"]), int(state["step"])
-            for name, values in (records or {}).items():
-                values[:] = state.get("records", {}).get(name, [])
-            _set_rng_state(state["rng"][D.rank()] if D.rank() < len(state["rng"]) else state["rng"][0])
+    state = _load_checkpoint(ckpt, desc, opts.key, total_steps) if ckpt is not None and ckpt.is_file() else None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        losses, start = list(state["losses"]), int(state["step"])
+        for name, values in (records or {}).items():
+            values[:] = state.get("records", {}).get(name, [])
+        _set_rng_state(state["rng"][D.rank()] if D.rank() < len(state["rng"]) else state["rng"][0])
     batches = itertools.islice(iter(batches), start, total_steps)  # seeded stream: skip what was done
     model.train()
     bar = tqdm(total=total_steps, initial=start, desc=desc, unit="step", dynamic_ncols=True, mininterval=2.0,
@@ -159,17 +159,27 @@ def fit(model: nn.Module, batches: Iterable, step_fn: Callable[[nn.Module, objec
     return {"losses": losses, "optimizer_steps": opt_steps, "resumed_from": start}
 
 
-def _load_checkpoint(path: Path, desc: str) -> dict | None:
-    """The resume checkpoint, or None for one that cannot be read (cut short by a power cut or a full disk, before
-    the save below fsynced): training then starts over, as it would without one, instead of every re-run failing."""
+def _load_checkpoint(path: Path, desc: str, key: str, total_steps: int) -> dict | None:
+    """The resume checkpoint, or None for one that must not be resumed: it is deleted with a warning saying why,
+    and training starts over, as it would without one. Either it cannot be read (cut short by a power cut or a
+    full disk, before the save below fsynced), and every re-run would fail on it; or a killed run with other
+    settings or inputs made it (its stage key or step count differs): resuming it would carry that run's
+    weights into this one, and this run's first save would replace it anyway."""
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as e:  # torch raises EOFError, RuntimeError (zip), UnpicklingError, ... for a damaged file
-        state, why = None, f"{type(e).__name__}: {str(e)[:120]}"
+        state, why = None, f"cannot be read ({type(e).__name__}: {str(e)[:120]})"
     else:
-        why = "not a checkpoint" if not isinstance(state, dict) else ""
+        why = ""
+        if not isinstance(state, dict):
+            why = "cannot be read (not a checkpoint)"
+        elif state.get("key") != key:  # the stage key: its settings, inputs' contents, sources, step revision
+            why = (f"was made with other settings or inputs (stage key {str(state.get('key'))[:12]}, this "
+                   f"run's {key[:12]})")
+        elif state.get("total_steps") != total_steps:
+            why = f"was made for {state.get('total_steps')} steps, this run takes {total_steps}"
     if why:
-        log.warning("WARNING: %s: the resume checkpoint %s cannot be read (%s); training starts from step 0",
+        log.warning("WARNING: %s: the resume checkpoint %s %s; it is deleted and training starts from step 0",
                     desc, path, why)
         D.barrier()  # every rank has read it before the main one removes it
         if D.is_main():

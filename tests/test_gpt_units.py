@@ -399,6 +399,40 @@ def test_a_resumed_distillation_reports_the_losses_an_uninterrupted_one_does(tmp
         assert torch.equal(v, resumed.state_dict()[k]), k
 
 
+def test_a_checkpoint_made_with_other_settings_is_deleted_and_training_starts_over(tmp_path, caplog):
+    """A killed run's checkpoint keyed on other settings was skipped without a word and kept: it is deleted with
+    a warning saying why, and the run ends where one that was never killed ends."""
+    from dataclasses import replace
+
+    from distill.baseline import build_lstm_lm, train_lstm_lm
+    from distill.train import TrainOptions, seed_everything
+    from pipeline.config import BaselineSection
+
+    V, T = 12, 8
+    win = np.random.default_rng(1).integers(0, V, size=(24, T + 1))
+    b = BaselineSection(embed_dim=8, hidden=16, dropout=0.1, steps=40, batch_size=6, lr=1e-2)
+    # a save only every 100 steps: what is in the folder after the second run is what the first one left
+    opts = TrainOptions(checkpoint_every=100, checkpoint_dir=tmp_path / "ckpt", key="settings-a")
+
+    def run(o):
+        seed_everything(5)
+        m = build_lstm_lm(b, V)
+        return m, train_lstm_lm(m, win, b, seed=5, opts=o)
+
+    whole, expect = run(TrainOptions())
+    with pytest.raises(KeyboardInterrupt):
+        run(replace(opts, checkpoint_every=1, fail_at_step=30))
+    (ckpt,) = (tmp_path / "ckpt").glob("*.pt")
+    resumed, got = run(replace(opts, key="settings-b"))
+    assert got["resumed_from_step"] == 0 and got == expect
+    warning = [r.getMessage() for r in caplog.records if str(ckpt) in r.getMessage()]
+    assert len(warning) == 1 and "was made with other settings or inputs" in warning[0]
+    assert "training starts from step 0" in warning[0]
+    assert not ckpt.exists()  # on main: kept, for a later run to find
+    for k, v in whole.state_dict().items():
+        assert torch.equal(v, resumed.state_dict()[k]), k
+
+
 def _plain_lm_losses(logits, win, scored, ids, vals, t):
     """lm_losses as plain autograd: F.cross_entropy, and the top-k KL from F.log_softmax of the scored rows."""
     import torch.nn.functional as F
