@@ -12,6 +12,7 @@ here. Nothing here needs a phone.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -55,21 +56,42 @@ def get_chip(name: str) -> Chip:
 
 def unavailable_reason() -> str | None:
     """One line saying why the HTP compiler cannot run here, or None when it can."""
+    return _probe()[1]
+
+
+def compiler_state() -> str:
+    """The HTP compiler's state here in a few stable words: onnxruntime-qnn's version where it runs, else
+    "absent" or its version and the kind of failure. The compile stage is keyed on it (its Step.environment),
+    so installing, upgrading or repairing onnxruntime-qnn re-runs a compile that skipped or ran without it,
+    while the same install re-runs nothing (no paths or messages that could differ between calls)."""
+    return _probe()[0]
+
+
+def _probe() -> tuple[str, str | None]:
+    """(compiler_state(), unavailable_reason()) from one look at the install."""
     if importlib.util.find_spec("onnxruntime_qnn") is None:
-        return f"onnxruntime-qnn is not installed ({INSTALL_HINT})"
+        return "absent", f"onnxruntime-qnn is not installed ({INSTALL_HINT})"
+    try:
+        have = importlib.metadata.version("onnxruntime-qnn")
+    except importlib.metadata.PackageNotFoundError:  # the module without its metadata: a broken install
+        have = "unknown version"
     import onnxruntime as ort
 
     if not hasattr(ort, "register_execution_provider_library"):
-        return f"onnxruntime {ort.__version__} cannot load plugin execution providers (onnxruntime-qnn needs >= 1.23)"
+        return (f"{have}, onnxruntime {ort.__version__} loads no plugins",
+                f"onnxruntime {ort.__version__} cannot load plugin execution providers (onnxruntime-qnn needs >= 1.23)")
     try:
         import onnxruntime_qnn as q
 
         missing = [p for p in (q.get_library_path(), q.get_qnn_htp_path()) if not Path(p).is_file()]
     except Exception as e:  # noqa: BLE001 - a broken install, whatever it raises
-        return f"onnxruntime-qnn does not load ({type(e).__name__}: {e}; {INSTALL_HINT})"
+        return (f"{have}, does not load ({type(e).__name__})",
+                f"onnxruntime-qnn does not load ({type(e).__name__}: {e}; {INSTALL_HINT})")
     if missing:
-        return f"onnxruntime-qnn lacks {Path(missing[0]).name} on {platform.system()} {platform.machine()} ({INSTALL_HINT})"
-    return None
+        lib = Path(missing[0]).name
+        return (f"{have}, lacks {lib}",
+                f"onnxruntime-qnn lacks {lib} on {platform.system()} {platform.machine()} ({INSTALL_HINT})")
+    return have, None
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

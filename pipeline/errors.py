@@ -59,6 +59,16 @@ def free_bytes(path) -> int | None:
         return None
 
 
+def mount_point(path) -> str:
+    """The mount point of the disk that holds path (or its nearest existing parent): the disk a message names."""
+    p = _os.path.abspath(path)
+    while not _os.path.exists(p) and _os.path.dirname(p) != p:
+        p = _os.path.dirname(p)
+    while not _os.path.ismount(p) and _os.path.dirname(p) != p:
+        p = _os.path.dirname(p)
+    return p
+
+
 def human_bytes(n: int | None) -> str:
     if n is None:
         return "an unknown amount"
@@ -88,14 +98,17 @@ def disk_error(exc: BaseException, folder, setting: str, needed: int | None = No
     write needs (needed_note says how it was counted, e.g. "at least, what it had written")."""
     if not isinstance(exc, OSError) or exc.errno is None:
         return None
-    where = f" ({exc.filename})" if exc.filename and str(exc.filename) != str(folder) else ""
+    # the file being written: a copy's error (shutil.copyfile) names its source first and its destination second,
+    # and the source's disk is not the one to free
+    target = exc.filename2 or exc.filename
+    where = f" ({target})" if target and str(target) != str(folder) else ""
     if exc.errno in NO_SPACE:
         need = f"it needs {human_bytes(needed)}{' ' + needed_note if needed_note else ''}, " if needed is not None \
             else ""
         return PipelineError(
-            f"no space left on the device while writing {folder}{where}: {need}{human_bytes(free_bytes(folder))} "
-            f"free there. Free some space on that disk, or point {setting} at a disk with room (nothing "
-            f"half-written was left)")
+            f"no space left on the disk mounted at {mount_point(folder)} while writing {folder}{where}: "
+            f"{need}{human_bytes(free_bytes(folder))} free there. Free some space on that disk, or point {setting} "
+            f"at a disk with room (nothing half-written was left)")
     if exc.errno in NOT_WRITABLE or isinstance(exc, PermissionError):
         return PipelineError(
             f"cannot write {folder}{where}: {exc.strerror or 'permission denied'} (a read-only disk, or a folder "

@@ -69,8 +69,9 @@ def write_manifest(folder: Path, *, stage: str, config: dict, config_hash: str, 
         "config_hash": config_hash,
         "config": config,
         "inputs": inputs,  # upstream stage -> its content_key()
-        # config key -> sha256 of the local files it names (pipeline/stage.py SOURCES); not in content_key: a
-        # re-run on an edited source that writes the same files leaves everything downstream up to date
+        # config key -> sha256 of the local files it names (pipeline/stage.py SOURCES), and tool -> its state here
+        # (pipeline/task.py Step.environment); not in content_key: a re-run on an edited source or another install
+        # that writes the same files leaves everything downstream up to date
         "sources": sources or {},
         "outputs": list_outputs(folder),
         "notes": list(notes),  # outputs for people, not in content_key

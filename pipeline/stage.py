@@ -150,11 +150,14 @@ SOURCES = {"data.train_path": "data", "data.validation_path": "data", "data.test
 
 
 def source_digests(cfg: Config, name: str) -> dict[str, str]:
-    """{key: sha256 over every file under the path it names} for the SOURCES stage `name` reads."""
+    """What stage `name` reads from outside the run (its manifest's "sources"): {key: sha256 over every file
+    under the path it names} for the SOURCES it reads, and {tool: its state here} for what its step's result
+    depends on in this machine's installs (Step.environment: the compile stage's onnxruntime-qnn)."""
+    out = {tool: state() for tool, state in task_of(cfg).step(name).environment.items()}
     keys = [k for k, stage in SOURCES.items() if stage == name]
     if not keys:
-        return {}  # most stages: no need to read the hash cache
-    out, cache = {}, HashCache(cfg.run_dir)
+        return out  # most stages: no need to read the hash cache
+    cache = HashCache(cfg.run_dir)
     for key in keys:
         path = Path(cfg.value(key)) if cfg.value(key) else None
         if path is None or not path.exists():
@@ -187,9 +190,15 @@ def status(cfg: Config, name: str, accept: dict[str, set[str]] | None = None) ->
     if (was := manifest.get("revision", 1)) != (now := task_of(cfg).step(name).revision):
         return False, f"what its step writes changed in this pocketformer (revision {was} -> {now})"
     recorded = manifest.get("sources", {})
+    tools = task_of(cfg).step(name).environment
     for key, digest in source_digests(cfg, name).items():
-        if recorded.get(key) != digest:
+        if recorded.get(key) == digest:
+            continue
+        if key not in tools:
             return False, f"the content of {key} ({cfg.value(key)}) changed"
+        if key not in recorded:  # a manifest from before the step recorded it: re-run once
+            return False, f"its run did not record the installed {key} (now {digest})"
+        return False, f"the installed {key} changed ({recorded[key]} -> {digest})"
     recorded = manifest.get("inputs", {})
     now = stage_inputs(cfg.run_dir, stage)
     for dep in (*stage.deps, *stage.reads_if_present, *stage.reads_files):

@@ -101,6 +101,11 @@ class Step:
     # them): a stage a run finished at another revision re-runs, instead of keeping files this pocketformer
     # would not write. Kept in the manifest; one written before revisions existed counts as 1.
     revision: int = 1
+    # What the step's result depends on that this machine's installs decide, not the run or the config: tool ->
+    # () -> its state in a few stable words (the compile stage: {"onnxruntime-qnn": its version, or "absent"}).
+    # Recorded with the stage's sources and compared by status, so installing or upgrading the tool re-runs a
+    # result made without it (a skip), and the same install re-runs nothing.
+    environment: Mapping[str, Callable[[], str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -216,6 +216,54 @@ def test_unavailable_reason_names_the_extra(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "onnxruntime_qnn" else real(n, *a))
     assert qnn.unavailable_reason().startswith("onnxruntime-qnn is not installed (pip install '.[qnn]'")
+    assert qnn.compiler_state() == "absent"
+
+
+def test_compiler_state_is_the_version_or_the_kind_of_failure(monkeypatch):
+    """What the compile stage is keyed on: the installed version where the compiler runs, else that version and
+    the kind of failure (never the message, which can name paths), so the same install gives the same state."""
+    import importlib.metadata
+    import importlib.util
+    import types
+
+    import onnxruntime
+
+    if not hasattr(onnxruntime, "register_execution_provider_library"):
+        pytest.skip(f"onnxruntime {onnxruntime.__version__} loads no plugins")
+    real_spec, real_version = importlib.util.find_spec, importlib.metadata.version
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda n, *a: object() if n == "onnxruntime_qnn" else real_spec(n, *a))
+    monkeypatch.setattr(importlib.metadata, "version", lambda n: "9.9.9" if n == "onnxruntime-qnn" else real_version(n))
+    fake = types.ModuleType("onnxruntime_qnn")
+    fake.get_qnn_htp_path = lambda: __file__
+    monkeypatch.setitem(sys.modules, "onnxruntime_qnn", fake)
+
+    def broken():
+        raise OSError("libQnnHtp.so: cannot open shared object file at /some/where")
+
+    fake.get_library_path = broken
+    assert qnn.compiler_state() == "9.9.9, does not load (OSError)"
+    assert qnn.unavailable_reason().startswith("onnxruntime-qnn does not load (OSError: libQnnHtp.so")
+    fake.get_library_path = lambda: "/no/such/libonnxruntime_providers_qnn.so"
+    assert qnn.compiler_state() == "9.9.9, lacks libonnxruntime_providers_qnn.so"
+    fake.get_library_path = lambda: __file__
+    assert qnn.compiler_state() == "9.9.9" and qnn.unavailable_reason() is None
+
+
+def test_the_compile_stage_is_keyed_on_the_compilers_state(monkeypatch, tmp_path):
+    """Classification's compile records onnxruntime-qnn's state with its sources, so a skip made without it re-runs
+    once it is installed; generation's compile never runs the compiler and is not keyed on it."""
+    from pipeline.config import config_from_dict
+    from pipeline.stage import source_digests
+
+    monkeypatch.setattr(qnn, "compiler_state", lambda: "absent")
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
+    assert source_digests(cfg, "compile") == {"onnxruntime-qnn": "absent"}
+    monkeypatch.setattr(qnn, "compiler_state", lambda: "2.7.0")
+    assert source_digests(cfg, "compile") == {"onnxruntime-qnn": "2.7.0"}
+    assert source_digests(cfg, "quantize") == {}
+    gen = config_from_dict({"run": {"runs_dir": str(tmp_path), "task": "generation"}})
+    assert source_digests(gen, "compile") == {}
 
 
 def test_report_verdict_is_one_row_per_model_variant_with_lengths_per_chip():

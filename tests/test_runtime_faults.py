@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import config_from_dict
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, mount_point
 from conftest import use_toy_stages
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
@@ -40,7 +40,8 @@ def test_full_disk_while_a_stage_writes_is_one_error_and_leaves_no_partial(monke
     with pytest.raises(PipelineError) as e:
         run(cfg, ["a"])
     msg = str(e.value)
-    assert "no space left on the device while writing" in msg and ".a.partial" in msg
+    assert f"no space left on the disk mounted at {mount_point(tmp_path)} while writing" in msg
+    assert f".a.partial ({cfg.run_dir / '.a.partial' / 'more.bin'})" in msg
     assert "4.9 KB at least" in msg and "free there" in msg and "run.runs_dir" in msg
     assert not (cfg.run_dir / ".a.partial").exists() and not (cfg.run_dir / "a").exists()
 
@@ -56,16 +57,19 @@ def test_full_disk_while_publishing_a_bundle_names_its_size_and_removes_the_copy
     real = shutil.copyfile
 
     def copyfile(s, d, *a, **k):  # the write of one file's bytes fills the disk
-        if os.fspath(s).endswith("m.onnx"):
-            raise OSError(errno.ENOSPC, "No space left on device", str(d))
+        if os.fspath(s).endswith("m.onnx"):  # as shutil's copy says it: the source first, the destination second
+            raise OSError(errno.ENOSPC, "No space left on device", str(s), None, str(d))
         return real(s, d, *a, **k)
 
     monkeypatch.setattr(shutil, "copyfile", copyfile)
     with pytest.raises(PipelineError) as e:
         P.publish(src, dest)
     msg = str(e.value)
-    assert f"while writing {dest}" in msg and "it needs 2.9 KB (the bundle's size)" in msg
-    assert "bundle.dist_dir" in msg and "free there" in msg
+    # where it could not write (the destination's disk and the file there), not the bundle it copied from
+    assert msg.startswith(f"no space left on the disk mounted at {mount_point(dest)} while writing {dest} "
+                          f"({dest.parent / f'.run.partial-{os.getpid()}' / 'model' / 'm.onnx'}): "
+                          f"it needs 2.9 KB (the bundle's size), ")
+    assert str(src) not in msg and "bundle.dist_dir" in msg and "free there" in msg
     assert not dest.exists() and list((tmp_path / "dist").iterdir()) == []  # no hidden partial copy left
 
 

@@ -112,6 +112,32 @@ def test_a_stage_run_at_an_older_step_revision_re_runs(toy_stages, tmp_path):
     assert status(cfg, "b") == (False, "not run yet")
 
 
+def test_installing_a_tool_a_step_depends_on_re_runs_it_and_the_same_install_re_runs_nothing(
+        toy_stages, tmp_path, monkeypatch):
+    """A step's Step.environment (the compile stage's onnxruntime-qnn) is part of its key: a result made without
+    the tool (a skip) re-runs once it is installed or upgraded; what reads it follows only if its files change."""
+    from dataclasses import replace
+
+    from pipeline.tasks import TASKS
+
+    installed = {"tool": "absent"}
+    steps = dict(TASKS["classification"].steps)
+    steps["b"] = replace(steps["b"], environment={"onnxruntime-qnn": lambda: installed["tool"]})
+    monkeypatch.setitem(TASKS, "classification", replace(TASKS["classification"], steps=steps))
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
+    assert run(cfg, ["c"]) == ["a", "b", "c"]
+    assert read_manifest(cfg.run_dir / "b")["sources"] == {"onnxruntime-qnn": "absent"}
+    assert run(cfg, ["c"]) == []  # the same install: nothing re-runs
+    installed["tool"] = "2.7.0"
+    assert status(cfg, "b") == (False, "the installed onnxruntime-qnn changed (absent -> 2.7.0)")
+    assert status(cfg, "a") == (True, "up to date")
+    assert run(cfg, ["c"]) == ["b"]  # b wrote the same out.txt: c, keyed on b's files, stays up to date
+    assert read_manifest(cfg.run_dir / "b")["sources"] == {"onnxruntime-qnn": "2.7.0"} and run(cfg, ["c"]) == []
+    manifest = cfg.run_dir / "b" / "manifest.json"  # as written before the step recorded the tool
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "sources": {}}))
+    assert status(cfg, "b") == (False, "its run did not record the installed onnxruntime-qnn (now 2.7.0)")
+
+
 def test_a_generation_teacher_from_before_the_tokenizer_fixes_re_runs(tmp_path):
     """A generation teacher stage finished before revision 2 (<bos> and the GGUF eos) keeps the old tokenizer:
     its manifest, written without a revision, makes `run` re-run it (and so everything that read it)."""

@@ -35,9 +35,11 @@ TASK = Task(
                          ("baseline.*", "teacher.max_length", "distill.temperature", *TRAIN_READS), distributed=True),
         "eval": Step(lazy(f"{_HERE}.train:stage_eval"), ("teacher.eval_batch_size",)),
         "quantize": Step(lazy(f"{_HERE}.ship:stage_quantize"), ("quantize.*", "teacher.eval_batch_size")),
-        # the HTP compile (eval/qnn.py): every chip, every NPU length, the emulator's agreement gate
+        # the HTP compile (eval/qnn.py): every chip, every NPU length, the emulator's agreement gate; keyed on
+        # onnxruntime-qnn's state too, so a compile that skipped without it re-runs once it is installed
         "compile": Step(lazy(f"{_HERE}.compile:stage_compile"),
-                        ("npu.*", "quantize.npu_lengths", "quantize.min_argmax_agreement")),
+                        ("npu.*", "quantize.npu_lengths", "quantize.min_argmax_agreement"),
+                        environment={"onnxruntime-qnn": lazy("eval.qnn:compiler_state")}),
         # bundle.accuracy_window: the FastGelu browser files' accuracy check (export/web_model.py)
         "export": Step(lazy(f"{_HERE}.ship:stage_export"),
                        ("export.*", "quantize.check_samples", "quantize.lossless_atol",
