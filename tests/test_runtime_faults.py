@@ -48,6 +48,7 @@ def test_full_disk_while_a_stage_writes_is_one_error_and_leaves_no_partial(monke
 
 def test_full_disk_while_publishing_a_bundle_names_its_size_and_removes_the_copy(monkeypatch, tmp_path):
     from export import publish as P
+    from pipeline import procs
 
     src = tmp_path / "bundle"
     (src / "model").mkdir(parents=True)
@@ -67,7 +68,7 @@ def test_full_disk_while_publishing_a_bundle_names_its_size_and_removes_the_copy
     msg = str(e.value)
     # where it could not write (the destination's disk and the file there), not the bundle it copied from
     assert msg.startswith(f"no space left on the disk mounted at {mount_point(dest)} while writing {dest} "
-                          f"({dest.parent / f'.run.partial-{os.getpid()}' / 'model' / 'm.onnx'}): "
+                          f"({dest.parent / f'.run.partial-{procs.tag()}' / 'model' / 'm.onnx'}): "
                           f"it needs 2.9 KB (the bundle's size), ")
     assert str(src) not in msg and "bundle.dist_dir" in msg and "free there" in msg
     assert not dest.exists() and list((tmp_path / "dist").iterdir()) == []  # no hidden partial copy left
