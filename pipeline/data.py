@@ -88,6 +88,28 @@ def paths_problem(d: DataSection) -> str | None:
     return None
 
 
+def unreadable_path_problem(cfg: Config) -> str | None:
+    """The data stage's refusal of a data.*_path (missing, a folder where a file is needed, a pipe), at load: its
+    own message (check_file). Not where the data stage is up to date: a run does not read the files again, and
+    status, report and bundle must work after a data file moved (as after a teacher folder moved)."""
+    d = cfg.data
+    if d.source not in PATH_SOURCES:
+        return None  # a hub name, a packaged corpus: nothing local to check; paths_problem refused stray paths
+    for split in ("train", "validation", "test"):
+        if not (value := getattr(d, f"{split}_path")):
+            continue
+        path = Path(value)
+        if PATH_SOURCES[d.source] and path.is_dir():  # a source that reads folders too (a text corpus)
+            continue
+        try:
+            check_file(path)
+        except PipelineError as e:
+            from pipeline.stage import status
+
+            return None if status(cfg, "data")[0] else str(e)
+    return None
+
+
 def _rows_to_examples(rows: list[dict], d: DataSection, where: str) -> list[Example]:
     if not rows:
         raise PipelineError(f"{where}: no rows. Point data paths at a file with a header and at least one row")

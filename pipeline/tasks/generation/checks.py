@@ -7,7 +7,7 @@ import pipeline.tasks.generation.data  # noqa: F401  (registers the generation d
 from pipeline.config import SECTIONS, AugmentSection, BenchSection, NpuSection
 from pipeline.config_rules import (check_names, set_fix as _set, teacher_config, teacher_positions_problem,
                                    teacher_problem)
-from pipeline.data import paths_problem, source_problem, unread_problem
+from pipeline.data import paths_problem, source_problem, unread_problem, unreadable_path_problem
 from pipeline.errors import PipelineError
 from pipeline.tasks.generation import TASK
 
@@ -69,7 +69,7 @@ CLASSIFICATION_ONLY = {
 
 def validate(cfg) -> str | None:
     problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation") or paths_problem(cfg.data)
-    problem = problem or unread_problem(cfg.data, "generation")
+    problem = problem or unread_problem(cfg.data, "generation") or unreadable_path_problem(cfg)
     for rule in (_search_decoder, _prompts_given, _classification_only, _generation_settings, _token_budgets,
                  _lm_exports, _lm_bundle_choice_is_made, _bench_times_something, _teacher_is_causal,
                  _student_init_fits_teacher, _context_fits_teacher, _bench_fits_teacher):
