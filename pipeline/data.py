@@ -329,10 +329,11 @@ def hold_out(splits: dict, d: DataSection, seed: int, split_fn, what: str) -> li
     return made
 
 
-def too_small(splits: dict, d: DataSection, total: int, unit: str) -> None:
-    """Train or test left empty by the hold-out fractions: one error with the size and the settings that did it."""
-    for s, empty_fix in (("test", "data.test_path, or raise data.test_fraction"),
-                         ("train", "lower data.test_fraction / data.validation_fraction")):
+def too_small(splits: dict, d: DataSection, total: int, unit: str,
+              train_fix: str = "lower data.test_fraction / data.validation_fraction") -> None:
+    """Train or test left empty by the hold-out fractions: one error with the size and the settings that did it
+    (train_fix: what else fills train, where lower fractions cannot)."""
+    for s, empty_fix in (("test", "data.test_path, or raise data.test_fraction"), ("train", train_fix)):
         if not splits[s]:
             raise PipelineError(
                 f"the {s} split is empty: the data is too small to split ({total} {unit} after cleaning; "
