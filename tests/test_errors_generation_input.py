@@ -35,10 +35,26 @@ GEN = 'run.task="generation"'
     (["export.coreml_lengths=[8]"], r"\(generation has 'lm.max_cache'\)"),
     (["bundle.sample_texts=2"], r"\(generation has 'lm.prompts'\)"),
     (["npu.emulator_samples=5"], r"'npu.emulator_samples' = 5 is a classification setting"),
+    # no upper bound before: the Core ML export would allocate the whole cache after training
+    (["lm.max_cache=1000000"], r"^<defaults>: 'lm.max_cache' = 1000000: the student's KV cache for that many "
+                               r"positions takes 3.8 GiB \(keys and values of 4 layers x 128 floats, 4096 bytes a "
+                               r"position\), over the 1 GiB limit: the Core ML package allocates it whole, and a phone "
+                               r"app holds it beside the model; --set lm.max_cache=262144 or less \[the value came "
+                               r"from --set 'lm.max_cache=1000000'\]$"),
 ])
 def test_generation_settings_a_run_would_refuse_late_are_refused_at_load(sets, match):
     with pytest.raises(PipelineError, match=match):
         load_config(None, [GEN, *sets])
+
+
+def test_max_cache_is_bounded_by_the_students_kv_cache_not_the_teachers_positions():
+    """The limit the message suggests loads (4 x 128 fp32 keys and values: 4096 bytes a position, 1 GiB in all);
+    past the packaged teacher's 8192 positions is fine, as positions past lm.context_length are untrained anyway."""
+    assert load_config(None, [GEN, "lm.max_cache=262144"]).lm.max_cache == 262144
+    with pytest.raises(PipelineError, match=r"'lm.max_cache' = 2049: .* \(keys and values of 8 layers x 8192 floats, "
+                                            r"524288 bytes a position\), .* --set lm.max_cache=2048 or less"):
+        load_config(None, [GEN, "lm.max_cache=2049", "student.layers=8", "student.hidden=8192", "student.heads=64",
+                           'student.init="random"'])
 
 
 def test_every_setting_no_generation_step_reads_is_refused():

@@ -5,7 +5,7 @@ from eval.rows import RNN_MODELS  # no transformer graph: transformer-only varia
 from pipeline.config import student_positions
 from pipeline.config_rules import (check_names, set_fix as _set, teacher_config, teacher_positions_problem,
                                    teacher_problem)
-from pipeline.data import paths_problem, source_problem, unread_problem
+from pipeline.data import paths_problem, source_problem, unread_problem, unreadable_path_problem
 from pipeline.errors import PipelineError
 
 COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
@@ -23,7 +23,8 @@ NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def validate(cfg) -> str | None:
     problem = (_generation_config(cfg) or check_names(cfg, NAMES) or source_problem(cfg.data.source, "classification")
-               or paths_problem(cfg.data) or unread_problem(cfg.data, "classification"))
+               or paths_problem(cfg.data) or unread_problem(cfg.data, "classification")
+               or unreadable_path_problem(cfg))
     for rule in (_search_ships_what_is_made, _search_npu_chips, _step_budget_is_generation, _columns_differ,
                  _fusion_names, _embedding_4bit_width, _npu_device, _layer_map_covers_the_student,
                  _quantize_starts_from_fp32, _bench_lengths, _web_target, _bundle_choice_is_made,

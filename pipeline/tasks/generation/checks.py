@@ -7,11 +7,15 @@ import pipeline.tasks.generation.data  # noqa: F401  (registers the generation d
 from pipeline.config import SECTIONS, AugmentSection, BenchSection, NpuSection
 from pipeline.config_rules import (check_names, set_fix as _set, teacher_config, teacher_positions_problem,
                                    teacher_problem)
-from pipeline.data import paths_problem, source_problem, unread_problem
+from pipeline.data import paths_problem, source_problem, unread_problem, unreadable_path_problem
 from pipeline.errors import PipelineError
 from pipeline.tasks.generation import TASK
 
 COREML_MODELS = ("student", "lstm", "lstm_distilled")  # the teacher is the model too big to ship
+# The student's KV cache for one sequence at its lm.max_cache positions (keys and values, fp32 as its ONNX graphs
+# and the Core ML export hold them): the Core ML package allocates it whole as state, and an app's onnxruntime-genai
+# search grows to it (the bundle's context_length). The limit: 1 GiB, which a phone app holds beside the model.
+KV_CACHE_MAX_BYTES = 1 << 30
 NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "quantize.models": ("model", ("pipeline.tasks.generation:LM_FOLDERS",)),
     # the decode workload's targets (measured or skipped with a reason), not classification's whole registry
@@ -69,10 +73,10 @@ CLASSIFICATION_ONLY = {
 
 def validate(cfg) -> str | None:
     problem = check_names(cfg, NAMES) or source_problem(cfg.data.source, "generation") or paths_problem(cfg.data)
-    problem = problem or unread_problem(cfg.data, "generation")
+    problem = problem or unread_problem(cfg.data, "generation") or unreadable_path_problem(cfg)
     for rule in (_search_decoder, _prompts_given, _classification_only, _generation_settings, _token_budgets,
                  _lm_exports, _lm_bundle_choice_is_made, _bench_times_something, _teacher_is_causal,
-                 _student_init_fits_teacher, _context_fits_teacher, _bench_fits_teacher):
+                 _student_init_fits_teacher, _context_fits_teacher, _bench_fits_teacher, _cache_fits_memory):
         problem = problem or rule(cfg)
     return problem
 
@@ -210,6 +214,21 @@ def _bench_fits_teacher(cfg) -> str | None:
             f"({lm.bench_decode_tokens}) + 1 exceeds the teacher's positions ({config.model_type}: {limit}), and the "
             f"bench times the teacher decoding as well; shorten the bench, e.g. "
             f"{_set('lm.bench_prompt_tokens', max(1, limit - lm.bench_decode_tokens - 1))}")
+
+
+def _cache_fits_memory(cfg) -> str | None:
+    """lm.max_cache is the students' position table and KV cache size. The teacher's positions do not bound it:
+    the students train on lm.context_length windows (within the teacher's table, checked above), so every position
+    past those is untrained either way. Memory does: KV_CACHE_MAX_BYTES."""
+    lm, s = cfg.lm, cfg.student
+    per = 2 * s.layers * s.hidden * 4  # keys and values, every layer, student.hidden wide (as many KV heads as heads)
+    if lm.max_cache * per <= KV_CACHE_MAX_BYTES:
+        return None
+    return (f"'lm.max_cache' = {lm.max_cache}: the student's KV cache for that many positions takes "
+            f"{lm.max_cache * per / (1 << 30):.1f} GiB (keys and values of {s.layers} layers x {s.hidden} floats, "
+            f"{per} bytes a position), over the {KV_CACHE_MAX_BYTES >> 30} GiB limit: the Core ML package allocates it "
+            f"whole, and a phone app holds it beside the model; {_set('lm.max_cache', KV_CACHE_MAX_BYTES // per)} or "
+            f"less")
 
 
 def _context_fits_teacher(cfg) -> str | None:

@@ -137,6 +137,36 @@ def split_documents(docs: list[Doc], fraction: float, seed: int) -> tuple[list[D
     return [docs[i] for i in sorted(order[n:])], [docs[i] for i in sorted(order[:n])]
 
 
+def _warn_nul_bytes(splits: dict, source: str) -> None:
+    """One warning naming the documents that hold NUL bytes: no text file has them, so they are a binary file
+    or UTF-16 text without its byte-order mark (one mostly made of them is refused by read_text). Kept as read,
+    as bytes that are not UTF-8 are: the warning says how to fix the file."""
+    found = [f"{doc['name']} in {s} ({n} byte{'s' * (n > 1)})" for s, docs in splits.items() for doc in docs
+             if (n := doc["text"].count("\0"))]
+    if found:
+        log.warning("WARNING: %s data: %d document(s) hold NUL (\\x00) bytes, a sign of a binary file or of UTF-16 "
+                    "text: %s%s; remove those files, convert UTF-16 ones to UTF-8 (iconv -f utf-16 -t utf-8 FILE) or "
+                    "delete the NUL bytes (tr -d '\\000' < FILE)", source, len(found), ", ".join(found[:5]),
+                    ", ..." if len(found) > 5 else "")
+
+
+def _warn_repeats(splits: dict, source: str) -> None:
+    """A document that repeats another of its own split is kept, as classification keeps a repeated text within
+    a split (across splits dedupe_across_splits drops it): it weighs that text double, so it is named."""
+    counts, example = {}, None
+    for s, docs in splits.items():
+        first: dict[str, str] = {}
+        for doc in docs:
+            if doc["text"] in first:
+                counts[s] = counts.get(s, 0) + 1
+                example = example or (doc["name"], first[doc["text"]])
+            first.setdefault(doc["text"], doc["name"])
+    if counts:
+        log.warning("WARNING: %s data: documents repeat others of their own split (%s; e.g. '%s' = '%s'): kept, so "
+                    "that text counts more than once in training or scoring; remove the copies unless that is meant",
+                    source, ", ".join(f"{n} in {s}" for s, n in counts.items()), *example)
+
+
 def build_lm_splits(cfg: Config) -> dict:
     """Load, clean and split documents. Returns {"train", "validation", "test": [Doc], "info": {...}}."""
     d = cfg.data
@@ -158,21 +188,34 @@ def build_lm_splits(cfg: Config) -> dict:
     if not splits["train"]:
         raise PipelineError(f"the training corpus from data.source '{d.source}' is empty: give it text files "
                             f"with some text in them")
+    _warn_nul_bytes(splits, d.source)
     seed, made = cfg.run.seed, []
     need = (not splits["test"]) + (not splits["validation"] and d.validation_fraction > 0)
+    train_fix = "lower data.test_fraction / data.validation_fraction"
     if len(splits["train"]) < need + 1:
         # too few documents to hold any out whole: cut them into contiguous blocks first
-        splits["train"] = [b for doc in splits["train"] for b in _blocks(doc, cfg.lm.split_blocks)]
-        made.append(f"documents cut into up to {cfg.lm.split_blocks} contiguous blocks each")
+        docs, n = splits["train"], cfg.lm.split_blocks
+        splits["train"] = [b for doc in docs for b in _blocks(doc, n)]
+        made.append(f"documents cut into up to {n} contiguous blocks each")
+        if len(splits["train"]) <= need:
+            # each split held out takes at least one block whatever its fraction: only more blocks leave train one
+            # a block per paragraph (or line) is the most there can be: more only helps below that
+            most = sum(len(_blocks(doc, len(doc["text"]))) for doc in docs)
+            more = (f"raise lm.split_blocks (now {n})" if most > len(splits["train"])
+                    else "more paragraphs or lines in them")
+            train_fix = (f"{more}, or give data.test_path and data.validation_path (or set data.validation_fraction "
+                         f"= 0): a split held out of the blocks takes at least one whatever its fraction, so lower "
+                         f"fractions cannot help")
     total = sum(len(v) for v in splits.values())
     made += hold_out(splits, d, seed, split_documents, "documents")
-    too_small(splits, d, total, "documents (or blocks of them)")
+    too_small(splits, d, total, "documents (or blocks of them)", train_fix)
     # a corpus folder holding one book twice would score the test play on text the student trained on
     before = {s: [doc["name"] for doc in v] for s, v in splits.items()}
     removed = dedupe_across_splits(splits, d.dedupe_across_splits)
     if not splits["train"]:
         raise PipelineError("every training document is also in the test or validation split, so none is left for "
                             "training: provide other documents, or set data.dedupe_across_splits = false")
+    _warn_repeats(splits, d.source)
     info = {
         "source": d.source,
         "seed": seed,
