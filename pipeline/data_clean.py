@@ -1,5 +1,5 @@
-"""What the data stage refuses to change silently: missing (NaN) labels, non-string texts, one label
-written several ways, and texts shared between splits.
+"""What the data stage refuses to change silently: missing labels (empty, null, NaN, NA and the like),
+non-string texts, one label written several ways, and texts shared between splits.
 
 Each problem is either one PipelineError with counts and an example row, or a loud warning whose counts
 are also recorded in split.json.
@@ -20,13 +20,26 @@ log = logging.getLogger(__name__)
 SPLIT_ORDER = ("test", "validation", "train")  # a text in two splits stays in the earlier one
 
 
-def _is_missing(value: Any) -> bool:
-    """None, empty, or NaN (a float NaN, or the string a NaN becomes when a table is written as text)."""
+# Missing-value markers that tables and exports write for "no value" (R's write.csv: NA; Excel: #N/A; pandas:
+# <NA>, nan; SQL: NULL). No one names a class so, so a label spelled like one is refused as missing rather than
+# trained as a class. "None" is not among them: a "none" class (no intent, no emotion) is real data; its one
+# accidental source is Python's str(None), spelled exactly "None", which stays a class with a warning.
+MISSING_MARKERS = ("", "nan", "na", "n/a", "#n/a", "<na>", "null")
+
+
+def _missing_kind(row: dict, label_col: str) -> str | None:
+    """How a row's label is missing, for the error ("absent", "null", "NaN", "empty" or the marker), or None."""
+    if label_col not in row:  # a JSON Lines row without the key
+        return "absent"
+    value = row[label_col]
     if value is None:
-        return True
+        return "null"
     if isinstance(value, float):
-        return math.isnan(value)
-    return isinstance(value, str) and value.strip().lower() in ("", "nan")
+        return "NaN" if math.isnan(value) else None
+    if not isinstance(value, str) or (marker := value.strip()).lower() not in MISSING_MARKERS:
+        return None
+    # "nan" is a float NaN written as text
+    return "NaN" if marker.lower() == "nan" else repr(marker) if marker else "empty"
 
 
 def label_text(value: Any) -> str:
@@ -43,10 +56,19 @@ def text_value(value: Any) -> str | None:
 
 def check_rows(rows: list[dict], text_col: str, label_col: str, where: str) -> None:
     """One error with counts for rows without a label or with a text that is not a string."""
-    missing = [i + 1 for i, r in enumerate(rows) if _is_missing(r.get(label_col))]
+    missing = [(i + 1, kind) for i, r in enumerate(rows) if (kind := _missing_kind(r, label_col))]
     if missing:
-        raise PipelineError(f"{where}: {len(missing)} row(s) have no label in column '{label_col}' (empty or NaN), "
-                            f"e.g. row {missing[0]}. Fill in their labels or remove those rows")
+        kinds = ", ".join(sorted({kind for _, kind in missing}))
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        shown = ", ".join(str(n) for n, _ in missing[:5]) + more
+        marker = next((kind for _, kind in missing if kind.startswith("'")), None)
+        rename = f"; if {marker} is a real class, rename it in the data (e.g. 'not_applicable')" if marker else ""
+        raise PipelineError(f"{where}: {len(missing)} row(s) have no label in column '{label_col}' ({kinds}): "
+                            f"row(s) {shown}. Fill in their labels or remove those rows{rename}")
+    if nones := [i + 1 for i, r in enumerate(rows) if r[label_col] == "None"]:
+        log.warning("WARNING: %s: %d label(s) in column '%s' are 'None' (e.g. row %d): kept as a class; if they are "
+                    "missing labels written by str(None), fill them in or remove those rows", where, len(nones),
+                    label_col, nones[0])
     # an Infinity in JSON became a class "inf"
     nested = [(i + 1, r[label_col]) for i, r in enumerate(rows) if not isinstance(r[label_col], (str, int, float))
               or (isinstance(r[label_col], float) and math.isinf(r[label_col]))]

@@ -5,8 +5,8 @@
    copy of another listed file or matches none: a file from another run), and no other file is there (what
    file managers leave, .DS_Store and the like, excepted);
 3. the bundle's task and kind (metadata.json "task" and "kind": app / web) pick the checks: the task's verify
-   (pipeline/tasks/<task>/verify.py) checks metadata.json against its own digest and the bundle's files, then
-   replays the samples with the shipped files in a fresh process and compares them with what the build stored.
+   (pipeline/tasks/<task>/verify.py) checks metadata.json against its own digest and the bundle's files (the
+   Kotlin / Swift samples: regenerated from it, byte for byte), then replays the samples with the shipped files in a fresh process and compares them with what the build stored.
 Needs no torch, transformers or onnx (tests/test_verify_bundle.py runs it with those imports blocked).
 """
 from __future__ import annotations

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Callable
 
 from pipeline.errors import PipelineError
 
@@ -219,6 +220,35 @@ def require_digest(bundle: Path, meta: dict) -> None:
               "longer matches its " + DIGEST_KEY + ")"
         raise PipelineError(f"{bundle}/{METADATA} {why}; restore it from the build's runs/<run>/ folder or "
                             f"{_REBUILD}")
+
+
+SAMPLE_FOLDERS = ("android/", "ios/")  # where the build writes the app samples, and nothing else
+
+
+def check_app_samples(bundle: Path, meta: dict, generate: Callable[[dict], dict[str, str]]) -> int:
+    """The Kotlin / Swift samples are generated from metadata.json (export/app_samples: generate(meta) -> path ->
+    text, "" for none), so the metadata must generate each shipped sample byte for byte: a sample edited and
+    re-hashed in 'files' passed the sha256 check while an app copying it runs code the build never wrote.
+    Returns how many samples were compared."""
+    try:
+        want = {rel: text for rel, text in generate(meta).items() if text}
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:  # a field the samples read is malformed
+        raise PipelineError(f"{bundle}/{METADATA}: the app samples cannot be generated from it ({type(e).__name__}: "
+                            f"{str(e)[:100]}): it was edited; restore it from the build's runs/<run>/ folder or "
+                            f"{_REBUILD}") from None
+    shipped = sorted(rel for rel in meta["files"] if rel.startswith(SAMPLE_FOLDERS))
+    for rel in sorted(want.keys() | set(shipped)):
+        if rel not in want:
+            raise PipelineError(f"{bundle}: {rel} is not a sample this bundle's metadata generates (the build writes "
+                                f"only {', '.join(sorted(want)) or 'none'}); delete it from the bundle and "
+                                f"metadata.json, or {_REBUILD}")
+        if rel not in shipped:
+            raise PipelineError(f"{bundle}: {rel} is missing: this bundle's metadata generates it and the build "
+                                f"ships it; {_REBUILD}")
+        if (bundle / rel).read_bytes() != want[rel].encode("utf-8"):
+            raise PipelineError(f"{bundle}: {rel} differs from the sample this bundle's metadata generates (edited "
+                                f"after the build, or built by another pocketformer version); {_REBUILD}")
+    return len(want)
 
 
 def edited(bundle: Path, what: str) -> PipelineError:

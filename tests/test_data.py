@@ -77,7 +77,7 @@ def test_hub_source_loads_a_local_dataset_file(tmp_path):
 @pytest.mark.parametrize("rows,data,msg", [
     ([], {}, "no rows"),
     (["a,x", ",y", "c,x"], {}, "empty text"),
-    (["a,x", "b,", "c,x"], {}, "1 row\\(s\\) have no label in column 'y' \\(empty or NaN\\), e.g. row 2"),
+    (["a,x", "b,", "c,x"], {}, "1 row\\(s\\) have no label in column 'y' \\(empty\\): row\\(s\\) 2\\. Fill in"),
     ([f"t{i},x" for i in range(30)], {}, "needs two or more"),
     (["a,x"] * 30, {}, "every training text is also in the test or validation split"),
     (["a,x", "b,y", "c,x"], {}, "the test split is empty"),
@@ -197,7 +197,7 @@ def test_nan_labels_are_missing_labels_not_a_class(tmp_path):
     rows[4]["y"] = float("nan")  # json.dumps writes NaN, as pandas' to_json(orient="records") does not
     rows[9]["y"] = "nan"
     p = write_jsonl(tmp_path / "d.jsonl", rows)
-    with pytest.raises(PipelineError, match=r"2 row\(s\) have no label.*\(empty or NaN\), e.g. row 5"):
+    with pytest.raises(PipelineError, match=r"2 row\(s\) have no label.*\(NaN\): row\(s\) 5, 10\. "):
         build_splits(cfg_for(p, tmp_path, source="jsonl"))
 
 
@@ -209,6 +209,53 @@ def test_null_labels_in_parquet(tmp_path):
     pq.write_table(pa.table({"t": [f"x {i}" for i in range(30)], "y": ["a", "b", None] * 10}), p)
     with pytest.raises(PipelineError, match=r"10 row\(s\) have no label"):
         build_splits(cfg_for(p, tmp_path, source="parquet"))
+
+
+def test_missing_value_markers_are_missing_labels_not_classes(tmp_path):
+    """R's NA, Excel's #N/A, SQL's NULL, pandas' <NA> and empty cells each became a class of their own. The error
+    names the file, what was found, the first rows and the fix."""
+    rows = [f"t{i},{'a' if i % 2 else 'b'}" for i in range(30)]
+    rows[1], rows[3], rows[6] = "t1,NA", "t3,", "t6,N/A"
+    p = write_csv(tmp_path / "d.csv", rows)
+    with pytest.raises(PipelineError) as e:
+        build_splits(cfg_for(p, tmp_path))
+    assert str(e.value) == (f"{p}: 3 row(s) have no label in column 'y' ('N/A', 'NA', empty): row(s) 2, 4, 7. Fill in "
+                            f"their labels or remove those rows; if 'NA' is a real class, rename it in the data (e.g. "
+                            f"'not_applicable')")
+    rows = [{"t": f"text {i}", "y": "a" if i % 2 else "b"} for i in range(30)]
+    for i in (2, 5, 8, 11, 14, 17, 20):
+        rows[i]["y"] = None if i < 10 else ["null", "#N/A", "<NA>", "Null"][i % 4]
+    p = write_jsonl(tmp_path / "d.jsonl", rows)
+    with pytest.raises(PipelineError, match=r"d\.jsonl: 7 row\(s\) have no label in column 'y' \('#N/A', '<NA>', "
+                                            r"'Null', 'null', null\): row\(s\) 3, 6, 9, 12, 15 and 2 more\. "):
+        build_splits(cfg_for(p, tmp_path, source="jsonl"))
+
+
+def test_missing_value_markers_in_parquet(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"t": [f"x {i}" for i in range(30)], "y": ["a", "b", "nan"] * 9 + ["a", "b", " na "]}), p)
+    with pytest.raises(PipelineError, match=r"d\.parquet: 10 row\(s\) have no label in column 'y' \('na', NaN\): "
+                                            r"row\(s\) 3, 6, 9, 12, 15 and 5 more\."):
+        build_splits(cfg_for(p, tmp_path, source="parquet"))
+
+
+def test_a_none_label_stays_a_class_with_a_warning(tmp_path, caplog):
+    """"None" may be a real class (no intent, no emotion); spelled exactly so it may also be str(None): kept, warned.
+    A "none" class is not warned about."""
+    p = write_csv(tmp_path / "d.csv", [f"t{i},{'a' if i % 2 else 'None'}" for i in range(30)])
+    with caplog.at_level("WARNING"):
+        s = build_splits(cfg_for(p, tmp_path))
+    assert s["labels"] == ["None", "a"]
+    assert (f"{p}: 15 label(s) in column 'y' are 'None' (e.g. row 1): kept as a class; if they are missing labels "
+            f"written by str(None), fill them in or remove those rows") in caplog.text
+    caplog.clear()
+    p = write_csv(tmp_path / "d2.csv", [f"t{i},{'a' if i % 2 else 'none'}" for i in range(30)])
+    with caplog.at_level("WARNING"):
+        assert build_splits(cfg_for(p, tmp_path))["labels"] == ["a", "none"]
+    assert "'None'" not in caplog.text
 
 
 def test_non_string_texts_are_refused(tmp_path):
@@ -312,7 +359,7 @@ def test_hub_class_label_minus_one_is_not_the_last_class(monkeypatch, caplog):
     assert "has no labels (all -1)" in caplog.text
     assert s["info"]["how"][0].startswith("test = 0.1")  # held out of train, not the unlabelled split
     cfg = _hub_dataset(monkeypatch, {"train": {"t": train["t"], "y": train["y"][:-1] + [-1]}})
-    with pytest.raises(PipelineError, match=r"1 row\(s\) have no label.*e.g. row 40"):
+    with pytest.raises(PipelineError, match=r"1 row\(s\) have no label.*\(null\): row\(s\) 40\."):
         build_splits(cfg)
 
 
@@ -447,5 +494,5 @@ def test_infinite_labels_repeated_keys_invisible_texts_and_pipes_are_refused(tmp
 def test_a_first_jsonl_row_without_the_label_is_a_row_without_a_label_not_a_missing_column(tmp_path):
     """The columns were the first row's keys: "no column 'y' ... Columns found: t", though every other row has it."""
     rows = [{"t": "first"}] + [{"t": f"text {i}", "y": "a" if i % 2 else "b"} for i in range(30)]
-    with pytest.raises(PipelineError, match=r"1 row\(s\) have no label in column 'y' \(empty or NaN\), e.g. row 1\."):
+    with pytest.raises(PipelineError, match=r"1 row\(s\) have no label in column 'y' \(absent\): row\(s\) 1\."):
         build_splits(cfg_for(write_jsonl(tmp_path / "d.jsonl", rows), tmp_path, source="jsonl"))

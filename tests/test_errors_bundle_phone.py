@@ -404,6 +404,7 @@ def test_a_damaged_htp_context_binary_is_named(copy, tmp_path):  # noqa: F811
 
     if why := qnn.unavailable_reason():
         pytest.skip(f"HTP compiler unavailable: {why}")
+    from export.app_samples import write_classification_samples
     from export.qnn_bundle import add_qnn_files
     from pipeline.tasks.classification.replay import qnn_logits
     from pipeline.verify import verify_bundle
@@ -418,6 +419,7 @@ def test_a_damaged_htp_context_binary_is_named(copy, tmp_path):  # noqa: F811
                     "context": Path(rec["context"]).relative_to(run).as_posix(), "status": "passed",
                     "emulator": {"samples": 4, "argmax_agreement": 1.0, "max_abs_diff": 0.01}}])
     meta["qnn"] = add_qnn_files(run, run / "compile", "student", copy, fallback=meta["models"]["ort"]["file"], pad_id=0)
+    write_classification_samples(copy, meta)  # as the build does: the NPU sample names the shipped chips
     spec = meta["qnn"]["chips"]["8gen3"]["files"]["32"]
     for s, row in zip(samples, qnn_logits(copy, meta["qnn"], samples)[spec["file"]]):
         if row is not None:

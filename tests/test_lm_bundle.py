@@ -139,6 +139,7 @@ def test_verify_bundle_passes_then_catches_changes(built, tmp_path):
     s = verify_bundle(dist)
     assert s["task"] == "generation" and s["runtimes"]["onnxruntime"]["samples_match"] == len(PROMPTS)
     assert s["runtimes"]["onnxruntime-genai"].get("samples_match") == len(PROMPTS), s["runtimes"]
+    assert "app samples: 2 Kotlin / Swift file(s), each what metadata.json generates" in s["lines"]
 
     wrong = shutil.copytree(dist, tmp_path / "wrong")
     samples = json.loads((wrong / "samples.json").read_text())
@@ -319,6 +320,10 @@ def _resigned(dist: Path, folder: Path, edit) -> Path:
     return copy
 
 
+def _append(path: Path, text: str) -> None:
+    path.write_text((path.read_text() if path.is_file() else "") + text)
+
+
 def _edit_json(rel: str, change):
     def edit(copy: Path) -> None:
         doc = json.loads((copy / rel).read_text())
@@ -344,6 +349,16 @@ def _edit_json(rel: str, change):
      r"sample 1 needs .*'continuation' \(its text\)"),
     (_edit_json("metadata.json", lambda m: m.update(trained_context_length=10 ** 6)),
      r"'trained_context_length' is 1000000: it must be a positive integer up to graph\.context_length"),
+    # the Kotlin / Swift samples are generated from metadata.json: an edited, missing or extra one is named
+    (lambda copy: _append(copy / "android" / "PocketformerGenerator.kt", "// edited\n"),
+     r"android/PocketformerGenerator\.kt differs from the sample this bundle's metadata generates \(edited after "
+     r"the build, or built by another pocketformer version\); rebuild the bundle with `make bundle`"),
+    (lambda copy: _append(copy / "ios" / "PocketformerGenerator.swift", "// edited\n"),
+     r"ios/PocketformerGenerator\.swift differs from the sample this bundle's metadata generates"),
+    (lambda copy: (copy / "ios" / "PocketformerGenerator.swift").unlink(),
+     r"ios/PocketformerGenerator\.swift is missing: this bundle's metadata generates it"),
+    (lambda copy: _append(copy / "ios" / "Extra.swift", "import Foundation\n"),
+     r"ios/Extra\.swift is not a sample this bundle's metadata generates"),
 ])
 def test_resigned_edits_of_what_runtimes_read_are_refused(built, tmp_path, edit, match):
     """Edits with every hash and the digest rewritten: the files an app's runtime reads must still agree with

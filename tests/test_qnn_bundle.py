@@ -231,7 +231,7 @@ def test_the_verify_line_says_how_many_of_the_fitting_samples_the_emulator_repla
     monkeypatch.setattr(replay, "qnn_logits", lambda b, q, s: {f16: [row, row, None, None],
                                                                f2: [row, None, None, None]})
     samples[0]["reference_logits"][f2] = row
-    lines = _lines({"samples": 4, "models": _qnn(Path("/b"), {"labels": ["x", "y", "z"], "qnn": qnn}, samples)})
+    lines = _lines({"samples": 4, "app_samples": 1, "models": _qnn(Path("/b"), {"labels": ["x", "y", "z"], "qnn": qnn}, samples)})
     assert lines[0].startswith(f"qnn:{f16}: {f16}: 2/4 samples replayed (the first 2 of the 3 that fit its "
                                f"length: the HTP emulator takes seconds per text), max |logit - reference|")
     assert lines[1].startswith(f"qnn:{f2}: {f2}: 1/4 samples fit its length, max")  # all that fit ran

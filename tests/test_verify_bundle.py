@@ -217,6 +217,53 @@ def test_files_the_build_did_not_write_are_refused(copy, capsys):
     assert rc == 2 and f"models.onnx.file = {rel!r} is not in 'files'" in err, err
 
 
+def _resign_sample(copy: Path, rel: str, edit) -> None:
+    """edit(path) on an app sample, then every hash and the digest rewritten to match, as a careful hand would."""
+    edit(copy / rel)
+    _rehash(copy, json.loads((copy / "metadata.json").read_text()))
+
+
+def test_a_resigned_edit_of_an_app_sample_fails(copy, capsys):
+    """The Kotlin / Swift samples are generated from metadata.json: a sample edited with its sha256 rewritten
+    passed verify-bundle, and an app copying it ran code the build never wrote."""
+    meta = json.loads((copy / "metadata.json").read_text())
+    shipped = sorted(rel for rel in meta["files"] if rel.endswith((".kt", ".swift")))
+    assert "android/PocketformerClassifier.kt" in shipped
+    rc, out, err = _cli(copy, capsys)
+    assert rc == 0 and f"app samples: {len(shipped)} Kotlin / Swift file(s), each what metadata.json generates" in out
+    for rel in shipped:
+        one = shutil.copytree(copy, copy.with_name(f"edited-{Path(rel).name}"))
+        _resign_sample(one, rel, lambda p: p.write_text(p.read_text().replace("pocketformer", "pocketf0rmer", 1)))
+        rc, out, err = _cli(one, capsys)
+        assert rc == 2 and "bundle OK" not in out
+        assert err.strip() == (f"error: {one}: {rel} differs from the sample this bundle's metadata generates "
+                               f"(edited after the build, or built by another pocketformer version); rebuild the "
+                               f"bundle with `make bundle` (a web bundle: `make web-bundle`)"), err
+
+
+def test_a_resigned_missing_or_extra_app_sample_fails(copy):
+    from pipeline.errors import PipelineError
+    from pipeline.verify import verify_bundle
+
+    gone = shutil.copytree(copy, copy.with_name("gone"))
+    _resign_sample(gone, "android/PocketformerClassifier.kt", Path.unlink)
+    with pytest.raises(PipelineError, match=r"android/PocketformerClassifier\.kt is missing: this bundle's metadata "
+                                            r"generates it and the build ships it; rebuild the bundle"):
+        verify_bundle(gone)
+    extra = shutil.copytree(copy, copy.with_name("extra"))
+    _resign_sample(extra, "android/Extra.kt", lambda p: p.write_text("class Extra\n"))
+    with pytest.raises(PipelineError, match=r"android/Extra\.kt is not a sample this bundle's metadata generates "
+                                            r"\(the build writes only android/PocketformerClassifier\.kt.*\); delete "
+                                            r"it from the bundle and metadata\.json, or rebuild"):
+        verify_bundle(extra)
+    # a re-signed metadata.json the samples cannot be made from: one error, not a traceback
+    meta = json.loads((copy / "metadata.json").read_text())
+    _rehash(copy, {**meta, "model": "student"})
+    with pytest.raises(PipelineError, match=r"metadata\.json: the app samples cannot be generated from it "
+                                            r"\(TypeError: .*\): it was edited; restore it"):
+        verify_bundle(copy)
+
+
 # --- 2. untrusted metadata ------------------------------------------------------------------------------
 
 def test_paths_outside_the_bundle_are_refused(copy, tmp_path, capsys):

@@ -1,7 +1,8 @@
 """Kotlin (ONNX Runtime Android) and Swift samples and the bundle README, for both tasks, generated from the
 bundle's metadata.json: every file name, input / output name, size, label and token id in them is read from
 it, so a sample can never disagree with the model it ships with. Neither sample is compiled here (no Android
-SDK or Xcode on the build machine); tests check that what they name matches the metadata. The READMEs
+SDK or Xcode on the build machine); tests check that what they name matches the metadata, and verify-bundle
+generates them again from the bundle's metadata.json and compares byte for byte. The READMEs
 of both bundles are here, the samples per platform:
 
     android.py   the classifier (string in, in-graph tokenizer) and the generator (KV-cache greedy loop)
@@ -20,21 +21,32 @@ def _write(out: Path, files: dict[str, str]) -> None:
     for rel, text in files.items():
         if text:  # none: no sample for that platform (no iOS sample without a Core ML package)
             (out / rel).parent.mkdir(exist_ok=True)
-            (out / rel).write_text(text)
+            # bytes, not write_text: no locale encoding or newline translation, so verify-bundle can regenerate
+            # them from metadata.json and compare byte for byte
+            (out / rel).write_bytes(text.encode("utf-8"))
+
+
+def classification_samples(meta: dict) -> dict[str, str]:
+    """android/PocketformerClassifier.kt, its ios/ .swift twin and, where the bundle ships the HTP context
+    binaries (metadata "qnn"), android/PocketformerNpuClassifier.kt: path -> text, "" where the metadata
+    makes none. The build writes them; verify-bundle regenerates them to compare."""
+    return {"android/PocketformerClassifier.kt": android.classifier(meta),
+            "ios/PocketformerClassifier.swift": ios.classifier(meta),
+            "android/PocketformerNpuClassifier.kt": android.npu_classifier(meta)}
+
+
+def generation_samples(meta: dict) -> dict[str, str]:
+    """android/PocketformerGenerator.kt and its ios/ .swift twin: path -> text."""
+    return {"android/PocketformerGenerator.kt": android.generator(meta),
+            "ios/PocketformerGenerator.swift": ios.generator(meta)}
 
 
 def write_classification_samples(out: Path, meta: dict) -> None:
-    """android/PocketformerClassifier.kt, its ios/ .swift twin and, where the bundle ships the HTP context
-    binaries (metadata "qnn"), android/PocketformerNpuClassifier.kt."""
-    _write(out, {"android/PocketformerClassifier.kt": android.classifier(meta),
-                 "ios/PocketformerClassifier.swift": ios.classifier(meta),
-                 "android/PocketformerNpuClassifier.kt": android.npu_classifier(meta)})
+    _write(out, classification_samples(meta))
 
 
 def write_generation_samples(out: Path, meta: dict) -> None:
-    """android/PocketformerGenerator.kt and its ios/ .swift twin."""
-    _write(out, {"android/PocketformerGenerator.kt": android.generator(meta),
-                 "ios/PocketformerGenerator.swift": ios.generator(meta)})
+    _write(out, generation_samples(meta))
 
 
 def _how_scored(acc: dict) -> str:

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
+from export.app_samples import classification_samples
 from pipeline.errors import PipelineError
 from pipeline.tasks.classification.logits_check import (LOGIT_ATOL, LOGIT_RTOL, compare,  # noqa: F401
                                                         predict_in_fresh_process)
 from pipeline.tasks.classification.replay import ORT_FORMATS
-from pipeline.verify_bundle_meta import (bundle_kind, check_metadata, check_npu, check_qnn, check_workloads,
-                                         cross_check, load_samples, require_digest, resolve)
+from pipeline.verify_bundle_meta import (bundle_kind, check_app_samples, check_metadata, check_npu, check_qnn,
+                                         check_workloads, cross_check, load_samples, require_digest, resolve)
 
 
 def compare_npu(bundle: Path, meta: dict, samples: list[dict], rows: dict) -> dict:
@@ -106,13 +107,14 @@ def verify_app(bundle: Path, files: dict) -> dict:
     check_workloads(bundle, meta)
     cross_check(bundle, meta)
     require_digest(bundle, meta)
+    app_samples = check_app_samples(bundle, meta, classification_samples)
     samples = load_samples(bundle, meta)
     tokenizer = check_tokenizer(bundle, meta, samples)  # before the models: their inputs are these ids
 
     runnable = {k: v for k, v in meta["models"].items() if v["format"] in ORT_FORMATS}
     got, npu_rows = predict_in_fresh_process(bundle, runnable, samples, meta.get("npu"))
     summary = {"bundle": str(bundle), "files_checked": files["checked"], "unlisted_files": files["unlisted"],
-               "samples": len(samples), "tokenizer": tokenizer, "models": {}}
+               "samples": len(samples), "tokenizer": tokenizer, "app_samples": app_samples, "models": {}}
     for key in runnable:
         summary["models"][key] = compare(bundle, meta, samples, runnable[key]["file"], got[key])
     summary["models"]["coreml"] = _coreml(bundle, meta, samples)
@@ -172,6 +174,7 @@ def _lines(s: dict) -> list[str]:
             out.append(f"{key}: {m['file']}: {what}, "
                        + ("labels only" if diff != diff else
                           f"max |logit - reference| {diff:.3e} (allowed {LOGIT_ATOL:g} + {LOGIT_RTOL:g} x |reference|)"))
+    out.append(f"app samples: {s['app_samples']} Kotlin / Swift file(s), each what metadata.json generates")
     return out
 
 

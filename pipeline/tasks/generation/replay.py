@@ -15,9 +15,10 @@ import argparse
 import json
 from pathlib import Path
 
+from export.app_samples import generation_samples
 from pipeline.errors import PipelineError
-from pipeline.verify_bundle_meta import (METADATA, bundle_kind, fresh_process, int_list, is_int, need,
-                                         read_json, require_digest, resolve)
+from pipeline.verify_bundle_meta import (METADATA, bundle_kind, check_app_samples, fresh_process, int_list, is_int,
+                                         need, read_json, require_digest, resolve)
 
 # what the runtimes read: onnxruntime-genai the genai and tokenizer files, transformers.js the configs too
 # the decoder's shape as metadata.json, genai_config.json's decoder and config.json (but head_size) give it
@@ -205,6 +206,7 @@ def verify(bundle: Path, files: dict) -> dict:
     need(kind == "app", bundle, f"'kind' is {kind!r}: the generation task publishes app bundles only")
     meta = check_metadata(bundle, files["meta"])
     require_digest(bundle, meta)
+    app_samples = check_app_samples(bundle, meta, generation_samples)
     samples = load_samples(bundle)
     got = fresh_process(bundle, "pipeline.tasks.generation.replay", ["--child", str(bundle.resolve())], None, "decoder",
                         "install onnxruntime and tokenizers (pip install onnxruntime tokenizers)")
@@ -217,7 +219,7 @@ def verify(bundle: Path, files: dict) -> dict:
                                     f"a teacher stage an older pocketformer ran, whose tokenizer lacks the <bos> and "
                                     f"eos fixes)")
     summary = {"bundle": str(bundle), "task": "generation", "files_checked": files["checked"],
-               "unlisted_files": files["unlisted"], "samples": len(samples), "runtimes": {},
+               "unlisted_files": files["unlisted"], "samples": len(samples), "app_samples": app_samples, "runtimes": {},
                "tokenizers": list(got["token_ids"]),  # each encoded every prompt to its stored ids (above)
                "genai_tokenizer_unread": got.get("genai_tokenizer_unread")}
     for runtime in ("onnxruntime", "onnxruntime-genai"):
@@ -255,6 +257,7 @@ def _lines(s: dict) -> list[str]:
         else:
             out.append(f"{runtime}: {r['file']}: {r['samples_match']}/{s['samples']} greedy continuations match "
                        f"({r['tokens']} tokens)")
+    out.append(f"app samples: {s['app_samples']} Kotlin / Swift file(s), each what metadata.json generates")
     if s["genai_tokenizer_unread"]:
         out.append(f"onnxruntime-genai's tokenizer {s['genai_tokenizer_unread']}: an app on onnxruntime-genai "
                    f"encodes its prompts another way (the tokenizers library)")
