@@ -78,6 +78,13 @@ def unavailable_reason(configured: str = "") -> str | None:
     return None
 
 
+def browser_state(cfg) -> str:
+    """"can drive Chromium" or "cannot drive Chromium" here (Node, the npm packages, the configured browser): the
+    web bundle's page check runs only in the first case, so its stage is keyed on this (Step.environment) and
+    re-runs once the browser tools are installed."""
+    return "cannot drive Chromium" if unavailable_reason(cfg.bench.browser_executable) else "can drive Chromium"
+
+
 def run_job(files: list[dict], threads: list[int], warmup: int, iterations: int, max_seconds: float,
             executable: str = "", timeout_s: float = 1800, rounds: dict | None = None) -> dict:
     """Time files ({key, path, inputs: {n: {input_ids, attention_mask}}}) in Chromium at each thread count.

@@ -59,11 +59,12 @@ def unavailable_reason() -> str | None:
     return _probe()[1]
 
 
-def compiler_state() -> str:
+def compiler_state(cfg=None) -> str:
     """The HTP compiler's state here in a few stable words: onnxruntime-qnn's version where it runs, else
     "absent" or its version and the kind of failure. The compile stage is keyed on it (its Step.environment),
     so installing, upgrading or repairing onnxruntime-qnn re-runs a compile that skipped or ran without it,
-    while the same install re-runs nothing (no paths or messages that could differ between calls)."""
+    while the same install re-runs nothing (no paths or messages that could differ between calls). cfg: unused
+    (Step.environment's signature)."""
     return _probe()[0]
 
 

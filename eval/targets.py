@@ -128,6 +128,29 @@ def unavailable(t: Target) -> str | None:
     return None
 
 
+def runtimes_state(cfg) -> str:
+    """Where each of the run's bench.targets runs on this machine, in a few stable words ("host-cpu: runs,
+    mobile-cpu: CPUExecutionProvider, desktop-gpu: cannot run"). The bench stage is keyed on it (its
+    Step.environment): a bench that skipped a target re-runs once what the target needs is installed (Chromium,
+    onnxruntime-gpu, a GPU, onnxruntime-qnn), or when the target would now run on another provider; the same
+    machine re-runs nothing (no paths or reasons, which could differ between calls)."""
+    from eval.browser import is_browser, unavailable_reason
+
+    words = []
+    for name in cfg.bench.targets:
+        t = TARGETS[name]
+        if t.name == "desktop-gpu":
+            state = cuda_backend() or "cannot run"
+        elif t.name == "mobile-cpu":
+            state = mobile_provider()
+        elif is_browser(t):  # the configured browser, as the bench drives it
+            state = "cannot run" if unavailable_reason(cfg.bench.browser_executable) else "runs"
+        else:
+            state = "cannot run" if unavailable(t) else "runs"
+        words.append(f"{name}: {state}")
+    return ", ".join(words)
+
+
 def mobile_provider() -> str:
     """XNNPACK is what ORT Mobile uses on phones; the PyPI CPU wheel does not ship it."""
     return "XNNPACKExecutionProvider" if "XNNPACKExecutionProvider" in ort_providers() else "CPUExecutionProvider"

@@ -152,8 +152,9 @@ SOURCES = {"data.train_path": "data", "data.validation_path": "data", "data.test
 def source_digests(cfg: Config, name: str) -> dict[str, str]:
     """What stage `name` reads from outside the run (its manifest's "sources"): {key: sha256 over every file
     under the path it names} for the SOURCES it reads, and {tool: its state here} for what its step's result
-    depends on in this machine's installs (Step.environment: the compile stage's onnxruntime-qnn)."""
-    out = {tool: state() for tool, state in task_of(cfg).step(name).environment.items()}
+    depends on in this machine's installs (Step.environment: the compile stage's onnxruntime-qnn, the bench's
+    runtimes)."""
+    out = {tool: state(cfg) for tool, state in task_of(cfg).step(name).environment.items()}
     keys = [k for k, stage in SOURCES.items() if stage == name]
     if not keys:
         return out  # most stages: no need to read the hash cache

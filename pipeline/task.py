@@ -102,10 +102,11 @@ class Step:
     # would not write. Kept in the manifest; one written before revisions existed counts as 1.
     revision: int = 1
     # What the step's result depends on that this machine's installs decide, not the run or the config: tool ->
-    # () -> its state in a few stable words (the compile stage: {"onnxruntime-qnn": its version, or "absent"}).
-    # Recorded with the stage's sources and compared by status, so installing or upgrading the tool re-runs a
-    # result made without it (a skip), and the same install re-runs nothing.
-    environment: Mapping[str, Callable[[], str]] = field(default_factory=dict)
+    # (config) -> its state in a few stable words (the compile stage: {"onnxruntime-qnn": its version, or
+    # "absent"}; the bench: which runtime each of bench.targets runs on, or that it cannot run). Recorded with the
+    # stage's sources and compared by status, so installing or upgrading a tool re-runs a result made without it
+    # (a skip), and the same install re-runs nothing.
+    environment: Mapping[str, Callable[[Config], str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

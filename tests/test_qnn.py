@@ -256,10 +256,10 @@ def test_the_compile_stage_is_keyed_on_the_compilers_state(monkeypatch, tmp_path
     from pipeline.config import config_from_dict
     from pipeline.stage import source_digests
 
-    monkeypatch.setattr(qnn, "compiler_state", lambda: "absent")
+    monkeypatch.setattr(qnn, "compiler_state", lambda cfg=None: "absent")
     cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
     assert source_digests(cfg, "compile") == {"onnxruntime-qnn": "absent"}
-    monkeypatch.setattr(qnn, "compiler_state", lambda: "2.7.0")
+    monkeypatch.setattr(qnn, "compiler_state", lambda cfg=None: "2.7.0")
     assert source_digests(cfg, "compile") == {"onnxruntime-qnn": "2.7.0"}
     assert source_digests(cfg, "quantize") == {}
     gen = config_from_dict({"run": {"runs_dir": str(tmp_path), "task": "generation"}})
@@ -408,3 +408,33 @@ def test_a_worker_dies_with_the_pipeline_that_started_it(tmp_path):
     while Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text():
         assert time.time() < deadline, "the worker outlived its parent"
         time.sleep(0.05)
+
+
+def test_the_bench_is_keyed_on_where_each_target_runs_here(monkeypatch, tmp_path):
+    """The bench of either task records where each of bench.targets runs on this machine, so a target skipped for
+    want of Chromium or a GPU is timed once they are there, and the web bundle records whether its page check can
+    drive Chromium; no path or reason is recorded (the same machine gives the same words every time)."""
+    import eval.browser as B
+    import eval.targets as T
+    from pipeline.config import config_from_dict
+    from pipeline.stage import source_digests
+
+    missing = {"browser": "no Chromium on PATH", "cuda": None}
+    monkeypatch.setattr(B, "unavailable_reason", lambda configured="": missing["browser"])
+    monkeypatch.setattr(T, "cuda_backend", lambda: missing["cuda"])
+    monkeypatch.setattr(T, "mobile_provider", lambda: "CPUExecutionProvider")
+    targets = ["host-cpu", "mobile-cpu", "browser-wasm", "desktop-gpu"]
+    for task in ("classification", "generation"):
+        cfg = config_from_dict({"run": {"runs_dir": str(tmp_path), "task": task}, "bench": {"targets": targets}})
+        missing.update(browser="no Chromium on PATH", cuda=None)
+        assert source_digests(cfg, "bench") == {"bench runtimes": "host-cpu: runs, mobile-cpu: CPUExecutionProvider, "
+                                                "browser-wasm: cannot run, desktop-gpu: cannot run"}
+        missing.update(browser=None, cuda="ort-cuda")
+        assert source_digests(cfg, "bench") == {"bench runtimes": "host-cpu: runs, mobile-cpu: CPUExecutionProvider, "
+                                                "browser-wasm: runs, desktop-gpu: ort-cuda"}
+    cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}, "bench": {"targets": ["host-cpu"]},
+                            "bundle": {"web": False}})
+    assert source_digests(cfg, "bench") == {"bench runtimes": "host-cpu: runs"}
+    assert source_digests(cfg, "web-bundle") == {"browser": "can drive Chromium"}
+    missing["browser"] = "no Chromium on PATH"
+    assert source_digests(cfg, "web-bundle") == {"browser": "cannot drive Chromium"}

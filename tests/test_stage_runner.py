@@ -122,7 +122,7 @@ def test_installing_a_tool_a_step_depends_on_re_runs_it_and_the_same_install_re_
 
     installed = {"tool": "absent"}
     steps = dict(TASKS["classification"].steps)
-    steps["b"] = replace(steps["b"], environment={"onnxruntime-qnn": lambda: installed["tool"]})
+    steps["b"] = replace(steps["b"], environment={"onnxruntime-qnn": lambda cfg: installed["tool"]})
     monkeypatch.setitem(TASKS, "classification", replace(TASKS["classification"], steps=steps))
     cfg = config_from_dict({"run": {"runs_dir": str(tmp_path)}})
     assert run(cfg, ["c"]) == ["a", "b", "c"]

@@ -54,9 +54,11 @@ TASK = Task(
         # Chromium rounds run in the 1-thread sweep page, with its V8 flags (eval/browser_cross.py chromium_rounds);
         # 6: host-cpu's .onnx files are timed in interleaved rounds too (eval/paired.py teacher_rounds), and rounds
         # on more than one thread pause before each file's turn (eval/paired.py SETTLE_S)
-        # student.max_length: only a warning when bench.headline_length is past it
+        # student.max_length: only a warning when bench.headline_length is past it. Keyed on where each target runs
+        # here too, so a target skipped for want of Chromium, a GPU or onnxruntime-gpu is timed once it is installed
         "bench": Step(lazy(f"{_HERE}.bench:stage_bench"),
-                      ("bench.*", "-bench.optimum_peer", "-bench.peer_eval_texts", "-student.max_length"), revision=6),
+                      ("bench.*", "-bench.optimum_peer", "-bench.peer_eval_texts", "-student.max_length"), revision=6,
+                      environment={"bench runtimes": lazy("eval.targets:runtimes_state")}),
         # bundle.accuracy_window: the report's "which file for which workload" table picks as the bundle does
         "report": Step(lazy("pipeline.tasks.common:report"), ("bundle.accuracy_window",)),
         # data.* / teacher.model: the model card names the dataset and the teacher; export.coreml_lengths:
@@ -67,11 +69,13 @@ TASK = Task(
                         "bundle.sample_texts", "bundle.dist_dir", "data.source", "data.train_path", "data.hub_name",
                         "data.hub_config", "teacher.model", "export.coreml_lengths", "teacher.eval_batch_size"),
                        revision=2),
-        # bench.browser_executable: whether the page check runs, recorded in the bundle's metadata
+        # bench.browser_executable: whether the page check runs, recorded in the bundle's metadata (keyed on
+        # whether Chromium can be driven here, so a bundle built without its page check gets one once it can)
         "web-bundle": Step(lazy(f"{_HERE}.web:stage_web_bundle"),
                            ("bundle.web", "bundle.web_target", "bundle.model", "bundle.variant",
                             "bundle.accuracy_window", "bundle.min_agreement", "bundle.sample_texts",
-                            "bundle.dist_dir", "bench.browser_executable"), revision=2),
+                            "bundle.dist_dir", "bench.browser_executable"), revision=2,
+                           environment={"browser": lazy("eval.browser:browser_state")}),
         # every section: best-<target>.toml is the whole resolved config with the best trial's shape (a change
         # the study's name does not hash re-runs no trial, it only rewrites the outputs)
         "search": Step(lazy("pipeline.search:stage_search"), ("*",)),

@@ -63,7 +63,8 @@ TASK = Task(
         # the prompt is cut from the held-out test windows run together: lm.eval_windows / context_length pick them
         "bench": Step(lazy(f"{_HERE}.ship:stage_bench"),
                       ("bench.targets", "bench.npu_device", "lm.bench_prompt_tokens", "lm.bench_decode_tokens",
-                       "lm.bench_iterations", "lm.eval_windows", "lm.context_length")),
+                       "lm.bench_iterations", "lm.eval_windows", "lm.context_length"),
+                      environment={"bench runtimes": lazy("eval.targets:runtimes_state")}),
         # the shared report hands bundle.accuracy_window to the task's results, which generation's does not use
         "report": Step(lazy("pipeline.tasks.common:report"), ("-bundle.accuracy_window",)),
         # lm.context_length: the metadata's trained_context_length; revision 2: that key, the samples' prompt
