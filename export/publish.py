@@ -8,8 +8,8 @@ import re
 import shutil
 from pathlib import Path
 
+from export import procs
 from export.hashing import METADATA, sha256_file
-from pipeline import procs
 from pipeline.errors import PipelineError, disk_error, make_folder, tree_bytes
 
 

@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from pipeline import procs
+from export import procs
 from pipeline.manifest import sha256_file
 
 CACHE_NAME = ".sha256-cache.json"

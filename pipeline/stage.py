@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from pipeline import procs
+from export import procs
 from pipeline.config import Config, read_keys
 from pipeline.errors import NO_SPACE, PipelineError, disk_error, lookup, tree_bytes, writing
 from pipeline.hashcache import HashCache

@@ -48,7 +48,7 @@ def test_full_disk_while_a_stage_writes_is_one_error_and_leaves_no_partial(monke
 
 def test_full_disk_while_publishing_a_bundle_names_its_size_and_removes_the_copy(monkeypatch, tmp_path):
     from export import publish as P
-    from pipeline import procs
+    from export import procs
 
     src = tmp_path / "bundle"
     (src / "model").mkdir(parents=True)
