@@ -371,3 +371,120 @@ def test_the_readme_names_the_reports_accuracy_where_batching_moved_it():
                                 "quantized file's scores move with the batch)")
     assert _how_scored({**acc, "accuracy": 0.75}) == ", one text per call as an app runs it"
     assert _how_scored({"accuracy": 0.75}) == ""  # a bundle from before the batch was recorded
+
+
+# Texts a dataset can put in a label or the first sample: each is a different escape in Kotlin and Swift
+_AWKWARD = ["form\x0cfeed", "bell\x07 bs\x08 nul\x00", "tab\t nl\n cr\r", "back\\slash \\f \\u0041", 'q "x" \'y\'',
+            "dollar $x ${y} $", "\\(interp)", "caf\u00e9 \u4e2d", "emoji \U0001F600\U0001F44D", "sep \u2028 del \x7f", ""]
+
+
+def _kotlin_value(literal: str) -> str:
+    """The string a Kotlin literal denotes, by Kotlin's rules; AssertionError on anything kotlinc refuses (an
+    escape it lacks, such as JSON's \\f) or reads otherwise ($ starting a template, a raw quote or line break)."""
+    assert literal[0] == literal[-1] == '"', literal
+    body, units, i = literal[1:-1], [], 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\":
+            e = body[i + 1]
+            if e == "u":
+                units.append(int(body[i + 2:i + 6], 16))
+                i += 6
+                continue
+            assert e in "tbnr'\"\\$", f"{literal}: \\{e} is no Kotlin escape"
+            units.append(ord({"t": "\t", "b": "\b", "n": "\n", "r": "\r"}.get(e, e)))
+            i += 2
+        else:
+            assert c not in '"$\n\r' and " " <= c <= "~", f"{literal}: raw {c!r}"
+            units.append(ord(c))
+            i += 1
+    return b"".join(u.to_bytes(2, "little") for u in units).decode("utf-16-le")
+
+
+def _swift_value(literal: str) -> str:
+    """The string a Swift literal denotes, by Swift's rules (\\0 \\\\ \\t \\n \\r \\" \\' \\u{1-8 hex digits}, a
+    Unicode scalar); AssertionError on what swiftc refuses (JSON's \\uXXXX, \\b, \\f) or interpolates (\\()."""
+    assert literal[0] == literal[-1] == '"', literal
+    body, out, i = literal[1:-1], [], 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\":
+            e = body[i + 1]
+            if e == "u":
+                assert body[i + 2] == "{", f"{literal}: \\u without braces is no Swift escape"
+                end = body.index("}", i)
+                code = int(body[i + 3:end], 16)
+                assert 1 <= end - i - 3 <= 8 and not 0xD800 <= code <= 0xDFFF, f"{literal}: \\u{{{code:x}}}"
+                out.append(chr(code))
+                i = end + 1
+                continue
+            assert e in "0\\tnr\"'", f"{literal}: \\{e} is no Swift escape"
+            out.append({"0": "\0", "t": "\t", "n": "\n", "r": "\r"}.get(e, e))
+            i += 2
+        else:
+            assert c not in '"\n\r' and " " <= c <= "~", f"{literal}: raw {c!r}"
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+@pytest.mark.parametrize("text", _AWKWARD)
+def test_sample_string_literals_are_kotlin_and_swift_ones(text):
+    """kotlinc 2.4 refused the demo text of a sample with a form feed ("unsupported escape sequence": JSON's \\f),
+    and Swift has none of JSON's \\uXXXX, \\b, \\f (json.dumps wrote the Swift sample's labels and text)."""
+    from export.app_samples.common import kt_string, swift_string
+
+    assert _kotlin_value(kt_string(text)) == text
+    assert _swift_value(swift_string(text)) == text
+
+
+def test_plain_ascii_literals_are_unchanged():
+    """Bundles built before the escaping fix regenerate byte for byte (verify-bundle) where the text is printable
+    ASCII: the literal is json.dumps's (and $ escaped for Kotlin)."""
+    from export.app_samples.common import kt_string, swift_string
+
+    for text in ("@AmericanAir Worst airline. I wait 30 mins?!!", 'say "hi" \\ $5', "negative", "tab\tnl\n"):
+        assert kt_string(text) == json.dumps(text).replace("$", "\\$")
+        assert swift_string(text) == json.dumps(text)
+
+
+def _awkward_meta() -> dict:
+    """Classification metadata with every sample file, labels and first text from _AWKWARD."""
+    labels = ['neg "q" $x', "pos \\ caf\u00e9 \U0001F600", "mid\x0cdle"]
+    io = [{"name": "input_ids", "type": "tensor(int64)"}, {"name": "attention_mask", "type": "tensor(int64)"}]
+    return {
+        "run": "r", "model": {"name": "student", "variant": "int8-dynamic"}, "versions": {"onnxruntime": "1.32.0"},
+        "labels": labels, "bert_wordpiece": True,
+        "samples": [{"text": "".join(_AWKWARD), "token_ids": [101, 7, 102], "expected_label": labels[1]}],
+        "models": {"string_onnx": {"file": "model/s-text.onnx", "inputs": [{"name": "text"}],
+                                   "outputs": [{"name": "logits"}, {"name": "probabilities"}]},
+                   "ort": {"file": "model/s.ort", "inputs": io},
+                   "coreml": {"file": "model/s.mlpackage", "inputs": io, "outputs": [{"name": "logits"}],
+                              "sequence_lengths": [16, 32], "pad_id": 0}},
+        "text_normalisation": {"strip_accents": None, "lowercase": True, "tokenize_chinese_chars": True,
+                               "max_length": 32, "special_tokens": {}},
+        "qnn": {"shipped": True, "pad_id": 0, "chips": {"8gen2": {
+            "name": "Snapdragon 8 Gen 2", "android_soc_model": "SM8550", "variant": "int8-static", "lengths": [16],
+            "files": {"16": {"inputs": io}}}}},
+    }
+
+
+def test_samples_write_labels_and_text_as_literals_of_their_language():
+    """Every label and the demo text reach the Kotlin and Swift samples as literals their compilers read back as
+    the same string; the NPU sample's demo wrote its expected label raw into a Kotlin string (a quote, $ or
+    backslash in a label broke the build: kotlinc "unsupported escape sequence")."""
+    from export.app_samples.android import classifier, npu_classifier
+    from export.app_samples.common import kt_in_string, kt_string, swift_string
+    from export.app_samples.ios import classifier as swift
+
+    m = _awkward_meta()
+    text, kt, npu, sw = m["samples"][0]["text"], classifier(m), npu_classifier(m), swift(m)
+    assert f"val LABELS = listOf({', '.join(map(kt_string, m['labels']))})" in kt
+    assert f"val LABELS = listOf({', '.join(map(kt_string, m['labels']))})" in npu
+    assert f"c.classify({kt_string(text)})" in kt
+    assert f'"label=$label (samples.json expects {kt_in_string(m["labels"][1])})"' in npu
+    assert _kotlin_value(f'"{kt_in_string(m["labels"][1])}"') == m["labels"][1]
+    assert f"static let labels = [{', '.join(map(swift_string, m['labels']))}]" in sw
+    assert f"PocketformerClassifier().classify({swift_string(text)})" in sw
+    for label in m["labels"]:
+        assert _kotlin_value(kt_string(label)) == label and _swift_value(swift_string(label)) == label

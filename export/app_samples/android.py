@@ -3,7 +3,7 @@
 argmax of the last position, stop at eos); its demo replays the first stored sample."""
 from __future__ import annotations
 
-from export.app_samples.common import generation_facts, header, kt_string, ort_version
+from export.app_samples.common import generation_facts, header, kt_in_string, kt_string, ort_version
 
 
 def _package(*imports: str) -> str:
@@ -297,7 +297,7 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
         fun demo(context: Context) {{
             PocketformerNpuClassifier(context).use {{ c ->
                 val label = LABELS[c.classify(intArrayOf({sample_ids}))]
-                Log.i("pocketformer", "label=$label (samples.json expects {sample['expected_label'] if sample else ''})")
+                Log.i("pocketformer", "label=$label (samples.json expects {kt_in_string(sample['expected_label']) if sample else ''})")
             }}
         }}
     }}

@@ -14,7 +14,29 @@ def ort_version(meta: dict) -> str:
 
 
 def kt_string(s: str) -> str:
-    return json.dumps(s).replace("$", "\\$")  # a JSON string literal is a Kotlin one once $ is escaped
+    """A Kotlin string literal of s. A JSON one is (ASCII, \\uXXXX for the rest, UTF-16 pairs above U+FFFF) once $
+    is escaped (it starts a template) and form feed is written \\u000c: JSON's \\f is no Kotlin escape (kotlinc
+    2.x: "unsupported escape sequence"), and a text with a form feed made a sample that did not compile."""
+    return '"' + "\\u000c".join(json.dumps(part)[1:-1] for part in s.split("\f")).replace("$", "\\$") + '"'
+
+
+def kt_in_string(s: str) -> str:
+    """s inside a Kotlin string literal that the sample writes around it (kt_string without the quotes)."""
+    return kt_string(s)[1:-1]
+
+
+# Swift's escapes; every other character outside printable ASCII is \u{hex}. JSON's \uXXXX, \b and \f are no
+# Swift escapes, and a UTF-16 surrogate is no Unicode scalar (swiftc: "invalid escape sequence in literal").
+_SWIFT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def swift_string(s: str) -> str:
+    """A Swift string literal of s, ASCII only; the same text as json.dumps(s) where s is printable ASCII."""
+    return '"' + "".join(_SWIFT_ESCAPES.get(c) or (c if " " <= c <= "~" else _swift_scalar(ord(c))) for c in s) + '"'
+
+
+def _swift_scalar(code: int) -> str:
+    return "\\u{fffd}" if 0xD800 <= code <= 0xDFFF else f"\\u{{{code:x}}}"  # a lone surrogate: U+FFFD, as decoding does
 
 
 def generation_facts(meta: dict) -> dict:

@@ -2,9 +2,7 @@
 text_normalisation), the generator over ONNX Runtime's Objective-C API (the Kotlin sample's greedy loop)."""
 from __future__ import annotations
 
-import json
-
-from export.app_samples.common import generation_facts, header
+from export.app_samples.common import generation_facts, header, swift_string
 
 
 def classifier(meta: dict) -> str:
@@ -21,9 +19,9 @@ def classifier(meta: dict) -> str:
                                                         ("strip accents (NFD, nonspacing marks dropped)", strip),
                                                         ("lower-case", norm["lowercase"])) if on)
     special = {k: v["id"] for k, v in norm["special_tokens"].items()}
-    labels = ", ".join(json.dumps(label) for label in meta["labels"])
+    labels = ", ".join(swift_string(label) for label in meta["labels"])
     package = cm["file"].split("/")[-1]
-    sample = json.dumps(meta["samples"][0]["text"]) if meta.get("samples") else '"what a great day"'
+    sample = swift_string(meta["samples"][0]["text"]) if meta.get("samples") else '"what a great day"'
     lengths = cm.get("sequence_lengths") or []
     # export.padding's rule, as verify-bundle applies it: pad_id up to the smallest sequence_lengths entry
     pad = cm.get("pad_id", norm["special_tokens"].get("pad_token", {}).get("id", 0))
