@@ -17,6 +17,9 @@ import pytest
     ("shape_files", ["--config", "{tmp}/none.toml", "--tokenizer", "t", "--out", "o"],
      "config file {tmp}/none.toml does not exist"),
     ("compare_files", ["{tmp}/a.ort", "{tmp}/b.ort", "--tokenizer", "t", "--texts", "x"], "{tmp}/a.ort does not exist"),
+    # refused before any jar is fetched or JVM started (no test runs the JVM)
+    ("app_samples_jvm", ["{tmp}/none", "--jars", "{tmp}/jars"],
+     "{tmp}/none is not a bundle folder (no metadata.json): give dist/<run> of `make bundle`"),
 ])
 def test_a_missing_run_or_bad_config_is_one_error_line(module, argv, message, tmp_path, capsys, monkeypatch):
     import importlib
@@ -54,6 +57,7 @@ def test_a_missing_run_or_bad_config_is_one_error_line(module, argv, message, tm
     ("throughput", ["--steps", "5", "--warmup", "10"], "--steps (5) must be more than --warmup (10)"),
     ("lm_loss_bench", ["--calls", "0"], "argument --calls: must be at least 1, got 0"),
     ("lm_loss_bench", ["--dtype", "fp8"], "argument --dtype: invalid choice: 'fp8'"),
+    ("app_samples_jvm", ["dist/demo"], "the following arguments are required: --jars"),
 ])
 def test_counts_are_checked_by_the_parser(module, argv, message, capsys, monkeypatch):
     import importlib
