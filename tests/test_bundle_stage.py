@@ -488,3 +488,22 @@ def test_samples_write_labels_and_text_as_literals_of_their_language():
     assert f"PocketformerClassifier().classify({swift_string(text)})" in sw
     for label in m["labels"]:
         assert _kotlin_value(kt_string(label)) == label and _swift_value(swift_string(label)) == label
+
+
+def test_npu_sample_runs_a_text_longer_than_its_lengths_on_the_cpu_file():
+    """Compiled lengths can stop short of max_length (quantize.npu_lengths, or a length whose compile failed): the
+    NPU sample cut such a text to its longest length, dropping [SEP] and the text's end (on the JVM, with the
+    compiled graphs' QDQ sources in place of the context binaries and lengths cut to 16 and 32, a 36-id demo
+    sample came out neutral for positive). It now runs it whole on the CPU .ort, loaded at the first such text."""
+    from export.app_samples import _npu
+    from export.app_samples.android import npu_classifier
+
+    kt = npu_classifier(_awkward_meta())
+    assert "if (npu.isNotEmpty() && ids.size <= lengths.last()) runNpu(ids) else runCpu(ids)" in kt
+    assert "val n = lengths.first { it >= ids.size }" in kt and "?: lengths.last()" not in kt
+    assert "private val cpuFile = lazy {" in kt and 'env.createSession(context.assets.open("s.ort")' in kt
+    assert "cpuFile.value.run(mapOf(" in kt and "if (cpuFile.isInitialized()) cpuFile.value.close()" in kt
+    assert "(a longer text runs s.ort on the CPU)" in kt and kt.count("{") == kt.count("}")
+    m = {**_awkward_meta(), "max_length": 32, "qnn": {**_awkward_meta()["qnn"], "fallback": "model/s.ort"}}
+    assert "text longer than the chip's longest compiled length runs on `model/s.ort` (whole: never cut to fit)" in \
+        " ".join(_npu(m).split())

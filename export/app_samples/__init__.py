@@ -148,7 +148,8 @@ CPU on any other phone:
 1. Depend on `com.microsoft.onnxruntime:onnxruntime-android-qnn` (in place of `onnxruntime-android`).
 2. Copy the bundle's `npu/` folder into `app/src/main/assets/` as it is, and `{fallback}` to
    `assets/{fallback.split('/')[-1]}`.
-3. Tokenize with `tokenizer/tokenizer.json` (it cuts at {meta['max_length']} tokens) and call `classify(ids)`.
+3. Tokenize with `tokenizer/tokenizer.json` (it cuts at {meta['max_length']} tokens) and call `classify(ids)`; a
+   text longer than the chip's longest compiled length runs on `{fallback}` (whole: never cut to fit).
 
 """
 

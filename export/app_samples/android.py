@@ -202,7 +202,13 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
     private val env = OrtEnvironment.getEnvironment()
     private val npu = HashMap<Int, OrtSession>()  // length -> HTP session; empty on the CPU path
     private var lengths: List<Int> = emptyList()
-    private val cpu: OrtSession?
+    // the CPU file: every text where the NPU path is off; else the texts longer than the longest compiled length
+    // (never cut to fit: that drops [SEP] and the end of the text), loaded at the first of them
+    private val cpuFile = lazy {{
+        OrtSession.SessionOptions().use {{ options ->
+            env.createSession(context.assets.open("{ort_asset}").use {{ it.readBytes() }}, options)
+        }}
+    }}
     // Assets are not files: the QNN provider opens a context binary by path, so they are copied out once per
     // install (lastUpdateTime changes with every app update, so rebuilt binaries of the same name never meet
     // the old copies, which are deleted)
@@ -235,14 +241,12 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
                 npu.clear()
             }}
         }}
-        cpu = if (npu.isEmpty()) {{
+        if (npu.isEmpty()) {{
             Log.i("pocketformer", "NPU path off, running {ort_asset} on the CPU: $why")
-            OrtSession.SessionOptions().use {{ options ->
-                env.createSession(context.assets.open("{ort_asset}").use {{ it.readBytes() }}, options)
-            }}
+            cpuFile.value  // loaded now: a missing asset fails here, not at the first text
         }} else {{
-            Log.i("pocketformer", "NPU path on: ${{chip!!.variant}} for $soc at lengths $lengths")
-            null
+            Log.i("pocketformer", "NPU path on: ${{chip!!.variant}} for $soc at lengths $lengths " +
+                "(a longer text runs {ort_asset} on the CPU)")
         }}
     }}
 
@@ -259,15 +263,15 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
         return dst
     }}
 
-    /** Label index for one text's token ids ([CLS] ... [SEP], at most the longest length). */
+    /** Label index for one text's token ids ([CLS] ... [SEP], as tokenizer/tokenizer.json cuts them). */
     fun classify(ids: IntArray): Int {{
-        val scores = if (npu.isNotEmpty()) runNpu(ids) else runCpu(ids)
+        val scores = if (npu.isNotEmpty() && ids.size <= lengths.last()) runNpu(ids) else runCpu(ids)
         return scores.indices.maxByOrNull {{ scores[it] }}!!
     }}
 
     private fun runNpu(ids: IntArray): FloatArray {{
         // the shortest compiled length that holds the text; ids and mask padded with PAD_ID / 0
-        val n = lengths.firstOrNull {{ it >= ids.size }} ?: lengths.last()
+        val n = lengths.first {{ it >= ids.size }}
         val x = IntArray(n) {{ if (it < ids.size) ids[it] else PAD_ID }}
         val m = IntArray(n) {{ if (it < ids.size) 1 else 0 }}
         val shape = longArrayOf(1, n.toLong())
@@ -277,12 +281,12 @@ class PocketformerNpuClassifier(private val context: Context) : AutoCloseable {{
     private fun runCpu(ids: IntArray): FloatArray {{
         val shape = longArrayOf(1, ids.size.toLong())
         val m = IntArray(ids.size) {{ 1 }}
-{_kt_inputs(ort_long, "ids", "cpu!!")}
+{_kt_inputs(ort_long, "ids", "cpuFile.value")}
     }}
 
     override fun close() {{
         npu.values.forEach {{ it.close() }}
-        cpu?.close()
+        if (cpuFile.isInitialized()) cpuFile.value.close()
     }}
 
     companion object {{
