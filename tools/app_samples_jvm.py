@@ -12,7 +12,9 @@ library of the Python onnxruntime-extensions package), then runs them on the JVM
 - PocketformerNpuClassifier.classify(token_ids) on every sample, once as on a phone of no compiled chip (the
   CPU .ort path) and once as on the first compiled chip (no QNN provider on this machine: the sample must fall
   back to the CPU and say why); the label must be expected_label (a near tie in the .ort file's reference
-  logits may resolve either way);
+  logits may resolve either way); with --run (the run folder the bundle was built from), also its HTP path
+  on the CPU: the sample without its two QNN lines, the compiled graphs' QDQ sources as its context models
+  (check_npu_htp_path);
 - PocketformerGenerator.generate(prompt_ids, max_new_tokens) on every prompt: the token ids must be
   continuation_ids exactly; then the README's start ids for no text over the whole context against Python's
   onnxruntime (the pipeline's greedy loop), and the two refusals the sample promises (IllegalArgumentException);
@@ -385,8 +387,9 @@ def _classpath(paths) -> str:
     return os.pathsep.join(str(p) for p in paths)
 
 
-def compile_samples(bundle: Path, present: list[str], kotlin: list[Path], ort: Path, work: Path) -> list[Path]:
-    """Stubs (javac), then the bundle's samples and the harness (kotlinc); the runtime classpath."""
+def compile_samples(sources: dict[str, str], kotlin: list[Path], ort: Path, work: Path) -> list[Path]:
+    """Stubs (javac), then the samples (class name -> Kotlin source) and the harness (kotlinc); the runtime
+    classpath, or [] where kotlinc refused them (its output printed)."""
     stubs_src, stubs, src, classes = work / "stubs-src", work / "stubs", work / "src", work / "classes"
     for d in (stubs_src, stubs, src, classes):
         shutil.rmtree(d, ignore_errors=True)
@@ -398,9 +401,9 @@ def compile_samples(bundle: Path, present: list[str], kotlin: list[Path], ort: P
               *sorted(stubs_src.rglob("*.java"))], "javac (the Android stubs)")
     if r.returncode:
         raise PipelineError(f"javac failed on the stubs: {r.stderr.strip()[-2000:]}")
-    for name in present:
-        shutil.copy(bundle / "android" / f"{name}.kt", src / f"{name}.kt")
-    (src / "Main.kt").write_text(MAIN_HEAD + "".join(BRANCHES[n] for n in present) + MAIN_TAIL)
+    for name, text in sources.items():
+        (src / f"{name}.kt").write_text(text)
+    (src / "Main.kt").write_text(MAIN_HEAD + "".join(BRANCHES[n] for n in sources) + MAIN_TAIL)
     stdlib = [j for j in kotlin if j.name.startswith("kotlin-stdlib")]
     r = _run(["java", *JVM, "-cp", _classpath(kotlin), "org.jetbrains.kotlin.cli.jvm.K2JVMCompiler",
               "-no-stdlib", "-no-reflect", "-jvm-target", "17", "-cp", _classpath([*stdlib, ort, stubs]),
@@ -410,7 +413,7 @@ def compile_samples(bundle: Path, present: list[str], kotlin: list[Path], ort: P
         print(f"compile: FAILED\n{out}")
         return []
     warnings = [line for line in out.splitlines() if "warning:" in line and "Main.kt" not in line]
-    print(f"compile: {', '.join(f'android/{n}.kt' for n in present)} compiled"
+    print(f"compile: {', '.join(f'{n}.kt' for n in sources)} compiled"
           + (f" with {len(warnings)} warning(s):\n  " + "\n  ".join(warnings) if warnings else ", no warnings"))
     return [classes, stubs, *stdlib, ort]
 
@@ -600,6 +603,74 @@ def check_npu(t: Tally, bundle: Path, meta: dict, samples: list[dict], cp: list[
         _demo(t, what, results, logs, f"label={first}", lambda line: line.startswith(f"label={first} "))
 
 
+def check_npu_htp_path(t: Tally, bundle: Path, meta: dict, samples: list[dict], run: Path, kotlin: list[Path],
+                       ort: Path, work: Path) -> None:
+    """The NPU sample's HTP path (runNpu: the shortest compiled length that holds the ids, padding, the session per
+    length), which needs the QNN provider, on the CPU: a copy of the sample without its two QNN lines (addQnn and
+    the no-CPU-fallback entry), each npu/qnn/<chip>/<variant>-<n>_ctx.onnx asset replaced by the QDQ file it was
+    compiled from (metadata "source", in the run folder; its shapes are dynamic). The label must be the one the
+    file's stored reference logits give at that length (the HTP emulator's; the .ort file's for the samples the
+    build did not emulate), up to twice the emulator's recorded difference from the CPU on a near tie; a text
+    the chip's lengths do not hold must take the CPU .ort path."""
+    chip_key, chip = next(((c, e) for c, e in meta["qnn"]["chips"].items() if e.get("android_soc_model")), (None, None))
+    what = f"PocketformerNpuClassifier HTP path, simulated on the CPU ({chip_key}, Build.SOC_MODEL " \
+           f"{chip and chip['android_soc_model']})"
+    if chip is None:
+        t.summary(f"{what}: metadata qnn names no chip with an android_soc_model", False)
+        return
+    kt = (bundle / "android" / "PocketformerNpuClassifier.kt").read_text()
+    lines = kt.splitlines(keepends=True)
+    qnn_lines = [ln for ln in lines if "options.addQnn(" in ln or '"session.disable_cpu_ep_fallback"' in ln]
+    if len(qnn_lines) != 2:
+        t.summary(f"{what}: the sample's QNN lines (addQnn, disable_cpu_ep_fallback) are not one each: "
+                  f"{len(qnn_lines)} found, nothing to cut", False)
+        return
+    sim = work / "npu-sim"
+    cp = compile_samples({"PocketformerNpuClassifier": "".join(ln for ln in lines if ln not in qnn_lines)},
+                         kotlin, ort, sim)
+    if not cp:
+        t.summary(f"{what}: the copy without its QNN lines did not compile", False)
+        return
+    ort_rel = meta["models"]["ort"]["file"]
+    rels = [(ort_rel, ort_rel.split("/")[-1])]
+    for f in chip["files"].values():
+        source = run / f["source"]
+        if not source.is_file():
+            raise PipelineError(f"{source} does not exist: --run must be the run folder this bundle was built from "
+                                f"(metadata qnn names {f['source']} in it)")
+        rels += [(source, f["file"]), (f["binary"], f["binary"])]
+    assets = sim / "assets"
+    shutil.rmtree(assets, ignore_errors=True)
+    for rel, name in rels:
+        (assets / name).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink((bundle / rel).resolve(), assets / name)
+    results, logs, _ = _harness(cp, "npu", assets, sim, [",".join(map(str, s["token_ids"])) for s in samples],
+                                ("", {}), soc=chip["android_soc_model"])
+    path = next((m for tag, m in logs if tag == "pocketformer" and m.startswith("NPU path")), None)
+    t.summary(f"{what}: log {path!r}", path is not None and path.startswith("NPU path on"))
+    if not _opened(t, what, results):
+        return
+    labels, lengths, agree = meta["labels"], sorted(int(n) for n in chip["files"]), 0
+    for i, s in enumerate(samples):
+        n = next((L for L in lengths if L >= len(s["token_ids"])), None)
+        spec = chip["files"][str(n)] if n else None
+        # the emulator's logits where the build stored them (it runs a few samples), else the .ort file's
+        source = spec["file"] if spec and spec["file"] in s["reference_logits"] else ort_rel
+        ref = s["reference_logits"][source]
+        slack = max((spec or {}).get("emulator", {}).get("max_abs_diff") or 0, LOGIT_ATOL)
+        want = labels[max(range(len(ref)), key=ref.__getitem__)]
+        kind, text = results.get(str(i), ("ERROR", "no answer"))
+        label = text.split("\t")[-1] if kind == "RESULT" else None
+        near_tie = ref is not None and label in labels and ref[labels.index(label)] >= max(ref) - 2 * slack
+        ok = label == want or near_tie
+        agree += ok
+        source += f", length {n}" if n else f": no compiled length holds {len(s['token_ids'])} ids"
+        t.sample(f"{what}.classify", i, s["text"], f"{want} ({source})", label if kind == "RESULT" else f"crash: {text}",
+                 ok, "a near tie" if label != want and near_tie else "")
+    t.summary(f"{what}.classify: {agree}/{len(samples)} labels agree with the stored references",
+              agree == len(samples))
+
+
 def check_generator(t: Tally, bundle: Path, meta: dict, samples: list[dict], cp: list[Path], work: Path,
                     ortx: tuple[str, dict]) -> None:
     """samples.json's prompts against their stored continuations; then the README's prompt for no text over the
@@ -664,6 +735,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a checkout of ONNX Runtime's source: build the Java binding from it (java/, include/) "
                          "against the Python onnxruntime package's native library")
     ap.add_argument("--work", type=Path, help="keep the sources, stubs and classes here (default: a temporary folder)")
+    ap.add_argument("--run", type=Path,
+                    help="the run folder the bundle was built from (runs/<run>): also run the NPU sample's HTP path "
+                         "on the CPU, with the QDQ files its context binaries were compiled from")
     a = ap.parse_args(argv)
     bundle = a.bundle
     if not (bundle / "metadata.json").is_file():
@@ -674,6 +748,8 @@ def main(argv: list[str] | None = None) -> int:
     for tool in ("java", "javac"):
         if shutil.which(tool) is None:
             raise PipelineError(f"{tool} is not installed: the probe compiles and runs the samples on a JDK (17+)")
+    if a.run is not None and not a.run.is_dir():
+        raise PipelineError(f"run folder {a.run} does not exist: give --run runs/<name>, the run the bundle was built from")
     meta = json.loads((bundle / "metadata.json").read_text())
     samples = json.loads((bundle / meta.get("samples_file", "samples.json")).read_text())
     a.jars.mkdir(parents=True, exist_ok=True)
@@ -687,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = (a.work or Path(tmp)).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        cp = compile_samples(bundle, present, kotlin, ort, work)
+        cp = compile_samples({n: (bundle / "android" / f"{n}.kt").read_text() for n in present}, kotlin, ort, work)
         if not cp:
             print("verdict: the Kotlin samples do not compile")
             return 1
@@ -696,6 +772,8 @@ def main(argv: list[str] | None = None) -> int:
             check_classifier(t, bundle, meta, samples, cp, work, ortx)
         if "PocketformerNpuClassifier" in present:
             check_npu(t, bundle, meta, samples, cp, work, ortx)
+            if a.run is not None:
+                check_npu_htp_path(t, bundle, meta, samples, a.run.resolve(), kotlin, ort, work)
         if "PocketformerGenerator" in present:
             check_generator(t, bundle, meta, samples, cp, work, ortx)
     print("\n".join(["", "summary:", *t.lines]))
