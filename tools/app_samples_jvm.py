@@ -289,16 +289,18 @@ def kotlin_jars(jars: Path, version: str) -> list[Path]:
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
         ok = _mvn_copy([f"org.jetbrains.kotlin:kotlin-compiler-embeddable:{version}"], dest, jars / ".mvn-kotlin")
+        source = "mvn: org.jetbrains.kotlin:kotlin-compiler-embeddable"
         if not ok:  # what mvn copied before it failed is not mixed with npm's jars
             shutil.rmtree(dest)
             dest.mkdir()
             ok = _npm_kotlin(version, dest, jars / ".npm-kotlin")
+            source = "npm: kotlin-compiler"
         if not ok:
             shutil.rmtree(dest, ignore_errors=True)
             raise PipelineError(f"could not fetch the Kotlin compiler {version}: neither mvn "
                                 f"(org.jetbrains.kotlin:kotlin-compiler-embeddable) nor npm (kotlin-compiler) reached "
                                 f"a registry that has it; try --kotlin with another version")
-        (dest / ".complete").write_text(version + "\n")
+        (dest / ".complete").write_text(f"{version} ({source})\n")
     return sorted(dest.glob("*.jar"))
 
 
@@ -758,8 +760,11 @@ def main(argv: list[str] | None = None) -> int:
     ort = ort_jar(jars, a.ort_version or meta.get("versions", {}).get("onnxruntime", "1.20.0"),
                   a.ort_jar, a.ort_source and a.ort_source.resolve())
     ortx = _ortx_library() if "PocketformerClassifier" in present else ("", {})
+    jdk = _run(["java", "-version"], "java -version").stderr.strip().splitlines()[:1]
     print(f"bundle {bundle} (run {meta.get('run')}, built with onnxruntime "
-          f"{meta.get('versions', {}).get('onnxruntime', '?')}); Kotlin {a.kotlin}; ONNX Runtime Java {ort.name}")
+          f"{meta.get('versions', {}).get('onnxruntime', '?')}); Kotlin "
+          f"{(jars / f'kotlin-{a.kotlin}' / '.complete').read_text().strip()}; ONNX Runtime Java {ort.name}; "
+          f"{' '.join(jdk)}")
     with tempfile.TemporaryDirectory() as tmp:
         work = (a.work or Path(tmp)).resolve()
         work.mkdir(parents=True, exist_ok=True)
