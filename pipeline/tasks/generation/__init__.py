@@ -68,10 +68,10 @@ TASK = Task(
         # the shared report hands bundle.accuracy_window to the task's results, which generation's does not use
         "report": Step(lazy("pipeline.tasks.common:report"), ("-bundle.accuracy_window",)),
         # lm.context_length: the metadata's trained_context_length; revision 2: that key, the samples' prompt
-        # checks, and no teacher chat template
+        # checks, and no teacher chat template; 3: the app samples' string literals escaped for Kotlin and Swift
         "bundle": Step(lazy(f"{_HERE}.bundle:stage_bundle"),
                        ("bundle.model", "bundle.variant", "bundle.dist_dir", "lm.prompts", "lm.check_tokens",
-                        "lm.sample_tokens", "lm.context_length"), revision=2),
+                        "lm.sample_tokens", "lm.context_length"), revision=3),
         "web-bundle": Step(partial(lazy(f"{_SKIP}:skip_web_bundle"),
                                    reason="the web bundle and its demo page are built for the classification task")),
         # best-<target>.toml is the whole resolved config: every key counts
