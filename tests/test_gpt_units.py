@@ -433,17 +433,6 @@ def test_a_checkpoint_made_with_other_settings_is_deleted_and_training_starts_ov
         assert torch.equal(v, resumed.state_dict()[k]), k
 
 
-def _plain_lm_losses(logits, win, scored, ids, vals, t):
-    """lm_losses as plain autograd: F.cross_entropy, and the top-k KL from F.log_softmax of the scored rows."""
-    import torch.nn.functional as F
-
-    z = logits.float()
-    hard = F.cross_entropy(z.reshape(-1, z.shape[-1]), win[:, 1:].reshape(-1))
-    logq = F.log_softmax(z[scored] / t, -1).gather(-1, ids)
-    logp = F.log_softmax(vals.float() / t, -1)
-    return hard, (logp.exp() * (logp - logq)).sum(-1).mean() * t * t
-
-
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here (a device lease runs these)")
 
 
@@ -456,6 +445,7 @@ def test_the_fused_lm_losses_give_plain_autograds_values_and_gradients(t, dtype,
     two top-k ids that map to one student id (the vocabulary's "other" row), in float32 and in bf16, on the CPU
     and (where there is one) a CUDA GPU, whose training steps use the same loss."""
     from distill import losses
+    from tools.lm_loss_bench import plain as _plain_lm_losses  # F.cross_entropy and F.log_softmax, the reference
 
     monkeypatch.setattr(losses, "ROWS", rows)
     g = torch.Generator().manual_seed(0)

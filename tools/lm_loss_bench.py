@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 
 def plain(z, win, scored, ids, vals, t):
-    """lm_losses as plain autograd (the reference of tests/test_gpt_units.py)."""
+    """lm_losses as plain autograd: F.cross_entropy, and the top-k KL from F.log_softmax of the scored rows (also
+    the reference of tests/test_gpt_units.py)."""
     zf = z.float()
     hard = F.cross_entropy(zf.reshape(-1, zf.shape[-1]), win[:, 1:].reshape(-1))
     logq = F.log_softmax(zf[scored] / t, -1).gather(-1, ids)
