@@ -253,6 +253,8 @@ def near_ties(got: np.ndarray, want: np.ndarray) -> int:
 def summarize(got: np.ndarray, want: np.ndarray) -> dict:
     """Emulator logits against the CPU provider's on the same texts: {"samples", "argmax_agreement",
     "near_ties" (flips among them that are near ties, see TIE_SPREAD), "max_abs_diff"}."""
-    return {"samples": len(got), "argmax_agreement": float(np.mean(got.argmax(-1) == want.argmax(-1))),
+    from export.checks import agreeing
+
+    return {"samples": len(got), "argmax_agreement": float(np.mean(agreeing(got, want))),
             "near_ties": near_ties(got, want),
             "max_abs_diff": float(np.max(np.abs(got - want))) if len(got) else 0.0}

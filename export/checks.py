@@ -104,6 +104,14 @@ def _run_check(fn, ref_fn, inputs: CheckInputs, what: str) -> tuple[np.ndarray, 
     return got, ref, {"texts": inputs.texts, "check_samples": inputs.wanted}
 
 
+def agreeing(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """(N,) True where logits rows got and ref (N, C) pick the same class and are both finite. numpy's argmax of
+    a row holding a NaN is the NaN's index, so without the finiteness test a file that outputs NaN would agree
+    with every reference whose top class is that index (class 0 on most texts of a skewed test split)."""
+    finite = np.isfinite(got).all(-1) & np.isfinite(ref).all(-1)
+    return finite & (got.argmax(-1) == ref.argmax(-1))
+
+
 def max_abs_diff_check(fn, ref_fn, inputs: CheckInputs, atol: float, what: str) -> dict:
     got, ref, counted = _run_check(fn, ref_fn, inputs, what)
     value = float(np.abs(got - ref).max()) if np.isfinite(got).all() else float("inf")
@@ -121,7 +129,7 @@ def argmax_check(fn, ref_fn, inputs: CheckInputs, minimum: float, what: str,
     result with passed False and the message as `reason` (a lossy file that is recorded and not used)."""
     # too few texts is the test split's problem, not the file's: always raised
     got, ref, counted = _run_check(fn, ref_fn, inputs, what)
-    agree = float((got.argmax(-1) == ref.argmax(-1)).mean())
+    agree = float(agreeing(got, ref).mean())
     result = {"kind": "argmax_agreement", "value": agree, "tolerance": minimum, "passed": agree >= minimum,
               "inputs": inputs.description, "max_abs_diff": float(np.abs(got - ref).max()), **counted}
     if not result["passed"]:

@@ -311,6 +311,7 @@ def predict_check(path: Path, ref_fn, tokenizer, texts, max_length: int, lengths
 
     from distill.batching import encode
 
+    from export.checks import agreeing
     from export.padding import allowed_lengths, pad
 
     ml = ct.models.MLModel(str(path))
@@ -320,7 +321,8 @@ def predict_check(path: Path, ref_fn, tokenizer, texts, max_length: int, lengths
     for seq in ids:
         x, m = pad(list(seq), allowed, tokenizer.pad_token_id or 0)  # (1, T) each, the rule every caller uses
         got = ml.predict({"input_ids": x, "attention_mask": m})["logits"]
-        agree += int(np.argmax(got) == np.argmax(ref_fn(x.astype(np.int64), m.astype(np.int64))))
+        ref = ref_fn(x.astype(np.int64), m.astype(np.int64))
+        agree += int(agreeing(np.asarray(got).reshape(1, -1), np.asarray(ref).reshape(1, -1))[0])
     value = agree / len(ids)
     result = {"kind": "argmax_agreement", "value": value, "tolerance": minimum, "passed": value >= minimum,
               "inputs": f"{len(ids)} test texts, batch 1"}

@@ -89,6 +89,28 @@ def test_verify_pads_token_ids_to_the_packages_lengths(built, tmp_path, monkeypa
     assert model.calls == [16 if len(s["token_ids"]) <= 16 else 32 for s in samples]
 
 
+def test_a_package_that_outputs_nan_fails_the_predict_check(tiny_bert_dir, monkeypatch):
+    """np.argmax of a NaN row is 0: a Core ML package answering NaN agreed with every text the PyTorch model
+    labels class 0 and passed the export stage's argmax check. NaN logits agree with nothing."""
+    from transformers import AutoTokenizer
+
+    import export.coreml as C
+
+    class NanModel:
+        def predict(self, feed: dict) -> dict:
+            return {"logits": np.full((1, 2), np.nan, np.float32)}
+
+    fake = types.ModuleType("coremltools")
+    fake.models = types.SimpleNamespace(MLModel=lambda path: NanModel())
+    monkeypatch.setitem(sys.modules, "coremltools", fake)
+    monkeypatch.setattr(C, "can_predict", lambda: (True, ""))
+    ref = lambda ids, mask: np.array([[1.0, 0.0]], np.float32)  # noqa: E731  (class 0 on every text)
+    tok = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    check = C.predict_check(Path("x.mlpackage"), ref, tok, ["good day", "a bad film"], 16, [16], 0.9, "student int8")
+    assert check["passed"] is False and check["value"] == 0.0
+    assert check["reason"].startswith("student int8: Core ML argmax agrees with PyTorch on only 0.0% of 2 test texts")
+
+
 def test_swift_sample_states_the_same_lengths_and_pad_id(built):
     _, cfg = built
     bundle = cfg.run_dir / "bundle"

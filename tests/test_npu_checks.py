@@ -39,6 +39,23 @@ def test_a_length_no_text_reaches_is_still_checked(tmp_path):
     assert "student NPU x: argmax agrees" in bad["reason"] and "at 32 tokens" in bad["reason"]
 
 
+def test_an_npu_file_that_outputs_nan_fails_its_check():
+    """A length's file whose logits are NaN picks class 0 under numpy's argmax: it agreed with every text the
+    PyTorch model labels class 0, and the variant passed. NaN logits agree with nothing, and the recorded
+    max_abs_diff says NaN whichever length had it."""
+    from export.npu import check_variant
+
+    class Runner:
+        def at(self, n, ids, pad_id):
+            return np.full(2, np.nan, np.float32) if n == 32 else np.array([1.0, 0.0], np.float32)
+
+    ref = np.array([[1.0, 0.0]] * 10, np.float32)  # class 0 on every text
+    refs = {n: {"ids": [[2, 5, 3]] * 10, "ref": ref, "cut": 0} for n in (16, 32)}
+    check = check_variant(Runner(), refs, 0, 0.9, "student NPU x")
+    assert check["passed"] is False and check["worst_length"] == 32 and check["by_length"]["32"]["value"] == 0.0
+    assert check["by_length"]["16"]["value"] == 1.0 and np.isnan(check["max_abs_diff"])
+
+
 def test_longer_texts_are_cut_to_each_length_with_sep_kept(tmp_path):
     """A text longer than a file's length reaches it cut to the length, its last token ([SEP]) kept, and the
     PyTorch reference is computed on the same cut ids."""

@@ -367,6 +367,9 @@ def test_a_flip_within_the_emulators_own_logit_difference_is_a_near_tie():
     assert qnn.summarize(wide, want)["near_ties"] == 0
     assert qnn.near_ties(got[:0], want[:0]) == 0
 
+    nan = np.full_like(want, np.nan)  # NaN rows pick class 0 under numpy's argmax, as the CPU does on 7 of 8
+    assert qnn.summarize(nan, want)["argmax_agreement"] == 0.0 and qnn.summarize(nan, want)["near_ties"] == 0
+
     base = {"model": "student", "variant": "int8-static", "length": 32}
     rec = {"chip": "8gen2", "compiled": True, "context": None, "nodes_on_htp": 9, "nodes_total": 9, "unsupported": []}
     assert _row(base, rec, num, str, 0.9)["status"] == "passed"  # 7/8 + 1 near tie

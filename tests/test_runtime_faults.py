@@ -341,6 +341,24 @@ def test_argmax_and_diff_checks_refuse_fewer_texts_than_check_samples(tiny_bert_
     assert max_abs_diff_check(fn, fn, ok, 1e-4, "x")["texts"] == 16
 
 
+def test_a_file_that_outputs_nan_fails_the_argmax_check():
+    """numpy's argmax of an all-NaN row is 0, so a lossy file whose logits are NaN "agreed" with every text the
+    reference labels class 0: 90% of this split, a 90% gate passed. A NaN row agrees with nothing."""
+    import numpy as np
+
+    from export.checks import CheckInputs, argmax_check
+
+    ref_logits = np.array([[2.0, 0.0]] * 18 + [[0.0, 2.0]] * 2, np.float32)  # (20, 2), class 0 on 18 texts
+    inputs = CheckInputs([(np.zeros((20, 3), np.int64), np.ones((20, 3), np.int64))], "20 test texts", 20)
+    ref = lambda ids, mask: ref_logits  # noqa: E731
+    nan = lambda ids, mask: np.full((ids.shape[0], 2), np.nan, np.float32)  # noqa: E731
+    r = argmax_check(nan, ref, inputs, 0.9, "student int8-dynamic", fatal=False)
+    assert r["passed"] is False and r["value"] == 0.0 and "agrees with the fp32 PyTorch model on only 0.0%" in r["reason"]
+    one = ref_logits.copy()
+    one[0, 1] = np.nan  # one NaN logit in a text both pick class 0 on: that text disagrees, the other 19 agree
+    assert argmax_check(lambda ids, mask: one, ref, inputs, 0.9, "x", fatal=False)["value"] == 19 / 20
+
+
 def test_quantize_and_export_refuse_a_test_split_smaller_than_check_samples(tmp_path):
     import json
 
