@@ -302,7 +302,10 @@ def max_difference(a: Path, b: Path, checks: int = 3) -> float:
     worst = 0.0
     for feeds in _random_feeds(onnx.load(str(a), load_external_data=False), checks, 0):
         for x, y in zip(sa.run(None, feeds), sb.run(None, feeds)):
-            worst = max(worst, float(np.max(np.abs(x - y))) / max(1e-6, float(np.max(np.abs(x)))))
+            diff = float(np.max(np.abs(x - y))) / max(1e-6, float(np.max(np.abs(x))))
+            if not np.isfinite(diff):  # a NaN or inf output: max(worst, nan) would keep worst and pass the file
+                return float("inf")
+            worst = max(worst, diff)
     return worst
 
 

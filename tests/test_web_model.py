@@ -363,6 +363,27 @@ def test_graph_trim_leaves_a_mask_it_cannot_prove_broadcast_alone(tmp_path):
     assert (tmp_path / "out.onnx").read_bytes() == (tmp_path / "m.onnx").read_bytes()
 
 
+def test_a_trimmed_graph_whose_outputs_are_nan_fails_its_check(tmp_path):
+    """max_difference took max(worst, nan), which keeps worst (0.0): a trimmed graph that outputs NaN measured
+    0 away from its source and was used. A NaN output is infinitely far."""
+    from export.web_graph import _differs, max_difference
+
+    def graph(path: Path, scale: float) -> Path:
+        nodes = [h.make_node("Cast", ["input_ids"], ["f"], to=T.FLOAT), h.make_node("Mul", ["f", "k"], ["logits"])]
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("input_ids", T.INT64, ["b", "n"])],
+                         [h.make_tensor_value_info("logits", T.FLOAT, None)],
+                         [nh.from_array(np.array(scale, np.float32), "k")])
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+        m.ir_version = 8
+        onnx.save(m, path)
+        return path
+
+    src, same, nan = graph(tmp_path / "a.onnx", 1.0), graph(tmp_path / "b.onnx", 1.0), graph(tmp_path / "c.onnx", np.nan)
+    assert max_difference(src, same) == 0.0 and _differs(src, same, 1e-4) == ""
+    assert max_difference(src, nan) == float("inf")
+    assert "differ from its source's by inf" in _differs(src, nan, 1e-4)
+
+
 @pytest.mark.parametrize("opset", [17, 18])
 def test_layer_norm_as_centered_rms_is_the_same_function(opset):
     """LayerNormalization(x, scale, bias) -> SimplifiedLayerNormalization(x - mean(x), scale) + bias, with
