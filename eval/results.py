@@ -68,7 +68,7 @@ def classification_results(res: dict, accuracy_window: float) -> dict:
     rows, length, plan, targets = res["rows"], res["plan"]["headline_length"], res["plan"], list(res["targets"])
     goals = [_teacher_goal(rows, length, res["teacher_rounds"]),
              *_peer_goals(rows, res["head_to_head"], length, plan.get("throughput_batch", 0)),
-             budget_goal(res["bench_seconds"]), *browser_goals(rows, length, targets)]
+             budget_goal(res["bench_seconds"]), *browser_goals(rows, length, targets, accuracy_window)]
     return {"goals": goals,
             "workloads": workloads(rows, targets, accuracy_window, length, plan.get("throughput_batch", 1))}
 

@@ -260,6 +260,29 @@ def test_browser_cross_check_section():
     assert "cross-checked" not in to_markdown(blocks(classified(_doc(plain)), {}))
 
 
+def test_browser_goals_pick_the_student_within_the_runs_accuracy_window():
+    """The browser goals judge the student the web bundle would ship, which it picks within bundle.accuracy_window;
+    they used the default 0.01 whatever the run set, so at 0.02 they timed another file than the bundle ships."""
+    rows = [_row("teacher", "fp32", "onnx", "accuracy", 0.80, 8000, {64: 40.0}, None),
+            _row("student", "fp32", "onnx", "accuracy", 0.80, 4000, {64: 5.0}, None),
+            _row("student", "int8-dynamic", "onnx", "accuracy", 0.785, 1000, {64: 2.0}, None)]
+    for r, ms in zip(rows, (40.0, 5.0, 2.0)):
+        r["latency"]["browser-wasm"] = _lat({64: ms})
+    doc = _doc(rows)
+    doc["targets"] = dict(TARGETS, **{"browser-wasm": {"runtime": "onnxruntime-web", "provider": "wasm", "threads": 1,
+                                                       "precision": "fp32", "formats": ["onnx", "ort"], "proxy": "",
+                                                       "description": ""}})
+    doc["threads"]["browser-wasm"] = 1
+
+    def teacher_goal(window):
+        return next(g for g in classified(doc, window)["goals"] if g["goal"].startswith(
+            "web bundle's student p50 <= 1/10 of the fp32 teacher on browser-wasm"))
+
+    assert teacher_goal(0.01)["value"] == pytest.approx(5.0 / 40.0) and "student fp32 .onnx" in teacher_goal(0.01)["detail"]
+    wide = teacher_goal(0.02)  # 1.5 points down is inside the run's window: the bundle ships the int8 file
+    assert wide["value"] == pytest.approx(2.0 / 40.0) and "student int8-dynamic .onnx" in wide["detail"]
+
+
 def test_header_states_the_browser_warm_up_only_when_a_browser_target_was_timed():
     rows = [_row("student", "fp32", "onnx", "accuracy", 0.77, 4000, {64: 2.0}, None)]
     doc = _doc(rows)
