@@ -1,11 +1,11 @@
-"""The browser goals, checked on the run's browser-wasm rows (1 thread, as a page runs by default):
-the student the web bundle would ship (the fastest student .onnx / .ort within bundle.accuracy_window, 1 accuracy
-point by default, of the best student file, export/bundle.py's rule; the browser-only FastGelu files of export/web_model.py among
-them, failed files never) at the headline length, against the fp32 teacher's faster file and against the faster of
-Optimum's two files, all timed in the same Chromium run (both ratios from interleaved rounds in one page where
-they ran: eval/browser_cross.py chromium_rounds); the Optimum ratio again on the Node cross-check
-(the same WASM build outside Chromium, eval/browser_cross.py), with the same limit: there the median of the
-same-round ratios of its interleaved rounds (as eval/paired.py), or the p50s' ratio for an entry without them."""
+"""The browser goals, checked on the run's browser-wasm rows (1 thread, as a page runs by default): the student the web
+bundle would ship (the fastest student .onnx / .ort within bundle.accuracy_window, 1 accuracy point by default, of
+the best student file, export/bundle.py's rule; the browser-only FastGelu files of export/web_model.py among them,
+failed files never) at the headline length, against the fp32 teacher's faster file and against the faster of
+Optimum's two files, all timed in the same Chromium run (both ratios from interleaved rounds in one page where they
+ran: eval/browser_cross.py chromium_rounds); the Optimum ratio again on the Node cross-check (the same WASM build
+outside Chromium, eval/browser_cross.py), with the same limit: there the median of the same-round ratios of its
+interleaved rounds (as eval/paired.py), or the p50s' ratio for an entry without them."""
 from __future__ import annotations
 
 from eval.paired import ratios_of
