@@ -170,7 +170,7 @@ class BaselineSection:
 
 @dataclass(frozen=True)
 class TrainSection:
-    """How the training loops run (teacher fine-tune, distillation, baselines); see README "Distributed"."""
+    """How the training loops run (teacher fine-tune, distillation, baselines); see docs/distributed.md."""
 
     grad_accum: int = 1  # batches per optimizer step: effective batch = batch_size * grad_accum
     # fp32 | bf16 (autocast, CPU or GPU) | fp16 (autocast + loss scaling, CUDA only) | auto (bf16 where the
