@@ -5,8 +5,8 @@ bf16 autocast, and a 512 x 576 x 1536 matmul on 2 threads of this project's AVX2
 735 ms under bf16 autocast against 6.8 ms in fp32 (a timed loop of `a @ b` on random tensors). With bf16
 dot-product units it is the other way round: on a Zen 4 EPYC (AVX512-BF16) the same matmul on 1 thread took
 4.3 ms under bf16 autocast against 8.8 ms in fp32 (docs/results/2026-11-24-bf16-detection.md); on a Xeon
-with AMX the same autocast made the generation demo's teacher pass about 1.75x faster than fp32 (README,
-"Generation").
+with AMX the same autocast made the generation demo's teacher pass about 1.75x faster than fp32
+(docs/results/2026-11-23-generation-demo.md).
 
 The CPU features are read from /proc/cpuinfo in full (eval.machine.all_cpu_flags), not from the report's
 short list, which once lacked avx512_bf16 and made "auto" pick fp32 on a Zen 4.

@@ -54,7 +54,7 @@ def _head(model) -> set[str]:
 
 
 # quantize.static_float: parts of the graph int8-static leaves in float. name -> (op types kept out of
-# STATIC_OPS, function giving node names to exclude). Figures: README "int8-static: what stays in float".
+# STATIC_OPS, function giving node names to exclude). Figures: docs/export.md "int8-static: what stays in float".
 STATIC_FLOAT = {
     "attention-matmul": ((), _attention_matmuls),
     "layer-norm": (("LayerNormalization",), lambda model: set()),  # BERT's residual stream has outliers
