@@ -19,9 +19,9 @@ from typing import Callable
 
 from pipeline.config import Config, DataSection
 from pipeline.data_csv import read_rows
-from pipeline.data_clean import (INVISIBLE, check_label_column, check_rows, dedupe_across_splits, label_text,
-                                 merge_label_variants, shared_texts, text_value)
-from pipeline.data_files import check_file, decoding_notes, read_text, text_lines
+from pipeline.data_clean import (INVISIBLE, check_label_column, check_rows, check_text_column, dedupe_across_splits,
+                                 label_text, merge_label_variants, shared_texts, text_value)
+from pipeline.data_files import check_file, check_stand_in, decoding_notes, read_text, text_lines
 from pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,7 @@ def _rows_to_examples(rows: list[dict], d: DataSection, where: str) -> list[Exam
         raise PipelineError(f"{where}: {len(lacking)} row(s) have no '{d.text_column}' (data.text_column), e.g. row "
                             f"{lacking[0]}. Give every row its text under that name, or remove those rows")
     check_rows(rows, d.text_column, d.label_column, where)
+    check_text_column(rows, d.text_column, where)
     check_label_column(rows, d.text_column, d.label_column, where)
     return [{"text": text_value(row.get(d.text_column)), "label": label_text(row.get(d.label_column))} for row in rows]
 
@@ -151,9 +152,30 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
     return out
 
 
+def _not_json_lines(text: str, path: Path) -> None:
+    """A JSON file (one array of objects, or objects spread over several lines) given as JSON Lines: its first line
+    is no object, and "line 1: not valid JSON" or "got list" did not say why. Called where the first row fails."""
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    first = next((line.strip() for line in text_lines(text) if line.strip()), "")
+    if isinstance(whole, list):
+        what = "is one JSON array"
+    elif isinstance(whole, dict) or first in ("{", "["):
+        what = f"holds JSON spread over several lines (pretty-printed: its first line is {first!r})"
+    else:
+        return
+    jq = ".[]" if isinstance(whole, list) or first == "[" else "."
+    out = f"{path.stem}{'-lines' if path.suffix.lower() == '.jsonl' else ''}.jsonl"  # never the file it reads
+    raise PipelineError(f"{path} {what}, but JSON Lines needs one object per line: convert it, e.g. "
+                        f"jq -c '{jq}' {path.name} > {out}, and point data.*_path at the result")
+
+
 def read_jsonl(path: Path, d: DataSection) -> list[Example]:
     rows = []
-    for n, line in enumerate(text_lines(read_text(path, d, "a JSON Lines file")), 1):
+    text = read_text(path, d, "a JSON Lines file")
+    for n, line in enumerate(text_lines(text), 1):
         if not line.strip():
             continue
         try:
@@ -162,10 +184,14 @@ def read_jsonl(path: Path, d: DataSection) -> list[Example]:
             raise PipelineError(f"{path}:{n}: the key {e.args[0]!r} appears twice in one object; a JSON reader keeps "
                                 f"only the last, so the other value would be lost without a word: keep one") from None
         except json.JSONDecodeError as e:
+            if not rows:
+                _not_json_lines(text, path)
             hint = (f" ({path.name} looks like CSV: set data.source = \"csv\")"
                     if n == 1 and path.suffix.lower() in (".csv", ".tsv") else "")
             raise PipelineError(f"{path}:{n}: not valid JSON ({e.msg}); each line must be one JSON object{hint}") from None
         if not isinstance(row, dict):
+            if not rows:
+                _not_json_lines(text, path)
             raise PipelineError(f"{path}:{n}: expected a JSON object per line, got {type(row).__name__}")
         rows.append(row)
     return _rows_to_examples(rows, d, str(path))
@@ -173,6 +199,8 @@ def read_jsonl(path: Path, d: DataSection) -> list[Example]:
 
 def read_parquet(path: Path, d: DataSection) -> list[Example]:
     check_file(path)
+    with open(path, "rb") as f:
+        check_stand_in(path, f.read(200), d, "a Parquet file")
     try:
         import pyarrow.parquet as pq
     except ImportError:

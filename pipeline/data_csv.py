@@ -1,19 +1,23 @@
 """CSV rows with the checks csv.DictReader leaves out: the delimiter (data.delimiter, "auto" sniffs it), a
 duplicate header column, a row with more fields than the header (an unquoted comma inside a text would
 otherwise shift the fields and turn a piece of text into a label), a quote that never closes (the rest of the
-file would be one text), and a file that is not CSV at all.
+file would be one text), a line above the header (Excel's "sep=;" hint, a title or a comment), the header
+repeated as a row (files joined with their headers: it became a class named after the label column), and a
+file that is not CSV at all.
 """
 from __future__ import annotations
 
 import csv
 import io
 import itertools
+import re
 from collections import Counter
 from pathlib import Path
 
 from pipeline.errors import PipelineError
 
 SNIFF_DELIMITERS = ",;\t|"
+_EXCEL_SEP = re.compile(r'^"?sep=(.?)"?[,;\t|]*$')  # the line Excel reads (and some tools write) above the header
 
 
 def _delimiter(text: str, setting: str, path: Path) -> str:
@@ -33,6 +37,11 @@ def _not_csv(header: list[str], text: str, path: Path, delimiter: str) -> None:
     if first in ("{", "["):
         raise PipelineError(f"{path} looks like JSON (its first line starts with {first!r}), not CSV: set "
                             f"data.source = \"jsonl\" (one JSON object per line)")
+    first_line = text.split("\n", 1)[0].strip("\r")
+    if m := _EXCEL_SEP.match(first_line):
+        sep = f" and set data.delimiter = {m[1]!r}" if m[1] and m[1] != delimiter else ""
+        raise PipelineError(f"{path}: line 1 {first_line!r} is a hint for Excel, not the header naming the columns: "
+                            f"delete that line{sep}")
     if len(header) == 1:
         for other in (d for d in SNIFF_DELIMITERS if d != delimiter):
             if other in header[0]:
@@ -50,7 +59,8 @@ def read_rows(text: str, path: Path, delimiter: str) -> list[dict]:
         reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delim)
         header = list(reader.fieldnames or [])
         _not_csv(header, text, path, delim)
-        dupes = [name for name, n in Counter(header).items() if n > 1]
+        # unnamed columns (a spreadsheet's trailing empty cells, "t,y,,") are read by no setting: not duplicates
+        dupes = [name for name, n in Counter(header).items() if n > 1 and name.strip()]
         if dupes:
             cols = ", ".join(f"'{name}' (columns {', '.join(str(i + 1) for i, h in enumerate(header) if h == name)})"
                              for name in dupes)
@@ -60,10 +70,18 @@ def read_rows(text: str, path: Path, delimiter: str) -> list[dict]:
         for n, row in enumerate(reader, 1):
             before, last = last, reader.line_num  # the row runs from line before + 1 to line last
             extra = row.get(None)
+            if extra is not None and len(header) == 1:  # the first line is not the header (a title, a comment)
+                raise PipelineError(f"{path}: the header line {header[0][:60]!r} has 1 field, but row {n} (line "
+                                    f"{reader.line_num}) has {1 + len(extra)}: is that line a title or a comment above "
+                                    f"the header? Delete it, so the first line names the columns")
             if extra is not None:  # DictReader's restkey: fields past the header
                 raise PipelineError(f"{path}: row {n} (line {reader.line_num}) has {len(header) + len(extra)} fields, "
                                     f"the header {len(header)}: a text with an unquoted {delim!r}? Quote that field "
                                     f"(\"like{delim} this\"), or check data.delimiter")
+            if len(header) > 1 and [str(row[h] or "").lstrip("\ufeff") for h in header] == header:
+                raise PipelineError(f"{path}: row {n} (line {reader.line_num}) repeats the header "
+                                    f"({delim.join(header)}): files joined with their header lines (cat a.csv b.csv)? "
+                                    f"Delete that line, or it becomes an example whose label is a column name")
             rows.append(row)
     except csv.Error as e:
         raise PipelineError(f"{path}: malformed CSV ({e})") from None
