@@ -326,6 +326,28 @@ def test_nul_bytes_in_a_corpus_are_named_once(tmp_path, caplog):
     assert s["validation"][0]["text"] == "held out\x00\n"  # kept as read: named, not changed
 
 
+def test_hidden_files_of_a_corpus_folder_are_no_documents(tmp_path, caplog):
+    """macOS's "._name.txt" metadata twins (a corpus copied from a Mac) refused the corpus as binary data, advising
+    iconv; a .ipynb_checkpoints or .git folder's text files were trained as documents."""
+    (tmp_path / "c" / ".ipynb_checkpoints").mkdir(parents=True)
+    (tmp_path / "c" / ".git").mkdir()
+    for i in range(8):
+        write(tmp_path / "c" / f"{i}.txt", f"document {i}\n")
+        write(tmp_path / "c" / f"._{i}.txt", b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        " + b"\x00" * 4000)
+        write(tmp_path / "c" / ".ipynb_checkpoints" / f"{i}-checkpoint.txt", f"document {i}\n")
+    write(tmp_path / "c" / ".git" / "description.txt", "Unnamed repository; edit this file to name it.\n")
+    with caplog.at_level(logging.INFO):
+        s = build_lm_splits(lm_cfg(tmp_path / "c"))
+    names = sorted(doc["name"] for split in ("train", "validation", "test") for doc in s[split])
+    assert names == [f"{i}.txt" for i in range(8)]
+    assert "17 hidden text file(s) left out (._0.txt, ._1.txt, " in caplog.text
+    hidden = tmp_path / "h"
+    hidden.mkdir()
+    write(hidden / ".notes.txt", "a hidden note\n")
+    with pytest.raises(PipelineError, match=r"holds no .txt/.md/.text files but hidden ones; point data.\*_path"):
+        build_lm_splits(lm_cfg(hidden))
+
+
 def test_documents_repeated_within_a_split_are_named(tmp_path, caplog):
     """A corpus folder holding one text twice in the same split weighed it double without a word; it is kept, as
     classification keeps a text repeated within a split (across splits, dedupe_across_splits drops it)."""
