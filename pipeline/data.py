@@ -85,6 +85,26 @@ def paths_problem(d: DataSection) -> str | None:
     if d.test_fraction == 0 and not d.test_path and d.source != "hub":  # a hub dataset may bring its own test split
         return (f"'data.test_fraction' = 0 with no data.test_path leaves the test split empty (data.source "
                 f"'{d.source}' has no test split of its own): give data.test_path, or --set data.test_fraction=0.1")
+    return _same_file_twice(d)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)  # links and other spellings of one path too
+    except OSError:  # one is missing: the paths as written
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _same_file_twice(d: DataSection) -> str | None:
+    """One file given as two splits: the held-out split would be training data (its score says nothing), and with
+    deduplication on, no training text was left, with advice to turn deduplication off, which trained on it."""
+    paths = {s: Path(p) for s in ("train", "validation", "test") if (p := getattr(d, f"{s}_path"))}
+    for held, other in (("test", "train"), ("validation", "train"), ("test", "validation")):
+        if held in paths and other in paths and _same_file(paths[held], paths[other]):
+            shown = {str(paths[held]): None, str(paths[other]): None}  # one spelling, or both
+            return (f"data.{held}_path and data.{other}_path name the same data ({' and '.join(shown)}): the "
+                    f"{held} split would be the {other} data, so its score would say nothing. Give data.{held}_path a "
+                    f"file of its own, or leave it empty to hold data.{held}_fraction of the training data out")
     return None
 
 

@@ -267,8 +267,9 @@ def test_few_shot_intents_are_labels_not_free_text(tmp_path):
     intents = [f"book a flight {i}" for i in range(12)]
     rows = [f"i would like to {intent} next week please,{intent}" for intent in intents]
     p = write(tmp_path / "d.csv", "t,y\n" + "\n".join(rows) + "\n")
+    test = write(tmp_path / "test.csv", p.read_text())  # a file of its own: one file as two splits is refused
     s = build_splits(cfg_for(p, tmp_path, text_column="t", label_column="y", dedupe_across_splits=False,
-                             test_fraction=0.0, validation_fraction=0.0, test_path=str(p)))
+                             test_fraction=0.0, validation_fraction=0.0, test_path=str(test)))
     assert len(s["labels"]) == 12
 
 

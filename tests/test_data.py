@@ -340,6 +340,21 @@ def test_dedupe_applies_to_a_given_test_file(tmp_path):
     assert s["info"]["dedupe_across_splits"]["removed"] == {"test": 0, "validation": 0, "train": 2}
 
 
+def test_one_file_given_as_two_splits_is_refused_at_load(tmp_path):
+    """data.test_path = data.train_path: deduplication left no training text, and the error advised turning it off,
+    which scored the model on its own training data."""
+    tr = write_csv(tmp_path / "tr.csv", [f"t{i},{'a' if i % 2 else 'b'}" for i in range(20)])
+    (tmp_path / "link.csv").symlink_to(tr)
+    for split, path in (("test", tr), ("test", tmp_path / "." / "tr.csv"), ("validation", tmp_path / "link.csv")):
+        with pytest.raises(PipelineError, match=rf"data.{split}_path and data.train_path name the same data "
+                                                rf"\(.*\.csv\): the {split} split would be the train data, so its "
+                                                rf"score would say nothing. Give data.{split}_path a file of its "
+                                                rf"own, or leave it empty"):
+            cfg_for(tr, tmp_path, **{f"{split}_path": str(path)})
+    with pytest.raises(PipelineError, match=r"data.test_path and data.validation_path name the same data"):
+        cfg_for(tr, tmp_path, validation_path=str(tmp_path / "v.csv"), test_path=str(tmp_path / "v.csv"))
+
+
 def _hub_dataset(monkeypatch, splits):
     import datasets
 
