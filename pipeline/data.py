@@ -19,8 +19,8 @@ from typing import Callable
 
 from pipeline.config import Config, DataSection
 from pipeline.data_csv import read_rows
-from pipeline.data_clean import (INVISIBLE, check_label_column, check_rows, check_text_column, dedupe_across_splits,
-                                 label_text, merge_label_variants, shared_texts, text_value)
+from pipeline.data_clean import (INVISIBLE, check_continuous_labels, check_label_column, check_rows, check_text_column,
+                                 dedupe_across_splits, label_text, merge_label_variants, shared_texts, text_value)
 from pipeline.data_files import check_file, check_stand_in, decoding_notes, read_text, text_lines
 from pipeline.errors import PipelineError
 
@@ -409,6 +409,7 @@ def build_splits(cfg: Config) -> dict:
                if dropped["train"] else "")
         raise PipelineError(f"the training data from data.source '{d.source}' is empty after cleaning{why}")
     merges = merge_label_variants(splits, d.label_variants)
+    check_continuous_labels([ex["label"] for rows in splits.values() for ex in rows], d.label_column)
     seed = cfg.run.seed
     total = sum(len(v) for v in splits.values())
     counts = Counter(ex["label"] for ex in splits["train"])

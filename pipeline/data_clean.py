@@ -131,6 +131,23 @@ def check_label_column(rows: list[dict], text_col: str, label_col: str, where: s
                         f"data.text_column (now '{text_col}') to the text column")
 
 
+def check_continuous_labels(labels: list[str], label_col: str) -> None:
+    """Labels that are numbers, more than 20 distinct and most with a fraction (0.362, 3.75) are a continuous score
+    (a regression data set), which was trained as that many classes of a few examples each. A 0-10 rating in
+    halves (21 values, 10 with a fraction) stays classes."""
+    distinct = sorted(set(labels), key=lambda v: float(v) if _number(v) else 0.0)
+    if len(distinct) <= 20 or not all(_number(v) and math.isfinite(float(v)) for v in distinct):
+        return
+    fractional = [v for v in distinct if float(v) != int(float(v))]
+    if len(fractional) * 2 <= len(distinct):
+        return
+    raise PipelineError(f"the labels in column '{label_col}' (data.label_column) are {len(distinct)} distinct numbers, "
+                        f"most with a fraction (from {distinct[0]} to {distinct[-1]}, e.g. {fractional[0]}): a "
+                        f"continuous score, not classes, and the pipeline trains classifiers. Bin the scores into "
+                        f"classes in the data (e.g. 'low' below a threshold, 'high' above it), or point "
+                        f"data.label_column at a column of classes")
+
+
 def _variant_key(name: str) -> str:
     """What two spellings of one label share: case-folded, and numbers in one form (1, 1.0, 1e0 -> 1)."""
     try:

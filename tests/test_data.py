@@ -401,6 +401,17 @@ def test_numeric_labels_keep_their_value_order(tmp_path):
     assert s["labels"] == [str(i) for i in range(11)]
 
 
+def test_a_continuous_score_as_labels_is_refused_and_a_rating_in_halves_is_not(tmp_path):
+    """Scores such as an STS-B similarity (0 to 5 in any fraction) were trained as 26 classes of a few texts each."""
+    p = write_csv(tmp_path / "d.csv", [f"t{i},{(i * 7 % 26) / 5:.1f}" for i in range(260)])
+    with pytest.raises(PipelineError, match=r"the labels in column 'y' \(data.label_column\) are 26 distinct numbers, "
+                                            r"most with a fraction \(from 0.0 to 5.0, e.g. 0.2\): a continuous score, "
+                                            r"not classes, and the pipeline trains classifiers. Bin the scores"):
+        build_splits(cfg_for(p, tmp_path))
+    p = write_csv(tmp_path / "d.csv", [f"t{i},{(i % 21) / 2:g}" for i in range(210)])  # 0, 0.5, ..., 10
+    assert len(build_splits(cfg_for(p, tmp_path))["labels"]) == 21
+
+
 def test_line_and_paragraph_separators_inside_texts_survive_the_jsonl_round_trip(tmp_path):
     """U+2028 / U+2029 / U+0085 stay raw inside JSON strings: the jsonl source refused such a file ("not valid
     JSON"), and the data stage wrote train.jsonl that read_split then broke in two (str.splitlines)."""
