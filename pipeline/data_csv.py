@@ -1,9 +1,9 @@
 """CSV rows with the checks csv.DictReader leaves out: the delimiter (data.delimiter, "auto" sniffs it), a
 duplicate header column, a row with more fields than the header (an unquoted comma inside a text would
 otherwise shift the fields and turn a piece of text into a label), a quote that never closes (the rest of the
-file would be one text), a line above the header (Excel's "sep=;" hint, a title or a comment), the header
-repeated as a row (files joined with their headers: it became a class named after the label column), and a
-file that is not CSV at all.
+file would be one text) or closes only at a stray quote lines later (the rows between would be one text), a
+line above the header (Excel's "sep=;" hint, a title or a comment), the header repeated as a row (files joined
+with their headers: it became a class named after the label column), and a file that is not CSV at all.
 """
 from __future__ import annotations
 
@@ -66,9 +66,12 @@ def read_rows(text: str, path: Path, delimiter: str) -> list[dict]:
                              for name in dupes)
             raise PipelineError(f"{path}: the header names a column twice: {cols}; the later one would silently win. "
                                 f"Rename or remove the duplicate")
-        rows, before, last = [], reader.line_num, reader.line_num
+        rows, before, last, lines = [], reader.line_num, reader.line_num, None
         for n, row in enumerate(reader, 1):
             before, last = last, reader.line_num  # the row runs from line before + 1 to line last
+            if last - before > 1:  # a quoted field over several lines, or empty lines before the row
+                lines = lines or io.StringIO(text, newline="").readlines()  # as the reader counts its line_num
+                _stray_quote(lines[before:last], before, path, delim)
             extra = row.get(None)
             if extra is not None and len(header) == 1:  # the first line is not the header (a title, a comment)
                 raise PipelineError(f"{path}: the header line {header[0][:60]!r} has 1 field, but row {n} (line "
@@ -88,6 +91,26 @@ def read_rows(text: str, path: Path, delimiter: str) -> list[dict]:
     if last > before:  # the last row (where a quote that never closes ends up)
         _unclosed_quote(text, before, last, path, delim)
     return rows
+
+
+def _stray_quote(lines: list[str], before: int, path: Path, delimiter: str) -> None:
+    """A row read over several lines that is not valid CSV read strictly: a text starting with a quote that never
+    closes as a field should (he said "so) until a stray quote lines later, so every row between became part of
+    one text without a word. A quoted field over several lines written right (a quote inside doubled) passes."""
+    skipped = next((i for i, line in enumerate(lines) if line.strip("\r\n")), 0)  # empty lines the reader skips
+    if len(lines) - skipped < 2:
+        return
+    try:
+        for _ in csv.reader(io.StringIO("".join(lines[skipped:]), newline=""), delimiter=delimiter, strict=True):
+            pass
+    except csv.Error as e:
+        if "end of data" in str(e):  # the last row: _unclosed_quote names it
+            return
+        start, end = before + skipped + 1, before + len(lines)
+        raise PipelineError(f"{path}: the row on line {start} opens a quote that a stray quote on a later line "
+                            f"closes, so lines {start}-{end} would be read as one field and the rows between them "
+                            f"lost. Write a quote inside a text as two (\"\"), and put quotes around a text that "
+                            f"starts with one (\"\"\"great\"\" movie\")") from None
 
 
 def _unclosed_quote(text: str, before: int, end: int, path: Path, delimiter: str) -> None:

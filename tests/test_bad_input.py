@@ -150,6 +150,24 @@ def test_gzip_and_jsonl_given_as_csv(tmp_path):
         build_splits(cfg_for(jl, tmp_path))
 
 
+def test_a_quote_closed_by_a_stray_quote_lines_later_is_refused(tmp_path):
+    """A text starting with a quote that is no CSV quoting ('"great movie'), closed by a stray quote 30 lines on:
+    the rows between became part of one text, and 40 rows were 10 examples without a word."""
+    rows = ROWS[:]
+    rows[5], rows[35] = '"great movie,pos', 'she said "bad,neg'
+    for name, delim in (("d.csv", ","), ("d.tsv", "\t")):
+        p = write(tmp_path / name, "t,y\n".replace(",", delim) + "\n".join(r.replace(",", delim) for r in rows))
+        with pytest.raises(PipelineError, match=r"the row on line 7 opens a quote that a stray quote on a later line "
+                                                r"closes, so lines 7-37 would be read as one field and the rows "
+                                                r"between them lost. Write a quote inside a text as two"):
+            build_splits(cfg_for(p, tmp_path, delimiter=delim))
+    # quoted fields over several lines written right, with doubled quotes and Windows line ends, still read
+    rows[5], rows[35] = '"great\r\nmovie, ""really"",\r\n\r\nsaid ""I""",pos', '"she said\r\n""bad""",neg'
+    s = build_splits(cfg_for(write(tmp_path / "ok.csv", "t,y\r\n" + "\r\n".join(rows) + "\r\n"), tmp_path))
+    texts = {ex["text"] for split in ("train", "validation", "test") for ex in s[split]}
+    assert len(texts) == 40 and 'great movie, "really", said "I"' in texts and 'she said "bad"' in texts
+
+
 def test_a_header_repeated_inside_the_file_is_refused(tmp_path):
     """Two CSV files joined with their headers (cat a.csv b.csv, each maybe with its BOM): the second header became an
     example whose label is the column name, a class of one warned about only as too rare to hold out."""
