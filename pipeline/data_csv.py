@@ -76,7 +76,8 @@ def read_rows(text: str, path: Path, delimiter: str) -> list[dict]:
             if extra is not None and len(header) == 1:  # the first line is not the header (a title, a comment)
                 raise PipelineError(f"{path}: the header line {header[0][:60]!r} has 1 field, but row {n} (line "
                                     f"{reader.line_num}) has {1 + len(extra)}: is that line a title or a comment above "
-                                    f"the header? Delete it, so the first line names the columns")
+                                    f"the header? Delete it, so the first line names the columns (else quote the "
+                                    f"texts that hold a {delim!r})")
             if extra is not None:  # DictReader's restkey: fields past the header
                 raise PipelineError(f"{path}: row {n} (line {reader.line_num}) has {len(header) + len(extra)} fields, "
                                     f"the header {len(header)}: a text with an unquoted {delim!r}? Quote that field "
