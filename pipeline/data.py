@@ -19,9 +19,9 @@ from typing import Callable
 
 from pipeline.config import Config, DataSection
 from pipeline.data_csv import read_rows
-from pipeline.data_clean import (INVISIBLE, check_label_column, check_rows, dedupe_across_splits, label_text,
-                                 merge_label_variants, shared_texts, text_value)
-from pipeline.data_files import check_file, decoding_notes, read_text, text_lines
+from pipeline.data_clean import (INVISIBLE, check_continuous_labels, check_label_column, check_rows, check_text_column,
+                                 dedupe_across_splits, label_text, merge_label_variants, shared_texts, text_value)
+from pipeline.data_files import check_file, check_stand_in, decoding_notes, read_text, text_lines
 from pipeline.errors import PipelineError
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,26 @@ def paths_problem(d: DataSection) -> str | None:
     if d.test_fraction == 0 and not d.test_path and d.source != "hub":  # a hub dataset may bring its own test split
         return (f"'data.test_fraction' = 0 with no data.test_path leaves the test split empty (data.source "
                 f"'{d.source}' has no test split of its own): give data.test_path, or --set data.test_fraction=0.1")
+    return _same_file_twice(d)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)  # links and other spellings of one path too
+    except OSError:  # one is missing: the paths as written
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _same_file_twice(d: DataSection) -> str | None:
+    """One file given as two splits: the held-out split would be training data (its score says nothing), and with
+    deduplication on, no training text was left, with advice to turn deduplication off, which trained on it."""
+    paths = {s: Path(p) for s in ("train", "validation", "test") if (p := getattr(d, f"{s}_path"))}
+    for held, other in (("test", "train"), ("validation", "train"), ("test", "validation")):
+        if held in paths and other in paths and _same_file(paths[held], paths[other]):
+            shown = {str(paths[held]): None, str(paths[other]): None}  # one spelling, or both
+            return (f"data.{held}_path and data.{other}_path name the same data ({' and '.join(shown)}): the "
+                    f"{held} split would be the {other} data, so its score would say nothing. Give data.{held}_path a "
+                    f"file of its own, or leave it empty to hold data.{held}_fraction of the training data out")
     return None
 
 
@@ -129,6 +149,7 @@ def _rows_to_examples(rows: list[dict], d: DataSection, where: str) -> list[Exam
         raise PipelineError(f"{where}: {len(lacking)} row(s) have no '{d.text_column}' (data.text_column), e.g. row "
                             f"{lacking[0]}. Give every row its text under that name, or remove those rows")
     check_rows(rows, d.text_column, d.label_column, where)
+    check_text_column(rows, d.text_column, where)
     check_label_column(rows, d.text_column, d.label_column, where)
     return [{"text": text_value(row.get(d.text_column)), "label": label_text(row.get(d.label_column))} for row in rows]
 
@@ -151,9 +172,30 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
     return out
 
 
+def _not_json_lines(text: str, path: Path) -> None:
+    """A JSON file (one array of objects, or objects spread over several lines) given as JSON Lines: its first line
+    is no object, and "line 1: not valid JSON" or "got list" did not say why. Called where the first row fails."""
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    first = next((line.strip() for line in text_lines(text) if line.strip()), "")
+    if isinstance(whole, list):
+        what = "is one JSON array"
+    elif isinstance(whole, dict) or first in ("{", "["):
+        what = f"holds JSON spread over several lines (pretty-printed: its first line is {first!r})"
+    else:
+        return
+    jq = ".[]" if isinstance(whole, list) or first == "[" else "."
+    out = f"{path.stem}{'-lines' if path.suffix.lower() == '.jsonl' else ''}.jsonl"  # never the file it reads
+    raise PipelineError(f"{path} {what}, but JSON Lines needs one object per line: convert it, e.g. "
+                        f"jq -c '{jq}' {path.name} > {out}, and point data.*_path at the result")
+
+
 def read_jsonl(path: Path, d: DataSection) -> list[Example]:
     rows = []
-    for n, line in enumerate(text_lines(read_text(path, d, "a JSON Lines file")), 1):
+    text = read_text(path, d, "a JSON Lines file")
+    for n, line in enumerate(text_lines(text), 1):
         if not line.strip():
             continue
         try:
@@ -162,10 +204,14 @@ def read_jsonl(path: Path, d: DataSection) -> list[Example]:
             raise PipelineError(f"{path}:{n}: the key {e.args[0]!r} appears twice in one object; a JSON reader keeps "
                                 f"only the last, so the other value would be lost without a word: keep one") from None
         except json.JSONDecodeError as e:
+            if not rows:
+                _not_json_lines(text, path)
             hint = (f" ({path.name} looks like CSV: set data.source = \"csv\")"
                     if n == 1 and path.suffix.lower() in (".csv", ".tsv") else "")
             raise PipelineError(f"{path}:{n}: not valid JSON ({e.msg}); each line must be one JSON object{hint}") from None
         if not isinstance(row, dict):
+            if not rows:
+                _not_json_lines(text, path)
             raise PipelineError(f"{path}:{n}: expected a JSON object per line, got {type(row).__name__}")
         rows.append(row)
     return _rows_to_examples(rows, d, str(path))
@@ -173,6 +219,8 @@ def read_jsonl(path: Path, d: DataSection) -> list[Example]:
 
 def read_parquet(path: Path, d: DataSection) -> list[Example]:
     check_file(path)
+    with open(path, "rb") as f:
+        check_stand_in(path, f.read(200), d, "a Parquet file")
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -361,6 +409,7 @@ def build_splits(cfg: Config) -> dict:
                if dropped["train"] else "")
         raise PipelineError(f"the training data from data.source '{d.source}' is empty after cleaning{why}")
     merges = merge_label_variants(splits, d.label_variants)
+    check_continuous_labels([ex["label"] for rows in splits.values() for ex in rows], d.label_column)
     seed = cfg.run.seed
     total = sum(len(v) for v in splits.values())
     counts = Counter(ex["label"] for ex in splits["train"])

@@ -15,6 +15,7 @@ from pipeline.errors import PipelineError
 
 # zero-width space / (non-)joiner, word joiner, BOM, soft hyphen: a text of them alone is no text
 INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"
+_NO_INVISIBLE = str.maketrans("", "", INVISIBLE)
 
 log = logging.getLogger(__name__)
 SPLIT_ORDER = ("test", "validation", "train")  # a text in two splits stays in the earlier one
@@ -36,15 +37,22 @@ def _missing_kind(row: dict, label_col: str) -> str | None:
         return "null"
     if isinstance(value, float):
         return "NaN" if math.isnan(value) else None
-    if not isinstance(value, str) or (marker := value.strip()).lower() not in MISSING_MARKERS:
+    if not isinstance(value, str) or (marker := _bare(value)).lower() not in MISSING_MARKERS:
         return None
     # "nan" is a float NaN written as text
     return "NaN" if marker.lower() == "nan" else repr(marker) if marker else "empty"
 
 
+def _bare(text: str) -> str:
+    """Without surrounding space and zero-width characters, which no one sees in a label."""
+    return text.translate(_NO_INVISIBLE).strip()
+
+
 def label_text(value: Any) -> str:
-    """A present label as its name; 1 and 1.0 stay different here and are merged by merge_label_variants."""
-    return str(value).strip()
+    """A present label as its name; 1 and 1.0 stay different here and are merged by merge_label_variants. Zero-width
+    characters (pasted from a web page) go with the surrounding space: 'positive\\u200b' was a class of its own
+    beside 'positive', shown the same in every list."""
+    return _bare(str(value))
 
 
 def text_value(value: Any) -> str | None:
@@ -84,6 +92,24 @@ def check_rows(rows: list[dict], text_col: str, label_col: str, where: str) -> N
                             f"the texts as strings")
 
 
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def check_text_column(rows: list[dict], text_col: str, where: str) -> None:
+    """A text column holding only numbers (an id, a score: data.text_column pointed at the wrong column) would
+    train a classifier on digits; a JSON Lines number is refused as not a string, a CSV one was read as text."""
+    texts = [t for r in rows if isinstance(t := r.get(text_col), str) and t.strip()]
+    if len(texts) >= 8 and all(_number(t) for t in texts):
+        raise PipelineError(f"{where}: every text in column '{text_col}' (data.text_column) is a number (e.g. "
+                            f"{texts[0].strip()!r}): it looks like an id, a score or a label, not text. Point "
+                            f"data.text_column at the column that holds the texts")
+
+
 def check_label_column(rows: list[dict], text_col: str, label_col: str, where: str) -> None:
     """A label column that holds free text (the two columns swapped) would make every text its own class: refuse
     when it has more distinct values than half the rows, most of them several words long, and longer on average
@@ -103,6 +129,23 @@ def check_label_column(rows: list[dict], text_col: str, label_col: str, where: s
                         f"values in {len(rows)} rows, most of them several words long (e.g. {example!r}): it looks like "
                         f"free text, not labels. Set data.label_column to the column of class names and "
                         f"data.text_column (now '{text_col}') to the text column")
+
+
+def check_continuous_labels(labels: list[str], label_col: str) -> None:
+    """Labels that are numbers, more than 20 distinct and most with a fraction (0.362, 3.75) are a continuous score
+    (a regression data set), which was trained as that many classes of a few examples each. A 0-10 rating in
+    halves (21 values, 10 with a fraction) stays classes."""
+    distinct = sorted(set(labels), key=lambda v: float(v) if _number(v) else 0.0)
+    if len(distinct) <= 20 or not all(_number(v) and math.isfinite(float(v)) for v in distinct):
+        return
+    fractional = [v for v in distinct if float(v) != int(float(v))]
+    if len(fractional) * 2 <= len(distinct):
+        return
+    raise PipelineError(f"the labels in column '{label_col}' (data.label_column) are {len(distinct)} distinct numbers, "
+                        f"most with a fraction (from {distinct[0]} to {distinct[-1]}, e.g. {fractional[0]}): a "
+                        f"continuous score, not classes, and the pipeline trains classifiers. Bin the scores into "
+                        f"classes in the data (e.g. 'low' below a threshold, 'high' above it), or point "
+                        f"data.label_column at a column of classes")
 
 
 def _variant_key(name: str) -> str:

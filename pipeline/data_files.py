@@ -1,6 +1,7 @@
 """Reading the user's data files as text: the checks that turn a wrong file into one message with the fix.
 
-- a folder, a compressed file or a workbook where a text file is expected: named as such;
+- a folder, a compressed file or a workbook where a text file is expected: named as such; so are a Git LFS
+  pointer (a clone without its large files) and a web page saved in place of the file;
 - a UTF-8 byte-order mark (spreadsheet programs write one) is dropped, so the first column is not '\\ufefftext';
 - bytes that are not UTF-8: data.encoding_errors = "strict" refuses at the first one; otherwise they are
   replaced (or dropped), warned about with counts per file and recorded (`undecodable` in split.json);
@@ -37,6 +38,13 @@ _MAGIC = {b"\x1f\x8b": ("gzip-compressed (.gz)", "decompress it first (gunzip FI
                                                     "result"),
           b"PK\x03\x04": ("a zip archive (an .xlsx workbook is one)", "extract it, or export the sheet as CSV"),
           b"PAR1": ("a Parquet file", "set data.source = \"parquet\"")}
+# text that stands in for the data: the fix is to fetch the real file, not to read this one
+_STAND_INS = ((re.compile(r"version https://git-lfs\.github\.com/spec/"), "a Git LFS pointer",
+               "the repository was cloned or downloaded without its large files: run git lfs pull in it (after git "
+               "lfs install), or download the file itself"),
+              (re.compile(r"\s*<(!doctype html|html[\s>])", re.IGNORECASE), "a web page (HTML)",
+               "the download saved the page that shows the file: download the raw file (on GitHub or the Hugging "
+               "Face Hub, its raw / download link)"))
 _UTF16_BOM = {b"\xff\xfe": "little-endian", b"\xfe\xff": "big-endian"}
 _HANDLED = {"replace": "replaced by U+FFFD", "ignore": "dropped", "backslashreplace": "written as \\x escapes"}
 
@@ -74,6 +82,15 @@ def check_file(path: Path) -> None:
         raise PipelineError(f"data file {path} does not exist; check the data.*_path settings")
 
 
+def check_stand_in(path: Path, head: bytes, d: DataSection, what: str) -> None:
+    """A Git LFS pointer or a saved web page in place of the data (head: the file's first bytes), as one error
+    with the fix; read as data they failed later as a missing column, or trained as text."""
+    start = head[:200].decode("utf-8", errors="replace")
+    for pattern, kind, fix in _STAND_INS:
+        if pattern.match(start):
+            raise PipelineError(f"{path} is {kind}, not {what} (data.source = \"{d.source}\"): {fix}")
+
+
 def read_text(path: Path, d: DataSection, what: str = "a text file") -> str:
     """The file's text (BOM dropped), undecodable bytes handled by data.encoding_errors and counted."""
     check_file(path)
@@ -90,6 +107,7 @@ def read_text(path: Path, d: DataSection, what: str = "a text file") -> str:
         log.info("%s is UTF-16 (%s): read as such", path, _UTF16_BOM[raw[:2]])
         return text
     body = raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
+    check_stand_in(path, body, d, what)
     # surrogateescape maps each undecodable byte to one lone surrogate: count them without a second pass
     escaped = body.decode("utf-8", errors="surrogateescape")
     bad = len(_ESCAPED.findall(escaped))

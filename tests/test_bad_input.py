@@ -150,6 +150,124 @@ def test_gzip_and_jsonl_given_as_csv(tmp_path):
         build_splits(cfg_for(jl, tmp_path))
 
 
+def test_a_quote_closed_by_a_stray_quote_lines_later_is_refused(tmp_path):
+    """A text starting with a quote that is no CSV quoting ('"great movie'), closed by a stray quote 30 lines on:
+    the rows between became part of one text, and 40 rows were 10 examples without a word."""
+    rows = ROWS[:]
+    rows[5], rows[35] = '"great movie,pos', 'she said "bad,neg'
+    for name, delim in (("d.csv", ","), ("d.tsv", "\t")):
+        p = write(tmp_path / name, "t,y\n".replace(",", delim) + "\n".join(r.replace(",", delim) for r in rows))
+        with pytest.raises(PipelineError, match=r"the row on line 7 opens a quote that a stray quote on a later line "
+                                                r"closes, so lines 7-37 would be read as one field and the rows "
+                                                r"between them lost. Write a quote inside a text as two"):
+            build_splits(cfg_for(p, tmp_path, delimiter=delim))
+    # quoted fields over several lines written right, with doubled quotes and Windows line ends, still read
+    rows[5], rows[35] = '"great\r\nmovie, ""really"",\r\n\r\nsaid ""I""",pos', '"she said\r\n""bad""",neg'
+    s = build_splits(cfg_for(write(tmp_path / "ok.csv", "t,y\r\n" + "\r\n".join(rows) + "\r\n"), tmp_path))
+    texts = {ex["text"] for split in ("train", "validation", "test") for ex in s[split]}
+    assert len(texts) == 40 and 'great movie, "really", said "I"' in texts and 'she said "bad"' in texts
+
+
+def test_a_header_repeated_inside_the_file_is_refused(tmp_path):
+    """Two CSV files joined with their headers (cat a.csv b.csv, each maybe with its BOM): the second header became an
+    example whose label is the column name, a class of one warned about only as too rare to hold out."""
+    half = "t,y\n" + "\n".join(ROWS[:20]) + "\n"
+    for name, text in (("cat.csv", half + "t,y\n" + "\n".join(ROWS[20:]) + "\n"),
+                       ("bom.csv", "\ufeff" + half + "\ufeff" + "t,y\n" + "\n".join(ROWS[20:]) + "\n")):
+        with pytest.raises(PipelineError, match=r"row 21 \(line 22\) repeats the header \(t,y\): files joined with "
+                                                r"their header lines \(cat a.csv b.csv\)\? Delete that line"):
+            build_splits(cfg_for(write(tmp_path / name, text), tmp_path))
+
+
+def test_a_line_above_the_header_is_named(tmp_path):
+    """Excel's "sep=;" line said "no column 't' ... Columns found: , sep="; a title line above the header blamed an
+    unquoted comma in row 1."""
+    body = "t;y\n" + "\n".join(r.replace(",", ";") for r in ROWS) + "\n"
+    p = write(tmp_path / "excel.csv", "sep=;\n" + body)
+    with pytest.raises(PipelineError, match=r"excel.csv: line 1 'sep=;' is a hint for Excel, not the header naming the "
+                                            r"columns: delete that line and set data.delimiter = ';'$"):
+        build_splits(cfg_for(p, tmp_path))
+    with pytest.raises(PipelineError, match=r"'sep=;' is a hint for Excel, not the header naming the columns: delete "
+                                            r"that line$"):
+        build_splits(cfg_for(p, tmp_path, delimiter=";"))
+    assert build_splits(cfg_for(write(p, body), tmp_path, delimiter=";"))["labels"] == ["neg", "pos"]  # the fix
+    p = write(tmp_path / "title.csv", "Reviews exported 2026\nt,y\n" + "\n".join(ROWS) + "\n")
+    with pytest.raises(PipelineError, match=r"title.csv: the header line 'Reviews exported 2026' has 1 field, but "
+                                            r"row 1 \(line 2\) has 2: is that line a title or a comment above the "
+                                            r"header\? Delete it"):
+        build_splits(cfg_for(p, tmp_path))
+
+
+def test_unnamed_columns_are_not_duplicates(tmp_path):
+    """A spreadsheet's trailing empty cells ("t,y,,") make unnamed columns, which no setting reads: refused before
+    as a column named twice."""
+    p = write(tmp_path / "d.csv", "t,y,,\n" + "\n".join(r + ",," for r in ROWS) + "\n")
+    assert build_splits(cfg_for(p, tmp_path))["labels"] == ["neg", "pos"]
+
+
+def test_a_lfs_pointer_or_a_web_page_in_place_of_the_data_is_named(tmp_path):
+    """A clone without its LFS files, or a download that saved the page around the file: "no column 't' ... Columns
+    found: version https://git-lfs.github.com/spec/v1", a Parquet reader's footer error, or (a corpus) trained."""
+    pointer = ("version https://git-lfs.github.com/spec/v1\noid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b125"
+               "8daaa5e2ca24d17e2393\nsize 12345\n")
+    lfs = (r"is a Git LFS pointer, not a {} \(data.source = \"{}\"\): the repository was cloned or downloaded "
+           r"without its large files: run git lfs pull in it")
+    for source, what, name in (("csv", "CSV file", "d.csv"), ("jsonl", "JSON Lines file", "d.jsonl"),
+                               ("parquet", "Parquet file", "d.parquet")):
+        with pytest.raises(PipelineError, match=lfs.format(what, source)):
+            build_splits(cfg_for(write(tmp_path / name, pointer), tmp_path, source=source))
+    (tmp_path / "corpus").mkdir()
+    write(tmp_path / "corpus" / "a.txt", "a document\n\nof two paragraphs\n")
+    write(tmp_path / "corpus" / "b.txt", pointer)
+    with pytest.raises(PipelineError, match=r"b.txt is a Git LFS pointer, not a text file \(data.source = \"text\"\)"):
+        build_lm_splits(lm_cfg(tmp_path / "corpus"))
+    page = "\n<!DOCTYPE html>\n<html lang=\"en\"><head><title>d.csv</title></head><body>t,y</body></html>\n"
+    with pytest.raises(PipelineError, match=r"d.csv is a web page \(HTML\), not a CSV file \(data.source = \"csv\"\): "
+                                            r"the download saved the page that shows the file: download the raw file"):
+        build_splits(cfg_for(write(tmp_path / "d.csv", page), tmp_path))
+
+
+def test_a_json_file_given_as_json_lines_is_named_with_its_conversion(tmp_path):
+    """One JSON array (on one line or pretty-printed) or objects spread over lines: "expected a JSON object per line,
+    got list" or "line 1: not valid JSON", with no word of what the file is."""
+    objects = [{"t": r.split(",")[0], "y": r.split(",")[1]} for r in ROWS]
+    for indent in (None, 2):
+        p = write(tmp_path / "d.json", json.dumps(objects, indent=indent))
+        with pytest.raises(PipelineError, match=r"d.json is one JSON array, but JSON Lines needs one object per line: "
+                                                r"convert it, e.g. jq -c '.\[\]' d.json > d.jsonl, and point "):
+            build_splits(cfg_for(p, tmp_path, source="jsonl"))
+    p = write(tmp_path / "d.jsonl", "\n".join(json.dumps(o, indent=2) for o in objects))
+    with pytest.raises(PipelineError, match=r"d.jsonl holds JSON spread over several lines \(pretty-printed: its first "
+                                            r"line is '\{'\), but .* jq -c '.' d.jsonl > d-lines.jsonl, and point"):
+        build_splits(cfg_for(p, tmp_path, source="jsonl"))
+    # a bad line further down is that line's error, as before
+    p = write(tmp_path / "late.jsonl", "\n".join([json.dumps(o) for o in objects[:3]] + ["{"]))
+    with pytest.raises(PipelineError, match=r"late.jsonl:4: not valid JSON"):
+        build_splits(cfg_for(p, tmp_path, source="jsonl"))
+
+
+def test_a_text_column_of_numbers_is_refused(tmp_path):
+    """data.text_column on an id or score column: a JSON Lines number is refused as not a string, a CSV one was read
+    as text and trained."""
+    p = write(tmp_path / "d.csv", "id,t,y\n" + "\n".join(f"{i},{r}" for i, r in enumerate(ROWS)) + "\n")
+    with pytest.raises(PipelineError, match=r"every text in column 'id' \(data.text_column\) is a number \(e.g. '0'\): "
+                                            r"it looks like an id, a score or a label, not text"):
+        build_splits(cfg_for(p, tmp_path, text_column="id"))
+    assert build_splits(cfg_for(p, tmp_path))["labels"] == ["neg", "pos"]
+
+
+def test_zero_width_characters_in_a_label_are_no_second_class(tmp_path):
+    """'pos\u200b' (pasted from a web page) was a class of its own beside 'pos', shown the same everywhere; a label
+    of zero-width characters alone is a missing one."""
+    rows = [r + ("\u200b" if i % 4 == 1 else "") for i, r in enumerate(ROWS)]
+    p = write(tmp_path / "d.csv", "t,y\n" + "\n".join(rows) + "\n")
+    assert build_splits(cfg_for(p, tmp_path))["labels"] == ["neg", "pos"]
+    rows[5] = "text number 5 is here,\u200b"
+    p = write(tmp_path / "d.csv", "t,y\n" + "\n".join(rows) + "\n")
+    with pytest.raises(PipelineError, match=r"1 row\(s\) have no label in column 'y' \(empty\): row\(s\) 6"):
+        build_splits(cfg_for(p, tmp_path))
+
+
 def test_folder_given_as_a_data_file(tmp_path):
     with pytest.raises(PipelineError, match="is a folder; give a file in data.train_path"):
         build_splits(cfg_for(tmp_path, tmp_path))
@@ -167,8 +285,9 @@ def test_few_shot_intents_are_labels_not_free_text(tmp_path):
     intents = [f"book a flight {i}" for i in range(12)]
     rows = [f"i would like to {intent} next week please,{intent}" for intent in intents]
     p = write(tmp_path / "d.csv", "t,y\n" + "\n".join(rows) + "\n")
+    test = write(tmp_path / "test.csv", p.read_text())  # a file of its own: one file as two splits is refused
     s = build_splits(cfg_for(p, tmp_path, text_column="t", label_column="y", dedupe_across_splits=False,
-                             test_fraction=0.0, validation_fraction=0.0, test_path=str(p)))
+                             test_fraction=0.0, validation_fraction=0.0, test_path=str(test)))
     assert len(s["labels"]) == 12
 
 
@@ -224,6 +343,28 @@ def test_nul_bytes_in_a_corpus_are_named_once(tmp_path, caplog):
                       "UTF-16 ones to UTF-8 (iconv -f utf-16 -t utf-8 FILE) or delete the NUL bytes "
                       "(tr -d '\\000' < FILE)"]
     assert s["validation"][0]["text"] == "held out\x00\n"  # kept as read: named, not changed
+
+
+def test_hidden_files_of_a_corpus_folder_are_no_documents(tmp_path, caplog):
+    """macOS's "._name.txt" metadata twins (a corpus copied from a Mac) refused the corpus as binary data, advising
+    iconv; a .ipynb_checkpoints or .git folder's text files were trained as documents."""
+    (tmp_path / "c" / ".ipynb_checkpoints").mkdir(parents=True)
+    (tmp_path / "c" / ".git").mkdir()
+    for i in range(8):
+        write(tmp_path / "c" / f"{i}.txt", f"document {i}\n")
+        write(tmp_path / "c" / f"._{i}.txt", b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        " + b"\x00" * 4000)
+        write(tmp_path / "c" / ".ipynb_checkpoints" / f"{i}-checkpoint.txt", f"document {i}\n")
+    write(tmp_path / "c" / ".git" / "description.txt", "Unnamed repository; edit this file to name it.\n")
+    with caplog.at_level(logging.INFO):
+        s = build_lm_splits(lm_cfg(tmp_path / "c"))
+    names = sorted(doc["name"] for split in ("train", "validation", "test") for doc in s[split])
+    assert names == [f"{i}.txt" for i in range(8)]
+    assert "17 hidden text file(s) left out (._0.txt, ._1.txt, " in caplog.text
+    hidden = tmp_path / "h"
+    hidden.mkdir()
+    write(hidden / ".notes.txt", "a hidden note\n")
+    with pytest.raises(PipelineError, match=r"holds no .txt/.md/.text files but hidden ones; point data.\*_path"):
+        build_lm_splits(lm_cfg(hidden))
 
 
 def test_documents_repeated_within_a_split_are_named(tmp_path, caplog):

@@ -340,6 +340,21 @@ def test_dedupe_applies_to_a_given_test_file(tmp_path):
     assert s["info"]["dedupe_across_splits"]["removed"] == {"test": 0, "validation": 0, "train": 2}
 
 
+def test_one_file_given_as_two_splits_is_refused_at_load(tmp_path):
+    """data.test_path = data.train_path: deduplication left no training text, and the error advised turning it off,
+    which scored the model on its own training data."""
+    tr = write_csv(tmp_path / "tr.csv", [f"t{i},{'a' if i % 2 else 'b'}" for i in range(20)])
+    (tmp_path / "link.csv").symlink_to(tr)
+    for split, path in (("test", tr), ("test", tmp_path / "." / "tr.csv"), ("validation", tmp_path / "link.csv")):
+        with pytest.raises(PipelineError, match=rf"data.{split}_path and data.train_path name the same data "
+                                                rf"\(.*\.csv\): the {split} split would be the train data, so its "
+                                                rf"score would say nothing. Give data.{split}_path a file of its "
+                                                rf"own, or leave it empty"):
+            cfg_for(tr, tmp_path, **{f"{split}_path": str(path)})
+    with pytest.raises(PipelineError, match=r"data.test_path and data.validation_path name the same data"):
+        cfg_for(tr, tmp_path, validation_path=str(tmp_path / "v.csv"), test_path=str(tmp_path / "v.csv"))
+
+
 def _hub_dataset(monkeypatch, splits):
     import datasets
 
@@ -384,6 +399,17 @@ def test_numeric_labels_keep_their_value_order(tmp_path):
     p = write_csv(tmp_path / "d.csv", [f"t{i},{i % 11}" for i in range(220)])
     s = build_splits(cfg_for(p, tmp_path))
     assert s["labels"] == [str(i) for i in range(11)]
+
+
+def test_a_continuous_score_as_labels_is_refused_and_a_rating_in_halves_is_not(tmp_path):
+    """Scores such as an STS-B similarity (0 to 5 in any fraction) were trained as 26 classes of a few texts each."""
+    p = write_csv(tmp_path / "d.csv", [f"t{i},{(i * 7 % 26) / 5:.1f}" for i in range(260)])
+    with pytest.raises(PipelineError, match=r"the labels in column 'y' \(data.label_column\) are 26 distinct numbers, "
+                                            r"most with a fraction \(from 0.0 to 5.0, e.g. 0.2\): a continuous score, "
+                                            r"not classes, and the pipeline trains classifiers. Bin the scores"):
+        build_splits(cfg_for(p, tmp_path))
+    p = write_csv(tmp_path / "d.csv", [f"t{i},{(i % 21) / 2:g}" for i in range(210)])  # 0, 0.5, ..., 10
+    assert len(build_splits(cfg_for(p, tmp_path))["labels"]) == 21
 
 
 def test_line_and_paragraph_separators_inside_texts_survive_the_jsonl_round_trip(tmp_path):

@@ -480,7 +480,8 @@ def test_a_missing_data_path_is_refused_at_load(tmp_path, task, source, key):
     with pytest.raises(PipelineError) as e:
         config_from_dict(settings, "c.toml")
     assert str(e.value) == f"c.toml: {message}"
-    cfg = config_from_dict({**settings, "data": {**data, key: str(given)}}, "c.toml")
+    other = write(tmp_path / "other.txt", '{"text": "c", "label": "d"}\n')  # a file of its own: not train's
+    cfg = config_from_dict({**settings, "data": {**data, key: str(other)}}, "c.toml")
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **{key: str(tmp_path / "nope.csv")}))
     with pytest.raises(PipelineError) as e:  # past the load check: the data stage says the same
         (build_lm_splits if task == "generation" else build_splits)(cfg)

@@ -62,15 +62,22 @@ def _read(path: Path, d: DataSection) -> str:
 
 def read_documents(path: Path, d: DataSection) -> list[Doc]:
     """One document per text file; a folder gives every .txt/.md/.text file under it, sorted (the others are
-    named in a warning, but for hidden files and Python's own). A .md file is read as a reader sees it rendered
-    (strip_markdown)."""
+    named in a warning). Hidden files and folders and Python's own (a name starting with "." or "__") are no
+    documents: macOS's "._name.txt" metadata twins were refused as binary data, and a .ipynb_checkpoints or .git
+    folder's text files trained as documents. A .md file is read as a reader sees it rendered (strip_markdown)."""
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file())
+        found, hidden = [], []
+        for p in sorted(p for p in path.rglob("*") if p.is_file()):
+            kept = not any(part.startswith((".", "__")) for part in p.relative_to(path).parts)
+            (found if kept else hidden).append(p)
         files = [p for p in found if p.suffix.lower() in TEXT_SUFFIXES]
+        if left := [p.relative_to(path).as_posix() for p in hidden if p.suffix.lower() in TEXT_SUFFIXES]:
+            log.info("%s: %d hidden text file(s) left out (%s%s)", path, len(left), ", ".join(left[:5]),
+                     ", ..." if len(left) > 5 else "")
         if not files:
-            raise PipelineError(f"{path} holds no {'/'.join(TEXT_SUFFIXES)} files; point data.*_path at text files")
-        if other := [p.relative_to(path).as_posix() for p in found if p.suffix.lower() not in TEXT_SUFFIXES
-                     and not any(part.startswith((".", "__")) for part in p.relative_to(path).parts)]:
+            raise PipelineError(f"{path} holds no {'/'.join(TEXT_SUFFIXES)} files{' but hidden ones' if left else ''}; "
+                                f"point data.*_path at text files")
+        if other := [p.relative_to(path).as_posix() for p in found if p.suffix.lower() not in TEXT_SUFFIXES]:
             log.warning("WARNING: %s: %d file(s) are not %s and are left out (%s%s); rename the text files among "
                         "them to one of those suffixes", path, len(other), "/".join(TEXT_SUFFIXES),
                         ", ".join(other[:5]), ", ..." if len(other) > 5 else "")
