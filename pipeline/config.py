@@ -723,9 +723,8 @@ def validate(cfg: Config) -> None:
         # the default lengths run to 128: a shorter student.max_length needs a list of its own
         from pipeline.config_rules import set_fix
 
-        fits = [n for n in lengths if 3 <= n <= longest] or ([longest] if longest >= 3 else [])
-        fix = (set_fix("quantize.npu_lengths", fits) + (", or raise student.max_length" if max(bad) > longest else "")
-               if fits else "raise student.max_length to 3 or more")
+        fits = [n for n in lengths if 3 <= n <= longest] or [longest]  # student.max_length >= 3 (config_rules)
+        fix = set_fix("quantize.npu_lengths", fits) + (", or raise student.max_length" if max(bad) > longest else "")
         raise PipelineError(f"{cfg.source}: 'quantize.npu_lengths' has {bad}: every length must lie in "
                             f"3..student.max_length ({longest}): {fix}")
 

@@ -68,7 +68,7 @@ RANGES: dict[str, Rule] = {
     "npu.emulator_chips": one_of("probe", "all"),
     "data.label_variants": one_of("merge", "error", "keep"),
     "search.select": one_of("one-se", "best"),
-    "teacher.max_length": at_least(2),  # room for [CLS] and [SEP]
+    "teacher.max_length": at_least(3),  # [CLS], one word piece, [SEP]: at 2 every input is the same two tokens
     "teacher.epochs": positive,
     "teacher.batch_size": positive,
     "teacher.lr": positive,
@@ -84,7 +84,7 @@ RANGES: dict[str, Rule] = {
     "student.hidden": positive,
     "student.heads": positive,
     "student.ffn": positive,
-    "student.max_length": at_least(2),
+    "student.max_length": at_least(3),  # as teacher.max_length
     "distill.epochs": positive,
     "distill.steps": at_least(0),  # 0 = distill.epochs
     "distill.batch_size": positive,

@@ -79,7 +79,10 @@ def check_file(path: Path) -> None:
         if path.exists():  # a named pipe, a device (/dev/null): reading it would block or give nothing
             raise PipelineError(f"data file {path} is not a regular file (a pipe or a device); give a file in "
                                 f"data.*_path")
-        raise PipelineError(f"data file {path} does not exist; check the data.*_path settings")
+        # a relative path is read from the folder the command runs in, not the config file's: say where it looked
+        where = "" if path.is_absolute() else f" (looked for at {Path.cwd() / path}: a relative path is read from " \
+                                              f"the folder the command runs in)"
+        raise PipelineError(f"data file {path}{where} does not exist; check the data.*_path settings")
 
 
 def check_stand_in(path: Path, head: bytes, d: DataSection, what: str) -> None:

@@ -107,9 +107,11 @@ def test_the_npu_lengths_fix_loads(student, lengths, fix):
     assert config_from_dict(raw, "c.toml").quantize.npu_lengths == fix
 
 
-def test_no_npu_length_fits_a_max_length_of_2():
-    with pytest.raises(PipelineError, match=r"student.max_length \(2\): raise student.max_length to 3 or more$"):
-        config_from_dict({"student": {"arch": "npu", "max_length": 2}}, "c.toml")
+def test_the_shortest_student_gets_one_npu_length_of_its_own():
+    """student.max_length = 3 (the least it may be): no default NPU length fits, and the fix names [3]."""
+    with pytest.raises(PipelineError, match=r"student.max_length \(3\): --set quantize.npu_lengths=\[3\], or "
+                                            r"raise student.max_length$"):
+        config_from_dict({"student": {"arch": "npu", "max_length": 3}}, "c.toml")
 
 
 # --- classification data files ---
@@ -513,3 +515,14 @@ def test_a_data_file_moved_after_its_stage_ran_still_loads(tmp_path):
     config_from_dict(settings)
     with pytest.raises(PipelineError, match=re.escape(f"data file {csv} does not exist")):
         config_from_dict({**settings, "data": {**settings["data"], "test_fraction": 0.2}})
+
+
+def test_a_missing_relative_data_path_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    """A relative data.*_path is read from the folder the command runs in, not the config file's: run from
+    elsewhere, "data file data/train.csv does not exist" sent the user to a file that was there."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PipelineError) as e:
+        config_from_dict({"data": {"source": "csv", "train_path": "data/train.csv"}}, "c.toml")
+    assert str(e.value) == (f"c.toml: data file data/train.csv (looked for at {tmp_path / 'data/train.csv'}: a "
+                            f"relative path is read from the folder the command runs in) does not exist; check the "
+                            f"data.*_path settings")

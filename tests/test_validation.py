@@ -106,6 +106,9 @@ CASES = [
     (GEN + ["bench.headline_length=32"], "bench.headline_length", True),
     # the misspelt name first: the 4-bit table's message suggested a skip_fusions list that kept it
     (["quantize.embedding_bits=4", 'quantize.skip_fusions=["skip_layer_nrom"]'], "quantize.skip_fusions", False),
+    # 2 tokens leave room for [CLS] and [SEP] only: every text was the same input, trained without a word
+    (["teacher.max_length=2"], "teacher.max_length", False),
+    (["student.max_length=2"], "student.max_length", False),
 ]
 # the suggested fix (a list of strings is shell-quoted), not the "[the value came from --set '...']" suffix
 FIX = re.compile(r"(?<!came from )--set '?([a-z_]+\.[a-z_]+=(?:\[[^\]]*\]|\"[^\"]*\"|[^\s,)']+))")
