@@ -428,8 +428,10 @@ def build_splits(cfg: Config) -> dict:
                     "split never scores them; add examples to measure them", ", ".join(rare[:10]))
     removed = dedupe_across_splits(splits, d.dedupe_across_splits)
     if not splits["train"]:
+        # not "set data.dedupe_across_splits = false": that would train on the very texts the model is scored on
         raise PipelineError("every training text is also in the test or validation split, so none is left for "
-                            "training: provide other data, or set data.dedupe_across_splits = false")
+                            "training: the data holds too few distinct texts, or data.test_path / "
+                            "data.validation_path hold the training texts; provide training texts of their own")
     pool = splits["train"]
     for s, n in (("train", d.max_train), ("validation", d.max_validation), ("test", d.max_test)):
         splits[s] = cap(splits[s], n, seed + 2)

@@ -79,7 +79,10 @@ def test_hub_source_loads_a_local_dataset_file(tmp_path):
     (["a,x", ",y", "c,x"], {}, "empty text"),
     (["a,x", "b,", "c,x"], {}, "1 row\\(s\\) have no label in column 'y' \\(empty\\): row\\(s\\) 2\\. Fill in"),
     ([f"t{i},x" for i in range(30)], {}, "needs two or more"),
-    (["a,x"] * 30, {}, "every training text is also in the test or validation split"),
+    # the fix named is never turning deduplication off: that trained on the test texts
+    (["a,x"] * 30, {}, "every training text is also in the test or validation split, so none is left for training: "
+                       "the data holds too few distinct texts, or data.test_path / data.validation_path hold the "
+                       "training texts; provide training texts of their own$"),
     (["a,x", "b,y", "c,x"], {}, "the test split is empty"),
 ])
 def test_bad_data_errors(tmp_path, rows, data, msg):

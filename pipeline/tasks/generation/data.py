@@ -220,8 +220,10 @@ def build_lm_splits(cfg: Config) -> dict:
     before = {s: [doc["name"] for doc in v] for s, v in splits.items()}
     removed = dedupe_across_splits(splits, d.dedupe_across_splits)
     if not splits["train"]:
+        # not "set data.dedupe_across_splits = false": that would train on the very documents scored as held out
         raise PipelineError("every training document is also in the test or validation split, so none is left for "
-                            "training: provide other documents, or set data.dedupe_across_splits = false")
+                            "training: the held-out documents repeat the training ones; provide training documents "
+                            "of their own")
     _warn_repeats(splits, d.source)
     info = {
         "source": d.source,
