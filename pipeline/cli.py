@@ -164,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
             live = {name: now for name in STAGES if (now := running(cfg.run_dir, name))}
             states.update({name: (False, now) for name, now in live.items()})
             print(status_table(cfg, states))
+            if not cfg.run_dir.is_dir():  # a mistyped run.name / runs_dir looks like a run that never ran: say so
+                others = sorted(p.name for p in cfg.run_dir.parent.glob("*") if p.is_dir() and p.name[0] != ".")
+                print(f"note: there is no run folder {cfg.run_dir} yet" +
+                      (f"; the runs in {cfg.run_dir.parent}: {', '.join(others[:10])}" if others else ""))
             # an interrupted stage's scratch folder: never taken as finished, replaced when the stage runs again.
             # A running stage's (rank 0's .<stage>.partial, other ranks' .<stage>.rankN.partial) is its work.
             for left in sorted(cfg.run_dir.glob(".*.partial")):

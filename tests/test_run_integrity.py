@@ -335,3 +335,21 @@ def test_status_shows_the_stage_a_live_process_runs(tmp_path, capsys, monkeypatc
     assert status(cfg, "train") == (False, "not run yet")
     assert run(cfg, ["train"]) == ["train"] and len(seen) == 2
     assert not marker.exists()
+
+
+def test_status_of_a_run_folder_that_does_not_exist_says_so(tmp_path, capsys):
+    """A mistyped run.name showed every stage "not run yet", as if the run had never been made: status now says
+    there is no such folder and names the runs that are there."""
+    from pipeline import cli
+
+    (tmp_path / "demo").mkdir()
+    (tmp_path / ".cache").mkdir()  # hidden folders are no runs
+    cfg_file = tmp_path / "c.toml"
+    cfg_file.write_text(f'[run]\nruns_dir = "{tmp_path}"\nname = "dmeo"\n')
+    assert cli.main(["status", "--config", str(cfg_file)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"note: there is no run folder {tmp_path / 'dmeo'} yet; the runs in {tmp_path}: demo"
+    assert not (tmp_path / "dmeo").exists()  # status creates nothing
+    cfg_file.write_text(f'[run]\nruns_dir = "{tmp_path}"\nname = "demo"\n')
+    assert cli.main(["status", "--config", str(cfg_file)]) == 0
+    assert "no run folder" not in capsys.readouterr().out
