@@ -157,6 +157,7 @@ def load_causal_teacher(source: str):
     """(model, tokenizer) for the generation teacher.model: a packaged GGUF, a local folder or a hub id."""
     from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
     path = resolve(source, "generation")
     if path.endswith(".gguf"):
@@ -172,10 +173,18 @@ def load_causal_teacher(source: str):
                                 f"({e}). Use 'smollm2-package' offline") from None
         check_causal(config, source)
         check_folder_files(path)  # a local folder's weights and tokenizer files, as for classification
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # its "newly initialized" / "not used" warnings: check_loading_info refuses
         try:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            # a config.json of more layers than the weights hold started the extra ones random, one of fewer dropped
+            # the rest, with a warning only; another width failed as a "copy or download again"
+            model, info = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, ignore_mismatched_sizes=True,
+                                                               output_loading_info=True)
         except (OSError, ValueError, RuntimeError, SafetensorError) as e:
             raise _weights_error(path, e) from None
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        check_loading_info(info, model, path, fine_tune=False)  # used as pretrained: every weight must load
         tokenizer = _load_tokenizer(path)
     check_causal(model.config, source)
     return model.eval(), tokenizer

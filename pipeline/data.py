@@ -364,6 +364,14 @@ def clean(examples: list[Example], d: DataSection, where: str) -> tuple[list[Exa
 def hold_out(splits: dict, d: DataSection, seed: int, split_fn, what: str) -> list[str]:
     """Split test and validation off train where no file gave them (in place); returns how, for split.json.
     split_fn(items, fraction, seed) -> (kept, held) decides the unit (stratified examples, whole documents)."""
+    for s in ("test", "validation"):
+        # a file given for the split that gives it nothing (every text empty and dropped) was replaced by a share
+        # of the training data without a word: the scores were on other texts than the file named
+        if (path := getattr(d, f"{s}_path")) and not splits[s]:
+            raise PipelineError(f"data.{s}_path = {path!r} leaves the {s} split empty (every text in it was empty and "
+                                f"dropped, data.on_empty_text = \"drop\"): the {s} split would be held out of the "
+                                f"training data instead. Put text in that file, or remove data.{s}_path to hold out "
+                                f"data.{s}_fraction of the training data")
     made = []
     test_made = not splits["test"]
     if test_made:

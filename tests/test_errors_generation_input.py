@@ -28,6 +28,9 @@ GEN = 'run.task="generation"'
     (['bench.targets=["edge-npu"]'], r"'bench.targets' = \['edge-npu'\]: the generation bench skips each of them "
                                      r"\(.*\), so it would time nothing; add one it times"),
     (['lm.prompts=["\u200b\u200d"]'], r"'lm.prompts' item 0 is empty"),
+    (['lm.prompts=["\u00a0"]'], r"'lm.prompts' item 0 is empty"),  # a no-break space, as a data text's is blank
+    # the fix it gives loads: it suggested the blank prompt back when it held a newline
+    (['lm.prompts=["KING :", "  \\n  "]'], r"'lm.prompts' item 1 is empty: .* e\.g\. --set 'lm\.prompts=\[\"KING :\"\]' "),
     (["quantize.min_argmax_agreement=0.99"], r"'quantize.min_argmax_agreement' = 0.99 is a classification setting "
                                              r"no generation stage reads: remove it"),
     (["quantize.check_samples=500"], r"is a classification setting no generation stage reads \(generation has "
@@ -101,6 +104,21 @@ def test_local_teacher_folders_are_checked_at_load(tmp_path, corpus, tiny_llama_
     assert config_from_dict(long, "tiny-gen").lm.bench_prompt_tokens == 250
 
 
+@pytest.mark.parametrize("layers", [1, 3])
+def test_a_teacher_config_that_disagrees_with_its_weights_is_refused(layers, tmp_path, corpus, tiny_llama_dir):
+    """config.json of 3 layers over 2 layers' weights: transformers started layer 2 random (1 layer: dropped the
+    second), with a warning only, and the teacher stage scored and distilled that model."""
+    teacher = shutil.copytree(tiny_llama_dir, tmp_path / "teacher")
+    config = json.loads((teacher / "config.json").read_text())
+    (teacher / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
+    cfg = config_from_dict(gen_cfg(tmp_path, corpus, teacher), "tiny-gen")
+    with pytest.raises(PipelineError, match=rf"teacher.model: the weights in .*teacher do not fit its config.json \(9 "
+                                            rf"weight\(s\) missing, unused or of another shape, e.g. "
+                                            rf"model.layers.{min(layers, 2)}.input_layernorm.weight\)"):
+        run(cfg, ["teacher"])
+    assert not (cfg.run_dir / "teacher").exists()
+
+
 def test_a_teacher_without_eos_is_refused_by_the_teacher_stage(tmp_path, corpus, tiny_llama_dir):
     """Documents are joined with the eos and generation stops at it: before, every stage ran (documents joined
     with id 0) and the bundle refused the run at the end."""
@@ -156,6 +174,39 @@ def test_hub_texts_that_are_not_strings_are_refused(values, shown, tmp_path, dat
     with pytest.raises(PipelineError, match=r"ds\[train\]: 20 text\(s\) in column 'text' are not strings, e.g. row 1: "
                                             + re.escape(shown)):
         build_lm_splits(lm_cfg(source="hub", hub_name=str(folder)))
+
+
+@pytest.mark.parametrize("split", ["test", "validation"])
+def test_a_given_split_file_with_no_text_left_is_refused(split, tmp_path):
+    """Every text of data.test_path empty and dropped: the test split was held out of the training documents
+    instead, without a word, and the perplexity reported on other text than the file named."""
+    from pipeline.tasks.generation.data import build_lm_splits
+
+    (tmp_path / "train").mkdir()
+    for i in range(4):
+        (tmp_path / "train" / f"p{i}.txt").write_text(f"ROMEO : my love {i} .\n")
+    (tmp_path / "blank.txt").write_text("\n  \n")
+    cfg = lm_cfg(source="text", train_path=str(tmp_path / "train"), on_empty_text="drop",
+                 **{f"{split}_path": str(tmp_path / "blank.txt")})
+    with pytest.raises(PipelineError, match=rf"data.{split}_path = '.*blank.txt' leaves the {split} split empty "
+                                            rf"\(every text in it was empty and dropped, .*remove data.{split}_path"):
+        build_lm_splits(cfg)
+
+
+def test_markdown_front_matter_is_no_text(tmp_path):
+    """A notes folder's YAML front matter trained as text; a .md file of front matter alone as a document."""
+    from pipeline.tasks.generation.data import build_lm_splits, strip_markdown
+
+    assert strip_markdown("---\ntitle: Notes\ntags:\n  - a\n---\n# Day\n\nROMEO: hi\n") == "Day\n\nROMEO: hi\n"
+    # a rule above prose is kept as it was: no "key: value" line follows the opening ---
+    assert strip_markdown("---\n\nROMEO: my love\n\n---\nmore\n") == "---\n\nROMEO: my love\n\n---\nmore\n"
+    (tmp_path / "c").mkdir()
+    for i in range(4):
+        (tmp_path / "c" / f"p{i}.md").write_text(f"ROMEO : my love {i} .\n")
+    (tmp_path / "c" / "fm.md").write_text("---\ntitle: Hello\ndate: 2026-01-01\n---\n")
+    with pytest.raises(PipelineError, match=r"document 'fm.md' is empty as it renders \(its front matter and markup "
+                                            r"are no text\). Remove it, or set data.on_empty_text = \"drop\""):
+        build_lm_splits(lm_cfg(source="text", train_path=str(tmp_path / "c")))
 
 
 def test_markdown_is_read_as_it_renders():

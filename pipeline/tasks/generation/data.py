@@ -36,13 +36,19 @@ _ITALIC = re.compile(r"(?<![\w*\\])(?:_(.+?)_|\*(?=\S)(.+?)(?<=[^\s\\])\*)(?![\w
 # a backslash escapes ASCII punctuation only ("C:\tools" keeps its backslash); one ending a line breaks it
 _ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])|\\$")
 _HEADING = re.compile(r"^#{1,6}\s*")
+# YAML front matter (Jekyll, Hugo, Obsidian, ...): a "---" first line, "key: value" lines, a closing "---" or "..."
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?)^(?:---|\.\.\.)[ \t]*$\n?", re.S | re.M)
+_YAML_LINE = re.compile(r"^(?:\s|#|-(?:\s|$)|[^\s:#-][^:]*:(?:\s|$))")
 
 
 def strip_markdown(text: str) -> str:
     """Markdown -> the text a reader sees rendered (the packaged plays, and any .md file of a text corpus):
     headings, bold (speaker names) and emphasis (stage directions) lose their markers, backslash escapes and
     hard line breaks go, runs of blank lines become one. What Markdown keeps stays: "a * b", "C:\\tools",
-    snake_case."""
+    snake_case. A YAML front matter block goes too: site generators and note apps show it as no text."""
+    m = _FRONT_MATTER.match(text)
+    if m and m[1][:1] not in ("", "\n") and all(_YAML_LINE.match(line) for line in m[1].splitlines() if line.strip()):
+        text = text[m.end():]  # a "---" rule above prose is no front matter: its lines are not "key: value"
     lines = []
     for line in text.splitlines():
         line = _HEADING.sub("", line.rstrip())
@@ -186,7 +192,8 @@ def build_lm_splits(cfg: Config) -> dict:
         dropped[s] = len(docs) - len(kept)
         if dropped[s] and d.on_empty_text == "error":
             empty = next(doc["name"] for doc in docs if not doc["text"].strip())
-            raise PipelineError(f"{d.source} {s} data: document '{empty}' is empty. Remove it, or set "
+            md = " as it renders (its front matter and markup are no text)" if empty.lower().endswith(".md") else ""
+            raise PipelineError(f"{d.source} {s} data: document '{empty}' is empty{md}. Remove it, or set "
                                 f"data.on_empty_text = \"drop\"")
         if dropped[s]:
             log.warning("WARNING: %s %s data: %d empty document(s) dropped (data.on_empty_text = \"drop\"); "
