@@ -470,9 +470,11 @@ class Config:
         return Path(self.run.runs_dir) / self.run.name
 
     def value(self, dotted: str) -> Any:
-        """The value of "section.key"."""
+        """The value of "section.key", or one item of a list setting: "section.key[i]" (None past its end)."""
         section, key = dotted.split(".")
-        return getattr(getattr(self, section), key)
+        key, index = _item(key)
+        value = getattr(getattr(self, section), key)
+        return value if index is None else (value[index] if index < len(value) else None)
 
     def section_dict(self, name: str) -> dict[str, Any]:
         return dataclasses.asdict(getattr(self, name))
@@ -528,12 +530,22 @@ def _build_section(name: str, values: dict[str, Any], source: str) -> Any:
 ALWAYS_READ = ("run.seed", "run.task")
 
 
+_ITEM = re.compile(r"^(\w+)\[(\d+)\]$")
+
+
+def _item(key: str) -> tuple[str, int | None]:
+    """"prompts[0]" -> ("prompts", 0); "prompts" -> ("prompts", None)."""
+    m = _ITEM.match(key)
+    return (m[1], int(m[2])) if m else (key, None)
+
+
 def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
     """A step's declared reads with every section wildcard ("train.*" or "train") expanded into its keys, plus
     ALWAYS_READ, sorted. An entry "-section.key" is a key the step reads although what it writes does not depend
     on it (a check that fails early, a warning, a checkpoint cadence): left out of the result, wildcards
-    included (unkeyed_reads lists them). An unknown section or key is a bug in the declaration (it would never
-    re-run the stage): ValueError."""
+    included (unkeyed_reads lists them). "section.key[i]" is one item of a list setting, for a step that reads
+    only that one (generation's quantize and export check the first of lm.prompts). An unknown section or key
+    is a bug in the declaration (it would never re-run the stage): ValueError."""
     out = set(ALWAYS_READ)
     minus = tuple(e[1:] for e in reads if e.startswith("-"))
     dropped = set(read_keys(minus)) - set(ALWAYS_READ) if minus else set()
@@ -547,7 +559,7 @@ def read_keys(reads: tuple[str, ...]) -> tuple[str, ...]:
         names = [f.name for f in dataclasses.fields(SECTIONS[section])]
         if key in ("", "*"):
             out.update(f"{section}.{k}" for k in names)
-        elif key in names:
+        elif _item(key)[0] in names:
             out.add(entry)
         else:
             raise ValueError(f"reads names unknown key {entry!r}")

@@ -247,6 +247,15 @@ def test_the_reported_over_fingerprinting_is_gone(fake_run):
         assert "distill" in stale(raw, STAGES, **{f"distill__{key}": value}), key
     STAGES, raw = fake_run("generation")
     assert not {"teacher", "logits", "distill", "baseline"} & stale(raw, STAGES, lm__prompts=["KING:"])
+    # quantize and export check the first prompt alone: another second prompt re-exported the 135M teacher. Run,
+    # not statuses: eval re-runs (its samples.md) and writes the same perplexities, so what reads them stays
+    from pipeline.stage import run
+
+    first = config_from_dict(raw, "c").lm.prompts[0]
+    more = config_from_dict({**raw, "lm": {**raw.get("lm", {}), "prompts": [first, "KING:"]}}, "c")
+    assert sorted(run(more, list(STAGES))) == ["bundle", "eval", "search"]
+    other = config_from_dict({**raw, "lm": {**raw.get("lm", {}), "prompts": ["KING:", first]}}, "c")
+    assert {"quantize", "export"} <= set(run(other, list(STAGES)))
     assert "teacher" not in stale(raw, STAGES, train__precision="fp32", train__grad_accum=2)
 
 
@@ -335,3 +344,15 @@ def test_a_setting_only_a_note_shows_re_runs_that_stage_alone(fake_run, monkeypa
                                             "eval_batch_size": cfg.lm.eval_batch_size + 1}}, "y")
     assert run(batch, stages) == ["logits", "eval", "quantize", "compile", "export", "peer", "bench", "report",
                                  "bundle", "web-bundle"]
+
+
+def test_a_step_may_read_one_item_of_a_list_setting():
+    """"section.key[i]" keys a step on one item: its value is that item (None past the end of the list); an
+    unknown key with an index is a bad declaration like any other."""
+    from pipeline.config import read_keys
+
+    cfg = config_from_dict({"run": {"task": "generation"}, "lm": {"prompts": ["A:", "B:"]}}, "c")
+    assert "lm.prompts[0]" in read_keys(("lm.prompts[0]",)) and "lm.prompts" not in read_keys(("lm.prompts[0]",))
+    assert (cfg.value("lm.prompts[0]"), cfg.value("lm.prompts[1]"), cfg.value("lm.prompts[2]")) == ("A:", "B:", None)
+    with pytest.raises(ValueError, match="unknown key 'lm.nope\\[0\\]'"):
+        read_keys(("lm.nope[0]",))

@@ -45,10 +45,11 @@ TASK = Task(
         "eval": Step(lazy(f"{_HERE}.train:stage_eval"),
                      ("lm.eval_windows", "lm.eval_batch_size", "lm.context_length", "lm.prompts", "lm.sample_tokens"),
                      notes=("samples.md",)),
-        # lm.prompts: its first prompt is the greedy check; lm.eval_windows / context_length: the perplexity windows
+        # lm.prompts[0]: the first prompt is the greedy check (the others are eval's samples and the bundle's: a
+        # new second prompt re-exported the 135M teacher); lm.eval_windows / context_length: the perplexity windows
         "quantize": Step(lazy(f"{_HERE}.ship:stage_quantize"),
                          ("quantize.models", "quantize.variants", "quantize.opset", "quantize.per_channel",
-                          "lm.quantize_teacher", "lm.check_tokens", "lm.prompts", "lm.eval_windows",
+                          "lm.quantize_teacher", "lm.check_tokens", "lm.prompts[0]", "lm.eval_windows",
                           "lm.context_length")),
         # a decoder with a growing KV cache has dynamic shapes the HTP compiler rejects
         "compile": Step(partial(lazy(f"{_SKIP}:skip_compile"), reason="generation runs a growing KV cache (dynamic "
@@ -56,7 +57,7 @@ TASK = Task(
         "export": Step(lazy(f"{_HERE}.ship:stage_export"),
                        ("export.ort_variants", "export.ort_target_platform", "export.ort_disabled_optimizers",
                         "export.coreml_models", "export.coreml_variants", "export.coreml_target",
-                        "export.coreml_min_weight_elements", "lm.check_tokens", "lm.prompts", "lm.max_cache",
+                        "export.coreml_min_weight_elements", "lm.check_tokens", "lm.prompts[0]", "lm.max_cache",
                         "lm.context_length")),
         "peer": Step(partial(lazy(f"{_SKIP}:skip_peer"), reason="the Optimum peer is exported for text "
                              "classification; run.task = 'generation' is compared with its own teacher and baselines")),
