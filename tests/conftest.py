@@ -124,8 +124,43 @@ def browser_or_skip(what: str) -> None:
 UNDECLARED_OK = ("run.name", "run.runs_dir", "run.threads")
 
 
-def _recording(cfg, seen: set):
-    """A copy of cfg whose sections add every "section.key" read from them to seen."""
+class _Items:
+    """A list setting of which the step declares single items ("lm.prompts[0]"): records "key[i]" for an item
+    read, and the whole key for any other use. Not a list: code that would read it another way (json.dumps, an
+    isinstance test) fails the test instead of passing unrecorded."""
+
+    def __init__(self, key: str, value, seen: set):
+        self._key, self._value, self._seen = key, value, seen
+
+    def _all(self):
+        self._seen.add(self._key)
+        return self._value
+
+    def __getitem__(self, i):
+        if isinstance(i, int) and i >= 0:
+            self._seen.add(f"{self._key}[{i}]")
+            return self._value[i]
+        return self._all()[i]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return len(self._all())
+
+    def __bool__(self):
+        return bool(self._all())
+
+    def __eq__(self, other):
+        return self._all() == other
+
+    def __repr__(self):
+        return repr(self._all())
+
+
+def _recording(cfg, seen: set, itemized: frozenset = frozenset()):
+    """A copy of cfg whose sections add every "section.key" read from them to seen; a key in itemized is read
+    through _Items, which records the single items read."""
     from dataclasses import fields, replace
 
     from pipeline.config import SECTIONS
@@ -135,9 +170,12 @@ def _recording(cfg, seen: set):
         obj, keys = getattr(cfg, name), {f.name for f in fields(cls)}
 
         def read(self, attr, _name=name, _keys=keys):
+            value = object.__getattribute__(self, attr)
+            if f"{_name}.{attr}" in itemized:
+                return _Items(f"{_name}.{attr}", value, seen)
             if attr in _keys:
                 seen.add(f"{_name}.{attr}")
-            return object.__getattribute__(self, attr)
+            return value
         copy = object.__new__(type(cls.__name__, (type(obj),), {"__getattribute__": read}))
         copy.__dict__.update(obj.__dict__)
         sections[name] = copy
@@ -157,8 +195,12 @@ def stages_read_only_declared_keys(monkeypatch):
 
     def context(cfg, name, *args, **kwargs):
         seen: set = set()
-        runs.append((task_of(cfg).step(name), name, task_of(cfg).name, seen))
-        return real(_recording(cfg, seen), name, *args, **kwargs)
+        step = task_of(cfg).step(name)
+        runs.append((step, name, task_of(cfg).name, seen))
+        # a list setting the step declares by items only ("lm.prompts[0]"), not as a whole
+        declared = {*read_keys(step.reads), *unkeyed_reads(step.reads)}
+        itemized = frozenset(k.split("[")[0] for k in declared if "[" in k) - declared
+        return real(_recording(cfg, seen, itemized), name, *args, **kwargs)
     monkeypatch.setattr(st, "StageContext", context)
     yield
     for step, name, task, seen in runs:

@@ -246,6 +246,15 @@ def test_generation_stages_end_to_end(tmp_path, corpus, tiny_llama_dir, caplog):
     if "samples_match" in s["runtimes"]["onnxruntime-genai"]:
         readme_python_generates(tmp_path / "d" / "tinygen")
 
+    # more windows asked than the test split holds: eval scores them all and says so (it capped them silently)
+    more = config_from_dict(gen_cfg(tmp_path, corpus, tiny_llama_dir, lm__eval_windows=1000), "tiny-gen")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pocketformer"):
+        assert run(more, ["eval"]) == ["eval"]
+    scored = json.loads((rd / "eval" / "perplexity.json").read_text())[0]["tokens"] // 16
+    assert (f"[eval] the test split holds {scored} windows of 16 tokens, fewer than lm.eval_windows = 1000: "
+            f"perplexity is on all {scored} ({scored * 16} tokens)") in caplog.text
+
 
 def readme_python_generates(dist: Path) -> str:
     """Runs the bundle README's onnxruntime-genai Python sample as a user would paste it; asserts it prints the

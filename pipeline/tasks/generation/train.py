@@ -288,6 +288,10 @@ def stage_eval(ctx: StageContext) -> dict:
         lm, t = load_lm(folder, name)
         if tok is None:
             tok, win = t, held_out_windows(ctx, t)
+            if 0 < cfg.lm.eval_windows and len(win) < cfg.lm.eval_windows:  # as logits warns of its shortfall
+                log.warning("[eval] the test split holds %d windows of %d tokens, fewer than lm.eval_windows = %d: "
+                            "perplexity is on all %d (%d tokens); add test text for the number asked", len(win),
+                            cfg.lm.context_length, cfg.lm.eval_windows, len(win), len(win) * cfg.lm.context_length)
         ppl = perplexity(lm, win, cfg.lm.eval_batch_size)
         rows.append({"model": name, "variant": "fp32", "format": "pytorch", **ppl, **count_params(lm.model),
                      "size_bytes": sum(p.stat().st_size for p in folder.glob("*.safetensors"))})
