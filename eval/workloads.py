@@ -49,6 +49,11 @@ def choose_workloads(rows: list[dict], target: str, window: float, length: int, 
     if not rows:
         why = f"no {model} .{fmt} row with an accuracy in this run"
         return {key: {"status": "not measured", "reason": why} for key in ("batch1", f"batch{batch}")}
+    # the target could not run here (no GPU, say): its reason, not "no time for the files" as if they had failed
+    entries = [r.get("latency", {}).get(target, {}) for r in rows]
+    if len(reasons := {e.get("reason") for e in entries}) == 1 and all(e.get("status") == "skipped" for e in entries):
+        why = f"{target} did not run here: {reasons.pop()}"
+        return {key: {"status": "not measured", "reason": why} for key in ("batch1", f"batch{batch}")}
     best = max(r["accuracy"] for r in rows)
     within = [r for r in rows if r["accuracy"] >= best - window - 1e-12]
     scope = (f"{model} .{fmt} files on {target} whose test accuracy is within {window:.3f} of the best "

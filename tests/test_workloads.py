@@ -53,6 +53,17 @@ def test_batch1_is_fastest_and_batch32_most_throughput_within_the_window():
     assert choose_workloads(ROWS, "host-cpu", 0.01, 64, 32)["batch1"]["format"] == "onnx"
 
 
+def test_a_target_that_could_not_run_gives_its_reason():
+    """No GPU here: the report's workload rows said "no batch-1 time for the files", as if the files had failed."""
+    skipped = {"status": "skipped", "reason": "no CUDA device on this machine"}
+    rows = [{**_row(v, "onnx", 0.80, "host-cpu", 1.0, 900), "latency": {"desktop-gpu": skipped}} for v in ("fp32", "fp16")]
+    w = workloads(rows, ["desktop-gpu"], 0.01, 64, 32)["desktop-gpu"]
+    assert w == {k: {"status": "not measured", "reason": "desktop-gpu did not run here: no CUDA device on this machine"}
+                 for k in ("batch1", "batch32")}
+    rows[1]["latency"]["desktop-gpu"] = {"64": _pt(1.0)}  # one file timed: the rule picks among what ran
+    assert workloads(rows, ["desktop-gpu"], 0.01, 64, 32)["desktop-gpu"]["batch1"]["variant"] == "fp16"
+
+
 def test_desktop_gpu_serves_onnx_files():
     rows = [_row("fp32", "onnx", 0.80, "desktop-gpu", 1.1, 9000), _row("fp16", "onnx", 0.80, "desktop-gpu", 1.2, 20000),
             _row("int8-dynamic", "ort", 0.80, "desktop-gpu", 0.1, 90000)]  # a phone file: never a GPU pick
