@@ -143,11 +143,13 @@ def test_verify_bundle_passes_then_catches_changes(built, tmp_path):
 
     wrong = shutil.copytree(dist, tmp_path / "wrong")
     samples = json.loads((wrong / "samples.json").read_text())
-    samples[0]["continuation_ids"][0] = (samples[0]["continuation_ids"][0] + 1) % 300
+    # the second sample: metadata.json (and the app samples made from it) copy the first, which is checked there
+    samples[1]["continuation_ids"][0] = (samples[1]["continuation_ids"][0] + 1) % 300
     (wrong / "samples.json").write_text(json.dumps(samples))
     meta = json.loads((wrong / "metadata.json").read_text())
     write_metadata(wrong, {k: v for k, v in meta.items() if k != "files"})  # hashes pass: the tokens must not
-    with pytest.raises(PipelineError, match="continues 'ROMEO : my love' differently from samples.json at token 1"):
+    with pytest.raises(PipelineError, match="continues 'KING : é the crown is' differently from samples.json at "
+                                            "token 1"):
         verify_bundle(wrong)
 
     changed = shutil.copytree(dist, tmp_path / "changed")
@@ -347,6 +349,12 @@ def _edit_json(rel: str, change):
     (lambda copy: (copy / "tokenizer_config.json").unlink(), r"'files' does not list tokenizer_config\.json"),
     (_edit_json("samples.json", lambda s: s[0].update(continuation=[1, 2])),
      r"sample 1 needs .*'continuation' \(its text\)"),
+    # the README shows metadata.json's copy of the first sample: it must be the sample the replay checks
+    (_edit_json("metadata.json", lambda m: m["samples"][0].update(continuation="edited")),
+     r"metadata\.json's samples\[0\] differs from samples\.json's sample 1, which the replay checks: one of the "
+     r"two was edited"),
+    (_edit_json("metadata.json", lambda m: m["samples"][0].update(prompt_ids=[1, 2, 3])),
+     r"metadata\.json's samples\[0\] differs from samples\.json's sample 1"),
     (_edit_json("metadata.json", lambda m: m.update(trained_context_length=10 ** 6)),
      r"'trained_context_length' is 1000000: it must be a positive integer up to graph\.context_length"),
     # the Kotlin / Swift samples are generated from metadata.json: an edited, missing or extra one is named

@@ -206,8 +206,17 @@ def verify(bundle: Path, files: dict) -> dict:
     need(kind == "app", bundle, f"'kind' is {kind!r}: the generation task publishes app bundles only")
     meta = check_metadata(bundle, files["meta"])
     require_digest(bundle, meta)
-    app_samples = check_app_samples(bundle, meta, generation_samples)
     samples = load_samples(bundle)
+    # the first sample, copied into metadata.json for the README and apps, is the one the replay checks
+    shown = meta.get("samples", [])
+    need(isinstance(shown, list), bundle, "'samples' must be a list of samples.json's first entries")
+    for n, (ours, stored) in enumerate(zip(shown, samples)):
+        if ours != stored:
+            raise PipelineError(f"{bundle}: {METADATA}'s samples[{n}] differs from samples.json's sample {n + 1}, "
+                                f"which the replay checks: one of the two was edited; restore them from "
+                                f"runs/<run>/bundle/ or rebuild the bundle with `make bundle`")
+    need(len(shown) <= len(samples), bundle, "'samples' holds more samples than samples.json")
+    app_samples = check_app_samples(bundle, meta, generation_samples)
     got = fresh_process(bundle, "pipeline.tasks.generation.replay", ["--child", str(bundle.resolve())], None, "decoder",
                         "install onnxruntime and tokenizers (pip install onnxruntime tokenizers)")
     for who, encoded in got["token_ids"].items():
