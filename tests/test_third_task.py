@@ -307,7 +307,11 @@ def test_the_cli_shows_runs_and_reports_the_toy_in_process(toy, tmp_path, capsys
 
     def lines_of_status() -> dict[str, str]:
         assert main(["status", *config]) == 0
-        lines = capsys.readouterr().out.splitlines()[1:-1]  # the header and the total left out
+        out = capsys.readouterr().out.splitlines()
+        # before the first run, a note after the table says the run folder does not exist yet
+        fresh = not (tmp_path / "runs" / "cli").is_dir()
+        assert any(line.startswith("note: there is no run folder") for line in out) == fresh
+        lines = [line for line in out if not line.startswith("note:")][1:-1]  # the header and the total left out
         return {line.split()[0]: line for line in lines}
 
     assert main(["show-config", *config]) == 0
