@@ -262,12 +262,12 @@ def set_fix(key: str, value: Any) -> str:
 
 
 def _prompts(cfg) -> str | None:
-    from pipeline.data_clean import INVISIBLE
+    from pipeline.data_clean import bare
 
     prompts = cfg.lm.prompts
     # zero-width characters alone are no text either (a data text of them is refused the same way), nor is any
     # Unicode space (a no-break space); the fix keeps the prompts that have text, by the same test
-    blank = [not p.translate(str.maketrans("", "", INVISIBLE)).strip() for p in prompts]
+    blank = [not bare(p) for p in prompts]
     if True in blank:
         return (f"'lm.prompts' item {blank.index(True)} is empty: a prompt needs text to continue; give one or remove "
                 f"it, e.g. {set_fix('lm.prompts', [p for p, b in zip(prompts, blank) if not b] or ['ROMEO:'])}")

@@ -37,13 +37,13 @@ def _missing_kind(row: dict, label_col: str) -> str | None:
         return "null"
     if isinstance(value, float):
         return "NaN" if math.isnan(value) else None
-    if not isinstance(value, str) or (marker := _bare(value)).lower() not in MISSING_MARKERS:
+    if not isinstance(value, str) or (marker := bare(value)).lower() not in MISSING_MARKERS:
         return None
     # "nan" is a float NaN written as text
     return "NaN" if marker.lower() == "nan" else repr(marker) if marker else "empty"
 
 
-def _bare(text: str) -> str:
+def bare(text: str) -> str:
     """Without surrounding space and zero-width characters, which no one sees in a label."""
     return text.translate(_NO_INVISIBLE).strip()
 
@@ -52,7 +52,7 @@ def label_text(value: Any) -> str:
     """A present label as its name; 1 and 1.0 stay different here and are merged by merge_label_variants. Zero-width
     characters (pasted from a web page) go with the surrounding space: 'positive\\u200b' was a class of its own
     beside 'positive', shown the same in every list."""
-    return _bare(str(value))
+    return bare(str(value))
 
 
 def text_value(value: Any) -> str | None:
