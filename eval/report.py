@@ -12,7 +12,7 @@ from eval.machine import is_busy
 from eval.metrics import HIGHER_IS_BETTER
 from eval.plots import all_plots, off_peers, sig
 from eval.qnn import TIE_SPREAD
-from eval.rows import decodes, find, p50, rounds_p50
+from eval.rows import decodes, find, p50, rounds_p50, target_skip_reason
 
 Block = tuple  # ("h1"|"h2"|"p", text) | ("list", [str]) | ("table", headers, rows) | ("img", Path, alt)
 
@@ -150,11 +150,11 @@ def _targets(res: dict) -> list[Block]:
     rows = []
     for t, d in res["targets"].items():
         measured = _measured_on(res, t)
-        entries = [r["latency"].get(t, {}) for r in res["rows"] if not r.get("missing")]
-        reasons = {e.get("reason") for e in entries if e.get("status") == "skipped"}
+        present = [r for r in res["rows"] if not r.get("missing")]
+        entries = [r["latency"].get(t, {}) for r in present]
         notes = [d.get("proxy", "")]
-        if not measured and len(reasons) == 1 and all(e.get("status") == "skipped" for e in entries):
-            notes.append(f"not run: {reasons.pop()}")  # the whole target was unavailable here
+        if not measured and (reason := target_skip_reason(present, t)) is not None:
+            notes.append(f"not run: {reason}")  # the whole target was unavailable here
         if any("estimate" in e for e in entries):
             notes.append("latency not measured here; roofline ESTIMATES shown")
         note = "; ".join(n for n in notes if n)

@@ -68,6 +68,14 @@ def skip(reason: str) -> dict:
     return {"status": "skipped", "reason": reason}
 
 
+def target_skip_reason(rows: Sequence[dict], target: str) -> str | None:
+    """The one reason every row's entry on target was skipped for (the target could not run here: no GPU), else
+    None: some entry was measured, failed, or skipped for reasons of its own."""
+    entries = [r.get("latency", {}).get(target, {}) for r in rows]
+    reasons = {e.get("reason") for e in entries}
+    return reasons.pop() if len(reasons) == 1 and all(e.get("status") == "skipped" for e in entries) else None
+
+
 def failure(e: Exception) -> dict:
     """A latency entry for what was tried and failed, with the error."""
     return {"status": "failed", "reason": f"{type(e).__name__}: {str(e)[:300]}"}

@@ -7,7 +7,7 @@ Pure functions on results rows: no timing here, so the rule is unit-tested with 
 """
 from __future__ import annotations
 
-from eval.rows import pick_p50, pick_source, point
+from eval.rows import pick_p50, pick_source, point, target_skip_reason
 
 # the targets that time both workloads (eval/plan.py THROUGHPUT_TARGETS) and the file format each runs:
 # a server (CPU or GPU) runs the .onnx, a phone the .ort (the Optimum peer, not ours, never serves)
@@ -50,9 +50,8 @@ def choose_workloads(rows: list[dict], target: str, window: float, length: int, 
         why = f"no {model} .{fmt} row with an accuracy in this run"
         return {key: {"status": "not measured", "reason": why} for key in ("batch1", f"batch{batch}")}
     # the target could not run here (no GPU, say): its reason, not "no time for the files" as if they had failed
-    entries = [r.get("latency", {}).get(target, {}) for r in rows]
-    if len(reasons := {e.get("reason") for e in entries}) == 1 and all(e.get("status") == "skipped" for e in entries):
-        why = f"{target} did not run here: {reasons.pop()}"
+    if (reason := target_skip_reason(rows, target)) is not None:
+        why = f"{target} did not run here: {reason}"
         return {key: {"status": "not measured", "reason": why} for key in ("batch1", f"batch{batch}")}
     best = max(r["accuracy"] for r in rows)
     within = [r for r in rows if r["accuracy"] >= best - window - 1e-12]
